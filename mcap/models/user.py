@@ -1,0 +1,39 @@
+"""User models given as ``package.module:function``.
+
+Contract (README, Models): ``function(**params)`` returns ``(module, example_batch, loss)``:
+``module`` an ``nn.Sequential`` whose top-level children are the layers,
+``example_batch(batch_size, seed=0) -> (inputs, targets)``, ``loss(output, targets) -> Tensor``.
+Loading a user model imports that module and calls that function: it runs that code.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Callable
+
+from torch import nn
+
+from mcap.errors import McapError, UnknownModel
+
+
+def load_user_model(target: str, params: dict) -> tuple[nn.Sequential, Callable, Callable]:
+    module_name, _, func_name = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UnknownModel(f"user model {target!r}: cannot import {module_name!r} ({exc})") from exc
+    func = getattr(module, func_name, None)
+    if not callable(func):
+        raise UnknownModel(f"user model {target!r}: {module_name!r} has no callable {func_name!r}")
+    result = func(**params)
+    if not (isinstance(result, tuple) and len(result) == 3):
+        raise McapError(f"user model {target!r} must return (nn.Sequential, example_batch, loss), "
+                        f"got {type(result).__name__}")
+    seq, example_batch, loss = result
+    if not isinstance(seq, nn.Sequential):
+        raise McapError(f"user model {target!r}: first item must be an nn.Sequential, "
+                        f"got {type(seq).__name__}")
+    if not callable(example_batch) or not callable(loss):
+        raise McapError(f"user model {target!r}: example_batch and loss must be callable")
+    if len(seq) == 0:
+        raise McapError(f"user model {target!r}: the nn.Sequential has no layers")
+    return seq, example_batch, loss

@@ -1,0 +1,489 @@
+"""The results store: every measured run, profile, sweep and job, in one SQLite file.
+
+Nothing measured is ever lost: ``record_run`` is called as each run finishes, inside its
+own transaction, so a profile killed half-way keeps every run it finished and the
+next ``python -m mcap profile`` finds them with ``find_run`` instead of measuring again.
+
+Concurrency: the file is in WAL journal mode, so the dashboard reads while a job writes;
+writers from several processes take turns (``BEGIN IMMEDIATE`` plus a busy timeout).
+One ``Store`` may be shared by threads (Streamlit runs pages in threads): a lock
+serialises its use of the one connection.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sqlite3
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Optional, Sequence, Union
+
+from mcap.errors import InvalidPartitioning, McapError, StoreError
+from mcap.store import records as rec
+from mcap.store.opening import connect, resolve_path
+from mcap.store.records import Job, RunRecord, Study, StudySummary, Summary
+from mcap.types import LayerStats, ModelInfo, Profile, Run, Setup, Sweep
+
+StudyRef = Union[Study, int]
+_UNSET = object()  # "leave this job field as it is" (None means "clear it")
+
+_RUN_COLUMNS = ("id, study_id, job_id, kind, balance, status, peaks, seconds, "
+                "samples_per_second, error, breakdown, created")
+
+
+class Store:
+    """``Store(path=None)``: open (or create) the store at ``path``.
+
+    ``path=None`` means ``$MCAP_STORE`` if set, else ``.mcap/store.sqlite`` under the
+    current directory. A corrupt file, a non-SQLite file, another application's database
+    or a store of another schema version raises ``StoreError`` and is left untouched.
+    """
+
+    def __init__(self, path: Union[str, os.PathLike, None] = None):
+        self.path: Path = resolve_path(path)
+        self._lock = threading.RLock()
+        self._conn: Optional[sqlite3.Connection] = connect(self.path)
+
+    # --- lifetime ---------------------------------------------------------------------
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Store({str(self.path)!r})"
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction: all of it is stored, or none of it.
+
+        ``BEGIN IMMEDIATE`` takes the write lock up front. With Python's default deferred
+        transaction a read-then-write could fail at once with "database is locked" when
+        another process wrote in between (the busy timeout does not cover that upgrade).
+        """
+        with self._lock:
+            conn = self._connection()
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                raise StoreError(f"store {self.path}: cannot start a write: {exc}") from exc
+            try:
+                yield conn
+                conn.execute("COMMIT")
+            except BaseException as exc:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.Error):
+                    raise StoreError(f"store {self.path}: write failed, nothing was "
+                                     f"stored: {exc}") from exc
+                raise
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        """A consistent snapshot for reads spanning several statements."""
+        with self._lock:
+            conn = self._connection()
+            try:
+                conn.execute("BEGIN")
+                yield conn
+            except sqlite3.Error as exc:
+                raise StoreError(f"store {self.path}: read failed: {exc}") from exc
+            finally:
+                if conn.in_transaction:
+                    conn.execute("COMMIT")
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise StoreError(f"store {self.path} is closed")
+        return self._conn
+
+    # --- studies ----------------------------------------------------------------------
+
+    def study(self, model: ModelInfo, setup: Setup) -> Study:
+        """The study of this (model, setup), created on first use."""
+        with self._write() as conn:
+            return self._get_or_create_study(conn, model, setup)
+
+    def find_study(self, spec: str, setup: Setup) -> Optional[Study]:
+        """The study of this (spec, setup) if anything was recorded for it, else None."""
+        with self._read() as conn:
+            row = conn.execute("SELECT id, key, spec, layers, setup, created FROM studies "
+                               "WHERE key = ?", (rec.study_key(spec, setup),)).fetchone()
+        return _study(row) if row else None
+
+    def get_study(self, study_id: int) -> Study:
+        with self._read() as conn:
+            return self._study_row(conn, study_id)
+
+    def list_studies(self) -> tuple[StudySummary, ...]:
+        with self._read() as conn:
+            rows = conn.execute(
+                "SELECT s.id, s.spec, s.setup, COUNT(r.id), s.created FROM studies s "
+                "LEFT JOIN runs r ON r.study_id = s.id GROUP BY s.id ORDER BY s.id").fetchall()
+        return tuple(StudySummary(i, spec, rec.setup_from_json(setup), n, created)
+                     for i, spec, setup, n, created in rows)
+
+    def _get_or_create_study(self, conn, model: ModelInfo, setup: Setup) -> Study:
+        if not isinstance(model, ModelInfo) or not isinstance(setup, Setup):
+            raise McapError(f"a study needs a ModelInfo and a Setup, got "
+                            f"{type(model).__name__} and {type(setup).__name__}")
+        if not model.layers:
+            raise McapError(f"model {model.spec!r} has no layers; nothing to store")
+        key = rec.study_key(model.spec, setup)
+        row = conn.execute("SELECT id, key, spec, layers, setup, created FROM studies "
+                           "WHERE key = ?", (key,)).fetchone()
+        if row is not None:
+            study = _study(row)
+            if study.model != model:
+                # Same spec, different layers: the model's code changed. Mixing its runs
+                # with the old ones would make every statistic wrong.
+                raise StoreError(
+                    f"store {self.path} already holds model {model.spec!r} with "
+                    f"{study.model.num_layers} layers ({_layer_diff(study.model, model)}); "
+                    f"this one differs. Use another store (MCAP_STORE) for the changed model")
+            return study
+        created = time.time()
+        cur = conn.execute("INSERT INTO studies (key, spec, layers, setup, created) "
+                           "VALUES (?, ?, ?, ?, ?)",
+                           (key, model.spec, rec.model_to_json(model),
+                            rec.setup_to_json(setup), created))
+        return Study(cur.lastrowid, key, model, setup, created)
+
+    def _study_row(self, conn, study: StudyRef) -> Study:
+        if isinstance(study, Study):
+            return study
+        row = conn.execute("SELECT id, key, spec, layers, setup, created FROM studies "
+                           "WHERE id = ?", (int(study),)).fetchone()
+        if row is None:
+            raise McapError(f"store {self.path} has no study {study}")
+        return _study(row)
+
+    # --- runs -------------------------------------------------------------------------
+
+    def record_run(self, study: StudyRef, run: Run, *, kind: str = "profile",
+                   job: Optional[int] = None) -> int:
+        """Store one finished run (ok, oom or failed) at once; returns its id."""
+        with self._write() as conn:
+            study = self._study_row(conn, study)
+            return self._insert_run(conn, study, run, kind, job, time.time())
+
+    def runs(self, study: StudyRef, ok_only: bool = False) -> tuple[Run, ...]:
+        """Every run of the study in the order they were recorded."""
+        return tuple(r.run for r in self.run_records(study, ok_only=ok_only))
+
+    def run_records(self, study: Optional[StudyRef] = None, *, job: Optional[int] = None,
+                    ok_only: bool = False) -> tuple[RunRecord, ...]:
+        """Runs with their ids, job, kind and time; filtered by study and/or job."""
+        where, args = [], []
+        if study is not None:
+            where.append("study_id = ?")
+            args.append(study.id if isinstance(study, Study) else int(study))
+        if job is not None:
+            where.append("job_id = ?")
+            args.append(int(job))
+        if ok_only:
+            where.append("status = 'ok'")
+        sql = f"SELECT {_RUN_COLUMNS} FROM runs"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        with self._read() as conn:
+            rows = conn.execute(sql + " ORDER BY id", args).fetchall()
+        return tuple(_run_record(row) for row in rows)
+
+    def find_run(self, study: StudyRef, balance: Sequence[int]) -> Optional[Run]:
+        """The latest finished (ok or oom) run of this balance in the study, or None.
+
+        A resumed profile reuses it instead of measuring again. Failed runs are never
+        returned, so they are retried: a crash or timeout may be transient, while ok and
+        oom are answers about the partitioning itself.
+        """
+        study_id = study.id if isinstance(study, Study) else int(study)
+        with self._read() as conn:
+            row = conn.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE study_id = ? AND balance = ? "
+                "AND status IN ('ok', 'oom') ORDER BY id DESC LIMIT 1",
+                (study_id, rec.balance_text(balance))).fetchone()
+        return _run_record(row).run if row else None
+
+    def _insert_run(self, conn, study: Study, run: Run, kind: str, job: Optional[int],
+                    created: float) -> int:
+        _check_run(run, study, kind)
+        cur = conn.execute(
+            "INSERT INTO runs (study_id, job_id, kind, balance, status, peaks, seconds, "
+            "samples_per_second, error, breakdown, created) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (study.id, job, kind, *_run_values(run), created))
+        return cur.lastrowid
+
+    def _reuse_or_insert(self, conn, study: Study, runs: Sequence[Run], kind: str) -> list[int]:
+        """Ids for these runs: an identical run already stored (recorded as it finished)
+        is linked rather than copied, so saving a profile does not duplicate its runs."""
+        ids, used, now = [], set(), time.time()
+        for run in runs:
+            _check_run(run, study, kind)
+            values = _run_values(run)
+            found = conn.execute(
+                "SELECT id FROM runs WHERE study_id = ? AND balance = ? AND status = ? "
+                "AND peaks IS ? AND seconds = ? AND samples_per_second IS ? AND error IS ? "
+                "AND breakdown IS ? ORDER BY id", (study.id, *values)).fetchall()
+            match = next((i for (i,) in found if i not in used), None)
+            if match is None:
+                match = self._insert_run(conn, study, run, kind, None, now)
+            used.add(match)
+            ids.append(match)
+        return ids
+
+    # --- profiles and sweeps ----------------------------------------------------------
+
+    def save_profile(self, profile: Profile, name: Optional[str] = None) -> int:
+        """Store a profile (statistics and runs) in one transaction; returns its id."""
+        stats = profile.stats
+        n = profile.model.num_layers
+        if len(stats.mem_isolated) != n or len(stats.mem_added) != n:
+            raise McapError(f"profile of {profile.model.spec!r} has {len(stats.mem_isolated)} "
+                            f"mem_isolated and {len(stats.mem_added)} mem_added values but "
+                            f"the model has {n} layers")
+        with self._write() as conn:
+            study = self._get_or_create_study(conn, profile.model, profile.setup)
+            run_ids = self._reuse_or_insert(conn, study, profile.runs, "profile")
+            cur = conn.execute(
+                "INSERT INTO profiles (study_id, name, mem_isolated, mem_added, created) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (study.id, name, rec.dumps(list(stats.mem_isolated)),
+                 rec.dumps(list(stats.mem_added)), time.time()))
+            conn.executemany("INSERT INTO profile_runs (profile_id, position, run_id) "
+                             "VALUES (?, ?, ?)",
+                             [(cur.lastrowid, i, r) for i, r in enumerate(run_ids)])
+            return cur.lastrowid
+
+    def load_profile(self, profile_id: int) -> Profile:
+        with self._read() as conn:
+            row = conn.execute("SELECT study_id, mem_isolated, mem_added FROM profiles "
+                               "WHERE id = ?", (int(profile_id),)).fetchone()
+            if row is None:
+                raise McapError(f"store {self.path} has no profile {profile_id}")
+            study = self._study_row(conn, row[0])
+            runs = self._linked_runs(conn, "profile_runs", "profile_id", profile_id)
+        stats = LayerStats(rec.ints_or_none(row[1]), rec.ints_or_none(row[2]))
+        return Profile(study.model, study.setup, stats, runs)
+
+    def list_profiles(self) -> tuple[Summary, ...]:
+        return self._summaries("profiles", "profile_runs", "profile_id")
+
+    def save_sweep(self, sweep: Sweep, name: Optional[str] = None) -> int:
+        """Store a sweep (many measured partitionings) in one transaction; returns its id."""
+        with self._write() as conn:
+            study = self._get_or_create_study(conn, sweep.model, sweep.setup)
+            run_ids = self._reuse_or_insert(conn, study, sweep.runs, "sweep")
+            cur = conn.execute("INSERT INTO sweeps (study_id, name, created) VALUES (?, ?, ?)",
+                               (study.id, name, time.time()))
+            conn.executemany("INSERT INTO sweep_runs (sweep_id, position, run_id) "
+                             "VALUES (?, ?, ?)",
+                             [(cur.lastrowid, i, r) for i, r in enumerate(run_ids)])
+            return cur.lastrowid
+
+    def load_sweep(self, sweep_id: int) -> Sweep:
+        with self._read() as conn:
+            row = conn.execute("SELECT study_id FROM sweeps WHERE id = ?",
+                               (int(sweep_id),)).fetchone()
+            if row is None:
+                raise McapError(f"store {self.path} has no sweep {sweep_id}")
+            study = self._study_row(conn, row[0])
+            runs = self._linked_runs(conn, "sweep_runs", "sweep_id", sweep_id)
+        return Sweep(study.model, study.setup, runs)
+
+    def list_sweeps(self) -> tuple[Summary, ...]:
+        return self._summaries("sweeps", "sweep_runs", "sweep_id")
+
+    def _linked_runs(self, conn, link: str, column: str, owner: int) -> tuple[Run, ...]:
+        cols = ", ".join("r." + c.strip() for c in _RUN_COLUMNS.split(","))
+        rows = conn.execute(f"SELECT {cols} FROM {link} l JOIN runs r ON r.id = l.run_id "
+                            f"WHERE l.{column} = ? ORDER BY l.position", (int(owner),))
+        return tuple(_run_record(row).run for row in rows)
+
+    def _summaries(self, table: str, link: str, column: str) -> tuple[Summary, ...]:
+        with self._read() as conn:
+            rows = conn.execute(
+                f"SELECT t.id, t.name, s.spec, s.setup, "
+                f"(SELECT COUNT(*) FROM {link} l WHERE l.{column} = t.id), t.created, s.id "
+                f"FROM {table} t JOIN studies s ON s.id = t.study_id ORDER BY t.id").fetchall()
+        return tuple(Summary(i, name, spec, rec.setup_from_json(setup), n, created, sid)
+                     for i, name, spec, setup, n, created, sid in rows)
+
+    # --- jobs -------------------------------------------------------------------------
+
+    def create_job(self, kind: str, argv: Sequence[str], total: int, *,
+                   study: Optional[StudyRef] = None) -> int:
+        """A job the dashboard is about to launch; status "pending" until it reports."""
+        if not isinstance(kind, str) or not kind:
+            raise McapError(f"a job needs a kind such as 'profile', got {kind!r}")
+        if not isinstance(total, int) or total < 0:
+            raise McapError(f"a job's total number of runs must be an int >= 0, got {total!r}")
+        argv = [str(a) for a in argv]
+        now = time.time()
+        with self._write() as conn:
+            study_id = None if study is None else self._study_row(conn, study).id
+            cur = conn.execute(
+                "INSERT INTO jobs (kind, argv, total, status, study_id, created, updated) "
+                "VALUES (?, ?, ?, 'pending', ?, ?, ?)",
+                (kind, rec.dumps(argv), total, study_id, now, now))
+            return cur.lastrowid
+
+    def update_job(self, job_id: int, *, done=_UNSET, current=_UNSET, status=_UNSET,
+                   error=_UNSET, pid=_UNSET, total=_UNSET, study=_UNSET) -> Job:
+        """Change the given fields (None clears ``current``, ``error``, ``pid``).
+
+        A finished job (done, failed, cancelled) keeps its status: a child killed by the
+        cancel button may still report "running" on its way out, and must not undo it.
+        """
+        if status is not _UNSET and status not in rec.JOB_STATUSES[1:]:
+            raise McapError(f"job status must be one of {', '.join(rec.JOB_STATUSES[1:])}, "
+                            f"got {status!r}")
+        for label, value in (("done", done), ("total", total)):
+            if value is not _UNSET and (not isinstance(value, int) or value < 0):
+                raise McapError(f"job {label} must be an int >= 0, got {value!r}")
+        changes = {}  # column -> new value
+        if done is not _UNSET:
+            changes["done"] = done
+        if total is not _UNSET:
+            changes["total"] = total
+        if current is not _UNSET:
+            changes["current"] = None if current is None else rec.balance_text(current)
+        if error is not _UNSET:
+            changes["error"] = None if error is None else str(error)
+        if pid is not _UNSET:
+            changes["pid"] = None if pid is None else int(pid)
+        with self._write() as conn:
+            job = self._job(conn, job_id)
+            if status is not _UNSET and not job.finished:
+                changes["status"] = status
+            if study is not _UNSET:
+                changes["study_id"] = None if study is None else self._study_row(conn, study).id
+            changes["updated"] = time.time()
+            assignments = ", ".join(f"{column} = ?" for column in changes)
+            conn.execute(f"UPDATE jobs SET {assignments} WHERE id = ?",
+                         (*changes.values(), job.id))
+            return self._job(conn, job.id)
+
+    def job(self, job_id: int) -> Job:
+        with self._read() as conn:
+            return self._job(conn, job_id)
+
+    def list_jobs(self) -> tuple[Job, ...]:
+        """All jobs, newest first."""
+        with self._read() as conn:
+            rows = conn.execute(f"SELECT {_JOB_COLUMNS} FROM jobs ORDER BY id DESC").fetchall()
+        return tuple(_job_from_row(row) for row in rows)
+
+    def job_runs(self, job_id: int) -> tuple[RunRecord, ...]:
+        """The runs a job has recorded so far, oldest first (the Profile page's table)."""
+        return self.run_records(job=job_id)
+
+    def _job(self, conn, job_id: int) -> Job:
+        row = conn.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ?",
+                           (int(job_id),)).fetchone()
+        if row is None:
+            raise McapError(f"store {self.path} has no job {job_id}")
+        return _job_from_row(row)
+
+
+def open_store(path: Union[str, os.PathLike, None] = None) -> Store:
+    """``Store(path)``; ``path=None`` is ``$MCAP_STORE`` or ``./.mcap/store.sqlite``."""
+    return Store(path)
+
+
+# --- rows <-> dataclasses ---------------------------------------------------------------
+
+_JOB_COLUMNS = ("id, kind, argv, total, done, current, status, error, pid, study_id, "
+                "created, updated")
+
+
+def _study(row) -> Study:
+    i, key, spec, layers, setup, created = row
+    return Study(i, key, rec.model_from_json(spec, layers), rec.setup_from_json(setup), created)
+
+
+def _run_values(run: Run) -> tuple:
+    """The columns balance .. breakdown of a run, in table order."""
+    return (rec.balance_text(run.balance), run.status,
+            None if run.peaks is None else rec.dumps([int(p) for p in run.peaks]),
+            float(run.seconds),
+            None if run.samples_per_second is None else float(run.samples_per_second),
+            run.error, rec.breakdown_to_json(run.breakdown))
+
+
+def _run_record(row) -> RunRecord:
+    (i, study_id, job_id, kind, balance, status, peaks, seconds, sps, error, breakdown,
+     created) = row
+    run = Run(balance=rec.ints_or_none(balance), status=status,
+              peaks=rec.ints_or_none(peaks), seconds=seconds, samples_per_second=sps,
+              error=error, breakdown=rec.breakdown_from_json(breakdown))
+    return RunRecord(i, study_id, job_id, kind, created, run)
+
+
+def _job_from_row(row) -> Job:
+    i, kind, argv, total, done, current, status, error, pid, study_id, created, updated = row
+    return Job(i, kind, tuple(json.loads(argv)), total, done,
+               rec.ints_or_none(current), status, error, pid, study_id, created, updated)
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_run(run: Run, study: Study, kind: str) -> None:
+    """Refuse a run that does not belong to the study, before anything is written."""
+    if kind not in rec.RUN_KINDS:
+        raise McapError(f"run kind must be one of {', '.join(rec.RUN_KINDS)}, got {kind!r}")
+    if not isinstance(run, Run):
+        raise McapError(f"expected a Run, got {type(run).__name__}")
+    balance, stages, layers = tuple(run.balance), study.setup.stages, study.model.num_layers
+    if not all(_is_int(n) and n >= 1 for n in balance):
+        raise InvalidPartitioning(f"balance {list(balance)} has a stage with no layers or a "
+                                  f"non-integer count")
+    if len(balance) != stages:
+        raise InvalidPartitioning(f"balance {list(balance)} has {len(balance)} stages but the "
+                                  f"study's setup has {stages}")
+    if sum(balance) != layers:
+        raise InvalidPartitioning(f"balance {list(balance)} sums to {sum(balance)} but the "
+                                  f"model {study.model.spec!r} has {layers} layers")
+    if run.status not in rec.RUN_STATUSES:
+        raise McapError(f"run status must be one of {', '.join(rec.RUN_STATUSES)}, got "
+                        f"{run.status!r} (balance {list(balance)})")
+    if run.peaks is None:
+        if run.status == "ok":
+            raise McapError(f"an ok run needs its peaks (balance {list(balance)})")
+    elif len(run.peaks) != stages or not all(_is_int(p) and p >= 0 for p in run.peaks):
+        raise McapError(f"run of balance {list(balance)} has peaks {list(run.peaks)}; "
+                        f"expected {stages} int byte counts >= 0")
+    for label, value in (("seconds", run.seconds), ("samples_per_second", run.samples_per_second)):
+        if value is None and label == "samples_per_second":
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or not math.isfinite(value) or value < 0:
+            raise McapError(f"run of balance {list(balance)} has {label}={value!r}; expected "
+                            f"a finite number >= 0")
+    if run.breakdown is not None and len(run.breakdown) != stages:
+        raise McapError(f"run of balance {list(balance)} has a breakdown of "
+                        f"{len(run.breakdown)} stages; expected {stages}")
+
+
+def _layer_diff(old: ModelInfo, new: ModelInfo) -> str:
+    if old.num_layers != new.num_layers:
+        return f"the new one has {new.num_layers}"
+    for i, (a, b) in enumerate(zip(old.layers, new.layers)):
+        if a != b:
+            return (f"layer {i} was {a.name}/{a.param_bytes} bytes, now "
+                    f"{b.name}/{b.param_bytes} bytes")
+    return "same layers"

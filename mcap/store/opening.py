@@ -1,0 +1,223 @@
+"""Finding, checking and creating the store file without ever harming someone else's.
+
+A file is only written to once it is known to be an mcap store of the schema version
+this code reads, or when it is new (missing, or zero bytes long). Everything else --
+a file that is not SQLite, a corrupt SQLite file, another application's database, a
+store of a newer schema -- raises ``StoreError`` naming the path and what was found,
+and is checked through a read-only connection, so its bytes stay as they were.
+"""
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+from typing import Union
+
+from mcap.errors import StoreError
+
+# PRAGMA application_id: ASCII "mcap", written in the SQLite header (offset 68) so any
+# tool can tell our files from other applications' databases.
+APPLICATION_ID = 0x6D636170
+# PRAGMA user_version: bumped whenever the tables change shape.
+SCHEMA_VERSION = 1
+# How long a writer waits for another process's write transaction before giving up.
+BUSY_TIMEOUT_S = 30.0
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+_SCHEMA = f"""
+CREATE TABLE studies (
+    id          INTEGER PRIMARY KEY,
+    key         TEXT NOT NULL UNIQUE,   -- records.study_key(spec, setup)
+    spec        TEXT NOT NULL,
+    layers      TEXT NOT NULL,          -- JSON [{{"name", "param_bytes"}}, ...]
+    setup       TEXT NOT NULL,          -- JSON of every Setup field
+    created     REAL NOT NULL
+);
+CREATE TABLE jobs (
+    id          INTEGER PRIMARY KEY,
+    kind        TEXT NOT NULL,
+    argv        TEXT NOT NULL,          -- JSON list of str
+    total       INTEGER NOT NULL,
+    done        INTEGER NOT NULL DEFAULT 0,
+    current     TEXT,                   -- JSON balance being measured
+    status      TEXT NOT NULL CHECK (status IN ('pending','running','done','failed','cancelled')),
+    error       TEXT,
+    pid         INTEGER,
+    study_id    INTEGER REFERENCES studies(id),
+    created     REAL NOT NULL,
+    updated     REAL NOT NULL
+);
+CREATE TABLE runs (
+    id          INTEGER PRIMARY KEY,
+    study_id    INTEGER NOT NULL REFERENCES studies(id),
+    job_id      INTEGER REFERENCES jobs(id),
+    kind        TEXT NOT NULL CHECK (kind IN ('profile','sweep','measure')),
+    balance     TEXT NOT NULL,          -- compact JSON, e.g. [3,3,5,19]
+    status      TEXT NOT NULL CHECK (status IN ('ok','oom','failed')),
+    peaks       TEXT,                   -- JSON list of int bytes, or NULL
+    seconds     REAL NOT NULL,
+    samples_per_second REAL,
+    error       TEXT,
+    breakdown   TEXT,                   -- JSON list of per-stage breakdowns, or NULL
+    created     REAL NOT NULL
+);
+CREATE INDEX runs_study_balance ON runs(study_id, balance);
+CREATE INDEX runs_job ON runs(job_id);
+CREATE TABLE profiles (
+    id          INTEGER PRIMARY KEY,
+    study_id    INTEGER NOT NULL REFERENCES studies(id),
+    name        TEXT,
+    mem_isolated TEXT NOT NULL,         -- JSON list of int
+    mem_added   TEXT NOT NULL,          -- JSON list of int|null
+    created     REAL NOT NULL
+);
+CREATE TABLE sweeps (
+    id          INTEGER PRIMARY KEY,
+    study_id    INTEGER NOT NULL REFERENCES studies(id),
+    name        TEXT,
+    created     REAL NOT NULL
+);
+-- The runs of a saved profile or sweep, in the order they were given.
+CREATE TABLE profile_runs (
+    profile_id  INTEGER NOT NULL REFERENCES profiles(id),
+    position    INTEGER NOT NULL,
+    run_id      INTEGER NOT NULL REFERENCES runs(id),
+    PRIMARY KEY (profile_id, position)
+);
+CREATE TABLE sweep_runs (
+    sweep_id    INTEGER NOT NULL REFERENCES sweeps(id),
+    position    INTEGER NOT NULL,
+    run_id      INTEGER NOT NULL REFERENCES runs(id),
+    PRIMARY KEY (sweep_id, position)
+);
+PRAGMA application_id = {APPLICATION_ID};
+PRAGMA user_version = {SCHEMA_VERSION};
+"""
+
+
+def default_store_path() -> Path:
+    """``$MCAP_STORE`` if set, else ``.mcap/store.sqlite`` under the current directory."""
+    env = os.environ.get("MCAP_STORE")
+    return Path(env) if env else Path.cwd() / ".mcap" / "store.sqlite"
+
+
+def resolve_path(path: Union[str, os.PathLike, None]) -> Path:
+    return default_store_path() if path is None else Path(path)
+
+
+def connect(path: Path) -> sqlite3.Connection:
+    """Check ``path`` (creating it when new) and return a read-write connection to it.
+
+    The connection is in autocommit mode (``isolation_level=None``): the store opens its
+    own ``BEGIN IMMEDIATE`` transactions, see ``Store._write``.
+    """
+    if path.is_dir():
+        raise StoreError(f"store path {path} is a directory, not a file")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    new = not path.exists() or path.stat().st_size == 0
+    if not new:
+        check_existing(path)
+    conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S, isolation_level=None,
+                           check_same_thread=False)
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        if new:
+            _create(conn, path)
+        # WAL lets the dashboard read while a job writes (readers never block writers).
+        # It is persistent in the file, so only the creator really switches it.
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if mode.lower() != "wal":
+            raise StoreError(f"store {path} could not switch to WAL journal mode (got {mode!r})")
+        conn.execute("PRAGMA synchronous = NORMAL")  # durable across crashes in WAL mode
+        conn.execute("PRAGMA foreign_keys = ON")
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        raise StoreError(f"cannot open store {path}: {exc}") from exc
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _create(conn: sqlite3.Connection, path: Path) -> None:
+    """Write the schema into a new file, once, even if several processes race here."""
+    conn.execute("BEGIN IMMEDIATE")  # the first process to get here creates; others wait
+    try:
+        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        tables = _table_names(conn)
+        if app_id == APPLICATION_ID and tables:
+            conn.execute("ROLLBACK")  # another process created it a moment ago
+            _check_version(conn, path)
+            return
+        if tables:  # someone else's database appeared between our check and now
+            conn.execute("ROLLBACK")
+            raise StoreError(_foreign_message(path, app_id, tables))
+        for statement in _SCHEMA.split(";"):
+            if statement.strip():
+                conn.execute(statement)
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+def check_existing(path: Path) -> None:
+    """Raise StoreError unless ``path`` is an intact mcap store of our schema version.
+
+    Reads only, through a read-only connection (``mode=ro``), so a file that is not ours
+    is left byte for byte as it was.
+    """
+    try:
+        with open(path, "rb") as fh:
+            header = fh.read(100)
+    except OSError as exc:
+        raise StoreError(f"cannot read store {path}: {exc}") from exc
+    if not header.startswith(_SQLITE_MAGIC):
+        raise StoreError(f"{path} is not an mcap store: it is not a SQLite database "
+                         f"(it starts with {header[:16]!r}); nothing was changed")
+    if len(header) < 100:
+        raise StoreError(f"{path} is a corrupt SQLite file: its header is {len(header)} "
+                         f"bytes, a SQLite header is 100; nothing was changed")
+    uri = path.resolve().as_uri() + "?mode=ro"
+    try:
+        ro = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S)
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot open store {path} to check it: {exc}") from exc
+    try:
+        app_id = ro.execute("PRAGMA application_id").fetchone()[0]
+        if app_id != APPLICATION_ID:
+            raise StoreError(_foreign_message(path, app_id, _table_names(ro)))
+        _check_version(ro, path)
+        # quick_check reads every page: a truncated or overwritten file fails here, before
+        # anything is written to it. Cost: see BENCHMARKS.md, "Results store".
+        problems = [row[0] for row in ro.execute("PRAGMA quick_check(5)")]
+        if problems != ["ok"]:
+            raise StoreError(f"{path} is a corrupt mcap store: {'; '.join(problems)}; "
+                             f"nothing was changed")
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(f"{path} is a corrupt SQLite file ({exc}); nothing was changed") from exc
+    finally:
+        ro.close()
+
+
+def _check_version(conn: sqlite3.Connection, path: Path) -> None:
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if version != SCHEMA_VERSION:
+        newer = " (written by a newer mcap)" if version > SCHEMA_VERSION else ""
+        raise StoreError(f"store {path} has schema version {version}{newer}, but this mcap "
+                         f"reads version {SCHEMA_VERSION}; nothing was changed")
+
+
+def _table_names(conn: sqlite3.Connection) -> list[str]:
+    rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+    return [row[0] for row in rows]
+
+
+def _foreign_message(path: Path, app_id: int, tables: list[str]) -> str:
+    found = f"tables {', '.join(tables)}" if tables else "no tables"
+    return (f"{path} is a SQLite database of another application (application_id "
+            f"{app_id:#x}, {found}), not an mcap store (application_id "
+            f"{APPLICATION_ID:#x}); nothing was changed")
+

@@ -1,0 +1,156 @@
+"""What the store hands back, and how the library's dataclasses become columns.
+
+The store returns the dataclasses of ``mcap.types`` (``Run``, ``Profile``, ``Sweep``,
+``ModelInfo``, ``Setup``) and, for what only the store knows (ids, timestamps, jobs),
+the small frozen dataclasses below. Never a raw row or dict.
+
+Column encodings are plain JSON text: a balance is ``"[3,3,5,19]"`` (compact, so equal
+balances are equal strings and the ``(study, balance)`` index finds them), peaks a JSON
+list of ints, a breakdown a JSON list of ``{"weights", "gradients", "optimizer",
+"other"}`` objects. Bytes stay Python ints; SQLite's INTEGER and JSON ints are 64-bit
+exact, so nothing is rounded.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import Optional
+
+from mcap.types import Layer, MemoryBreakdown, ModelInfo, Run, Setup
+
+RUN_KINDS = ("profile", "sweep", "measure")
+RUN_STATUSES = ("ok", "oom", "failed")
+# "pending" until the child process starts; the other four are what update_job accepts.
+JOB_STATUSES = ("pending", "running", "done", "failed", "cancelled")
+FINAL_JOB_STATUSES = ("done", "failed", "cancelled")
+
+# The Setup fields that existed when schema version 1 was written. They always enter the
+# study key; a field added to Setup later enters it only when it differs from its
+# default, so adding an optional field never orphans the studies already stored.
+_KEY_FIELDS_V1 = ("stages", "batch_size", "chunks", "schedule", "checkpoint", "backend",
+                  "capacity_bytes", "engine", "optimizer")
+
+
+@dataclass(frozen=True)
+class Study:
+    """One (model spec, setup) pair: the unit whose runs may be combined (profile 32 and
+    profile 64 never mix). ``key`` is the stable text that identifies it."""
+    id: int
+    key: str
+    model: ModelInfo
+    setup: Setup
+    created: float  # unix seconds
+
+
+@dataclass(frozen=True)
+class StudySummary:
+    id: int
+    spec: str
+    setup: Setup
+    num_runs: int
+    created: float
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """A stored run with what only the store knows: where and when it was recorded."""
+    id: int
+    study_id: int
+    job_id: Optional[int]
+    kind: str  # one of RUN_KINDS
+    created: float  # unix seconds, when record_run was called
+    run: Run
+
+
+@dataclass(frozen=True)
+class Summary:
+    """A line of ``list_profiles()`` / ``list_sweeps()``."""
+    id: int
+    name: Optional[str]
+    spec: str
+    setup: Setup
+    num_runs: int
+    created: float
+    study_id: int
+
+
+@dataclass(frozen=True)
+class Job:
+    """A long command (``python -m mcap profile``) the dashboard launched and polls."""
+    id: int
+    kind: str
+    argv: tuple[str, ...]
+    total: int
+    done: int
+    current: Optional[tuple[int, ...]]  # the balance being measured now
+    status: str  # one of JOB_STATUSES
+    error: Optional[str]
+    pid: Optional[int]
+    study_id: Optional[int]
+    created: float
+    updated: float
+
+    @property
+    def finished(self) -> bool:
+        return self.status in FINAL_JOB_STATUSES
+
+
+# --- encodings --------------------------------------------------------------------------
+
+def dumps(value) -> str:
+    """Compact, key-sorted JSON: the same value always gives the same text."""
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+def balance_text(balance) -> str:
+    return dumps([int(n) for n in balance])
+
+
+def setup_to_json(setup: Setup) -> str:
+    return dumps(dataclasses.asdict(setup))
+
+
+def setup_from_json(text: str) -> Setup:
+    data = json.loads(text)
+    known = {f.name for f in dataclasses.fields(Setup)}
+    # Keys a newer mcap added are dropped rather than crashing an older reader.
+    return Setup(**{k: v for k, v in data.items() if k in known})
+
+
+def study_key(spec: str, setup: Setup) -> str:
+    """The stable identity of a study: the model spec and every Setup field."""
+    fields = {}
+    for f in dataclasses.fields(Setup):
+        value = getattr(setup, f.name)
+        if f.name in _KEY_FIELDS_V1 or value != f.default:
+            fields[f.name] = value
+    return dumps({"spec": spec, "setup": fields})
+
+
+def model_to_json(model: ModelInfo) -> str:
+    return dumps([{"name": layer.name, "param_bytes": layer.param_bytes} for layer in model.layers])
+
+
+def model_from_json(spec: str, text: str) -> ModelInfo:
+    return ModelInfo(spec=spec, layers=tuple(Layer(d["name"], int(d["param_bytes"]))
+                                             for d in json.loads(text)))
+
+
+def breakdown_to_json(breakdown: Optional[tuple[MemoryBreakdown, ...]]) -> Optional[str]:
+    if breakdown is None:
+        return None
+    return dumps([dataclasses.asdict(b) for b in breakdown])
+
+
+def breakdown_from_json(text: Optional[str]) -> Optional[tuple[MemoryBreakdown, ...]]:
+    if text is None:
+        return None
+    return tuple(MemoryBreakdown(**d) for d in json.loads(text))
+
+
+def ints_or_none(text: Optional[str]) -> Optional[tuple]:
+    """A JSON list column back to a tuple (None stays None; null entries stay None)."""
+    if text is None:
+        return None
+    return tuple(json.loads(text))

@@ -1,0 +1,169 @@
+// mcap's byte-exact CPU memory counter (mcap/memtrack.py loads and documents it).
+//
+// A GPU's peak is read from its allocator (torch.cuda.max_memory_allocated, mCAP 3.5:
+// allocated, not reserved). A CPU stage process has no such counter, so this wraps
+// PyTorch's CPU allocator: every tensor storage allocated after install() goes through
+// Counting::allocate, which adds the requested bytes to `cur` and keeps the high-water
+// mark `peak`. Bytes are the bytes the storage asked for, like the CUDA counter's
+// allocated bytes (no rounding, no malloc overhead).
+//
+// Each live allocation carries a category (other / weights / gradients / optimizer).
+// When a new peak is reached the per-category current bytes are copied, so the
+// breakdown at the moment of the peak is exact and sums to the peak.
+//
+// Storages allocated before install() (or while suspended) keep the base allocator's
+// own deleter, so freeing them never touches these counters.
+#include <torch/extension.h>
+#include <c10/core/CPUAllocator.h>
+
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <string>
+
+namespace {
+
+constexpr int kCategories = 4;  // 0 other, 1 weights, 2 gradients, 3 optimizer
+
+struct Ctx {
+  c10::DataPtr inner;
+  int64_t n;
+  std::atomic<int> cat;
+};
+
+std::atomic<int64_t> cur{0};
+std::atomic<int64_t> peak{0};
+std::atomic<int64_t> capacity{0};  // 0: unlimited
+std::atomic<int64_t> by_cat[kCategories];
+int64_t peak_by_cat[kCategories] = {0, 0, 0, 0};
+std::atomic<int> tag{0};          // category given to new allocations
+std::atomic<bool> suspended{false};
+std::mutex peak_mutex;            // guards peak_by_cat; taken only when a new peak is hit
+c10::Allocator* base = nullptr;
+
+void snapshot_locked() {
+  for (int i = 0; i < kCategories; ++i) peak_by_cat[i] = by_cat[i].load();
+}
+
+void note_peak(int64_t v) {
+  if (v <= peak.load()) return;
+  std::lock_guard<std::mutex> lock(peak_mutex);
+  if (v <= peak.load()) return;
+  peak.store(v);
+  snapshot_locked();
+}
+
+void release(void* p) {
+  Ctx* x = static_cast<Ctx*>(p);
+  by_cat[x->cat.load()].fetch_sub(x->n);
+  cur.fetch_sub(x->n);
+  delete x;  // destroys `inner`, which frees through the base allocator
+}
+
+struct Counting final : c10::Allocator {
+  c10::DataPtr allocate(size_t nbytes) override {
+    if (suspended.load()) return base->allocate(nbytes);
+    const int64_t n = static_cast<int64_t>(nbytes);
+    const int64_t v = cur.fetch_add(n) + n;
+    const int64_t cap = capacity.load();
+    if (cap > 0 && v > cap) {
+      cur.fetch_sub(n);
+      // c10::OutOfMemoryError surfaces in Python as torch.OutOfMemoryError, the same
+      // class a CUDA out-of-memory raises, so callers handle both alike.
+      TORCH_CHECK_WITH(OutOfMemoryError, false,
+                       "mcap memtrack: out of memory: allocating ", n, " bytes with ",
+                       v - n, " bytes held would exceed the capacity of ", cap, " bytes");
+    }
+    c10::DataPtr d;
+    try {
+      d = base->allocate(nbytes);
+    } catch (...) {
+      cur.fetch_sub(n);
+      throw;
+    }
+    const int c = tag.load();
+    by_cat[c].fetch_add(n);
+    note_peak(v);
+    void* data = d.get();
+    Ctx* x = new Ctx{std::move(d), n, {c}};
+    return {data, x, &release, c10::Device(c10::DeviceType::CPU)};
+  }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    std::memcpy(dest, src, count);
+  }
+};
+
+Counting counting;
+
+}  // namespace
+
+bool install() {
+  if (base != nullptr) return false;
+  base = c10::GetCPUAllocator();
+  // Priority 100 outranks the default CPU allocator's registration.
+  c10::SetCPUAllocator(&counting, 100);
+  return true;
+}
+
+bool installed() { return base != nullptr; }
+int64_t current() { return cur.load(); }
+int64_t peak_bytes() { return peak.load(); }
+
+void reset_peak() {
+  std::lock_guard<std::mutex> lock(peak_mutex);
+  peak.store(cur.load());
+  snapshot_locked();
+}
+
+void set_capacity(int64_t bytes) { capacity.store(bytes < 0 ? 0 : bytes); }
+int64_t get_capacity() { return capacity.load(); }
+void set_suspended(bool on) { suspended.store(on); }
+
+int set_tag(int category) {
+  TORCH_CHECK(category >= 0 && category < kCategories, "memtrack: category ", category,
+              " is not in 0..", kCategories - 1);
+  return tag.exchange(category);
+}
+
+// Move a storage's bytes to another category; false if this tracker did not allocate it.
+bool retag(const at::Tensor& t, int category) {
+  TORCH_CHECK(category >= 0 && category < kCategories, "memtrack: category ", category,
+              " is not in 0..", kCategories - 1);
+  if (!t.defined() || !t.has_storage() || t.device().type() != c10::DeviceType::CPU)
+    return false;
+  const c10::DataPtr& dp = t.storage().data_ptr();
+  if (dp.get_deleter() != &release) return false;
+  Ctx* x = static_cast<Ctx*>(dp.get_context());
+  const int old = x->cat.exchange(category);
+  if (old != category) {
+    by_cat[old].fetch_sub(x->n);
+    by_cat[category].fetch_add(x->n);
+  }
+  return true;
+}
+
+std::vector<int64_t> current_by_category() {
+  std::vector<int64_t> out(kCategories);
+  for (int i = 0; i < kCategories; ++i) out[i] = by_cat[i].load();
+  return out;
+}
+
+std::vector<int64_t> peak_by_category() {
+  std::lock_guard<std::mutex> lock(peak_mutex);
+  return std::vector<int64_t>(peak_by_cat, peak_by_cat + kCategories);
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("install", &install);
+  m.def("installed", &installed);
+  m.def("current", &current);
+  m.def("peak_bytes", &peak_bytes);
+  m.def("reset_peak", &reset_peak);
+  m.def("set_capacity", &set_capacity);
+  m.def("get_capacity", &get_capacity);
+  m.def("set_suspended", &set_suspended);
+  m.def("set_tag", &set_tag);
+  m.def("retag", &retag);
+  m.def("current_by_category", &current_by_category);
+  m.def("peak_by_category", &peak_by_category);
+}

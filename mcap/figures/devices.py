@@ -1,0 +1,61 @@
+"""Per-device peaks of one partitioning: predicted bars (paper 3.3), measured markers where
+the store has a run, and the capacity line."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import plotly.graph_objects as go
+
+from mcap.errors import McapError
+from mcap.figures._style import balance_str, mib
+from mcap.types import Prediction, Run
+
+
+@dataclass(frozen=True)
+class DeviceBars:
+    balance: tuple[int, ...]
+    layers: tuple[str, ...]              # "0-2", "3-5", ... per device
+    predicted: tuple[int, ...]
+    measured: Optional[tuple[int, ...]]  # None when not measured (or the run was not ok)
+    measured_status: Optional[str]       # "ok" / "oom" / "failed" / None
+    capacity: Optional[int]
+
+    @property
+    def over_capacity(self) -> tuple[int, ...]:
+        """Devices whose predicted peak exceeds the capacity."""
+        if self.capacity is None:
+            return ()
+        return tuple(i for i, p in enumerate(self.predicted) if p > self.capacity)
+
+
+def device_bars(prediction: Prediction, run: Optional[Run] = None,
+                capacity: Optional[int] = None) -> DeviceBars:
+    if run is not None and tuple(run.balance) != tuple(prediction.balance):
+        raise McapError(f"run of {balance_str(run.balance)} does not match prediction of "
+                        f"{balance_str(prediction.balance)}")
+    layers, start = [], 0
+    for n in prediction.balance:
+        layers.append(f"{start}-{start + n - 1}")
+        start += n
+    measured = tuple(run.peaks) if run is not None and run.status == "ok" and run.peaks else None
+    return DeviceBars(tuple(prediction.balance), tuple(layers), tuple(prediction.peaks), measured,
+                      None if run is None else run.status, capacity)
+
+
+def draw_device_bars(data: DeviceBars, title: str = "") -> go.Figure:
+    devices = [f"device {i}" for i in range(len(data.balance))]
+    fig = go.Figure()
+    fig.add_bar(x=devices, y=[mib(p) for p in data.predicted], name="predicted",
+                customdata=data.layers,
+                hovertemplate="layers %{customdata}<br>predicted %{y:.1f} MiB<extra></extra>")
+    if data.measured is not None:
+        fig.add_scatter(x=devices, y=[mib(p) for p in data.measured], name="measured",
+                        mode="markers", marker=dict(symbol="diamond", size=14, color="black"),
+                        hovertemplate="measured %{y:.1f} MiB<extra></extra>")
+    if data.capacity is not None:
+        fig.add_hline(y=mib(data.capacity), line_dash="dash", line_color="red",
+                      annotation_text=f"capacity {mib(data.capacity):.0f} MiB")
+    fig.update_layout(title=title or balance_str(data.balance), yaxis_title="peak memory (MiB)",
+                      legend_orientation="h", margin=dict(t=40))
+    return fig

@@ -1,0 +1,42 @@
+"""Comparing search methods and baselines, and bo's best-so-far curve (paper 3.4)."""
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from mcap.figures._style import balance_str, mib
+from mcap.types import Recommendation, Run
+
+COMPARE_COLUMNS = ["method", "balance", "predicted_peak", "measured_peak", "search_seconds",
+                   "evaluated"]
+
+
+def comparison_table(recommendations: tuple[Recommendation, ...], runs: tuple[Run, ...] = ()) -> pd.DataFrame:
+    """One row per method or baseline: its balance, predicted peak, the measured peak when an
+    ok run of that balance is known, search time and how many partitionings it evaluated."""
+    measured = {}
+    for run in runs:  # the last ok run of a balance wins: the store lists runs oldest first
+        if run.status == "ok" and run.peaks:
+            measured[tuple(run.balance)] = run.peak
+    rows = [(r.method, balance_str(r.balance), r.predicted_peak, measured.get(tuple(r.balance)),
+             r.seconds, r.evaluated) for r in recommendations]
+    frame = pd.DataFrame(rows, columns=COMPARE_COLUMNS)
+    frame["measured_peak"] = frame["measured_peak"].astype("Int64")
+    return frame
+
+
+def curve_frame(curve: tuple[int, ...]) -> pd.DataFrame:
+    """bo's best-so-far predicted peak after each evaluation (1-based)."""
+    return pd.DataFrame({"evaluation": range(1, len(curve) + 1), "best_peak": list(curve)})
+
+
+def draw_curve(frame: pd.DataFrame, optimum: int | None = None) -> go.Figure:
+    fig = go.Figure()
+    fig.add_scatter(x=frame["evaluation"], y=[mib(v) for v in frame["best_peak"]],
+                    mode="lines+markers", name="bo best so far", line_shape="hv")
+    if optimum is not None:
+        fig.add_hline(y=mib(optimum), line_dash="dash", line_color="green",
+                      annotation_text=f"exact optimum {mib(optimum):.1f} MiB")
+    fig.update_layout(xaxis_title="evaluation", yaxis_title="best predicted peak (MiB)",
+                      margin=dict(t=30), showlegend=False)
+    return fig

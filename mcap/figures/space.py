@@ -1,0 +1,147 @@
+"""The partition space of a sweep (paper 4.2, Fig. 9 and 10): peak memory vs throughput of
+every measured partitioning with its Pareto front and the recommendations highlighted, and
+the histogram of the predictor's relative error."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from mcap.figures._style import METHOD_COLORS, balance_str, mib
+from mcap.types import Prediction, Run
+
+PAPER_ERROR = 0.14  # paper 4.2: 90% of VGG11 partitionings predicted within 14%
+POINT_COLUMNS = ["balance", "peak", "samples_per_second", "pareto", "marks"]
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A partitioning to highlight: a search method's pick or a baseline's."""
+    label: str
+    balance: tuple[int, ...]
+
+
+def pareto_front(peaks: list[int], throughputs: list[float]) -> list[bool]:
+    """True where no other point has lower-or-equal peak and higher-or-equal throughput
+    with one strictly better: the best trade-offs between memory and speed."""
+    order = sorted(range(len(peaks)), key=lambda i: (peaks[i], -throughputs[i]))
+    out, best = [False] * len(peaks), -math.inf
+    for i in order:
+        if throughputs[i] > best:
+            out[i], best = True, throughputs[i]
+    return out
+
+
+def space_points(runs: tuple[Run, ...], marks: tuple[Mark, ...] = ()) -> pd.DataFrame:
+    """One row per ok run with a throughput: balance string, peak bytes, samples/s, whether it
+    is on the Pareto front, and the labels of the marks that picked it ("" if none)."""
+    ok = [r for r in runs if r.status == "ok" and r.peaks and r.samples_per_second is not None]
+    labels: dict[tuple[int, ...], list[str]] = {}
+    for m in marks:
+        labels.setdefault(tuple(m.balance), []).append(m.label)
+    peaks = [r.peak for r in ok]
+    tput = [float(r.samples_per_second) for r in ok]
+    front = pareto_front(peaks, tput)
+    rows = [(balance_str(r.balance), r.peak, t, f, ", ".join(labels.get(tuple(r.balance), [])))
+            for r, t, f in zip(ok, tput, front)]
+    return pd.DataFrame(rows, columns=POINT_COLUMNS).sort_values("peak", kind="stable").reset_index(drop=True)
+
+
+def marks_table(marks: tuple[Mark, ...], runs: tuple[Run, ...],
+                predictions: tuple[Prediction, ...]) -> pd.DataFrame:
+    """Each mark with its predicted peak and, when the sweep measured it, the measured peak,
+    status and rank among the ok runs by measured peak (1 = lowest)."""
+    by_balance = {tuple(r.balance): r for r in runs}
+    pred = {tuple(p.balance): p.peak for p in predictions}
+    ranked = sorted(r.peak for r in runs if r.status == "ok" and r.peaks)
+    rows = []
+    for m in marks:
+        run = by_balance.get(tuple(m.balance))
+        measured = run.peak if run is not None and run.status == "ok" else None
+        rank = None if measured is None else 1 + sum(1 for p in ranked if p < measured)
+        rows.append((m.label, balance_str(m.balance), pred.get(tuple(m.balance)), measured,
+                     None if run is None else run.status, rank))
+    frame = pd.DataFrame(rows, columns=["method", "balance", "predicted_peak", "measured_peak",
+                                        "status", "rank"])
+    for col in ("predicted_peak", "measured_peak", "rank"):
+        frame[col] = frame[col].astype("Int64")
+    return frame
+
+
+def draw_space(points: pd.DataFrame, selected: Optional[str] = None) -> go.Figure:
+    """Scatter (x: peak MiB, y: samples/s), the Pareto front as a line, marks as large symbols.
+    Trace 0 holds every point so a selection's point_index is a row of ``points``."""
+    fig = go.Figure()
+    fig.add_scatter(x=[mib(p) for p in points["peak"]], y=points["samples_per_second"],
+                    mode="markers", name="measured partitionings", customdata=points["balance"],
+                    marker=dict(size=7, color="#1f77b4", opacity=0.55),
+                    hovertemplate="%{customdata}<br>%{x:.1f} MiB · %{y:.2f} samples/s<extra></extra>")
+    front = points[points["pareto"]].sort_values("peak")
+    fig.add_scatter(x=[mib(p) for p in front["peak"]], y=front["samples_per_second"],
+                    mode="lines", name="Pareto front", line=dict(color="#444", dash="dot"),
+                    hoverinfo="skip")
+    for label in sorted({lab for cell in points["marks"] if cell for lab in cell.split(", ")}):
+        rows = points[points["marks"].str.split(", ").apply(lambda labs: label in labs)]
+        fig.add_scatter(x=[mib(p) for p in rows["peak"]], y=rows["samples_per_second"],
+                        mode="markers", name=label, customdata=rows["balance"],
+                        marker=dict(size=15, symbol="star", color=METHOD_COLORS.get(label, "#000"),
+                                    line=dict(width=1, color="black")),
+                        hovertemplate=f"{label}: " + "%{customdata}<extra></extra>")
+    if selected is not None:
+        rows = points[points["balance"] == selected]
+        fig.add_scatter(x=[mib(p) for p in rows["peak"]], y=rows["samples_per_second"],
+                        mode="markers", name=f"selected {selected}", hoverinfo="skip",
+                        marker=dict(size=20, symbol="circle-open", color="black", line=dict(width=3)))
+    fig.update_layout(xaxis_title="peak memory of the fullest device (MiB)",
+                      yaxis_title="throughput (samples/s)", legend_orientation="h",
+                      margin=dict(t=30), clickmode="event+select")
+    return fig
+
+
+@dataclass(frozen=True)
+class ErrorStats:
+    """Relative prediction error (predicted - measured) / measured over the ok runs."""
+    balances: tuple[tuple[int, ...], ...]
+    errors: tuple[float, ...]
+    p90: Optional[float]             # 90th percentile of |error|
+    within_paper: Optional[float]    # share of runs with |error| <= 14%
+    paper: float = PAPER_ERROR
+
+    @property
+    def count(self) -> int:
+        return len(self.errors)
+
+
+def error_stats(runs: tuple[Run, ...], predictions: tuple[Prediction, ...]) -> ErrorStats:
+    """Match runs to predictions by balance; runs without a prediction are left out."""
+    pred = {tuple(p.balance): p.peak for p in predictions}
+    pairs = [(tuple(r.balance), (pred[tuple(r.balance)] - r.peak) / r.peak) for r in runs
+             if r.status == "ok" and r.peaks and r.peak > 0 and tuple(r.balance) in pred]
+    if not pairs:
+        return ErrorStats((), (), None, None)
+    balances, errors = zip(*pairs)
+    absolute = sorted(abs(e) for e in errors)
+    # nearest-rank 90th percentile: the smallest error that 90% of runs do not exceed
+    p90 = absolute[max(math.ceil(0.9 * len(absolute)) - 1, 0)]
+    within = sum(1 for e in absolute if e <= PAPER_ERROR) / len(absolute)
+    return ErrorStats(tuple(balances), tuple(errors), p90, within)
+
+
+def draw_errors(stats: ErrorStats) -> go.Figure:
+    fig = go.Figure()
+    fig.add_histogram(x=[100 * e for e in stats.errors], nbinsx=40, name="partitionings",
+                      hovertemplate="%{x}%: %{y} partitionings<extra></extra>")
+    if stats.p90 is not None:
+        for sign in (-1, 1):
+            fig.add_vline(x=sign * 100 * stats.p90, line_color="black", line_dash="dash",
+                          annotation_text=f"90% within ±{100 * stats.p90:.1f}%" if sign > 0 else None)
+    for sign in (-1, 1):
+        fig.add_vline(x=sign * 100 * stats.paper, line_color="red", line_dash="dot",
+                      annotation_text=f"paper: ±{100 * stats.paper:.0f}%" if sign > 0 else None,
+                      annotation_position="bottom right")
+    fig.update_layout(xaxis_title="relative error of predicted peak (%)", yaxis_title="partitionings",
+                      margin=dict(t=30), showlegend=False)
+    return fig

@@ -1,0 +1,55 @@
+"""Drawing the teaching view's simulation (data: ``mcap.timeline.simulate``): which
+micro-batch each device works on at each step, and its memory level."""
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from mcap.figures._style import mib
+from mcap.timeline import Timeline
+
+_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+            "#7f7f7f", "#bcbd22", "#17becf")
+
+
+def ops_frame(t: Timeline) -> pd.DataFrame:
+    """One row per forward/backward: device, kind, micro-batch, start, end."""
+    return pd.DataFrame([(o.device, o.kind, o.microbatch, o.start, o.end) for o in t.ops],
+                        columns=["device", "kind", "microbatch", "start", "end"])
+
+
+def memory_frame(t: Timeline) -> pd.DataFrame:
+    """One row per device and step: micro-batches held (as text), how many, memory bytes."""
+    rows = [(d, step, " ".join(str(m) for m in held), len(held), t.memory[d][step])
+            for d in range(t.stages) for step, held in enumerate(t.held[d])]
+    return pd.DataFrame(rows, columns=["device", "step", "held", "in_flight", "memory"])
+
+
+def draw_timeline(t: Timeline) -> go.Figure:
+    """Top: the schedule, one row per device, a box per op labelled F3/B3 and coloured by
+    micro-batch. Bottom: each device's memory level over the same steps."""
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
+                        row_heights=[0.45, 0.55],
+                        subplot_titles=("schedule (F = forward, B = backward)", "memory held"))
+    for o in t.ops:
+        color = _PALETTE[o.microbatch % len(_PALETTE)]
+        fig.add_bar(x=[o.end - o.start], base=[o.start], y=[f"device {o.device}"], orientation="h",
+                    marker=dict(color=color, opacity=1.0 if o.kind == "F" else 0.55,
+                                line=dict(color="black", width=1)),
+                    text=f"{o.kind}{o.microbatch}", textposition="inside", insidetextanchor="middle",
+                    showlegend=False, hovertemplate=f"device {o.device}: {o.kind}{o.microbatch} "
+                                                    f"steps {o.start}-{o.end}<extra></extra>",
+                    row=1, col=1)
+    mem = memory_frame(t)
+    for d in range(t.stages):
+        rows = mem[mem["device"] == d]
+        fig.add_scatter(x=rows["step"], y=[mib(v) for v in rows["memory"]], mode="lines",
+                        line_shape="hv", name=f"device {d}", customdata=rows["held"],
+                        hovertemplate=f"device {d}" + " step %{x}: %{y:.1f} MiB<br>holds "
+                                      "micro-batches %{customdata}<extra></extra>", row=2, col=1)
+    fig.update_yaxes(autorange="reversed", row=1, col=1)
+    fig.update_yaxes(title_text="MiB", row=2, col=1)
+    fig.update_xaxes(title_text="time step", row=2, col=1)
+    fig.update_layout(barmode="overlay", height=620, legend_orientation="h", margin=dict(t=40))
+    return fig

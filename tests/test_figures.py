@@ -1,0 +1,148 @@
+"""Figure data functions (equality on small hand-built dataclasses) and draw smoke tests."""
+import pandas as pd
+import plotly.graph_objects as go
+import pytest
+
+from mcap.errors import McapError
+from mcap.figures import devices, layers, overview, progress, recommend, snippet, space
+from mcap.figures import timeline as tl_fig
+from mcap.figures._style import balance_str, fmt_bytes
+from mcap.timeline import StageMemory, simulate
+from mcap.types import (
+    Layer, LayerStats, MemoryBreakdown, ModelInfo, Prediction, Profile, Recommendation, Run,
+    Setup, Sweep,
+)
+
+MIB = 1 << 20
+MODEL = ModelInfo("toy", (Layer("conv0", 100), Layer("relu0", 0), Layer("conv1", 300),
+                          Layer("fc", 50)))
+STATS = LayerStats((10 * MIB, 2 * MIB, 12 * MIB, 4 * MIB), (None, 1 * MIB, 7 * MIB, 3 * MIB))
+
+
+def run(balance, peaks, status="ok", sps=None, breakdown=None):
+    return Run(balance, status, peaks, 1.0, sps, None if status == "ok" else "x", breakdown)
+
+
+def test_layer_table_values_and_missing_first_added():
+    t = layers.layer_table(MODEL, STATS)
+    assert list(t.columns) == layers.LAYER_COLUMNS
+    assert t["name"].tolist() == ["conv0", "relu0", "conv1", "fc"]
+    assert t["param_bytes"].tolist() == [100, 0, 300, 50]
+    assert pd.isna(t["mem_added"][0]) and t["mem_added"][2] == 7 * MIB
+    assert isinstance(layers.draw_layers(t), go.Figure)
+
+
+def test_layer_table_rejects_mismatched_stats():
+    with pytest.raises(McapError, match="statistics cover 2 layers but model 'toy' has 4"):
+        layers.layer_table(MODEL, LayerStats((1, 2), (None, 1)))
+
+
+def test_breakdown_table_only_ok_runs_with_breakdown():
+    b = (MemoryBreakdown(1, 2, 3, 4), MemoryBreakdown(5, 6, 7, 8))
+    runs = (run((1, 3), (10, 26), breakdown=b), run((2, 2), (9, 9)), run((3, 1), None, "oom"))
+    t = layers.breakdown_table(runs)
+    assert t.values.tolist() == [["1-3", 0, 1, 2, 3, 4, 10], ["1-3", 1, 5, 6, 7, 8, 26]]
+    assert len(layers.draw_breakdown(t).data) == 4
+
+
+def test_device_bars_with_measured_and_capacity():
+    p = Prediction((1, 3), (100, 300))
+    d = devices.device_bars(p, run((1, 3), (110, 280)), capacity=200)
+    assert d.layers == ("0-0", "1-3") and d.measured == (110, 280) and d.over_capacity == (1,)
+    fig = devices.draw_device_bars(d)
+    assert [tr.type for tr in fig.data] == ["bar", "scatter"]
+    assert devices.device_bars(p, run((1, 3), None, "oom")).measured is None
+    with pytest.raises(McapError, match="run of 2-2 does not match prediction of 1-3"):
+        devices.device_bars(p, run((2, 2), (1, 1)))
+
+
+def test_pareto_front():
+    # (peak, throughput): (1,1) front, (2,3) front, (2,2) dominated, (3,3) dominated, (4,5) front
+    assert space.pareto_front([1, 2, 2, 3, 4], [1, 3, 2, 3, 5]) == [True, True, False, False, True]
+
+
+def test_space_points_marks_and_front():
+    runs = (run((1, 3), (5, 9), sps=10.0), run((2, 2), (6, 6), sps=8.0),
+            run((3, 1), (7, 2), sps=12.0), run((1, 1), None, "oom"))
+    marks = (space.Mark("exact", (2, 2)), space.Mark("bf", (2, 2)), space.Mark("uniform", (3, 1)))
+    pts = space.space_points(runs, marks)
+    assert pts.values.tolist() == [["2-2", 6, 8.0, True, "exact, bf"], ["3-1", 7, 12.0, True, "uniform"],
+                                   ["1-3", 9, 10.0, False, ""]]
+    fig = space.draw_space(pts, selected="3-1")
+    names = [tr.name for tr in fig.data]
+    assert names == ["measured partitionings", "Pareto front", "bf", "exact", "uniform", "selected 3-1"]
+    assert list(fig.data[0].customdata) == ["2-2", "3-1", "1-3"]
+
+
+def test_marks_table_rank_and_unmeasured():
+    runs = (run((1, 3), (5, 9)), run((2, 2), (6, 6)), run((3, 1), (7, 2)), run((4, 0), None, "oom"))
+    preds = (Prediction((2, 2), (5, 5)), Prediction((1, 3), (4, 8)), Prediction((0, 4), (1, 2)))
+    marks = (space.Mark("exact", (2, 2)), space.Mark("params", (0, 4)), space.Mark("x", (4, 0)))
+    t = space.marks_table(marks, runs, preds)
+    assert t["rank"].tolist()[0] == 1 and pd.isna(t["rank"][1]) and t["status"].tolist()[2] == "oom"
+    assert t["predicted_peak"].tolist()[:2] == [5, 2] and t["measured_peak"].tolist()[0] == 6
+
+
+def test_error_stats_p90_and_paper_share():
+    runs = tuple(run((i, 10 - i), (100, 100)) for i in range(1, 11)) + (run((0, 0), None, "oom"),)
+    # relative errors -0.01 .. -0.10, +0.20 for the last
+    preds = tuple(Prediction((i, 10 - i), (100 - i, 1)) for i in range(1, 10)) + (Prediction((10, 0), (120,)),)
+    e = space.error_stats(runs, preds)
+    assert e.count == 10
+    assert e.errors[:3] == pytest.approx((-0.01, -0.02, -0.03))
+    assert e.p90 == pytest.approx(0.09)
+    assert e.within_paper == pytest.approx(0.9)
+    assert isinstance(space.draw_errors(e), go.Figure)
+    assert space.error_stats((), ()).p90 is None
+
+
+def test_comparison_table_and_curve():
+    recs = (Recommendation("exact", (2, 2), (5, 6), 0.01, 3),
+            Recommendation("bo", (1, 3), (4, 8), 1.5, 20, (9, 8, 8)))
+    t = recommend.comparison_table(recs, (run((2, 2), (7, 7)),))
+    assert t["method"].tolist() == ["exact", "bo"]
+    assert t["predicted_peak"].tolist() == [6, 8]
+    assert t["measured_peak"][0] == 7 and pd.isna(t["measured_peak"][1])
+    c = recommend.curve_frame(recs[1].curve)
+    assert c.values.tolist() == [[1, 9], [2, 8], [3, 8]]
+    assert isinstance(recommend.draw_curve(c, optimum=6), go.Figure)
+
+
+def test_snippets_name_split_layers():
+    assert snippet.split_points(MODEL, (1, 2, 1)) == ("relu0", "fc")
+    assert "GPipe(model, balance=[1, 2, 1], chunks=4)" in snippet.gpipe_snippet(MODEL, (1, 2, 1), 4)
+    text = snippet.pipelining_snippet(MODEL, (1, 2, 1), 4)
+    assert "'relu0': SplitPoint.BEGINNING" in text and "'fc': SplitPoint.BEGINNING" in text
+    with pytest.raises(McapError, match="balance sums to 3 but the model has 4 layers"):
+        snippet.split_points(MODEL, (1, 2))
+
+
+def test_headline_and_split_bars():
+    setup = Setup(stages=2, chunks=4, capacity_bytes=None)
+    prof = Profile(MODEL, setup, STATS, (run((1, 3), (5, 9)), run((2, 2), (6, 6)), run((3, 1), None, "oom")))
+    h = overview.headline(prof)
+    assert (h.kind, h.layers, h.param_bytes, h.runs, h.ok, h.oom) == ("profile", 4, 450, 3, 2, 1)
+    assert h.lowest_peak == 6 and h.lowest_balance == (2, 2)
+    assert overview.headline(Sweep(MODEL, setup, ())).lowest_peak is None
+    f = overview.split_bars((("uniform", Prediction((2, 2), (5, 6))), ("exact", Prediction((1, 3), (4, 4)))))
+    assert f.values.tolist() == [["uniform", "2-2", 0, 5], ["uniform", "2-2", 1, 6],
+                                 ["exact", "1-3", 0, 4], ["exact", "1-3", 1, 4]]
+    assert len(overview.draw_split_bars(f).data) == 2
+
+
+def test_timeline_frames():
+    t = simulate((1, 1), "gpipe", 2, (StageMemory(10, 1), StageMemory(20, 2)))
+    ops = tl_fig.ops_frame(t)
+    assert ops.iloc[0].tolist() == [0, "F", 0, 0, 1] and len(ops) == 8
+    mem = tl_fig.memory_frame(t)
+    assert mem[(mem.device == 0) & (mem.step == 1)].values.tolist() == [[0, 1, "0 1", 2, 12]]
+    assert len(tl_fig.draw_timeline(t).data) == 8 + 2
+
+
+def test_runs_table_and_formatting():
+    t = progress.runs_table((run((1, 3), (MIB, 2 * MIB), sps=3.0), run((2, 2), None, "oom")))
+    assert t["balance"].tolist() == ["1-3", "2-2"]
+    assert t["peak"][0] == 2 * MIB and pd.isna(t["peak"][1])
+    assert t["peaks_mib"].tolist() == ["1.0 / 2.0", ""]
+    assert balance_str((3, 3, 5, 19)) == "3-3-5-19"
+    assert fmt_bytes(3 * MIB // 2) == "1.50 MiB" and fmt_bytes(None) == "-" and fmt_bytes(12) == "12 B"

@@ -180,6 +180,20 @@ def check_existing(path: Path) -> None:
     if len(header) < 100:
         raise StoreError(f"{path} is a corrupt SQLite file: its header is {len(header)} "
                          f"bytes, a SQLite header is 100; nothing was changed")
+    # A WAL-mode file makes even a read-only connection create empty -wal and -shm
+    # files beside it; when we refuse the file we remove the ones we created.
+    sidecars = [Path(f"{path}-wal"), Path(f"{path}-shm")]
+    existed = [p.exists() for p in sidecars]
+    try:
+        _check_sqlite(path)
+    except StoreError:
+        for p, was_there in zip(sidecars, existed):
+            if not was_there and p.exists() and (p.name.endswith("-shm") or p.stat().st_size == 0):
+                p.unlink()
+        raise
+
+
+def _check_sqlite(path: Path) -> None:
     uri = path.resolve().as_uri() + "?mode=ro"
     try:
         ro = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S)
@@ -194,7 +208,8 @@ def check_existing(path: Path) -> None:
         # anything is written to it. Cost: see BENCHMARKS.md, "Results store".
         problems = [row[0] for row in ro.execute("PRAGMA quick_check(5)")]
         if problems != ["ok"]:
-            raise StoreError(f"{path} is a corrupt mcap store: {'; '.join(problems)}; "
+            found = "; ".join(line for p in problems for line in p.splitlines())
+            raise StoreError(f"{path} is a corrupt mcap store: {found}; "
                              f"nothing was changed")
     except sqlite3.DatabaseError as exc:
         raise StoreError(f"{path} is a corrupt SQLite file ({exc}); nothing was changed") from exc

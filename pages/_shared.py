@@ -1,0 +1,207 @@
+"""What every page shares: shareable state in query params, the store, cached dataset
+loading, errors as st.error, and chart/table export. Not a page (app.py does not list it).
+
+Caching (DESIGN.md): ``st.cache_data`` only here in pages/, keyed on the store's or the
+file's content revision (mtime and size), so a new run in the store shows up at once.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from pathlib import Path
+from typing import Optional
+
+import pandas as pd
+import streamlit as st
+
+from mcap import datasets
+from mcap.errors import McapError
+from mcap.types import Profile, Sweep
+
+# The state a copied URL reopens (issue 5, Everywhere).
+SHARED_KEYS = ("profile", "sweep", "stages", "method", "balance", "schedule")
+PLOT_CONFIG = {"displaylogo": False,
+               "toImageButtonOptions": {"format": "png", "scale": 2}}
+
+
+# --- shareable state --------------------------------------------------------------------
+
+def shared(name: str, default: Optional[str] = None) -> Optional[str]:
+    """A shared value: the URL's query param first, else this session's last choice.
+
+    Page switches drop the query string, so the value is kept in session state too and
+    written back to the URL on every page (``remember``)."""
+    if name in st.query_params:
+        value = st.query_params[name]
+        st.session_state.setdefault("_shared", {})[name] = value
+        return value
+    return st.session_state.get("_shared", {}).get(name, default)
+
+
+def remember(name: str, value) -> None:
+    """Put a shared value in the URL and the session (None removes it)."""
+    keep = st.session_state.setdefault("_shared", {})
+    if value is None:
+        keep.pop(name, None)
+        if name in st.query_params:
+            del st.query_params[name]
+        return
+    text = str(value)
+    keep[name] = text
+    if st.query_params.get(name) != text:
+        st.query_params[name] = text
+
+
+def restore_url() -> None:
+    """After a page switch, put this session's shared values back into the URL."""
+    for name, value in st.session_state.get("_shared", {}).items():
+        if name in SHARED_KEYS and st.query_params.get(name) != value:
+            st.query_params[name] = value
+
+
+def shared_int(name: str, default: int, low: int, high: int) -> int:
+    """An int query param clamped to [low, high]; junk falls back to the default."""
+    try:
+        value = int(shared(name, str(default)))
+    except (TypeError, ValueError):
+        return default
+    return min(max(value, low), high)
+
+
+def widget_default(key: str, shared_name: str, value) -> None:
+    """Seed a widget's session value from shared state before it is drawn."""
+    if key not in st.session_state:
+        st.session_state[key] = value
+
+
+# --- the store ---------------------------------------------------------------------------
+
+@st.cache_resource(show_spinner=False)
+def _open_store(path: str):
+    from mcap.store import open_store
+    return open_store(path)
+
+
+def store():
+    """The results store ($MCAP_STORE or ./.mcap/store.sqlite), opened once per server.
+    None, with an error shown, when the file is not a usable store."""
+    from mcap.store import default_store_path
+    path = str(default_store_path())
+    try:
+        return _open_store(path)
+    except McapError as exc:
+        st.error(f"The results store cannot be used: {exc}")
+        return None
+
+
+def store_revision() -> tuple:
+    from mcap.store import default_store_path
+    return datasets.file_revision(default_store_path())
+
+
+# --- datasets ----------------------------------------------------------------------------
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def _load(param: str, revision: tuple):
+    """A bundled or stored dataset; ``revision`` keys the cache on its content."""
+    return datasets.load(datasets.parse_ref(param), store())
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def _load_upload(name: str, digest: str, _data: bytes):
+    return datasets.load_upload(name, _data)
+
+
+def revision_of(ref: datasets.DatasetRef) -> tuple:
+    if ref.source == "bundled":
+        return datasets.file_revision(datasets.DATA_DIR / ref.key)
+    return store_revision()
+
+
+def choices(kind: str) -> list[datasets.DatasetRef]:
+    """Bundled files, then the store's, then this session's uploads, of one kind."""
+    refs = [r for r in datasets.bundled() if r.kind == kind]
+    s = store()
+    if s is not None:
+        refs += [r for r in datasets.in_store(s) if r.kind == kind]
+    for name, (k, _) in st.session_state.get("_uploads", {}).items():
+        if k == kind:
+            refs.append(datasets.DatasetRef("upload", kind, name, f"{name} (uploaded)"))
+    return refs
+
+
+def add_upload(name: str, data: bytes):
+    """Load an uploaded file; keep it for this session; return the dataset (or raise)."""
+    dataset = _load_upload(name, hashlib.sha256(data).hexdigest(), data)
+    kind = "profile" if isinstance(dataset, Profile) else "sweep"
+    st.session_state.setdefault("_uploads", {})[name] = (kind, data)
+    return kind, dataset
+
+
+def open_dataset(param: str):
+    """The dataset a ref names; raises McapError for bad or missing ones."""
+    ref = datasets.parse_ref(param)
+    if ref.source == "upload":
+        kept = st.session_state.get("_uploads", {}).get(ref.key)
+        if kept is None:
+            raise McapError(f"uploaded file {ref.key!r} is not in this session; upload it again")
+        return _load_upload(ref.key, hashlib.sha256(kept[1]).hexdigest(), kept[1])
+    return _load(param, revision_of(ref))
+
+
+def current(kind: str, required: bool = True):
+    """The chosen profile or sweep (query param ``profile``/``sweep``, else the first
+    bundled one). Shows st.error and stops the page when it cannot be opened."""
+    refs = choices(kind)
+    param = shared(kind, refs[0].param if refs else None)
+    if param is None:
+        if required:
+            st.error(f"No {kind} to show: data/ has no *.{kind}.json and the store has none. "
+                     f"Choose or upload one on the Overview page.")
+            st.stop()
+        return None
+    try:
+        data = open_dataset(param)
+    except McapError as exc:
+        st.error(f"Cannot open {kind} {param!r}: {exc}")
+        if required:
+            st.stop()
+        return None
+    if not isinstance(data, Profile if kind == "profile" else Sweep):
+        st.error(f"{param!r} is not a {kind}.")
+        if required:
+            st.stop()
+        return None
+    remember(kind, param)
+    return data
+
+
+def caption_of(data) -> str:
+    s = data.setup
+    return (f"{data.model.spec} · {data.model.num_layers} layers · {s.stages} stages · batch "
+            f"{s.batch_size} in {s.chunks} micro-batches · {s.schedule}, checkpoint "
+            f"{s.checkpoint} · {s.backend}/{s.engine}")
+
+
+# --- showing things ----------------------------------------------------------------------
+
+def chart(fig, key: str, name: str, **kwargs):
+    """A plotly chart whose mode bar exports a PNG named after the figure."""
+    config = {**PLOT_CONFIG, "toImageButtonOptions": {**PLOT_CONFIG["toImageButtonOptions"],
+                                                      "filename": f"mcap-{name}"}}
+    return st.plotly_chart(fig, key=key, config=config, **kwargs)
+
+
+def downloads(frame: pd.DataFrame, name: str, key: str) -> None:
+    """CSV and JSON of a table that is shown."""
+    left, right = st.columns(2)
+    left.download_button("⬇️ CSV", frame.to_csv(index=False).encode(), file_name=f"{name}.csv",
+                         mime="text/csv", key=f"{key}-csv")
+    right.download_button("⬇️ JSON", frame.to_json(orient="records", indent=1).encode(),
+                          file_name=f"{name}.json", mime="application/json", key=f"{key}-json")
+
+
+def json_download(obj, name: str, key: str, label: str = "⬇️ JSON") -> None:
+    st.download_button(label, json.dumps(obj, indent=1).encode(), file_name=f"{name}.json",
+                       mime="application/json", key=key)

@@ -77,12 +77,15 @@ def test_profile_and_sweep_round_trip(store):
     stats = LayerStats(mem_isolated=(10, 20, 30, 40, 50, 2**40),
                        mem_added=(None, 5, -3, 0, 7, 2**40))
     profile = Profile(MODEL, SETUP, stats, (ok_run((1, 5)), ok_run((5, 1)),
-                                            Run((2, 4), "oom", None, 0.1)))
+                                            Run((2, 4), "oom", None, 0.1)),
+                      extra={"host": "vm-2", "notes": ["seeded", 3]})
     sweep = Sweep(MODEL, SETUP, tuple(ok_run((k, 6 - k), seconds=k) for k in range(1, 6)))
     pid = store.save_profile(profile, name="toy profile")
     sid = store.save_sweep(sweep)
     assert store.load_profile(pid) == profile
+    assert store.load_profile(pid).extra == {"host": "vm-2", "notes": ["seeded", 3]}
     assert store.load_sweep(sid) == sweep
+    assert store.load_sweep(sid).extra is None
     [p] = store.list_profiles()
     assert (p.id, p.name, p.spec, p.setup, p.num_runs) == (pid, "toy profile", MODEL.spec, SETUP, 3)
     [w] = store.list_sweeps()

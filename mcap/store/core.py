@@ -258,10 +258,11 @@ class Store:
             study = self._get_or_create_study(conn, profile.model, profile.setup)
             run_ids = self._reuse_or_insert(conn, study, profile.runs, "profile")
             cur = conn.execute(
-                "INSERT INTO profiles (study_id, name, mem_isolated, mem_added, created) "
-                "VALUES (?, ?, ?, ?, ?)",
+                "INSERT INTO profiles (study_id, name, mem_isolated, mem_added, extra, created) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
                 (study.id, name, rec.dumps(list(stats.mem_isolated)),
-                 rec.dumps(list(stats.mem_added)), time.time()))
+                 rec.dumps(list(stats.mem_added)), rec.extra_to_json(profile.extra),
+                 time.time()))
             conn.executemany("INSERT INTO profile_runs (profile_id, position, run_id) "
                              "VALUES (?, ?, ?)",
                              [(cur.lastrowid, i, r) for i, r in enumerate(run_ids)])
@@ -269,14 +270,14 @@ class Store:
 
     def load_profile(self, profile_id: int) -> Profile:
         with self._read() as conn:
-            row = conn.execute("SELECT study_id, mem_isolated, mem_added FROM profiles "
+            row = conn.execute("SELECT study_id, mem_isolated, mem_added, extra FROM profiles "
                                "WHERE id = ?", (int(profile_id),)).fetchone()
             if row is None:
                 raise McapError(f"store {self.path} has no profile {profile_id}")
             study = self._study_row(conn, row[0])
             runs = self._linked_runs(conn, "profile_runs", "profile_id", profile_id)
         stats = LayerStats(rec.ints_or_none(row[1]), rec.ints_or_none(row[2]))
-        return Profile(study.model, study.setup, stats, runs)
+        return Profile(study.model, study.setup, stats, runs, rec.extra_from_json(row[3]))
 
     def list_profiles(self) -> tuple[Summary, ...]:
         return self._summaries("profiles", "profile_runs", "profile_id")
@@ -286,8 +287,9 @@ class Store:
         with self._write() as conn:
             study = self._get_or_create_study(conn, sweep.model, sweep.setup)
             run_ids = self._reuse_or_insert(conn, study, sweep.runs, "sweep")
-            cur = conn.execute("INSERT INTO sweeps (study_id, name, created) VALUES (?, ?, ?)",
-                               (study.id, name, time.time()))
+            cur = conn.execute("INSERT INTO sweeps (study_id, name, extra, created) "
+                               "VALUES (?, ?, ?, ?)",
+                               (study.id, name, rec.extra_to_json(sweep.extra), time.time()))
             conn.executemany("INSERT INTO sweep_runs (sweep_id, position, run_id) "
                              "VALUES (?, ?, ?)",
                              [(cur.lastrowid, i, r) for i, r in enumerate(run_ids)])
@@ -295,13 +297,13 @@ class Store:
 
     def load_sweep(self, sweep_id: int) -> Sweep:
         with self._read() as conn:
-            row = conn.execute("SELECT study_id FROM sweeps WHERE id = ?",
+            row = conn.execute("SELECT study_id, extra FROM sweeps WHERE id = ?",
                                (int(sweep_id),)).fetchone()
             if row is None:
                 raise McapError(f"store {self.path} has no sweep {sweep_id}")
             study = self._study_row(conn, row[0])
             runs = self._linked_runs(conn, "sweep_runs", "sweep_id", sweep_id)
-        return Sweep(study.model, study.setup, runs)
+        return Sweep(study.model, study.setup, runs, rec.extra_from_json(row[1]))
 
     def list_sweeps(self) -> tuple[Summary, ...]:
         return self._summaries("sweeps", "sweep_runs", "sweep_id")

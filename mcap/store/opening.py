@@ -70,12 +70,14 @@ CREATE TABLE profiles (
     name        TEXT,
     mem_isolated TEXT NOT NULL,         -- JSON list of int
     mem_added   TEXT NOT NULL,          -- JSON list of int|null
+    extra       TEXT,                   -- JSON of the file's unknown top-level keys
     created     REAL NOT NULL
 );
 CREATE TABLE sweeps (
     id          INTEGER PRIMARY KEY,
     study_id    INTEGER NOT NULL REFERENCES studies(id),
     name        TEXT,
+    extra       TEXT,                   -- JSON of the file's unknown top-level keys
     created     REAL NOT NULL
 );
 -- The runs of a saved profile or sweep, in the order they were given.

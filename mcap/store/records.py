@@ -17,6 +17,7 @@ import json
 from dataclasses import dataclass
 from typing import Optional
 
+from mcap.errors import McapError
 from mcap.types import Layer, MemoryBreakdown, ModelInfo, Run, Setup
 
 RUN_KINDS = ("profile", "sweep", "measure")
@@ -147,6 +148,20 @@ def breakdown_from_json(text: Optional[str]) -> Optional[tuple[MemoryBreakdown, 
     if text is None:
         return None
     return tuple(MemoryBreakdown(**d) for d in json.loads(text))
+
+
+def extra_to_json(extra: Optional[dict]) -> Optional[str]:
+    """A profile's or sweep's unknown JSON keys, kept so nothing of the file is lost."""
+    if extra is None:
+        return None
+    try:
+        return dumps(extra)
+    except (TypeError, ValueError) as exc:
+        raise McapError(f"cannot store the extra keys {sorted(extra)}: {exc}") from exc
+
+
+def extra_from_json(text: Optional[str]) -> Optional[dict]:
+    return None if text is None else json.loads(text)
 
 
 def ints_or_none(text: Optional[str]) -> Optional[tuple]:

@@ -119,6 +119,8 @@ class Profile:
     setup: Setup
     stats: LayerStats
     runs: tuple[Run, ...] = ()
+    # Unknown top-level JSON keys, kept so a load/save round trip loses nothing.
+    extra: Optional[dict] = field(default=None, compare=False, hash=False)
 
 
 @dataclass(frozen=True)
@@ -127,6 +129,8 @@ class Sweep:
     model: ModelInfo
     setup: Setup
     runs: tuple[Run, ...] = ()
+    # Unknown top-level JSON keys, kept so a load/save round trip loses nothing.
+    extra: Optional[dict] = field(default=None, compare=False, hash=False)
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 and refusing corrupt or foreign files without changing a byte of them."""
 from __future__ import annotations
 
+import os
 import sqlite3
 import subprocess
 import sys
@@ -193,6 +194,44 @@ def test_profile_with_wrong_statistics_length_is_refused(store):
     assert store.list_profiles() == () and store.list_studies() == ()
 
 
+def test_runner_numpy_values_are_stored_as_plain_ints(store):
+    np = pytest.importorskip("numpy")
+    study = store.study(MODEL, SETUP)
+    run = Run(tuple(np.array([2, 4])), "ok", tuple(np.array([2**40, 7], dtype=np.int64)),
+              np.float64(0.5), np.float32(3.0))
+    store.record_run(study, run)
+    [back] = store.runs(study)
+    assert back == Run((2, 4), "ok", (2**40, 7), 0.5, 3.0)
+    assert all(type(p) is int for p in back.peaks)
+
+
+def test_handles_from_elsewhere_are_refused(store, tmp_path):
+    with Store(tmp_path / "other.sqlite") as other:
+        foreign = other.study(ModelInfo("gpt:layers=4", MODEL.layers), SETUP)
+    store.study(MODEL, SETUP)  # id 1 here too, but another study
+    with pytest.raises(McapError, match="has no study 1 for 'gpt:layers=4'"):
+        store.record_run(foreign, ok_run())
+    with pytest.raises(McapError, match="has no job 9"):
+        store.record_run(store.study(MODEL, SETUP), ok_run(), job=9)
+    assert store.runs(1) == ()
+
+
+def test_store_refuses_use_across_fork(store):
+    study = store.study(MODEL, SETUP)
+    pid = os.fork()
+    if pid == 0:  # child: must be told to open its own store, and must not write
+        try:
+            store.record_run(study, ok_run())
+            os._exit(1)
+        except StoreError as exc:
+            os._exit(0 if "must open it again" in str(exc) else 2)
+        except BaseException:
+            os._exit(3)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert store.runs(study) == ()
+
+
 def test_closed_store_says_so(tmp_path):
     s = Store(tmp_path / "store.sqlite")
     s.close()
@@ -227,7 +266,8 @@ def test_job_lifecycle_and_its_runs(store):
 
 
 @pytest.mark.parametrize("change, message", [
-    ({"status": "paused"}, "got 'paused'"), ({"done": -1}, "done must be an int >= 0, got -1")])
+    ({"status": "paused"}, "got 'paused'"), ({"done": -1}, "done must be an int >= 0, got -1"),
+    ({"current": "3,3"}, "current must be a balance such as")])
 def test_bad_job_updates_are_refused(store, change, message):
     jid = store.create_job("profile", [], total=3)
     with pytest.raises(McapError, match=message):

@@ -11,8 +11,6 @@ serialises its use of the one connection.
 """
 from __future__ import annotations
 
-import json
-import math
 import os
 import sqlite3
 import threading
@@ -21,17 +19,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Optional, Sequence, Union
 
-from mcap.errors import InvalidPartitioning, McapError, StoreError
+from mcap.errors import McapError, StoreError
 from mcap.store import records as rec
+from mcap.store.checks import check_run, is_int, layer_diff
 from mcap.store.opening import connect, resolve_path
 from mcap.store.records import Job, RunRecord, Study, StudySummary, Summary
 from mcap.types import LayerStats, ModelInfo, Profile, Run, Setup, Sweep
 
 StudyRef = Union[Study, int]
 _UNSET = object()  # "leave this job field as it is" (None means "clear it")
-
-_RUN_COLUMNS = ("id, study_id, job_id, kind, balance, status, peaks, seconds, "
-                "samples_per_second, error, breakdown, created")
 
 
 class Store:
@@ -46,6 +42,7 @@ class Store:
         self.path: Path = resolve_path(path)
         self._lock = threading.RLock()
         self._conn: Optional[sqlite3.Connection] = connect(self.path)
+        self._pid = os.getpid()
 
     # --- lifetime ---------------------------------------------------------------------
 
@@ -106,6 +103,11 @@ class Store:
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:
             raise StoreError(f"store {self.path} is closed")
+        if os.getpid() != self._pid:
+            # A SQLite connection must not cross fork(): both processes would share its
+            # locks and could corrupt the file. A child opens its own Store.
+            raise StoreError(f"store {self.path} was opened in process {self._pid}; "
+                             f"process {os.getpid()} must open it again (Store(path))")
         return self._conn
 
     # --- studies ----------------------------------------------------------------------
@@ -118,9 +120,9 @@ class Store:
     def find_study(self, spec: str, setup: Setup) -> Optional[Study]:
         """The study of this (spec, setup) if anything was recorded for it, else None."""
         with self._read() as conn:
-            row = conn.execute("SELECT id, key, spec, layers, setup, created FROM studies "
+            row = conn.execute(f"SELECT {rec.STUDY_COLUMNS} FROM studies "
                                "WHERE key = ?", (rec.study_key(spec, setup),)).fetchone()
-        return _study(row) if row else None
+        return rec.study_from_row(row) if row else None
 
     def get_study(self, study_id: int) -> Study:
         with self._read() as conn:
@@ -141,16 +143,16 @@ class Store:
         if not model.layers:
             raise McapError(f"model {model.spec!r} has no layers; nothing to store")
         key = rec.study_key(model.spec, setup)
-        row = conn.execute("SELECT id, key, spec, layers, setup, created FROM studies "
+        row = conn.execute(f"SELECT {rec.STUDY_COLUMNS} FROM studies "
                            "WHERE key = ?", (key,)).fetchone()
         if row is not None:
-            study = _study(row)
+            study = rec.study_from_row(row)
             if study.model != model:
                 # Same spec, different layers: the model's code changed. Mixing its runs
                 # with the old ones would make every statistic wrong.
                 raise StoreError(
                     f"store {self.path} already holds model {model.spec!r} with "
-                    f"{study.model.num_layers} layers ({_layer_diff(study.model, model)}); "
+                    f"{study.model.num_layers} layers ({layer_diff(study.model, model)}); "
                     f"this one differs. Use another store (MCAP_STORE) for the changed model")
             return study
         created = time.time()
@@ -161,13 +163,15 @@ class Store:
         return Study(cur.lastrowid, key, model, setup, created)
 
     def _study_row(self, conn, study: StudyRef) -> Study:
-        if isinstance(study, Study):
-            return study
-        row = conn.execute("SELECT id, key, spec, layers, setup, created FROM studies "
-                           "WHERE id = ?", (int(study),)).fetchone()
-        if row is None:
-            raise McapError(f"store {self.path} has no study {study}")
-        return _study(row)
+        study_id = study.id if isinstance(study, Study) else int(study)
+        row = conn.execute(f"SELECT {rec.STUDY_COLUMNS} FROM studies "
+                           "WHERE id = ?", (study_id,)).fetchone()
+        if row is None or (isinstance(study, Study) and row[1] != study.key):
+            # A Study handle from another store file would otherwise file runs under
+            # whichever study happens to have its id here.
+            raise McapError(f"store {self.path} has no study {study_id}"
+                            + (f" for {study.model.spec!r}" if isinstance(study, Study) else ""))
+        return rec.study_from_row(row)
 
     # --- runs -------------------------------------------------------------------------
 
@@ -176,6 +180,8 @@ class Store:
         """Store one finished run (ok, oom or failed) at once; returns its id."""
         with self._write() as conn:
             study = self._study_row(conn, study)
+            if job is not None:
+                job = self._job(conn, job).id
             return self._insert_run(conn, study, run, kind, job, time.time())
 
     def runs(self, study: StudyRef, ok_only: bool = False) -> tuple[Run, ...]:
@@ -194,12 +200,12 @@ class Store:
             args.append(int(job))
         if ok_only:
             where.append("status = 'ok'")
-        sql = f"SELECT {_RUN_COLUMNS} FROM runs"
+        sql = f"SELECT {rec.RUN_COLUMNS} FROM runs"
         if where:
             sql += " WHERE " + " AND ".join(where)
         with self._read() as conn:
             rows = conn.execute(sql + " ORDER BY id", args).fetchall()
-        return tuple(_run_record(row) for row in rows)
+        return tuple(rec.run_record_from_row(row) for row in rows)
 
     def find_run(self, study: StudyRef, balance: Sequence[int]) -> Optional[Run]:
         """The latest finished (ok or oom) run of this balance in the study, or None.
@@ -211,19 +217,19 @@ class Store:
         study_id = study.id if isinstance(study, Study) else int(study)
         with self._read() as conn:
             row = conn.execute(
-                f"SELECT {_RUN_COLUMNS} FROM runs WHERE study_id = ? AND balance = ? "
+                f"SELECT {rec.RUN_COLUMNS} FROM runs WHERE study_id = ? AND balance = ? "
                 "AND status IN ('ok', 'oom') ORDER BY id DESC LIMIT 1",
                 (study_id, rec.balance_text(balance))).fetchone()
-        return _run_record(row).run if row else None
+        return rec.run_record_from_row(row).run if row else None
 
     def _insert_run(self, conn, study: Study, run: Run, kind: str, job: Optional[int],
                     created: float) -> int:
-        _check_run(run, study, kind)
+        check_run(run, study, kind)
         cur = conn.execute(
             "INSERT INTO runs (study_id, job_id, kind, balance, status, peaks, seconds, "
             "samples_per_second, error, breakdown, created) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (study.id, job, kind, *_run_values(run), created))
+            (study.id, job, kind, *rec.run_values(run), created))
         return cur.lastrowid
 
     def _reuse_or_insert(self, conn, study: Study, runs: Sequence[Run], kind: str) -> list[int]:
@@ -231,8 +237,8 @@ class Store:
         is linked rather than copied, so saving a profile does not duplicate its runs."""
         ids, used, now = [], set(), time.time()
         for run in runs:
-            _check_run(run, study, kind)
-            values = _run_values(run)
+            check_run(run, study, kind)
+            values = rec.run_values(run)
             found = conn.execute(
                 "SELECT id FROM runs WHERE study_id = ? AND balance = ? AND status = ? "
                 "AND peaks IS ? AND seconds = ? AND samples_per_second IS ? AND error IS ? "
@@ -309,10 +315,10 @@ class Store:
         return self._summaries("sweeps", "sweep_runs", "sweep_id")
 
     def _linked_runs(self, conn, link: str, column: str, owner: int) -> tuple[Run, ...]:
-        cols = ", ".join("r." + c.strip() for c in _RUN_COLUMNS.split(","))
+        cols = ", ".join("r." + c.strip() for c in rec.RUN_COLUMNS.split(","))
         rows = conn.execute(f"SELECT {cols} FROM {link} l JOIN runs r ON r.id = l.run_id "
                             f"WHERE l.{column} = ? ORDER BY l.position", (int(owner),))
-        return tuple(_run_record(row).run for row in rows)
+        return tuple(rec.run_record_from_row(row).run for row in rows)
 
     def _summaries(self, table: str, link: str, column: str) -> tuple[Summary, ...]:
         with self._read() as conn:
@@ -361,6 +367,10 @@ class Store:
         if total is not _UNSET:
             changes["total"] = total
         if current is not _UNSET:
+            if current is not None and (isinstance(current, (str, bytes)) or
+                                        not all(is_int(n) for n in current)):
+                raise McapError(f"job current must be a balance such as (3, 3, 5, 19), "
+                                f"got {current!r}")
             changes["current"] = None if current is None else rec.balance_text(current)
         if error is not _UNSET:
             changes["error"] = None if error is None else str(error)
@@ -385,107 +395,21 @@ class Store:
     def list_jobs(self) -> tuple[Job, ...]:
         """All jobs, newest first."""
         with self._read() as conn:
-            rows = conn.execute(f"SELECT {_JOB_COLUMNS} FROM jobs ORDER BY id DESC").fetchall()
-        return tuple(_job_from_row(row) for row in rows)
+            rows = conn.execute(f"SELECT {rec.JOB_COLUMNS} FROM jobs ORDER BY id DESC").fetchall()
+        return tuple(rec.job_from_row(row) for row in rows)
 
     def job_runs(self, job_id: int) -> tuple[RunRecord, ...]:
         """The runs a job has recorded so far, oldest first (the Profile page's table)."""
         return self.run_records(job=job_id)
 
     def _job(self, conn, job_id: int) -> Job:
-        row = conn.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ?",
+        row = conn.execute(f"SELECT {rec.JOB_COLUMNS} FROM jobs WHERE id = ?",
                            (int(job_id),)).fetchone()
         if row is None:
             raise McapError(f"store {self.path} has no job {job_id}")
-        return _job_from_row(row)
+        return rec.job_from_row(row)
 
 
 def open_store(path: Union[str, os.PathLike, None] = None) -> Store:
     """``Store(path)``; ``path=None`` is ``$MCAP_STORE`` or ``./.mcap/store.sqlite``."""
     return Store(path)
-
-
-# --- rows <-> dataclasses ---------------------------------------------------------------
-
-_JOB_COLUMNS = ("id, kind, argv, total, done, current, status, error, pid, study_id, "
-                "created, updated")
-
-
-def _study(row) -> Study:
-    i, key, spec, layers, setup, created = row
-    return Study(i, key, rec.model_from_json(spec, layers), rec.setup_from_json(setup), created)
-
-
-def _run_values(run: Run) -> tuple:
-    """The columns balance .. breakdown of a run, in table order."""
-    return (rec.balance_text(run.balance), run.status,
-            None if run.peaks is None else rec.dumps([int(p) for p in run.peaks]),
-            float(run.seconds),
-            None if run.samples_per_second is None else float(run.samples_per_second),
-            run.error, rec.breakdown_to_json(run.breakdown))
-
-
-def _run_record(row) -> RunRecord:
-    (i, study_id, job_id, kind, balance, status, peaks, seconds, sps, error, breakdown,
-     created) = row
-    run = Run(balance=rec.ints_or_none(balance), status=status,
-              peaks=rec.ints_or_none(peaks), seconds=seconds, samples_per_second=sps,
-              error=error, breakdown=rec.breakdown_from_json(breakdown))
-    return RunRecord(i, study_id, job_id, kind, created, run)
-
-
-def _job_from_row(row) -> Job:
-    i, kind, argv, total, done, current, status, error, pid, study_id, created, updated = row
-    return Job(i, kind, tuple(json.loads(argv)), total, done,
-               rec.ints_or_none(current), status, error, pid, study_id, created, updated)
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _check_run(run: Run, study: Study, kind: str) -> None:
-    """Refuse a run that does not belong to the study, before anything is written."""
-    if kind not in rec.RUN_KINDS:
-        raise McapError(f"run kind must be one of {', '.join(rec.RUN_KINDS)}, got {kind!r}")
-    if not isinstance(run, Run):
-        raise McapError(f"expected a Run, got {type(run).__name__}")
-    balance, stages, layers = tuple(run.balance), study.setup.stages, study.model.num_layers
-    if not all(_is_int(n) and n >= 1 for n in balance):
-        raise InvalidPartitioning(f"balance {list(balance)} has a stage with no layers or a "
-                                  f"non-integer count")
-    if len(balance) != stages:
-        raise InvalidPartitioning(f"balance {list(balance)} has {len(balance)} stages but the "
-                                  f"study's setup has {stages}")
-    if sum(balance) != layers:
-        raise InvalidPartitioning(f"balance {list(balance)} sums to {sum(balance)} but the "
-                                  f"model {study.model.spec!r} has {layers} layers")
-    if run.status not in rec.RUN_STATUSES:
-        raise McapError(f"run status must be one of {', '.join(rec.RUN_STATUSES)}, got "
-                        f"{run.status!r} (balance {list(balance)})")
-    if run.peaks is None:
-        if run.status == "ok":
-            raise McapError(f"an ok run needs its peaks (balance {list(balance)})")
-    elif len(run.peaks) != stages or not all(_is_int(p) and p >= 0 for p in run.peaks):
-        raise McapError(f"run of balance {list(balance)} has peaks {list(run.peaks)}; "
-                        f"expected {stages} int byte counts >= 0")
-    for label, value in (("seconds", run.seconds), ("samples_per_second", run.samples_per_second)):
-        if value is None and label == "samples_per_second":
-            continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                or not math.isfinite(value) or value < 0:
-            raise McapError(f"run of balance {list(balance)} has {label}={value!r}; expected "
-                            f"a finite number >= 0")
-    if run.breakdown is not None and len(run.breakdown) != stages:
-        raise McapError(f"run of balance {list(balance)} has a breakdown of "
-                        f"{len(run.breakdown)} stages; expected {stages}")
-
-
-def _layer_diff(old: ModelInfo, new: ModelInfo) -> str:
-    if old.num_layers != new.num_layers:
-        return f"the new one has {new.num_layers}"
-    for i, (a, b) in enumerate(zip(old.layers, new.layers)):
-        if a != b:
-            return (f"layer {i} was {a.name}/{a.param_bytes} bytes, now "
-                    f"{b.name}/{b.param_bytes} bytes")
-    return "same layers"

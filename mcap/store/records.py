@@ -169,3 +169,41 @@ def ints_or_none(text: Optional[str]) -> Optional[tuple]:
     if text is None:
         return None
     return tuple(json.loads(text))
+
+
+# --- rows <-> dataclasses ---------------------------------------------------------------
+
+STUDY_COLUMNS = "id, key, spec, layers, setup, created"
+RUN_COLUMNS = ("id, study_id, job_id, kind, balance, status, peaks, seconds, "
+               "samples_per_second, error, breakdown, created")
+JOB_COLUMNS = ("id, kind, argv, total, done, current, status, error, pid, study_id, "
+                "created, updated")
+
+
+def study_from_row(row) -> Study:
+    i, key, spec, layers, setup, created = row
+    return Study(i, key, model_from_json(spec, layers), setup_from_json(setup), created)
+
+
+def run_values(run: Run) -> tuple:
+    """The columns balance .. breakdown of a run, in table order."""
+    return (balance_text(run.balance), run.status,
+            None if run.peaks is None else dumps([int(p) for p in run.peaks]),
+            float(run.seconds),
+            None if run.samples_per_second is None else float(run.samples_per_second),
+            run.error, breakdown_to_json(run.breakdown))
+
+
+def run_record_from_row(row) -> RunRecord:
+    (i, study_id, job_id, kind, balance, status, peaks, seconds, sps, error, breakdown,
+     created) = row
+    run = Run(balance=ints_or_none(balance), status=status,
+              peaks=ints_or_none(peaks), seconds=seconds, samples_per_second=sps,
+              error=error, breakdown=breakdown_from_json(breakdown))
+    return RunRecord(i, study_id, job_id, kind, created, run)
+
+
+def job_from_row(row) -> Job:
+    i, kind, argv, total, done, current, status, error, pid, study_id, created, updated = row
+    return Job(i, kind, tuple(json.loads(argv)), total, done,
+               ints_or_none(current), status, error, pid, study_id, created, updated)

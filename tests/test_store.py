@@ -2,6 +2,7 @@
 and refusing corrupt or foreign files without changing a byte of them."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import sqlite3
 import subprocess
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 
 from mcap.errors import InvalidPartitioning, McapError, StoreError
 from mcap.store import APPLICATION_ID, SCHEMA_VERSION, Store, open_store
+from mcap.store.records import study_key
 from mcap.types import (Layer, LayerStats, MemoryBreakdown, ModelInfo, Profile, Run, Setup,
                         Sweep)
 
@@ -128,6 +130,30 @@ def test_setups_that_differ_never_mix(store):
     store.record_run(a, ok_run())
     assert store.find_run(b, (3, 3)) is None
     assert store.runs(b) == ()
+
+
+def test_every_setup_field_round_trips_and_keys_the_study(store):
+    unusual = Setup(stages=3, batch_size=7, chunks=7, schedule="1f1b", checkpoint="never",
+                    backend="cuda", capacity_bytes=80 * GIB, engine="torchgpipe",
+                    optimizer="adam")
+    study = store.study(MODEL, unusual)
+    assert store.get_study(study.id).setup == unusual
+    assert store.get_study(study.id).model == MODEL
+    [summary] = store.list_studies()
+    assert summary.setup == unusual
+    for field in ("batch_size", "chunks", "schedule", "checkpoint", "backend",
+                  "capacity_bytes", "engine", "optimizer"):
+        default = Setup(stages=3)
+        changed = dataclasses.replace(unusual, **{field: getattr(default, field)})
+        assert store.study(MODEL, changed).id != study.id, field
+
+
+def test_study_key_text_is_stable():
+    # Stored studies are found again by this text: changing its format orphans them.
+    assert study_key("vgg11:image_size=32", Setup(stages=4)) == (
+        '{"setup":{"backend":"cpu","batch_size":32,"capacity_bytes":null,'
+        '"checkpoint":"except_last","chunks":4,"engine":"pipelining","optimizer":"sgd",'
+        '"schedule":"gpipe","stages":4},"spec":"vgg11:image_size=32"}')
 
 
 def test_same_spec_with_other_layers_is_refused(store):

@@ -72,6 +72,8 @@ class Store:
         with self._lock:
             conn = self._connection()
             try:
+                if conn.in_transaction:  # a signal cut a previous ROLLBACK short
+                    conn.execute("ROLLBACK")
                 conn.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as exc:
                 raise StoreError(f"store {self.path}: cannot start a write: {exc}") from exc
@@ -92,6 +94,8 @@ class Store:
         with self._lock:
             conn = self._connection()
             try:
+                if conn.in_transaction:  # a signal cut a previous ROLLBACK short
+                    conn.execute("ROLLBACK")
                 conn.execute("BEGIN")
                 yield conn
             except sqlite3.Error as exc:

@@ -213,7 +213,9 @@ def _check_sqlite(path: Path) -> None:
             found = "; ".join(line for p in problems for line in p.splitlines())
             raise StoreError(f"{path} is a corrupt mcap store: {found}; "
                              f"nothing was changed")
-    except sqlite3.DatabaseError as exc:
+    except sqlite3.OperationalError as exc:  # locked, unreadable, no room for -shm: not corrupt
+        raise StoreError(f"cannot read store {path} to check it: {exc}") from exc
+    except sqlite3.DatabaseError as exc:  # SQLITE_CORRUPT, SQLITE_NOTADB
         raise StoreError(f"{path} is a corrupt SQLite file ({exc}); nothing was changed") from exc
     finally:
         ro.close()

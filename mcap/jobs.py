@@ -3,9 +3,9 @@ as a detached child process that writes its runs and progress to the store.
 
 Pages call this module, never ``subprocess`` (DESIGN.md, Dashboard conventions). The child
 runs in its own session (process group), so it outlives the page that started it, a page
-switch or a browser reload, and cancelling it with SIGTERM reaches its stage processes
-too. Progress is read back from the store (``Store.job`` and ``Store.job_runs``), so any
-page, or a new server, can follow a job it did not start.
+switch or a browser reload; cancelling sends it SIGTERM, which it turns into a clean stop.
+Progress is read back from the store (``Store.job`` and ``Store.job_runs``), so any page,
+or a new server, can follow a job it did not start.
 """
 from __future__ import annotations
 
@@ -102,14 +102,15 @@ def is_alive(pid: Optional[int]) -> bool:
 
 
 def cancel(store: Store, job_id: int) -> Job:
-    """SIGTERM to the child's process group (its stage processes too); status cancelled.
-    Runs it finished stay in the store."""
+    """SIGTERM to the child; status cancelled. Runs it finished stay in the store."""
     job = store.job(job_id)
     if job.finished:
         return job
     if job.pid is not None and is_alive(job.pid):
+        # Only the command itself: it turns SIGTERM into a clean stop that closes its stage
+        # processes (mcap.profiling.sigterm_cancels) instead of recording a half-killed run.
         try:
-            os.killpg(job.pid, signal.SIGTERM)
+            os.kill(job.pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
         except PermissionError as exc:

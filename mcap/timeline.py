@@ -196,8 +196,14 @@ def explain(timeline: Timeline) -> tuple[str, ...]:
         lines.append("The first stage fills up because the backward of a micro-batch reaches it "
                      "last: the micro-batch must first pass through every later stage and back, "
                      "and meanwhile the first stage keeps accepting new micro-batches.")
+    per_mb = [sm.per_microbatch for sm in timeline.stage_memory]
+    big = max(range(g), key=lambda i: per_mb[i])
+    if held[big] == max(held) and per_mb[big] > 0:
+        lines.append(f"Device {big} also keeps the most per micro-batch ({per_mb[big] / 2**20:.1f} MiB): "
+                     f"{'its layers see the largest activations, as the first layers of a CNN do on full-resolution images' if big == 0 else 'its layers produce the largest activations'}.")
     top = max(range(g), key=lambda i: timeline.peaks[i])
-    lines.append(f"Highest simulated level: device {top} at {timeline.peaks[top]:,} bytes.")
+    lines.append(f"Highest simulated level: device {top} at {timeline.peaks[top] / 2**20:.1f} MiB "
+                 f"({held[top]} micro-batch{'es' if held[top] != 1 else ''} in flight).")
     return tuple(lines)
 
 

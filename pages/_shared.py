@@ -7,7 +7,6 @@ file's content revision (mtime and size), so a new run in the store shows up at 
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 from pathlib import Path
 from typing import Optional
@@ -205,3 +204,171 @@ def downloads(frame: pd.DataFrame, name: str, key: str) -> None:
 def json_download(obj, name: str, key: str, label: str = "⬇️ JSON") -> None:
     st.download_button(label, json.dumps(obj, indent=1).encode(), file_name=f"{name}.json",
                        mime="application/json", key=key)
+
+
+# --- predictions and recommendations (every number from mcap/) ---------------------------
+
+METHODS = ("exact", "bf", "bo")
+BASELINES = ("balance_by_time", "uniform", "params")
+
+
+def uniform_balance(num_layers: int, stages: int) -> tuple[int, ...]:
+    q, r = divmod(num_layers, stages)
+    return tuple(q + (1 if i < r else 0) for i in range(stages))
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _recommend(param: str, revision: tuple, stages: int, method: str, settings: tuple):
+    profile = open_dataset(param)
+    return _run_method(profile, stages, method, dict(settings), None)
+
+
+def _run_method(profile, stages: int, method: str, settings: dict, progress):
+    """One method or baseline as a Recommendation (the search's one result type)."""
+    from mcap.predict import predict
+    from mcap.types import Recommendation
+    if method == "balance_by_time":
+        import time as _time
+        from mcap.timebalance import time_balance
+        setup = profile.setup
+        started = _time.perf_counter()
+        balance = time_balance(profile.model.spec, stages, max(setup.batch_size // setup.chunks, 1),
+                               timeout=float(settings.get("timeout", 0.5)))
+        pred = predict(profile.stats, balance)
+        return Recommendation("balance_by_time", pred.balance, pred.peaks,
+                              _time.perf_counter() - started, 1)
+    from mcap.search import recommend
+    return recommend(profile.stats, stages, method, progress=progress, model=profile.model,
+                     **settings)
+
+
+def recommendation(profile, stages: int, method: str, progress=None, **settings):
+    """Cached per dataset content, stage count, method and settings; with a ``progress``
+    callback (bo's live curve) it runs uncached so the callback sees every step."""
+    param = shared("profile")
+    if progress is not None or param is None:
+        return _run_method(profile, stages, method, settings, progress)
+    return _recommend(param, revision_of(datasets.parse_ref(param)),
+                      stages, method, tuple(sorted(settings.items())))
+
+
+def recommendations(profile, stages: int, methods) -> tuple:
+    return tuple(recommendation(profile, stages, m) for m in methods)
+
+
+def prediction_of(rec):
+    from mcap.types import Prediction
+    return Prediction(tuple(rec.balance), tuple(rec.predicted_peaks))
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _sweep_predictions(profile_param: str, sweep_param: str, revisions: tuple):
+    """mCAP's prediction for every partitioning a sweep measured (vectorised Listing 1.1)."""
+    from mcap.predict import predict_many
+    from mcap.types import Prediction
+    profile, sweep = open_dataset(profile_param), open_dataset(sweep_param)
+    balances = [tuple(r.balance) for r in sweep.runs]
+    if not balances:
+        return ()
+    peaks = predict_many(profile.stats, balances)
+    return tuple(Prediction(b, tuple(int(x) for x in row)) for b, row in zip(balances, peaks))
+
+
+def sweep_predictions(profile, sweep) -> tuple:
+    if sweep.model.layers != profile.model.layers:
+        raise McapError(f"the sweep's model {sweep.model.spec!r} ({sweep.model.num_layers} layers) "
+                        f"is not the profile's {profile.model.spec!r} ({profile.model.num_layers} layers)")
+    p, s = shared("profile"), shared("sweep")
+    refs = (datasets.parse_ref(p), datasets.parse_ref(s))
+    return _sweep_predictions(p, s, tuple(revision_of(r) for r in refs))
+
+
+def measured_runs(profile, sweep=None) -> tuple:
+    """Every measured run of the profile's model and setup that we know of: the profile's
+    own, the sweep's (same model and setup), and the store's for that study."""
+    runs = list(profile.runs)
+    if sweep is not None and sweep.model.layers == profile.model.layers and sweep.setup == profile.setup:
+        runs += list(sweep.runs)
+    s = store()
+    if s is not None:
+        study = s.find_study(profile.model.spec, profile.setup)
+        if study is not None:
+            runs += list(s.runs(study))
+    return tuple(runs)
+
+
+def measured_for(runs, balance):
+    """The last ok (else last) run of a balance among ``runs``, or None."""
+    mine = [r for r in runs if tuple(r.balance) == tuple(balance)]
+    ok = [r for r in mine if r.status == "ok"]
+    return (ok or mine or [None])[-1]
+
+
+# --- jobs (child processes; DESIGN.md: never in the script thread) -------------------------
+
+def setup_args(spec: str, setup) -> list[str]:
+    """The CLI flags that reproduce a model spec and a Setup (``mcap.cli_profile``):
+    ``--backend`` there is the engine, ``--device`` the device kind (Setup.backend)."""
+    args = ["--model", spec, "--stages", str(setup.stages), "--batch-size", str(setup.batch_size),
+            "--chunks", str(setup.chunks), "--schedule", setup.schedule,
+            "--checkpoint", setup.checkpoint, "--optimizer", setup.optimizer,
+            "--backend", setup.engine, "--device", setup.backend]
+    if setup.capacity_bytes:
+        args += ["--capacity", str(setup.capacity_bytes)]
+    return args
+
+
+def measure_args(profile, balance, capacity=None) -> list[str]:
+    """``measure --model SPEC --balance 3,3,5,19 ...`` under the profile's setup."""
+    import dataclasses
+    setup = profile.setup if capacity is None else dataclasses.replace(profile.setup, capacity_bytes=capacity)
+    return [*setup_args(profile.model.spec, setup), "--balance", ",".join(map(str, balance))]
+
+
+def job_output(kind: str) -> str:
+    """Where a dashboard job writes its JSON: next to the store, named by kind and time."""
+    import time
+    from mcap.store import default_store_path
+    out = Path(default_store_path()).parent / "out"
+    return str(out / f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}.{kind}.json")
+
+
+def job_panel(s, job_id: int, key: str, every: float = 1.0) -> None:
+    """Live progress of a job, polled from the store: runs done of total, current balance,
+    the growing table of per-run peaks, a cancel button. Survives page switches because
+    the job is a child process and its state lives in the store."""
+    from mcap import jobs
+    from mcap.figures.progress import runs_table
+    try:
+        finished = s.job(job_id).finished
+    except McapError as exc:
+        st.error(str(exc))
+        return
+
+    @st.fragment(run_every=None if finished else every)
+    def panel():
+        p = jobs.progress(s, job_id)
+        job = p.job
+        now = balance_label(job.current) if job.current else "-"
+        total = job.total or "?"
+        st.progress(p.fraction, text=f"{job.kind} job {job.id}: **{job.status}** · {job.done} of "
+                                     f"{total} runs · now measuring {now}")
+        if p.runs:
+            st.dataframe(runs_table(p.runs), hide_index=True, key=f"{key}-runs-{job.id}")
+        if not job.finished:
+            if st.button("⏹️ Cancel", key=f"{key}-cancel-{job.id}"):
+                jobs.cancel(s, job.id)
+                st.rerun(scope="app")
+        elif not finished:  # it finished since the page was drawn: redraw with the new runs
+            st.rerun(scope="app")
+        if job.status == "failed":
+            st.error(f"Job {job.id} failed: {job.error}")
+        elif job.status == "cancelled":
+            st.warning(f"Job {job.id} was cancelled; the runs it finished are kept in the store.")
+        elif job.status == "done":
+            st.success(f"Job {job.id} is done: {len(p.runs)} runs recorded in the store.")
+    panel()
+
+
+def balance_label(balance) -> str:
+    return "-".join(str(int(n)) for n in balance)

@@ -1,4 +1,90 @@
+"""Overview: what mCAP does, the dataset to look at, its model, setup and headline numbers."""
 import streamlit as st
 
-st.title("mcap: memory-centric partitioning")
-st.write("The dashboard is being built; see the README for the command line.")
+from mcap.errors import McapError
+from mcap.figures import overview as fig_over
+from mcap.figures._style import balance_str, fmt_bytes
+from pages._shared import (
+    add_upload, chart, choices, current, json_download, prediction_of, recommendations, remember,
+    restore_url, shared,
+)
+
+restore_url()
+st.title("🧮 mcap: memory-centric partitioning")
+st.markdown(
+    "Pipeline-parallel training splits a model's layers over devices. Splits balanced for "
+    "*throughput* leave one device far fuller than the others, so the largest model that fits "
+    "is smaller than it could be. **mCAP** (Dreuning et al.) balances **peak memory** instead: "
+    "it measures a few short profiling runs, derives two statistics per layer "
+    "(`mem_isolated`, `mem_added`), predicts every partitioning's per-device peak from them, "
+    "and recommends the partitioning whose fullest device is the least full.")
+
+st.subheader("Dataset")
+left, right = st.columns(2)
+for kind, col, what in (("profile", left, "Profile (layer statistics)"),
+                        ("sweep", right, "Sweep (measured partition space)")):
+    refs = choices(kind)
+    if not refs:
+        col.warning(f"No {kind} available yet: data/ and the store have none.")
+        continue
+    params = [r.param for r in refs]
+    chosen = shared(kind, params[0])
+    pick = col.selectbox(what, params, index=params.index(chosen) if chosen in params else 0,
+                         format_func={r.param: str(r) for r in refs}.get, key=f"choose-{kind}")
+    remember(kind, pick)
+
+upload = st.file_uploader("…or upload an `mcap.profile/1` or `mcap.sweep/1` JSON file", type=["json"],
+                          key="upload")
+if upload is not None:
+    try:
+        kind, _ = add_upload(upload.name, upload.getvalue())
+        remember(kind, f"upload:{upload.name}")
+        st.success(f"Loaded {upload.name} as a {kind}.")
+    except McapError as exc:
+        st.error(f"Cannot use {upload.name}: {exc}")
+
+profile = current("profile")
+sweep = current("sweep", required=False)
+
+h = fig_over.headline(profile)
+st.subheader(f"Model `{h.spec}`")
+c = st.columns(5)
+c[0].metric("layers", h.layers)
+c[1].metric("parameters", fmt_bytes(h.param_bytes))
+c[2].metric("stages", h.stages)
+c[3].metric("batch / micro-batches", f"{h.batch_size} / {h.chunks}")
+c[4].metric("profiling runs", f"{h.ok} ok of {h.runs}")
+st.caption(f"Setup: schedule {h.schedule}, checkpoint {h.checkpoint}, {h.backend} stages via "
+           f"{h.engine}; capacity {fmt_bytes(h.capacity_bytes) if h.capacity_bytes else 'none'}.")
+
+try:
+    best, even = recommendations(profile, h.stages, ("exact", "uniform"))
+except McapError as exc:
+    st.error(str(exc))
+    st.stop()
+c = st.columns(3)
+c[0].metric("mCAP's partitioning", balance_str(best.balance))
+c[1].metric("its predicted peak", fmt_bytes(best.predicted_peak))
+c[2].metric("vs. an even split", fmt_bytes(even.predicted_peak),
+            delta=f"{100 * (even.predicted_peak / best.predicted_peak - 1):+.1f}%", delta_color="inverse")
+bars = fig_over.split_bars((("uniform", prediction_of(even)), ("exact", prediction_of(best))))
+st.markdown("**One picture:** the per-device peaks mCAP predicts for an even split of the layers "
+            "and for its own memory-balanced split. The fullest device decides what fits.")
+chart(fig_over.draw_split_bars(bars), key="overview-chart", name="overview")
+
+if sweep is not None:
+    hs = fig_over.headline(sweep)
+    st.subheader("Sweep")
+    c = st.columns(4)
+    c[0].metric("measured partitionings", hs.runs)
+    c[1].metric("ok / oom / failed", f"{hs.ok} / {hs.oom} / {hs.failed}")
+    c[2].metric("lowest measured peak", fmt_bytes(hs.lowest_peak))
+    c[3].metric("at", balance_str(hs.lowest_balance) if hs.lowest_balance else "-")
+    if sweep.model.layers != profile.model.layers:
+        st.warning(f"The sweep's model ({sweep.model.spec}) is not the profile's "
+                   f"({profile.model.spec}); predictions cannot be compared with it.")
+
+json_download({"profile": fig_over.headline(profile).__dict__,
+               "sweep": None if sweep is None else fig_over.headline(sweep).__dict__,
+               "recommended": list(best.balance), "predicted_peak": best.predicted_peak},
+              "mcap-overview", key="overview-json")

@@ -52,6 +52,9 @@ def test_device_bars_with_measured_and_capacity():
     fig = devices.draw_device_bars(d)
     assert [tr.type for tr in fig.data] == ["bar", "scatter"]
     assert devices.device_bars(p, run((1, 3), None, "oom")).measured is None
+    t = devices.device_table(d)
+    assert t.values.tolist() == [[0, "0-0", 100, 110, False], [1, "1-3", 300, 280, True]]
+    assert pd.isna(devices.device_table(devices.device_bars(p)).measured).all()
     with pytest.raises(McapError, match="run of 2-2 does not match prediction of 1-3"):
         devices.device_bars(p, run((2, 2), (1, 1)))
 

@@ -59,3 +59,14 @@ def draw_device_bars(data: DeviceBars, title: str = "") -> go.Figure:
     fig.update_layout(title=title or balance_str(data.balance), yaxis_title="peak memory (MiB)",
                       legend_orientation="h", margin=dict(t=40))
     return fig
+
+
+def device_table(data: DeviceBars):
+    """The bars as a table: device, its layers, predicted and measured bytes, over capacity."""
+    import pandas as pd
+    measured = data.measured or (None,) * len(data.balance)
+    frame = pd.DataFrame({
+        "device": range(len(data.balance)), "layers": data.layers, "predicted": data.predicted,
+        "measured": pd.array(measured, dtype="Int64"),
+        "over_capacity": [i in data.over_capacity for i in range(len(data.balance))]})
+    return frame

@@ -1,0 +1,78 @@
+"""Pipeline memory, explained: for a partitioning and a schedule, when each device holds
+which micro-batch's activations and how its memory rises and falls over one iteration."""
+import streamlit as st
+
+from mcap.errors import McapError
+from mcap.figures import timeline as fig_tl
+from mcap.figures._style import balance_str, fmt_bytes
+from mcap.partition import parse_balance, validate
+from mcap.predict import predict
+from mcap.timeline import TIMELINE_SCHEDULES, explain, max_in_flight, simulate, stage_memory
+from pages._shared import caption_of, chart, current, downloads, remember, restore_url, shared
+
+restore_url()
+st.title("🎓 Pipeline memory, explained")
+profile = current("profile")
+st.caption(caption_of(profile))
+setup = profile.setup
+layers = profile.model.num_layers
+
+st.markdown(
+    "In pipeline-parallel training the batch is cut into **micro-batches** that flow through "
+    "the stages. A device must keep what each micro-batch's backward will need from the "
+    "moment its forward runs there until its backward has run there. How many micro-batches "
+    "are *in flight* on a device at once decides how full it gets.")
+
+default_balance = shared("balance")
+if default_balance is None:  # an even split until a partitioning is chosen elsewhere
+    q, r = divmod(layers, setup.stages)
+    default_balance = ",".join(str(q + (1 if i < r else 0)) for i in range(setup.stages))
+
+left, mid, right = st.columns([2, 1, 1])
+text = left.text_input("Partitioning (layers per device)", value=default_balance, key="tl-balance",
+                       help=f"comma-separated layer counts summing to {layers}, e.g. 3,3,5,19")
+labels = {"gpipe": "GPipe with checkpointing", "1f1b": "1F1B"}
+sched_default = shared("schedule", "1f1b")  # 1F1B shows the G-i pattern most plainly
+schedule = mid.radio("Schedule", TIMELINE_SCHEDULES, format_func=labels.get, key="tl-schedule",
+                     index=TIMELINE_SCHEDULES.index(sched_default) if sched_default in TIMELINE_SCHEDULES else 1)
+chunks = right.number_input("Micro-batches", min_value=1, max_value=32, value=int(setup.chunks),
+                            key="tl-chunks")
+
+try:
+    balance = validate(parse_balance(text), layers).balance
+    prediction = predict(profile.stats, balance)
+    params = tuple(l.param_bytes for l in profile.model.layers)
+    copies = 4 if setup.optimizer == "adam" else 3
+    memory = stage_memory(balance, params, prediction.peaks, setup.schedule, setup.chunks, copies)
+    tl = simulate(balance, schedule, int(chunks), memory)
+except McapError as exc:
+    st.error(str(exc))
+    st.stop()
+remember("balance", ",".join(map(str, balance)))
+remember("schedule", schedule)
+
+held = tl.max_in_flight
+cols = st.columns(len(balance))
+for d, col in enumerate(cols):
+    col.metric(f"device {d}", f"{held[d]} in flight", help=f"layers {tl.balance[d]}; peak {fmt_bytes(tl.peaks[d])}")
+    col.caption(f"peak {fmt_bytes(tl.peaks[d])}")
+
+for line in explain(tl):
+    st.markdown("- " + line)
+chart(fig_tl.draw_timeline(tl), key="timeline-chart", name=f"timeline-{schedule}")
+
+other = "1f1b" if schedule == "gpipe" else "gpipe"
+st.info(f"Under {labels[other]} the same partitioning would hold "
+        + ", ".join(str(h) for h in max_in_flight(other, len(balance), int(chunks)))
+        + f" micro-batches per device (devices 0..{len(balance) - 1}).")
+with st.expander("How the memory levels are estimated"):
+    st.markdown(
+        f"Parameter state (weights, gradients, optimizer state: {copies} copies of the "
+        "parameters) stays the whole iteration. The rest of each stage's peak as mCAP predicts "
+        f"it for {balance_str(balance)} is shared equally among the micro-batches the stage holds "
+        f"at its peak under the profiled schedule ({labels.get(setup.schedule, setup.schedule)}, "
+        f"{setup.chunks} micro-batches). The schedule above is exact; the levels are a teaching "
+        "approximation that does not separate recomputed activations from kept stage inputs.")
+mem = fig_tl.memory_frame(tl)
+st.dataframe(mem, hide_index=True, key="timeline-table", height=240)
+downloads(mem, f"mcap-timeline-{schedule}", "timeline")

@@ -1,0 +1,107 @@
+"""Predict vs measure: per-device predicted peaks (paper 3.3) as bars, measured peaks as
+markers where the store has them, a capacity line, and a button that measures it."""
+import streamlit as st
+
+from mcap import jobs
+from mcap.errors import McapError
+from mcap.figures import devices as fig_dev
+from mcap.figures._style import balance_str, fmt_bytes
+from mcap.partition import parse_balance, validate
+from mcap.predict import predict
+from pages._shared import (
+    METHODS, BASELINES, caption_of, chart, current, downloads, job_panel, measure_args,
+    measured_for, measured_runs, recommendation, remember, restore_url, shared, shared_int,
+    store, uniform_balance,
+)
+
+restore_url()
+st.title("🎯 Predict vs measure")
+profile = current("profile")
+sweep = current("sweep", required=False)
+st.caption(caption_of(profile))
+layers = profile.model.num_layers
+setup = profile.setup
+
+mode = st.radio("Pick a partitioning", ("type it", "per stage", "from a recommendation"),
+                horizontal=True, key="pick-mode")
+balance_text = shared("balance") or ",".join(map(str, uniform_balance(layers, setup.stages)))
+try:
+    if mode == "type it":
+        text = st.text_input("Layers per device", value=balance_text, key="pick-text",
+                             help=f"comma-separated layer counts summing to {layers}, e.g. 3,3,5,19")
+        balance = validate(parse_balance(text), layers).balance
+    elif mode == "per stage":
+        stages = st.number_input("Stages", 1, layers, value=shared_int("stages", setup.stages, 1, layers),
+                                 key="pick-stages")
+        remember("stages", stages)
+        try:
+            start = parse_balance(balance_text)
+        except McapError:
+            start = ()
+        if len(start) != stages:
+            start = uniform_balance(layers, int(stages))
+        cols = st.columns(int(stages))
+        balance = tuple(int(col.number_input(f"stage {i}", 1, layers, value=int(start[i]),
+                                             key=f"pick-stage-{i}-of-{stages}"))
+                        for i, col in enumerate(cols))
+        validate(balance, layers)
+    else:
+        names = METHODS + BASELINES
+        method = shared("method", "exact")
+        left, right = st.columns(2)
+        method = left.selectbox("Method", names, index=names.index(method) if method in names else 0,
+                                key="pick-method")
+        stages = right.number_input("Stages", 1, layers, value=shared_int("stages", setup.stages, 1, layers),
+                                    key="pick-rec-stages")
+        remember("method", method)
+        remember("stages", stages)
+        with st.spinner(f"{method} is searching…"):
+            balance = recommendation(profile, int(stages), method).balance
+        st.write(f"{method} recommends **{balance_str(balance)}**.")
+except McapError as exc:
+    st.error(str(exc))
+    st.stop()
+remember("balance", ",".join(map(str, balance)))
+
+cap_default = setup.capacity_bytes / 2**20 if setup.capacity_bytes else 0.0
+capacity_mib = st.number_input("Capacity per device (MiB, 0 for none)", min_value=0.0,
+                               value=float(cap_default), step=64.0, key="pick-capacity")
+capacity = int(capacity_mib * 2**20) if capacity_mib > 0 else None
+
+prediction = predict(profile.stats, balance)
+runs = measured_runs(profile, sweep)
+run = measured_for(runs, balance) if len(balance) == setup.stages else None
+data = fig_dev.device_bars(prediction, run, capacity)
+
+c = st.columns(4)
+c[0].metric("partitioning", balance_str(balance))
+c[1].metric("predicted peak", fmt_bytes(prediction.peak))
+if data.measured is not None:
+    c[2].metric("measured peak", fmt_bytes(max(data.measured)),
+                delta=f"{100 * (prediction.peak - max(data.measured)) / max(data.measured):+.1f}% predicted",
+                delta_color="off")
+else:
+    c[2].metric("measured peak", run.status if run is not None else "not measured")
+c[3].metric("over capacity", ", ".join(f"device {d}" for d in data.over_capacity) or "none")
+if data.over_capacity:
+    st.error(f"Capacity {fmt_bytes(capacity)} is too small: predicted peaks "
+             + ", ".join(f"device {d} {fmt_bytes(prediction.peaks[d])}" for d in data.over_capacity)
+             + " exceed it.")
+chart(fig_dev.draw_device_bars(data), key="predict-chart", name=f"devices-{balance_str(balance)}")
+table = fig_dev.device_table(data)
+st.dataframe(table, hide_index=True, key="predict-table")
+downloads(table, f"mcap-devices-{balance_str(balance)}", "predict")
+
+st.subheader("Measure this partitioning")
+if len(balance) != setup.stages:
+    st.info(f"Measuring needs {setup.stages} stages (the profile's setup); this partitioning has {len(balance)}.")
+else:
+    s = store()
+    if s is not None and st.button(f"▶️ Measure {balance_str(balance)}", key="measure-button"):
+        try:
+            job = jobs.launch(s, "measure", measure_args(profile, balance, capacity), total=1)
+            st.session_state["measure-job"] = job.id
+        except McapError as exc:
+            st.error(str(exc))
+    if s is not None and st.session_state.get("measure-job"):
+        job_panel(s, st.session_state["measure-job"], key="measure")

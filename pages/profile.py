@@ -1,0 +1,94 @@
+"""Profile: launch ``python -m mcap profile`` (or ``sweep``) as a child process and follow it
+live: runs done of total, the balance being measured, a growing table of per-run peaks,
+and a cancel button. The job keeps running while you visit other pages."""
+import streamlit as st
+
+from mcap import jobs
+from mcap.errors import McapError
+from mcap.models.spec import KNOWN_MODELS, parse_spec
+from mcap.types import CHECKPOINTS, ENGINES, OPTIMIZERS, SCHEDULES, Setup
+from pages._shared import job_output, job_panel, restore_url, setup_args, store
+
+
+@st.cache_resource(show_spinner="Looking for a GPU…")
+def gpu_count() -> int:
+    import torch
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+restore_url()
+st.title("⏱️ Profile")
+s = store()
+if s is None:
+    st.stop()
+
+gpus = gpu_count()
+if gpus == 0:
+    st.info("**No GPU on this machine:** each pipeline stage runs as its own CPU process, and its "
+            "peak is the byte-exact peak of the PyTorch tensor memory that process holds — a device "
+            "of its own, like a GPU.")
+else:
+    st.success(f"{gpus} CUDA device(s) found: stages can run on GPUs (device `cuda`).")
+
+st.markdown("mCAP's incremental profiling (paper 3.1) measures L − G + 1 short training runs "
+            "(2 iterations each) on chosen partitionings and derives every layer's statistics.")
+with st.form("profile-form"):
+    a, b, c = st.columns(3)
+    spec = a.text_input("Model spec", value="vgg11:image_size=32",
+                        help="; ".join(f"{k.name}:" + ",".join(f"{p.name}={p.default}" for p in k.params)
+                                       for k in KNOWN_MODELS.values()) + "; or package.module:function")
+    stages = b.number_input("Stages (devices)", 1, 64, value=4)
+    command = c.selectbox("Command", ("profile", "sweep"),
+                          help="profile: mCAP's profiling runs; sweep: measure a seeded sample "
+                               "of partitionings (or all)")
+    a, b, c = st.columns(3)
+    batch = a.number_input("Batch size", 1, 4096, value=32)
+    chunks = b.number_input("Micro-batches", 1, 256, value=4)
+    schedule = c.selectbox("Schedule", SCHEDULES)
+    a, b, c = st.columns(3)
+    checkpoint = a.selectbox("Checkpoint", CHECKPOINTS)
+    optimizer = b.selectbox("Optimizer", OPTIMIZERS)
+    capacity_mib = c.number_input("Capacity per device (MiB, 0 for none)", 0, 10**7, value=0)
+    a, b, c = st.columns(3)
+    engine = a.selectbox("Backend (engine)", ENGINES,
+                         help="torch.distributed.pipelining (a process per stage) or torchgpipe "
+                              "(one process, one GPU per stage)")
+    device = b.selectbox("Device", ("cpu", "cuda") if gpus else ("cpu",))
+    sample = c.number_input("Sweep: partitionings to sample (0 = all)", 0, 10**6, value=20)
+    submitted = st.form_submit_button("▶️ Start", type="primary")
+
+if submitted:
+    try:
+        parse_spec(spec)  # unknown model or parameter: McapError naming it
+        if batch % chunks:
+            raise McapError(f"batch size {batch} does not split into {chunks} equal micro-batches")
+        if engine == "torchgpipe" and device != "cuda":
+            raise McapError("the torchgpipe engine needs CUDA devices; use pipelining on the CPU")
+        setup = Setup(stages=int(stages), batch_size=int(batch), chunks=int(chunks), schedule=schedule,
+                      checkpoint=checkpoint, backend=device, engine=engine, optimizer=optimizer,
+                      capacity_bytes=int(capacity_mib) * 2**20 or None)
+        args = setup_args(spec, setup) + ["--out", job_output(command)]
+        if command == "sweep" and sample:
+            args += ["--sample", str(int(sample))]
+        job = jobs.launch(s, command, args)
+        st.session_state["profile-job"] = job.id
+        st.toast(f"Started {command} job {job.id}")
+    except McapError as exc:
+        st.error(str(exc))
+
+# The job to follow: this session's last, else the newest unfinished one (started earlier,
+# from another tab, or before the page was left).
+job_id = st.session_state.get("profile-job")
+if job_id is None:
+    running = jobs.active_jobs(s, "profile") + jobs.active_jobs(s, "sweep")
+    job_id = running[0].id if running else None
+if job_id is not None:
+    st.subheader(f"Job {job_id}")
+    job_panel(s, job_id, key="profile")
+
+recent = s.list_jobs()[:10]
+if recent:
+    with st.expander("Recent jobs"):
+        st.dataframe([{"job": j.id, "command": " ".join(j.argv[:1]), "status": j.status,
+                       "runs": f"{j.done}/{j.total}", "error": j.error or ""} for j in recent],
+                     hide_index=True, key="recent-jobs")

@@ -1,0 +1,94 @@
+"""Partition space: every measured partitioning of a sweep, peak memory vs throughput,
+its Pareto front, the recommendations highlighted (paper 4.2, Fig. 10), the per-device
+bars of a selected point, and the prediction-error histogram (Fig. 9)."""
+import streamlit as st
+
+from mcap.errors import McapError
+from mcap.figures import devices as fig_dev
+from mcap.figures import space as fig_space
+from mcap.figures._style import balance_str, fmt_bytes
+from mcap.predict import predict
+from pages._shared import (
+    BASELINES, METHODS, caption_of, chart, current, downloads, measured_for, recommendation,
+    remember, restore_url, shared, sweep_predictions,
+)
+
+restore_url()
+st.title("🗺️ Partition space")
+sweep = current("sweep")
+profile = current("profile")
+st.caption(caption_of(sweep))
+
+try:
+    predictions = sweep_predictions(profile, sweep)
+except McapError as exc:
+    st.error(str(exc))
+    st.stop()
+
+stages = sweep.setup.stages
+with st.expander("Highlighted methods", expanded=False):
+    chosen = st.multiselect("Show the picks of", METHODS + BASELINES,
+                            default=[m for m in METHODS + BASELINES if m != "bo"], key="space-marks",
+                            help="bo runs Bayesian optimisation (scikit-optimize) the first time; "
+                                 "its pick is cached afterwards")
+marks, recs = [], []
+for method in chosen:
+    try:
+        rec = recommendation(profile, stages, method)
+    except McapError as exc:
+        st.error(f"{method}: {exc}")
+        continue
+    recs.append(rec)
+    marks.append(fig_space.Mark(method, tuple(rec.balance)))
+marks = tuple(marks)
+
+points = fig_space.space_points(sweep.runs, marks)
+ok = len(points)
+c = st.columns(4)
+c[0].metric("measured partitionings", len(sweep.runs))
+c[1].metric("ok with throughput", ok)
+c[2].metric("on the Pareto front", int(points["pareto"].sum()))
+c[3].metric("lowest measured peak", fmt_bytes(int(points["peak"].min())) if ok else "-")
+
+selected = shared("balance")
+if selected is not None:
+    selected = selected.replace(",", "-")
+event = chart(fig_space.draw_space(points, selected if selected in set(points["balance"]) else None),
+              key="space-chart", name="partition-space", on_select="rerun", selection_mode="points")
+picked = [p.get("customdata") for p in (event.selection.points if event else []) if p.get("customdata")]
+if picked:
+    selected = picked[0] if isinstance(picked[0], str) else picked[0][0]
+    remember("balance", selected.replace("-", ","))
+
+table = fig_space.marks_table(marks, sweep.runs, predictions + tuple(
+    predict(profile.stats, m.balance) for m in marks))
+st.markdown("**Recommendations** (rank: among the sweep's ok runs by measured peak; 1 = lowest)")
+st.dataframe(table, hide_index=True, key="space-marks-table")
+downloads(table, "mcap-recommendations-in-space", "space-marks")
+
+st.subheader("Selected partitioning")
+options = list(points["balance"])
+index = options.index(selected) if selected in options else 0
+if options:
+    pick = st.selectbox("Partitioning (or click a point above)", options, index=index, key="space-pick")
+    if pick != selected:
+        remember("balance", pick.replace("-", ","))
+    balance = tuple(int(n) for n in pick.split("-"))
+    bars = fig_dev.device_bars(predict(profile.stats, balance), measured_for(sweep.runs, balance),
+                               sweep.setup.capacity_bytes)
+    chart(fig_dev.draw_device_bars(bars), key="space-devices", name=f"devices-{pick}")
+    st.dataframe(fig_dev.device_table(bars), hide_index=True, key="space-devices-table")
+
+st.subheader("Prediction error")
+errors = fig_space.error_stats(sweep.runs, predictions)
+if errors.count == 0:
+    st.info("No ok runs in this sweep to compare predictions with.")
+else:
+    c = st.columns(3)
+    c[0].metric("partitionings compared", errors.count)
+    c[1].metric("90% within", f"±{100 * errors.p90:.1f}%", help="90th percentile of |relative error|")
+    c[2].metric("within the paper's ±14%", f"{100 * errors.within_paper:.0f}%")
+    chart(fig_space.draw_errors(errors), key="space-errors", name="prediction-error")
+    st.caption("Relative error = (predicted − measured) / measured peak of the fullest device. "
+               "The paper reports 90% of VGG11's partitionings within 14% (section 4.2).")
+downloads(points, "mcap-partition-space", "space-points")

@@ -19,17 +19,28 @@
 #include <atomic>
 #include <cstring>
 #include <mutex>
+#include <new>
 #include <string>
 
 namespace {
 
 constexpr int kCategories = 4;  // 0 other, 1 weights, 2 gradients, 3 optimizer
 
-struct Ctx {
-  c10::DataPtr inner;
+// Every counted allocation is the base allocator's block with this header in front of
+// the data. The data pointer doubles as the DataPtr's context (code such as
+// Allocator::raw_allocate asserts that they are equal), and the header gives the size and
+// category back when the block is freed. 64 bytes keep the data 64-byte aligned like the
+// base allocator's own blocks.
+struct Header {
   int64_t n;
   std::atomic<int> cat;
 };
+constexpr size_t kHeader = 64;
+static_assert(sizeof(Header) <= kHeader, "header must fit in front of the data");
+
+inline Header* header_of(void* data) {
+  return reinterpret_cast<Header*>(static_cast<char*>(data) - kHeader);
+}
 
 std::atomic<int64_t> cur{0};
 std::atomic<int64_t> peak{0};
@@ -53,11 +64,12 @@ void note_peak(int64_t v) {
   snapshot_locked();
 }
 
-void release(void* p) {
-  Ctx* x = static_cast<Ctx*>(p);
-  by_cat[x->cat.load()].fetch_sub(x->n);
-  cur.fetch_sub(x->n);
-  delete x;  // destroys `inner`, which frees through the base allocator
+void release(void* data) {
+  Header* h = header_of(data);
+  by_cat[h->cat.load()].fetch_sub(h->n);
+  cur.fetch_sub(h->n);
+  h->~Header();
+  base->raw_deallocate(h);
 }
 
 struct Counting final : c10::Allocator {
@@ -74,20 +86,21 @@ struct Counting final : c10::Allocator {
                        "mcap memtrack: out of memory: allocating ", n, " bytes with ",
                        v - n, " bytes held would exceed the capacity of ", cap, " bytes");
     }
-    c10::DataPtr d;
+    void* block = nullptr;
     try {
-      d = base->allocate(nbytes);
+      block = base->raw_allocate(nbytes + kHeader);
     } catch (...) {
       cur.fetch_sub(n);
       throw;
     }
     const int c = tag.load();
+    new (block) Header{n, {c}};
     by_cat[c].fetch_add(n);
     note_peak(v);
-    void* data = d.get();
-    Ctx* x = new Ctx{std::move(d), n, {c}};
-    return {data, x, &release, c10::Device(c10::DeviceType::CPU)};
+    void* data = static_cast<char*>(block) + kHeader;
+    return {data, data, &release, c10::Device(c10::DeviceType::CPU)};
   }
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     std::memcpy(dest, src, count);
   }
@@ -99,7 +112,12 @@ Counting counting;
 
 bool install() {
   if (base != nullptr) return false;
-  base = c10::GetCPUAllocator();
+  c10::Allocator* current_cpu = c10::GetCPUAllocator();
+  // Blocks are taken and returned through the raw interface, which the default CPU
+  // allocator has; another one installed first (a profiler's) may not.
+  TORCH_CHECK(current_cpu->raw_deleter() != nullptr,
+              "mcap memtrack: the current CPU allocator has no raw interface to wrap");
+  base = current_cpu;
   // Priority 100 outranks the default CPU allocator's registration.
   c10::SetCPUAllocator(&counting, 100);
   return true;
@@ -133,11 +151,11 @@ bool retag(const at::Tensor& t, int category) {
     return false;
   const c10::DataPtr& dp = t.storage().data_ptr();
   if (dp.get_deleter() != &release) return false;
-  Ctx* x = static_cast<Ctx*>(dp.get_context());
-  const int old = x->cat.exchange(category);
+  Header* h = header_of(dp.get());
+  const int old = h->cat.exchange(category);
   if (old != category) {
-    by_cat[old].fetch_sub(x->n);
-    by_cat[category].fetch_add(x->n);
+    by_cat[old].fetch_sub(h->n);
+    by_cat[category].fetch_add(h->n);
   }
   return true;
 }

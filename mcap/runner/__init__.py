@@ -1,0 +1,173 @@
+"""Measure one partitioning of one model under one setup, for real (issue 4, Runner).
+
+    from mcap.runner import open_runner
+    with open_runner("vgg11:image_size=32", Setup(stages=4, batch_size=32, chunks=4)) as runner:
+        run = runner.measure((3, 3, 5, 19))      # mcap.types.Run
+        runner.model_info                         # mcap.types.ModelInfo
+
+A run trains ``ITERATIONS`` (2) full iterations — forward, backward, optimizer step — after
+building the stages, and each stage's peak covers both. ``measure`` never raises for a run
+that runs out of memory, crashes or hangs: it returns a Run with status "oom" or "failed"
+and the message, and the next ``measure`` works (the stage processes are restarted when
+one died or hung). It raises :class:`McapError` only for bad input: a balance that does
+not fit, an unknown model, a setup this machine cannot run.
+
+Engines (``Setup.engine``):
+- ``pipelining`` — ``torch.distributed.pipelining``, one persistent process per stage
+  (:mod:`mcap.runner.pipelining`). On the CPU each stage's peak is the byte-exact peak of
+  tensor memory in its process (:mod:`mcap.memtrack`), with a breakdown into weights,
+  gradients, optimizer state and other at the moment of the peak. On CUDA it is
+  ``torch.cuda.max_memory_allocated`` of the stage's GPU in that process (stages may share
+  a GPU; each process reads its own allocator); no breakdown.
+- ``torchgpipe`` — ``torchgpipe.GPipe`` over G CUDA devices in one process
+  (:mod:`mcap.runner.torchgpipe_engine`).
+
+``Run.seconds`` is the wall time of ``measure`` once the stage processes are ready (send the
+job, build the stages, train, gather); ``Run.samples_per_second`` is 2 x batch size over the
+training window of the slowest stage.
+"""
+from __future__ import annotations
+
+import time
+from typing import Optional, Sequence
+
+from mcap.errors import InvalidPartitioning, McapError
+from mcap.runner.pool import WorkerPool
+from mcap.runner.train import ITERATIONS
+from mcap.types import (
+    CHECKPOINTS, DEVICES, ENGINES, OPTIMIZERS, SCHEDULES, MemoryBreakdown, ModelInfo, Run, Setup,
+)
+
+__all__ = ["open_runner", "Runner", "check_setup", "check_balance", "ITERATIONS"]
+
+
+def check_setup(setup: Setup) -> None:
+    """Reject a setup no engine can run, naming the values."""
+    for name, value, allowed in (("schedule", setup.schedule, SCHEDULES),
+                                 ("checkpoint", setup.checkpoint, CHECKPOINTS),
+                                 ("optimizer", setup.optimizer, OPTIMIZERS),
+                                 ("engine", setup.engine, ENGINES),
+                                 ("backend", setup.backend, DEVICES)):
+        if value not in allowed:
+            raise McapError(f"{name} {value!r} is not one of {', '.join(allowed)}")
+    if setup.stages < 1:
+        raise McapError(f"stages must be at least 1, got {setup.stages}")
+    if setup.chunks < 1 or setup.batch_size < 1:
+        raise McapError(f"batch size {setup.batch_size} and chunks {setup.chunks} must be "
+                        "at least 1")
+    if setup.batch_size % setup.chunks:
+        raise McapError(f"batch size {setup.batch_size} does not split into {setup.chunks} "
+                        "equal micro-batches")
+    if setup.schedule == "1f1b" and setup.chunks < setup.stages:
+        raise McapError(f"schedule 1f1b needs at least as many micro-batches as stages: "
+                        f"chunks {setup.chunks} < stages {setup.stages}")
+    if setup.capacity_bytes is not None and setup.capacity_bytes <= 0:
+        raise McapError(f"capacity must be a positive number of bytes, got "
+                        f"{setup.capacity_bytes}")
+
+
+def check_balance(balance: Sequence[int], stages: int, num_layers: int) -> tuple[int, ...]:
+    """The balance as a tuple of ints, or InvalidPartitioning naming what is wrong."""
+    try:
+        out = tuple(int(n) for n in balance)
+    except (TypeError, ValueError):
+        raise InvalidPartitioning(f"balance {balance!r} is not a list of layer counts") from None
+    if len(out) != stages:
+        raise InvalidPartitioning(f"balance {list(out)} has {len(out)} stages but the setup "
+                                  f"has {stages}")
+    if any(n < 1 for n in out):
+        raise InvalidPartitioning(f"balance {list(out)} gives a stage no layers")
+    if sum(out) != num_layers:
+        raise InvalidPartitioning(f"balance sums to {sum(out)} but the model has {num_layers} "
+                                  "layers")
+    return out
+
+
+def _check_machine(setup: Setup) -> None:
+    if setup.backend != "cuda":
+        return
+    import torch
+    found = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if found == 0:
+        raise McapError("device cuda was asked for but no CUDA device was found; use device cpu")
+    if setup.engine == "torchgpipe":
+        from mcap.runner.torchgpipe_engine import check_devices
+        check_devices(setup, found)
+
+
+class Runner:
+    """Persistent stage processes for one model and one setup; see the module docstring."""
+
+    def __init__(self, model_spec: str, setup: Setup, *, timeout: float = 300.0):
+        from mcap.models.spec import parse_spec  # pure: a bad spec fails before any process
+
+        check_setup(setup)
+        if setup.engine == "torchgpipe" and setup.backend != "cuda":
+            raise McapError("engine torchgpipe runs on CUDA devices only; use engine "
+                            "pipelining on the CPU")
+        _check_machine(setup)
+        parse_spec(model_spec)
+        if timeout <= 0:
+            raise McapError(f"timeout must be positive, got {timeout}")
+        self.setup, self.timeout = setup, float(timeout)
+        pipelined = setup.engine == "pipelining"
+        self._pool = WorkerPool(model_spec, setup, world=setup.stages if pipelined else 1,
+                                timeout=self.timeout, group=pipelined and setup.stages > 1)
+        self._pool.start()
+
+    @property
+    def model_info(self) -> ModelInfo:
+        """The model's layers (waits for the stage processes to have built it)."""
+        if self._pool.info is None:
+            why = self._pool.wait_ready(time.monotonic() + self.timeout)
+            if why:
+                self._pool.restart()
+                raise McapError(f"the stage processes did not start: {why}")
+        return self._pool.info
+
+    @property
+    def worker_pids(self) -> list[int]:
+        """Process ids of the stage processes now serving (one per stage for pipelining)."""
+        return self._pool.pids
+
+    def measure(self, balance: Sequence[int]) -> Run:
+        """Measure one partitioning; a failure is a Run with status "oom" or "failed"."""
+        balance = check_balance(balance, self.setup.stages, self.model_info.num_layers)
+        why = self._pool.wait_ready(time.monotonic() + self.timeout)
+        if why:
+            self._pool.restart()
+            return Run(balance, "failed", None, 0.0, error=why)
+        start = time.monotonic()
+        results, why = self._pool.run(balance)
+        seconds = time.monotonic() - start
+        bad = [r for r in results if r.status != "ok"]
+        if not bad and not why and len(results) == self.setup.stages:
+            window = max(r.seconds for r in results)
+            breakdown: Optional[tuple[MemoryBreakdown, ...]] = None
+            if all(r.breakdown is not None for r in results):
+                breakdown = tuple(r.breakdown for r in results)
+            return Run(balance, "ok", tuple(r.peak for r in results), seconds,
+                       samples_per_second=ITERATIONS * self.setup.batch_size / window
+                       if window > 0 else None,
+                       breakdown=breakdown)
+        status = "oom" if any(r.status == "oom" for r in bad) else "failed"
+        messages = [r.error for r in bad if r.status == status and r.error]
+        messages += [r.error for r in bad if r.status != status and r.error]
+        if why:
+            messages.append(why)
+        error = "; ".join(dict.fromkeys(messages)) or "the run did not finish"
+        return Run(balance, status, None, seconds, error=error)
+
+    def close(self) -> None:
+        self._pool.close()
+
+    def __enter__(self) -> "Runner":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def open_runner(model_spec: str, setup: Setup, *, timeout: float = 300.0) -> Runner:
+    """Start the stage processes for ``model_spec`` under ``setup``; use as a context manager."""
+    return Runner(model_spec, setup, timeout=timeout)

@@ -1,0 +1,155 @@
+"""Engine ``pipelining``: one stage of ``torch.distributed.pipelining`` in this process.
+
+Every stage process holds an uncounted copy of the whole model (built once, under
+``memtrack.suspended()``), clones its own layers for each run, and trains them for
+``ITERATIONS`` iterations with ``ScheduleGPipe`` (fill-drain) or ``Schedule1F1B``;
+activations and their gradients cross to the neighbour processes through the process
+group (gloo on CPU, NCCL when every stage has its own GPU, gloo through host memory when
+stages share a GPU).
+
+Stage shapes are given to ``PipelineStage`` up front (``input_args``/``output_args``,
+computed on the meta device), so the schedule does not run its dynamic shape inference,
+which would execute an extra real forward in the first iteration and inflate its peak.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import gc
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import nn
+
+from mcap import memtrack
+from mcap.runner.protocol import StageResult
+from mcap.runner.train import (
+    ITERATIONS, Recomputed, Window, classify, make_optimizer, tag_weights_and_gradients,
+)
+from mcap.types import Partitioning, Setup
+
+
+@dataclass
+class Resident:
+    """What a stage process keeps between runs, none of it counted: the whole model, one
+    example batch, and each layer's output on the meta device for one micro-batch."""
+    module: nn.Sequential
+    loss: Callable
+    inputs: torch.Tensor
+    targets: torch.Tensor
+    shapes: list  # shapes[i]: meta tensor(s) layer i outputs; shapes[-1] is the input
+
+
+def tensor_shapes(module: nn.Sequential, micro_inputs: torch.Tensor) -> list:
+    """Each layer's output as meta tensors (no memory, no compute), input last."""
+    x = micro_inputs.to("meta")
+    meta = copy.deepcopy(module).to("meta")
+    outs = []
+    with torch.no_grad():
+        for layer in meta:
+            x = layer(x)
+            outs.append(x)
+    return outs + [micro_inputs.to("meta")]
+
+
+def stage_device(setup: Setup, rank: int) -> torch.device:
+    if setup.backend == "cuda":
+        return torch.device("cuda", rank % torch.cuda.device_count())
+    return torch.device("cpu")
+
+
+def shares_gpu(setup: Setup) -> bool:
+    return setup.backend == "cuda" and torch.cuda.device_count() < setup.stages
+
+
+class HostStaged(nn.Module):
+    """For GPU stages that share a GPU: gloo sends only host tensors, so activations arrive
+    in host memory, move to the GPU for compute, and go back to the host to be sent on.
+    Autograd moves their gradients the same way."""
+
+    def __init__(self, inner: nn.Module, device: torch.device, last: bool):
+        super().__init__()
+        self.inner, self.device, self.last = inner, device, last
+
+    def forward(self, *args):
+        out = self.inner(*(a.to(self.device) for a in args))
+        return out if self.last else out.to("cpu")
+
+
+def run_stage(res: Resident, setup: Setup, balance: tuple[int, ...], rank: int) -> StageResult:
+    """Train stage ``rank`` of ``balance`` for 2 iterations; its peak over that window."""
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+    first, last = Partitioning(balance).bounds()[rank]
+    is_first, is_last = rank == 0, rank == setup.stages - 1
+    device = stage_device(setup, rank)
+    host_staged = shares_gpu(setup)
+    comm_device = torch.device("cpu") if host_staged else device
+    gc.collect()
+    window = Window([device], setup.capacity_bytes)
+    objects: list = []  # everything the run allocates, dropped in `finally`
+    try:
+        window.limit()
+        layers = copy.deepcopy(res.module[first:last + 1]).to(device)
+        if device.type == "cpu":
+            tag_weights_and_gradients(layers)
+        stage_mod: nn.Module = Recomputed(layers, setup.checkpoint, setup.chunks)
+        if host_staged:
+            stage_mod = HostStaged(stage_mod, device, is_last)
+        in_meta = res.shapes[first - 1] if first > 0 else res.shapes[-1]
+        out_meta = res.shapes[last]
+        stage = PipelineStage(stage_mod, rank, setup.stages, comm_device,
+                              input_args=in_meta, output_args=out_meta)
+        schedule_cls = Schedule1F1B if setup.schedule == "1f1b" else ScheduleGPipe
+        schedule = schedule_cls(stage, setup.chunks, loss_fn=res.loss if is_last else None)
+        optimizer = make_optimizer(setup, layers.parameters())
+        objects += [layers, stage_mod, stage, schedule, optimizer]
+        gc.collect()
+        window.start()
+        start = time.perf_counter()
+        for _ in range(ITERATIONS):
+            optimizer.zero_grad(set_to_none=True)
+            _recomputed(stage_mod).new_step()
+            # The batch lands on the first stage's device and the labels on the last's, each
+            # iteration, as a training loop would place them.
+            args = (res.inputs.to(comm_device, copy=True),) if is_first else ()
+            kwargs = {"target": res.targets.to(comm_device, copy=True)} if is_last else {}
+            schedule.step(*args, return_outputs=False, **kwargs)
+            del args, kwargs
+            if device.type == "cpu":
+                with memtrack.tagged(memtrack.OPTIMIZER):
+                    optimizer.step()
+            else:
+                optimizer.step()
+            window.mark_iteration()
+        seconds = time.perf_counter() - start
+        window.stop()
+        return StageResult(rank, "ok", window.peaks()[0], window.breakdowns()[0], seconds,
+                           iteration_peaks=tuple(p[0] for p in window.iteration_peaks),
+                           held_before=window.held_before)
+    except Exception as exc:  # a run's failure is data (DESIGN.md, optuna's trial states)
+        window.stop()
+        status, message = classify(exc)
+        where = f"stage {rank} (layers {first}..{last})"
+        return StageResult(rank, status, error=f"{where}: {message}")
+    finally:
+        objects.clear()
+        gc.collect()
+
+
+def _recomputed(mod: nn.Module) -> Recomputed:
+    return mod.inner if isinstance(mod, HostStaged) else mod
+
+
+def build_resident(spec: str, setup: Setup) -> tuple[Resident, "object"]:
+    """Build the model once per process, uncounted; returns it and its ModelInfo."""
+    from mcap.models import build_model
+
+    with memtrack.suspended() if memtrack.installed() else contextlib.nullcontext():
+        built = build_model(spec)
+        inputs, targets = built.example_batch(setup.batch_size)
+        micro = inputs[: max(1, setup.batch_size // setup.chunks)]
+        shapes = tensor_shapes(built.module, micro)
+    return Resident(built.module, built.loss, inputs, targets, shapes), built.info

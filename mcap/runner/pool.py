@@ -1,0 +1,207 @@
+"""The parent side: a pool of persistent worker processes and one run at a time over it.
+
+Workers are plain subprocesses (``python -m mcap.runner.worker``), not multiprocessing
+children, so the caller's ``__main__`` (a Streamlit script, pytest) is never re-imported.
+Each gets one end of a socket pair. A run sends every worker a Job and waits for every
+Reply up to the timeout. Any run that does not end cleanly everywhere — a stage out of
+memory while its neighbours wait in a receive, a killed process, a hang — ends with the
+whole pool killed and a fresh one started at once in the background, so the next run finds
+it (almost) ready.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from multiprocessing.connection import Connection, Pipe, wait
+from pathlib import Path
+from typing import Optional
+
+from mcap.errors import McapError
+from mcap.runner.protocol import Hello, Init, Job, Reply, StageResult, Stop
+from mcap.types import ModelInfo, Setup
+
+# After one stage reports oom/failed, how long the others may still take to answer before
+# the pool is killed (they are usually blocked waiting for that stage).
+GRACE_SECONDS = 2.0
+_REPO = Path(__file__).resolve().parent.parent.parent
+
+
+class _Worker:
+    def __init__(self, proc: subprocess.Popen, conn: Connection, log: Path):
+        self.proc, self.conn, self.log = proc, conn, log
+
+    def describe_exit(self) -> str:
+        """Why the process is gone, for a failed run's message: its exit and last stderr line."""
+        try:
+            code = self.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            code = None
+        if code is None:
+            how = "stopped answering"
+        elif code < 0:
+            how = f"was killed by signal {-code}"
+        else:
+            how = f"exited with code {code}"
+        tail = _last_line(self.log)
+        return how + (f": {tail}" if tail else "")
+
+
+class WorkerPool:
+    """``world`` worker processes serving runs of one model under one setup."""
+
+    def __init__(self, spec: str, setup: Setup, world: int, timeout: float, group: bool):
+        self.spec, self.setup, self.world, self.timeout, self.group = \
+            spec, setup, world, timeout, group
+        self.workers: list[_Worker] = []
+        self.info: Optional[ModelInfo] = None
+        self._ready = False
+        self._tmp: Optional[str] = None
+        self._run_id = 0
+        self._starts = 0
+
+    # ---- life cycle -------------------------------------------------------------------
+    def start(self) -> None:
+        """Spawn the workers; returns at once (they import torch and build the model)."""
+        self._starts += 1
+        self._tmp = tempfile.mkdtemp(prefix="mcap-pool-")
+        init_file = os.path.join(self._tmp, "rendezvous") if self.group else None
+        env = dict(os.environ)
+        env["PYTHONPATH"] = str(_REPO) + os.pathsep + env.get("PYTHONPATH", "")
+        threads = str(max(1, (os.cpu_count() or 1) // self.world))
+        env.setdefault("OMP_NUM_THREADS", threads)
+        for rank in range(self.world):
+            parent_end, child_end = Pipe(duplex=True)
+            log = Path(self._tmp) / f"worker{rank}.log"
+            with open(log, "wb") as out:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "mcap.runner.worker", str(child_end.fileno())],
+                    pass_fds=[child_end.fileno()], stdin=subprocess.DEVNULL, stdout=out,
+                    stderr=subprocess.STDOUT, env=env, cwd=str(_REPO),
+                    start_new_session=True)  # Ctrl-C reaches the runner, which ends them
+            child_end.close()
+            parent_end.send(Init(self.spec, self.setup, rank, self.world, init_file,
+                                 pg_timeout=self.timeout))
+            self.workers.append(_Worker(proc, parent_end, log))
+        self._ready = False
+
+    def wait_ready(self, deadline: float) -> Optional[str]:
+        """Wait for every Hello. Returns None when ready, else why not (a crash or a hang).
+        Raises McapError when a worker rejected the input (an unknown model, ...)."""
+        if self._ready:
+            return None
+        pending = {w.conn: rank for rank, w in enumerate(self.workers)}
+        while pending:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return (f"stage processes {sorted(pending.values())} were not ready within "
+                        f"{self.timeout:g} s")
+            for conn in wait(list(pending), timeout=left):
+                rank = pending.pop(conn)
+                try:
+                    hello: Hello = conn.recv()
+                except (EOFError, OSError):
+                    return f"stage process {rank} {self.workers[rank].describe_exit()}"
+                if hello.error and hello.is_bad_input:
+                    raise McapError(hello.error)
+                if hello.error:
+                    return f"stage process {rank} could not start: {hello.error}"
+                if rank == 0:
+                    self.info = hello.info
+        self._ready = True
+        return None
+
+    def close(self) -> None:
+        """End every worker (politely, then by pid) and remove the pool's files."""
+        for w in self.workers:
+            try:
+                w.conn.send(Stop())
+            except (OSError, ValueError):
+                pass
+        end = time.monotonic() + 3
+        for w in self.workers:
+            try:
+                w.proc.wait(timeout=max(0.1, end - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        self.kill()
+
+    def kill(self) -> None:
+        for w in self.workers:
+            if w.proc.poll() is None:
+                w.proc.kill()
+            w.proc.wait()
+            w.conn.close()
+        self.workers = []
+        self._ready = False
+        if self._tmp:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+
+    def restart(self) -> None:
+        self.kill()
+        self.start()
+
+    @property
+    def pids(self) -> list[int]:
+        return [w.proc.pid for w in self.workers]
+
+    # ---- one run ----------------------------------------------------------------------
+    def run(self, balance: tuple[int, ...]) -> tuple[list[StageResult], Optional[str]]:
+        """Send one Job to all workers and gather their results within the timeout.
+
+        Returns (stage results in stage order, or fewer; a failure message or None). On any
+        failure the pool has been restarted before this returns.
+        """
+        deadline = time.monotonic() + self.timeout
+        why = self.wait_ready(deadline)
+        if why:
+            self.restart()
+            return [], why
+        self._run_id += 1
+        job = Job(self._run_id, tuple(balance))
+        pending = {w.conn: rank for rank, w in enumerate(self.workers)}
+        results: list[StageResult] = []
+        problems: list[str] = []
+        for conn, rank in list(pending.items()):
+            try:
+                conn.send(job)
+            except OSError:
+                pending.pop(conn)
+                problems.append(f"stage process {rank} {self.workers[rank].describe_exit()}")
+        if problems:
+            deadline = min(deadline, time.monotonic() + GRACE_SECONDS)
+        while pending:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            for conn in wait(list(pending), timeout=left):
+                rank = pending.pop(conn)
+                try:
+                    reply: Reply = conn.recv()
+                except (EOFError, OSError):
+                    problems.append(f"stage process {rank} {self.workers[rank].describe_exit()}")
+                    deadline = min(deadline, time.monotonic() + GRACE_SECONDS)
+                    continue
+                results.extend(reply.results)
+                if any(r.status != "ok" for r in reply.results):
+                    deadline = min(deadline, time.monotonic() + GRACE_SECONDS)
+        if pending and not problems and all(r.status == "ok" for r in results):
+            problems.append(f"run timed out after {self.timeout:g} s: stage processes "
+                            f"{sorted(pending.values())} did not finish")
+        clean = not pending and not problems and all(r.status == "ok" for r in results)
+        if not clean:
+            self.restart()
+        results.sort(key=lambda r: r.stage)
+        return results, ("; ".join(problems) or None)
+
+
+def _last_line(path: Path) -> str:
+    try:
+        lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    return lines[-1].strip()[:300] if lines else ""

@@ -1,0 +1,63 @@
+"""Messages between the runner (parent) and its stage worker processes, pickled over a pipe.
+
+Parent -> worker: :class:`Init` once, then :class:`Job` per run (or :class:`Stop`).
+Worker -> parent: :class:`Hello` once (ready, or why not), then one :class:`Reply` per Job.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from mcap.types import MemoryBreakdown, ModelInfo, Setup
+
+
+@dataclass(frozen=True)
+class Init:
+    spec: str
+    setup: Setup
+    rank: int
+    world: int
+    init_file: Optional[str]  # FileStore rendezvous of the process group; None: no group
+    pg_timeout: float
+
+
+@dataclass(frozen=True)
+class Job:
+    run_id: int
+    balance: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Stop:
+    pass
+
+
+@dataclass(frozen=True)
+class Hello:
+    rank: int
+    pid: int
+    info: Optional[ModelInfo]
+    error: Optional[str] = None  # the worker could not get ready (bad user model, ...)
+    is_bad_input: bool = False  # error is an McapError (the caller's input), not a crash
+
+
+@dataclass(frozen=True)
+class StageResult:
+    """One stage's (one device's) outcome. ``peak`` counts from the window's start: stage
+    built, optimizer created (issue 4, Runner)."""
+    stage: int
+    status: str  # "ok" | "oom" | "failed"
+    peak: Optional[int] = None
+    breakdown: Optional[MemoryBreakdown] = None
+    seconds: float = 0.0  # the 2 training iterations, in this process
+    error: Optional[str] = None
+    # the running peak after each iteration: shows whether iteration 2 reached a new peak
+    iteration_peaks: tuple[int, ...] = ()
+    held_before: int = 0  # bytes held before the stage was built (0: nothing leaked)
+
+
+@dataclass(frozen=True)
+class Reply:
+    run_id: int
+    rank: int
+    results: tuple[StageResult, ...]  # one per stage this worker ran (all G for torchgpipe)

@@ -1,0 +1,155 @@
+"""What both engines share inside a worker: the optimizer, activation recomputation per
+micro-batch, and reading a device's peak over the measured window."""
+from __future__ import annotations
+
+import traceback
+from pathlib import Path
+from typing import Optional, Sequence
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from mcap import memtrack
+from mcap.types import MemoryBreakdown, Setup
+
+ITERATIONS = 2  # issue 4: each run trains 2 full iterations after building the stages
+
+
+def make_optimizer(setup: Setup, params) -> torch.optim.Optimizer:
+    """The paper's SGD (lr 0.1, momentum 0.9, weight decay 1e-4), or Adam."""
+    params = list(params)
+    if setup.optimizer == "adam":
+        return torch.optim.Adam(params, lr=1e-3)
+    return torch.optim.SGD(params, lr=0.1, momentum=0.9, weight_decay=1e-4)
+
+
+class Recomputed(nn.Module):
+    """A stage's layers with torchgpipe's checkpoint modes over micro-batches.
+
+    torchgpipe recomputes in backward every micro-batch but the last under
+    ``except_last`` (the last one's backward starts right away, so keeping its activations
+    costs nothing extra), all of them under ``always``, none under ``never``. Forwards run
+    in micro-batch order in both GPipe and 1F1B, so counting calls since :meth:`new_step`
+    tells which micro-batch this is. Calls on meta tensors (shape inference) do not count.
+    """
+
+    def __init__(self, layers: nn.Module, mode: str, chunks: int):
+        super().__init__()
+        self.layers = layers
+        self.mode = mode
+        self.chunks = chunks
+        self.calls = 0
+
+    def new_step(self) -> None:
+        self.calls = 0
+
+    def forward(self, *args):
+        if any(isinstance(a, torch.Tensor) and a.is_meta for a in args) \
+                or not torch.is_grad_enabled():
+            return self.layers(*args)
+        index, self.calls = self.calls, self.calls + 1
+        if self.mode == "always" or (self.mode == "except_last" and index < self.chunks - 1):
+            return checkpoint(self.layers, *args, use_reentrant=False)
+        return self.layers(*args)
+
+
+def tag_weights_and_gradients(module: nn.Module) -> None:
+    """Attribute a stage's parameters and buffers to ``weights`` and each parameter's
+    gradient to ``gradients`` as soon as autograd accumulates it (CPU breakdown)."""
+    for t in list(module.parameters()) + list(module.buffers()):
+        memtrack.retag(t, memtrack.WEIGHTS)
+
+    def hook(param: torch.Tensor) -> None:
+        memtrack.retag(param.grad, memtrack.GRADIENTS)
+
+    for p in module.parameters():
+        if p.requires_grad:
+            p.register_post_accumulate_grad_hook(hook)
+
+
+class Window:
+    """The measured window of one or more devices of this process: the peak is reset after
+    the stage is built and the optimizer created, and covers both iterations."""
+
+    def __init__(self, devices: Sequence[torch.device], capacity: Optional[int]):
+        self.devices = list(devices)
+        self.cuda = self.devices[0].type == "cuda"
+        self.capacity = capacity
+        self.iteration_peaks: list[list[int]] = []
+        # Bytes this process held before the stage was built; 0 when nothing leaked from
+        # earlier runs. Peaks are absolute (like max_memory_allocated), so this is a check.
+        self.held_before = self._held()
+
+    def _held(self) -> int:
+        if self.cuda:
+            return sum(int(torch.cuda.memory_allocated(d)) for d in self.devices)
+        return memtrack.current()
+
+    def limit(self) -> None:
+        """Impose the capacity from here on, before the stage is built: weights that do not
+        fit are out of memory too, as on a GPU."""
+        if not self.capacity:
+            return
+        if self.cuda:
+            for d in self.devices:
+                total = torch.cuda.get_device_properties(d).total_memory
+                torch.cuda.set_per_process_memory_fraction(min(1.0, self.capacity / total), d)
+        else:
+            memtrack.set_capacity(self.capacity)
+
+    def start(self) -> None:
+        """Open the measured window: stage built, optimizer created."""
+        if self.cuda:
+            for d in self.devices:
+                torch.cuda.synchronize(d)
+                torch.cuda.reset_peak_memory_stats(d)
+        else:
+            memtrack.reset_peak()
+
+    def mark_iteration(self) -> None:
+        self.iteration_peaks.append(self.peaks())
+
+    def stop(self) -> None:
+        if self.cuda:
+            for d in self.devices:
+                torch.cuda.synchronize(d)
+                if self.capacity:
+                    torch.cuda.set_per_process_memory_fraction(1.0, d)
+        else:
+            memtrack.set_capacity(None)
+
+    def peaks(self) -> list[int]:
+        if self.cuda:
+            return [int(torch.cuda.max_memory_allocated(d)) for d in self.devices]
+        return [memtrack.peak()]
+
+    def breakdowns(self) -> list[Optional[MemoryBreakdown]]:
+        """Exact on CPU (the tracker copies its per-category bytes when a peak is reached);
+        not available on CUDA, where only the allocator's totals are read."""
+        if self.cuda:
+            return [None] * len(self.devices)
+        other, weights, grads, optim = memtrack.peak_breakdown()
+        return [MemoryBreakdown(weights=weights, gradients=grads, optimizer=optim, other=other)]
+
+
+def classify(exc: BaseException) -> tuple[str, str]:
+    """(status, message) for an exception a run raised: out-of-memory (the CPU tracker's
+    capacity or a real CUDA OOM) is "oom", anything else "failed". Wrapped errors (the
+    schedule re-raises a stage's error as RuntimeError) are judged by their root cause."""
+    chain = [exc]
+    while chain[-1].__cause__ is not None and len(chain) < 10:
+        chain.append(chain[-1].__cause__)
+    for e in chain:
+        if isinstance(e, torch.OutOfMemoryError) or memtrack.is_capacity_error(e) \
+                or "CUDA out of memory" in str(e):
+            return "oom", _first_line(e)
+    root = chain[-1]
+    tb = traceback.extract_tb(root.__traceback__)
+    where = f" (at {Path(tb[-1].filename).name}:{tb[-1].lineno})" if tb else ""
+    return "failed", f"{type(root).__name__}: {_first_line(root)}{where}"
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

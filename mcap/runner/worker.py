@@ -1,0 +1,102 @@
+"""A persistent stage worker: ``python -m mcap.runner.worker FD``.
+
+Started by :mod:`mcap.runner.pool` with one end of a socket pair as file descriptor FD.
+It installs the CPU memory tracker, joins the process group once, builds the model once,
+says :class:`Hello`, then serves :class:`Job` after :class:`Job` until :class:`Stop` or
+until the parent goes away, so consecutive runs pay neither process start, torch import
+nor rendezvous (issue 4, start-up cost).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import traceback
+from datetime import timedelta
+from multiprocessing.connection import Connection
+
+
+def _die_with_parent() -> None:
+    """A stage blocked in a receive never reads its pipe; have the kernel kill it when the
+    runner process dies instead of leaving it behind (Linux; elsewhere the pipe's EOF)."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def _start(init):
+    import torch
+    import torch.distributed as dist
+
+    from mcap import memtrack
+    from mcap.runner import pipelining, torchgpipe_engine
+
+    import torch.distributed.pipelining  # noqa: F401  (its import-time tensors stay uncounted)
+
+    setup = init.setup
+    if setup.backend == "cpu":
+        memtrack.install()  # before any model is built (memtrack docstring)
+    if setup.engine == "torchgpipe":
+        return torchgpipe_engine.build_resident(init.spec, setup)
+    if setup.backend == "cuda":
+        torch.cuda.set_device(pipelining.stage_device(setup, init.rank))
+    if init.init_file:
+        backend = "nccl" if setup.backend == "cuda" and not pipelining.shares_gpu(setup) \
+            else "gloo"
+        dist.init_process_group(backend, init_method=f"file://{init.init_file}",
+                                rank=init.rank, world_size=init.world,
+                                timeout=timedelta(seconds=init.pg_timeout))
+    return pipelining.build_resident(init.spec, setup)
+
+
+def _run(init, resident, job):
+    from mcap.runner import pipelining, torchgpipe_engine
+
+    if init.setup.engine == "torchgpipe":
+        return torchgpipe_engine.run(resident, init.setup, job.balance)
+    return (pipelining.run_stage(resident, init.setup, job.balance, init.rank),)
+
+
+def serve(conn: Connection) -> None:
+    from mcap.errors import McapError
+    from mcap.runner.protocol import Hello, Reply, Stop
+
+    init = conn.recv()
+    try:
+        resident, info = _start(init)
+    except McapError as exc:
+        conn.send(Hello(init.rank, os.getpid(), None, str(exc), is_bad_input=True))
+        return
+    except Exception as exc:
+        text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        conn.send(Hello(init.rank, os.getpid(), None, text))
+        return
+    conn.send(Hello(init.rank, os.getpid(), info))
+    while True:
+        try:
+            job = conn.recv()
+        except (EOFError, OSError):
+            break
+        if isinstance(job, Stop):
+            break
+        conn.send(Reply(job.run_id, init.rank, _run(init, resident, job)))
+    import torch.distributed as dist
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def main(argv: list[str]) -> int:
+    _die_with_parent()
+    conn = Connection(int(argv[1]))
+    try:
+        serve(conn)
+    except (EOFError, BrokenPipeError, ConnectionResetError):
+        pass  # the runner went away
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

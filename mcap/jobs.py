@@ -150,15 +150,16 @@ def active_jobs(store: Store, kind: Optional[str] = None) -> tuple[Job, ...]:
     return tuple(out)
 
 
-def wait(job_id: int, timeout: float) -> Optional[int]:
-    """Wait for a child this process started; its exit code, or None if it still runs."""
-    for pid, child in _CHILDREN.items():
-        if child.args[-1] == str(job_id):
-            try:
-                return child.wait(timeout)
-            except subprocess.TimeoutExpired:
-                return None
-    return None
+def wait(store: Store, job_id: int, timeout: float) -> Optional[int]:
+    """Wait for a job's child that this process started; its exit code, or None if it still
+    runs after ``timeout`` seconds (or was started by another process)."""
+    child = _CHILDREN.get(store.job(job_id).pid)
+    if child is None:
+        return None
+    try:
+        return child.wait(timeout)
+    except subprocess.TimeoutExpired:
+        return None
 
 
 def tail_of(path: Path, limit: int = 2000) -> str:

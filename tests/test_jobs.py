@@ -1,0 +1,68 @@
+"""mcap.jobs: real child processes of ``python -m mcap``, followed through the store."""
+import time
+
+import pytest
+
+from mcap import jobs
+from mcap.errors import McapError
+from mcap.store import open_store
+
+TINY = ["--model", "gpt:layers=1,hidden=32,vocab=64,seq=16", "--batch-size", "4", "--chunks", "2"]
+
+
+def wait_until(predicate, timeout):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"not reached within {timeout} s")
+
+
+def test_bad_command_fails_with_the_cli_message(tmp_path):
+    store = open_store(tmp_path / "s.sqlite")
+    job = jobs.launch(store, "profile", ["--model", "nosuchmodel", "--stages", "2",
+                                         "--out", str(tmp_path / "p.json")])
+    assert job.pid is not None and job.argv[0] == "profile"
+    assert jobs.wait(store, job.id, 60) == 2
+    p = jobs.progress(store, job.id)
+    assert p.job.status == "failed" and not p.alive
+    assert "exit code 2" in p.job.error and "nosuchmodel" in p.job.error
+    assert jobs.active_jobs(store) == ()
+
+
+def test_unknown_kind_is_refused(tmp_path):
+    with pytest.raises(McapError, match="job kind 'train' is not one of profile, sweep, measure"):
+        jobs.command("train", [], 1)
+
+
+@pytest.mark.integration
+def test_profile_job_records_its_runs_in_the_store(tmp_path):
+    store = open_store(tmp_path / "s.sqlite")
+    out = tmp_path / "p.json"
+    job = jobs.launch(store, "profile", [*TINY, "--stages", "2", "--out", str(out)])
+    assert jobs.wait(store, job.id, 240) == 0, jobs.tail_of(jobs.log_path(store, job.id))
+    p = jobs.progress(store, job.id)
+    assert p.job.status == "done" and p.job.done == p.job.total == 2
+    assert [r.balance for r in p.runs] == [(1, 2), (2, 1)]
+    assert all(r.status == "ok" and r.peak > 0 for r in p.runs)
+    assert p.fraction == 1.0 and out.exists()
+    assert len(store.list_profiles()) == 1
+
+
+@pytest.mark.integration
+def test_cancel_stops_the_child_and_keeps_finished_runs(tmp_path):
+    store = open_store(tmp_path / "s.sqlite")
+    job = jobs.launch(store, "sweep", ["--model", "gpt:layers=4,hidden=32,vocab=64,seq=16",
+                                       "--batch-size", "4", "--chunks", "2", "--stages", "2",
+                                       "--out", str(tmp_path / "s.json")])
+    wait_until(lambda: store.job(job.id).status == "running", 120)
+    assert jobs.active_jobs(store, "sweep")[0].id == job.id
+    cancelled = jobs.cancel(store, job.id)
+    assert cancelled.status == "cancelled"
+    assert jobs.wait(store, job.id, 60) is not None
+    p = jobs.progress(store, job.id)
+    assert p.job.status == "cancelled" and not p.alive
+    assert len(p.runs) < 5  # gpt with 4 blocks has 6 layers: 5 two-stage partitionings
+    assert jobs.cancel(store, job.id).status == "cancelled"  # a second cancel changes nothing

@@ -3,6 +3,10 @@
 features (21: conv/relu x8, maxpool x5), avgpool, flatten, classifier (7: linear, relu,
 dropout, linear, relu, dropout, linear). Written here rather than taken from torchvision
 so nothing is downloaded and the layer list is explicit.
+
+ReLUs are out of place (torchvision's are in place): every layer may start a pipeline
+stage, and a stage's first layer receives an activation that autograd and activation
+checkpointing must keep intact (an in-place ReLU there fails the backward pass).
 """
 from __future__ import annotations
 
@@ -29,7 +33,7 @@ def vgg11(image_size: int, classes: int, hidden: int) -> nn.Sequential:
             block, conv = block + 1, 1
             continue
         layers[f"conv{block}_{conv}"] = nn.Conv2d(in_ch, item, 3, padding=1)
-        layers[f"relu{block}_{conv}"] = nn.ReLU(inplace=True)
+        layers[f"relu{block}_{conv}"] = nn.ReLU(inplace=False)
         in_ch, conv = item, conv + 1
     # After five 2x2 pools the map is image_size/32; torchvision pools to 7x7, which is
     # exactly that at 224 (so 224/1000 gives the paper's 132.9M parameters), and small
@@ -38,10 +42,10 @@ def vgg11(image_size: int, classes: int, hidden: int) -> nn.Sequential:
     layers["avgpool"] = nn.AdaptiveAvgPool2d((side, side))
     layers["flatten"] = nn.Flatten(1)
     layers["fc1"] = nn.Linear(512 * side * side, hidden)
-    layers["relu_fc1"] = nn.ReLU(inplace=True)
+    layers["relu_fc1"] = nn.ReLU(inplace=False)
     layers["drop1"] = nn.Dropout(0.5)
     layers["fc2"] = nn.Linear(hidden, hidden)
-    layers["relu_fc2"] = nn.ReLU(inplace=True)
+    layers["relu_fc2"] = nn.ReLU(inplace=False)
     layers["drop2"] = nn.Dropout(0.5)
     layers["fc3"] = nn.Linear(hidden, classes)
     return nn.Sequential(layers)

@@ -1,0 +1,57 @@
+"""The ``time`` baseline: torchgpipe's real balance_by_time on mcap models."""
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from mcap.errors import McapError
+from mcap.predict import predict
+from mcap.timebalance import recommend_time, time_balance
+from mcap.types import LayerStats, Layer, ModelInfo, Profile, Setup
+
+
+@pytest.fixture
+def heavy_first_model(tmp_path, monkeypatch):
+    """Layer 0 does nearly all the work (eight 512x512 matmuls), layers 1..7 are ReLUs."""
+    (tmp_path / "mcap_test_heavy.py").write_text(textwrap.dedent("""
+        import torch
+        from torch import nn
+
+        def make():
+            heavy = nn.Sequential(*[nn.Linear(512, 512) for _ in range(8)])
+            seq = nn.Sequential(heavy, *[nn.ReLU() for _ in range(7)])
+            def batch(batch_size, seed=0):
+                g = torch.Generator().manual_seed(seed)
+                return torch.randn(batch_size, 512, generator=g), torch.zeros(batch_size, 512)
+            return seq, batch, nn.functional.mse_loss
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return "mcap_test_heavy:make"
+
+
+def test_time_balance_gives_the_heavy_layer_its_own_stage(heavy_first_model):
+    assert time_balance(heavy_first_model, 2, 64, timeout=0.2) == (1, 7)
+
+
+def test_time_balance_handles_in_place_relus_and_tuple_activations():
+    # torchgpipe's profiler refuses an in-place op on its detached leaf inputs; mcap times
+    # an out-of-place copy. AmoebaNet passes (state, skip) tuples between layers.
+    for spec, layers in (("vgg11:hidden=64", 30), ("amoebanet-d:layers=3,filters=16", 9)):
+        balance = time_balance(spec, 4, 4, timeout=0.05)
+        assert len(balance) == 4 and sum(balance) == layers and min(balance) >= 1
+
+
+def test_recommend_time_predicts_with_the_profile(heavy_first_model):
+    stats = LayerStats(mem_isolated=(900, 10, 11, 12, 13, 14, 15, 16),
+                       mem_added=(None, 1, 2, 3, 4, 5, 6, 7))
+    info = ModelInfo(heavy_first_model, tuple(Layer(f"l{i}", 0) for i in range(8)))
+    prof = Profile(model=info, setup=Setup(stages=2, batch_size=128, chunks=2), stats=stats)
+    rec = recommend_time(prof, timeout=0.2)
+    assert rec.method == "time" and rec.balance == (1, 7) and rec.evaluated == 1
+    assert rec.predicted_peaks == predict(stats, (1, 7)).peaks == (900, 10 + 2 + 3 + 4 + 5 + 6 + 7)
+
+
+def test_more_stages_than_layers_is_refused():
+    with pytest.raises(McapError, match="cannot split 6 layers into 7 stages"):
+        time_balance("gpt:layers=4,hidden=16,heads=2,vocab=10,seq=4", 7, 2)

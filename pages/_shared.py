@@ -210,50 +210,95 @@ def json_download(obj, name: str, key: str, label: str = "⬇️ JSON") -> None:
 
 METHODS = ("exact", "bf", "bo")
 BASELINES = ("balance_by_time", "uniform", "params")
+TIME_PROFILING_S = 0.5  # balance_by_time's timing budget per layer pass (torchgpipe's timeout)
 
 
 def uniform_balance(num_layers: int, stages: int) -> tuple[int, ...]:
-    q, r = divmod(num_layers, stages)
-    return tuple(q + (1 if i < r else 0) for i in range(stages))
+    """Where the widgets start before anything is chosen (mcap.search.baselines.uniform)."""
+    from mcap.search.baselines import uniform
+    return tuple(uniform(num_layers, stages))
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def _recommend(param: str, revision: tuple, stages: int, method: str, settings: tuple):
     profile = open_dataset(param)
-    return _run_method(profile, stages, method, dict(settings), None)
+    return run_method(profile, stages, method, dict(settings))
 
 
-def _run_method(profile, stages: int, method: str, settings: dict, progress):
+def run_method(profile, stages: int, method: str, settings: dict, progress=None):
     """One method or baseline as a Recommendation (the search's one result type)."""
-    from mcap.predict import predict
-    from mcap.types import Recommendation
     if method == "balance_by_time":
         import time as _time
+        from mcap.predict import predict
         from mcap.timebalance import time_balance
+        from mcap.types import Recommendation
         setup = profile.setup
         started = _time.perf_counter()
         balance = time_balance(profile.model.spec, stages, max(setup.batch_size // setup.chunks, 1),
-                               timeout=float(settings.get("timeout", 0.5)))
+                               timeout=float(settings.get("timeout", TIME_PROFILING_S)))
         pred = predict(profile.stats, balance)
         return Recommendation("balance_by_time", pred.balance, pred.peaks,
                               _time.perf_counter() - started, 1)
     from mcap.search import recommend
-    return recommend(profile.stats, stages, method, progress=progress, model=profile.model,
-                     **settings)
+    return recommend(profile.stats, stages, method, progress=progress,
+                     layer_params=[layer.param_bytes for layer in profile.model.layers], **settings)
 
 
-def recommendation(profile, stages: int, method: str, progress=None, **settings):
-    """Cached per dataset content, stage count, method and settings; with a ``progress``
-    callback (bo's live curve) it runs uncached so the callback sees every step."""
+def recommendation(profile, stages: int, method: str, **settings):
+    """Cached per dataset content, stage count, method and settings."""
     param = shared("profile")
-    if progress is not None or param is None:
-        return _run_method(profile, stages, method, settings, progress)
-    return _recommend(param, revision_of(datasets.parse_ref(param)),
-                      stages, method, tuple(sorted(settings.items())))
+    if param is None:
+        return run_method(profile, stages, method, settings)
+    return _recommend(param, revision_of(datasets.parse_ref(param)), int(stages), method,
+                      tuple(sorted(settings.items())))
 
 
 def recommendations(profile, stages: int, methods) -> tuple:
     return tuple(recommendation(profile, stages, m) for m in methods)
+
+
+class BoRun:
+    """One bo search running in a background thread of this server, so the page stays
+    responsive and the best-so-far curve can be polled while it grows (bo takes minutes on
+    a small CPU machine; BENCHMARKS.md). Seeded, so a finished run is reused by any session."""
+
+    def __init__(self, profile, stages: int, seed: int, iterations: int):
+        import threading
+        self.iterations = iterations
+        self.curve: list[int] = []
+        self.result = None
+        self.error: Optional[str] = None
+        self.thread = threading.Thread(target=self._run, args=(profile, stages, seed, iterations),
+                                       daemon=True, name="mcap-bo")
+        self.thread.start()
+
+    def _run(self, profile, stages, seed, iterations):
+        from mcap.figures.recommend import live_bo
+        try:
+            self.result = live_bo(profile.stats, stages, seed=seed, iterations=iterations,
+                                  on_best=lambda n, best: self.curve.append(best))
+        except McapError as exc:
+            self.error = str(exc)
+        except Exception as exc:  # shown on the page, never a traceback
+            self.error = f"bo failed: {type(exc).__name__}: {exc}"
+
+    @property
+    def finished(self) -> bool:
+        return self.result is not None or self.error is not None
+
+
+@st.cache_resource(show_spinner=False)
+def _bo_runs() -> dict:
+    return {}
+
+
+def bo_run(profile, stages: int, seed: int, iterations: int, start: bool = False) -> Optional[BoRun]:
+    """The bo run for this dataset and these settings: existing, started now, or None."""
+    key = (shared("profile"), int(stages), int(seed), int(iterations))
+    runs = _bo_runs()
+    if key not in runs and start:
+        runs[key] = BoRun(profile, int(stages), int(seed), int(iterations))
+    return runs.get(key)
 
 
 def prediction_of(rec):

@@ -1,7 +1,5 @@
 """Recommend: run a search method (exact, bf, bo; paper 3.4) with its settings, watch bo's
-best-so-far curve, compare every method and baseline, and copy a ready snippet."""
-import time
-
+best-so-far curve grow, compare every method and baseline, and copy a ready snippet."""
 import streamlit as st
 
 from mcap.errors import McapError
@@ -9,8 +7,8 @@ from mcap.figures import recommend as fig_rec
 from mcap.figures import snippet
 from mcap.figures._style import balance_str, fmt_bytes
 from pages._shared import (
-    BASELINES, METHODS, caption_of, chart, current, downloads, measured_runs, recommendation,
-    remember, restore_url, shared, shared_int,
+    BASELINES, METHODS, bo_run, caption_of, chart, current, downloads, measured_runs,
+    recommendation, remember, restore_url, shared, shared_int,
 )
 
 restore_url()
@@ -26,78 +24,77 @@ method = a.selectbox("Method", METHODS, index=METHODS.index(method) if method in
                      key="rec-method",
                      help="exact: min-max dynamic programme over prefix sums; bf: brute force over "
                           "all C(L-1, G-1) partitionings (mCAP-BF); bo: Bayesian optimisation "
-                          "with scikit-optimize (mCAP-BO)")
+                          "with scikit-optimize (mCAP-BO, the paper's settings)")
 stages = int(b.number_input("Stages", 1, layers, value=shared_int("stages", profile.setup.stages, 1, layers),
                             key="rec-stages"))
-tolerance = c.number_input("Tie tolerance (MiB)", 0.0, 10_000.0, value=0.0, step=1.0, key="rec-tol",
-                           help="peaks within this much of the lowest count as tied; ties are broken "
-                                "by dropping the fullest device and comparing the rest (paper 3.4)")
+tolerance = c.number_input("Tie tolerance (%)", 0.0, 100.0, value=0.0, step=1.0, key="rec-tol",
+                           disabled=method == "bo",
+                           help="peaks within this fraction of the lowest count as tied; ties are "
+                                "broken by dropping the fullest device and comparing the rest "
+                                "(paper 3.4). Applies to exact and bf.")
 remember("method", method)
 remember("stages", stages)
-settings = {"tie_tolerance": int(tolerance * 2**20)}
+tol = {"tie_tolerance": tolerance / 100} if tolerance else {}
+
+rec = None
 if method == "bo":
     a, b = st.columns(2)
-    settings["iterations"] = int(a.number_input("bo iterations", 5, 500, value=75, key="rec-iters",
-                                                help="the paper uses 75 (section 4.1)"))
-    settings["seed"] = int(b.number_input("seed", 0, 10**6, value=0, key="rec-seed"))
+    iterations = int(a.number_input("bo iterations", 2, 500, value=shared_int("iterations", 75, 2, 500),
+                                    key="rec-iters", help="the paper uses 75 (section 4.1); each "
+                                    "one refits a Gaussian process, so later ones are slower"))
+    seed = int(b.number_input("seed", 0, 10**6, value=0, key="rec-seed"))
+    run = bo_run(profile, stages, seed, iterations)
+    if run is None and st.button(f"🔎 Run bo ({iterations} evaluations)", type="primary", key="rec-run"):
+        run = bo_run(profile, stages, seed, iterations, start=True)
+    if run is None:
+        st.info("bo runs only when asked: press **Run bo**. Its best-so-far curve grows here as "
+                "it runs, and the search goes on if you visit other pages.")
+    else:
+        try:
+            optimum = recommendation(profile, stages, "exact").predicted_peak
+        except McapError:
+            optimum = None
 
-if st.button(f"🔎 Run {method}", type="primary", key="rec-run"):
-    placeholder = st.empty()
-    curve: list[int] = []
-    last_draw = [0.0]
-
-    def progress(evaluated: int, best_peak: int) -> None:
-        """bo's callback: redraw the best-so-far curve at most ~5 times a second."""
-        curve.append(int(best_peak))
-        if time.monotonic() - last_draw[0] > 0.2:
-            last_draw[0] = time.monotonic()
-            placeholder.plotly_chart(fig_rec.draw_curve(fig_rec.curve_frame(tuple(curve))),
-                                     key=f"bo-live-{len(curve)}")
-
+        @st.fragment(run_every=None if run.finished else 0.5)
+        def bo_curve():
+            done = len(run.curve)
+            st.progress(done / run.iterations, text=f"bo: {done} of {run.iterations} evaluations"
+                        + ("" if run.finished else " (running)"))
+            if run.curve:
+                chart(fig_rec.draw_curve(fig_rec.curve_frame(tuple(run.curve)), optimum),
+                      key="rec-curve", name="bo-curve")
+            if run.finished and not st.session_state.get(f"bo-shown-{id(run)}"):
+                st.session_state[f"bo-shown-{id(run)}"] = True
+                st.rerun(scope="app")  # draw the result and the table with bo in it
+        bo_curve()
+        if run.error:
+            st.error(run.error)
+        rec = run.result
+else:
     try:
-        with st.spinner(f"{method} is searching {stages} stages…"):
-            rec = recommendation(profile, stages, method, progress=progress if method == "bo" else None,
-                                 **settings)
-        st.session_state["rec-last"] = rec
-        placeholder.empty()
-    except McapError as exc:
-        st.error(str(exc))
-
-rec = st.session_state.get("rec-last")
-if rec is None or rec.method != method or len(rec.balance) != stages:
-    try:
-        rec = recommendation(profile, stages, method, **settings) if method != "bo" else rec
+        rec = recommendation(profile, stages, method, **tol)
     except McapError as exc:
         st.error(str(exc))
         st.stop()
-if rec is not None and (rec.method != method or len(rec.balance) != stages):
-    rec = None
 
-if rec is None:
-    st.info(f"Press **Run {method}** to start the Bayesian optimisation; its best-so-far curve "
-            "is drawn as it runs.")
-else:
+if rec is not None:
     remember("balance", ",".join(map(str, rec.balance)))
     c = st.columns(4)
     c[0].metric("recommended", balance_str(rec.balance))
     c[1].metric("predicted peak", fmt_bytes(rec.predicted_peak))
     c[2].metric("search time", f"{rec.seconds:.3f} s")
-    c[3].metric("partitionings evaluated", f"{rec.evaluated:,}")
-    if rec.curve:
-        exact = recommendation(profile, stages, "exact", tie_tolerance=settings["tie_tolerance"])
-        chart(fig_rec.draw_curve(fig_rec.curve_frame(rec.curve), optimum=exact.predicted_peak),
-              key="rec-curve", name="bo-curve")
+    c[3].metric("evaluated", f"{rec.evaluated:,}",
+                help="bf: partitionings; exact: DP transitions; bo: objective evaluations")
 
 st.subheader("All methods and baselines")
 rows = []
 for name in METHODS + BASELINES:
-    if name == method and rec is not None:
-        rows.append(rec)
-        continue
     if name == "bo":
-        continue  # bo only when asked for: it takes seconds, not milliseconds
+        if method == "bo" and rec is not None:
+            rows.append(rec)
+        continue  # bo only when asked for: it takes minutes, not milliseconds
     try:
-        rows.append(recommendation(profile, stages, name))
+        rows.append(recommendation(profile, stages, name, **(tol if name in ("exact", "bf") else {})))
     except McapError as exc:
         st.warning(f"{name}: {exc}")
 table = fig_rec.comparison_table(tuple(rows), measured_runs(profile, sweep))

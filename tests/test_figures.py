@@ -149,3 +149,19 @@ def test_runs_table_and_formatting():
     assert t["peaks_mib"].tolist() == ["1.0 / 2.0", ""]
     assert balance_str((3, 3, 5, 19)) == "3-3-5-19"
     assert fmt_bytes(3 * MIB // 2) == "1.50 MiB" and fmt_bytes(None) == "-" and fmt_bytes(12) == "12 B"
+
+
+def test_live_bo_reports_the_curve_recommend_returns():
+    from mcap.search import recommend
+    stats = LayerStats(tuple(100 + (i * 37) % 50 for i in range(12)),
+                       (None,) + tuple((i * 53) % 40 - 5 for i in range(1, 12)))
+    seen = []
+    live = recommend_fig_live(stats, seen)
+    ref = recommend(stats, 3, "bo", iterations=12, seed=1)
+    assert (live.balance, live.predicted_peaks, live.curve) == (ref.balance, ref.predicted_peaks, ref.curve)
+    assert [n for n, _ in seen] == list(range(1, 13))
+    assert tuple(b for _, b in seen) == ref.curve
+
+
+def recommend_fig_live(stats, seen):
+    return recommend.live_bo(stats, 3, seed=1, iterations=12, on_best=lambda n, b: seen.append((n, b)))

@@ -32,6 +32,31 @@ def _costs(table: CostTable, cuts: np.ndarray, L: int) -> np.ndarray:
     return table.iso[starts] + table.prefix[ends] - table.prefix[starts]
 
 
+def _ends(table: CostTable) -> tuple[np.ndarray, np.ndarray]:
+    """u[c] = iso[c] - prefix[c], v[c] = prefix[c-1]: a stage from cut a to cut b costs
+    u[a] + v[b] (Listing 1.1 with prefix sums), so a partitioning needs two gathers per cut."""
+    L = table.num_layers
+    u = table.iso - table.prefix
+    v = np.empty(L + 1, dtype=np.int64)
+    v[0] = 0
+    v[1:] = table.prefix
+    return u, v
+
+
+def _row_max(u: np.ndarray, v: np.ndarray, cuts: np.ndarray, L: int) -> np.ndarray:
+    """Highest stage cost of each row, column by column (no (m, G) temporaries)."""
+    if cuts.shape[1] == 0:
+        return np.array([u[0] + v[L]], dtype=np.int64)
+    cols = np.ascontiguousarray(cuts.T)
+    U = u[cols]
+    V = v[cols]
+    top = V[0] + u[0]
+    for k in range(1, cols.shape[0]):
+        np.maximum(top, U[k - 1] + V[k], out=top)
+    np.maximum(top, U[-1] + v[L], out=top)
+    return top
+
+
 def check_size(L: int, G: int, cap: int) -> int:
     n = count(L, G)
     if n > cap:
@@ -42,9 +67,10 @@ def check_size(L: int, G: int, cap: int) -> int:
 
 def lowest_peak(table: CostTable, G: int) -> int:
     L = table.num_layers
+    u, v = _ends(table)
     best = None
     for cuts in iter_cut_chunks(L, G):
-        m = int(_costs(table, cuts, L).max(axis=1).min())
+        m = int(_row_max(u, v, cuts, L).min())
         best = m if best is None else min(best, m)
     return int(best)
 
@@ -54,18 +80,24 @@ def solve(table: CostTable, G: int, band: Optional[Band] = None,
           max_partitionings: int = MAX_PARTITIONINGS) -> tuple[tuple[int, ...], int]:
     L = table.num_layers
     total = check_size(L, G, max_partitionings)
+    u, v = _ends(table)
     best_key, best_top, done = None, None, 0
     for cuts in iter_cut_chunks(L, G):
-        costs = _costs(table, cuts, L)
-        if band is not None:
-            costs = band.apply(costs)
-        top = costs.max(axis=1)
-        m = int(top.min())
         done += len(cuts)
-        if best_top is None or m <= best_top:
-            rows = np.flatnonzero(top == m)
+        if band is None:
+            top = _row_max(u, v, cuts, L)
+            m = int(top.min())
+            rows = np.flatnonzero(top == m) if best_top is None or m <= best_top else None
+            costs = _costs(table, cuts[rows], L) if rows is not None else None
+        else:
+            costs = band.apply(_costs(table, cuts, L))
+            top = costs.max(axis=1)
+            m = int(top.min())
+            rows = np.flatnonzero(top == m) if best_top is None or m <= best_top else None
+            costs = costs[rows] if rows is not None else None
+        if rows is not None:
             bals = cuts_to_balances(cuts[rows], L)
-            sub = np.sort(costs[rows], axis=1)[:, ::-1]
+            sub = np.sort(costs, axis=1)[:, ::-1]
             for r in range(len(rows)):
                 k = (tuple(sub[r].tolist()), tuple(bals[r].tolist()))
                 if best_key is None or k < best_key:

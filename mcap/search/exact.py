@@ -58,6 +58,43 @@ def minmax(table: CostTable, stages: int) -> int:
     return int(f[L])
 
 
+def _keep_min(vals: np.ndarray, jj: np.ndarray) -> np.ndarray:
+    """Mask of the pairs whose value is the smallest within their column group (jj sorted)."""
+    starts = np.flatnonzero(np.r_[True, jj[1:] != jj[:-1]])
+    mins = np.minimum.reduceat(vals, starts)
+    sizes = np.diff(np.r_[starts, len(jj)])
+    return vals == np.repeat(mins, sizes)
+
+
+def _resolve_ties(tie: np.ndarray, cols: np.ndarray, i0: int, vec, bal, C, nvec, nbal) -> None:
+    """For every column j with several tied i, keep the lexicographically smallest merged
+    vector, then the smallest balance -- all columns at once, one vector entry at a time."""
+    jcol, irow = np.nonzero(tie.T)  # pairs ordered by column
+    ii = irow + i0
+    jj = cols[jcol]
+    x = C[ii, jj]
+    P = vec[ii]  # (pairs, g-1), high to low
+    g = P.shape[1] + 1
+    pos = (P > x[:, None]).sum(axis=1)  # where x lands in the merged high-to-low vector
+    for c in range(g):
+        if len(np.unique(jj)) == len(jj):
+            break
+        below = P[:, c - 1] if c > 0 else x
+        same = P[:, c] if c < g - 1 else x
+        val = np.where(c < pos, same, np.where(c == pos, x, below))
+        keep = _keep_min(val, jj)
+        ii, jj, x, P, pos = ii[keep], jj[keep], x[keep], P[keep], pos[keep]
+    B = np.concatenate([bal[ii], (jj - ii)[:, None]], axis=1)
+    for c in range(g):
+        if len(np.unique(jj)) == len(jj):
+            break
+        keep = _keep_min(B[:, c], jj)
+        ii, jj, x, P, pos, B = ii[keep], jj[keep], x[keep], P[keep], pos[keep], B[keep]
+    merged = np.sort(np.concatenate([P, x[:, None]], axis=1), axis=1)[:, ::-1]
+    nvec[jj] = merged
+    nbal[jj] = B
+
+
 def solve(table: CostTable, stages: int, band: Optional[Band] = None,
           progress: Optional[Callable[[int, int], None]] = None) -> tuple[tuple[int, ...], int]:
     """(balance, transitions considered) of the best partitioning into ``stages`` stages."""
@@ -73,34 +110,26 @@ def solve(table: CostTable, stages: int, band: Optional[Band] = None,
     work = L
     for g in range(2, G + 1):
         lo_j, hi_j = g, L - (G - g)  # prefixes that leave one layer per later stage
-        prev_ok = np.zeros(L + 1, dtype=bool)
-        prev_ok[g - 1: hi_j] = True  # i = start of the last stage
-        head = np.where(prev_ok, vec[:, 0], _INF)[:L]
-        M = np.maximum(head[:, None], C)  # (L, L+1): first entry of each candidate
-        M[~prev_ok[:L], :] = _INF
-        M[:, :lo_j] = _INF
-        M[:, hi_j + 1:] = _INF
+        i0, i1 = g - 1, hi_j  # i = start of the last stage, g-1 <= i < hi_j
+        # First entry of each candidate vector: max(prefix's worst stage, last stage).
+        M = np.maximum(vec[i0:i1, 0][:, None], C[i0:i1, lo_j:hi_j + 1])  # rows i, cols j
         f = M.min(axis=0)
+        tie = M == f[None, :]
+        nties = tie.sum(axis=0)
+        work += (hi_j - g + 1) * (hi_j - g + 2) // 2  # sum over j of the (j - g + 1) choices of i
         nvec = np.full((L + 1, g), _INF, dtype=np.int64)
         nbal = np.zeros((L + 1, g), dtype=np.int64)
         cols = np.arange(lo_j, hi_j + 1)
-        ties = (M[:, cols] == f[cols][None, :])
-        nties = ties.sum(axis=0)
-        work += int((cols - g + 1).sum())
-        single = cols[nties == 1]
+        one = nties == 1
+        single = cols[one]
         if single.size:
-            istar = M[:, single].argmin(axis=0)
+            istar = M.argmin(axis=0)[one] + i0
             merged = np.concatenate([vec[istar], C[istar, single][:, None]], axis=1)
             nvec[single] = np.sort(merged, axis=1)[:, ::-1]
             nbal[single, :-1] = bal[istar]
             nbal[single, -1] = single - istar
-        for j in cols[nties > 1]:
-            cand = np.flatnonzero(M[:, j] == f[j])
-            merged = np.sort(np.concatenate([vec[cand], C[cand, j][:, None]], axis=1), axis=1)[:, ::-1]
-            cbal = np.concatenate([bal[cand], (j - cand)[:, None]], axis=1)
-            keys = [cbal[:, c] for c in range(g - 1, -1, -1)] + [merged[:, c] for c in range(g - 1, -1, -1)]
-            k = np.lexsort(keys)[0]
-            nvec[j], nbal[j] = merged[k], cbal[k]
+        if not one.all():
+            _resolve_ties(tie[:, ~one], cols[~one], i0, vec, bal, C, nvec, nbal)
         vec, bal = nvec, nbal
         if progress is not None:
             progress(g - 1, G - 1)

@@ -1,0 +1,71 @@
+"""Search time per method (issue 3 targets) on random statistics in bytes.
+
+    python bench/bench_search.py            # all figures (~1-2 minutes; bo dominates)
+    python bench/bench_search.py --quick    # skip bo
+
+Statistics: mem_isolated uniform in [1e8, 1e9) bytes, mem_added uniform in [-1e8, 5e8)
+(negative values included), seeded. Each figure is the median of several runs.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+
+from mcap.search import recommend
+from mcap.types import LayerStats
+
+
+def stats(L: int, seed: int = 0) -> LayerStats:
+    rng = np.random.default_rng(seed)
+    return LayerStats(tuple(int(x) for x in rng.integers(10**8, 10**9, L)),
+                      (None,) + tuple(int(x) for x in rng.integers(-10**8, 5 * 10**8, L - 1)))
+
+
+def timed(fn, repeat):
+    out, ts = None, []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        out = fn()
+        ts.append(time.perf_counter() - t)
+    return out, statistics.median(ts)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    for L, G, rep in [(30, 4, 20), (36, 4, 20), (200, 16, 5), (1000, 64, 3)]:
+        s = stats(L)
+        recommend(s, G, "exact")
+        rec, dt = timed(lambda: recommend(s, G, "exact"), rep)
+        print(f"exact  L={L:<5} G={G:<3} median {dt * 1000:9.2f} ms  peak {rec.predicted_peak}")
+    for L, G in [(36, 4), (100, 5), (300, 4), (60, 7)]:
+        s = stats(L)
+        rec, dt = timed(lambda: recommend(s, G, "bf"), 3)
+        ex = recommend(s, G, "exact")
+        print(f"bf     L={L:<5} G={G:<3} {rec.evaluated:>11,} partitionings, median {dt:7.3f} s = "
+              f"{rec.evaluated / dt / 1e6:6.1f} M/s; same as exact: {rec.balance == ex.balance}")
+    if args.quick:
+        return
+    for L, G in [(30, 4), (36, 4)]:
+        s = stats(L)
+        opt = recommend(s, G, "exact").predicted_peak
+        ts, ratios = [], []
+        for seed in range(3):
+            rec, dt = timed(lambda: recommend(s, G, "bo", seed=seed), 1)
+            ts.append(dt)
+            ratios.append(rec.predicted_peak / opt)
+        print(f"bo     L={L:<5} G={G:<3} 75 iterations, median {statistics.median(ts):6.2f} s over 3 seeds; "
+              f"best peak / optimum: {', '.join(f'{r:.3f}' for r in ratios)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,39 @@
+"""Profiling runs needed per (L, G): mCAP's plan here vs the paper's L-G+1 vs CAPTURE.
+
+    python bench/plan_runs.py
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
+
+import time
+
+from mcap.errors import McapError
+from mcap.plan import profiling_plan
+
+CASES = [(8, 2), (30, 2), (6, 4), (8, 4), (12, 4), (30, 4), (36, 4), (30, 3), (60, 3), (10, 8), (16, 8),
+         (24, 8), (30, 8), (100, 8), (200, 16), (1000, 64)]
+
+
+def runs(L, G, scheme):
+    try:
+        return str(len(profiling_plan(L, G, scheme).runs))
+    except McapError as exc:
+        return "n/a (" + str(exc).split(",")[0].replace("the capture scheme ", "") + ")"
+
+
+def main():
+    print("| L | G | paper L-G+1 | mcap plan | capture plan | mcap plan time |")
+    print("|---|---|---|---|---|---|")
+    for L, G in CASES:
+        t = time.perf_counter()
+        m = runs(L, G, "mcap")
+        dt = time.perf_counter() - t
+        print(f"| {L} | {G} | {L - G + 1} | {m} | {runs(L, G, 'capture')} | {dt * 1000:.1f} ms |")
+
+
+if __name__ == "__main__":
+    main()

@@ -6,7 +6,7 @@ st.set_page_config(page_title="mcap", page_icon="🧮", layout="wide")
 
 # Emoji icons: Material icons would fetch a font from the internet (unreachable offline).
 PAGES = [
-    st.Page("pages/overview.py", title="Overview", icon="🏠", url_path="overview", default=True),
+    st.Page("pages/overview.py", title="Overview", icon="🏠", default=True),  # served at /
     st.Page("pages/profile.py", title="Profile", icon="⏱️", url_path="profile"),
     st.Page("pages/layers.py", title="Layers", icon="🧱", url_path="layers"),
     st.Page("pages/predict.py", title="Predict vs measure", icon="🎯", url_path="predict"),

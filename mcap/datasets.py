@@ -17,7 +17,7 @@ from typing import Optional, Union
 from mcap.errors import McapError, SchemaError
 from mcap.types import Profile, Sweep
 
-DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+DATA_DIR = Path(__file__).resolve().parent.parent / "data"  # the bundled, real datasets
 SOURCES = ("bundled", "store", "upload")
 KINDS = ("profile", "sweep")
 MAX_UPLOAD_BYTES = 64 * 1024 * 1024
@@ -51,8 +51,15 @@ def kind_of_file(name: str) -> Optional[str]:
     return None
 
 
-def bundled(data_dir: Path = DATA_DIR) -> tuple[DatasetRef, ...]:
+def datasets_dir() -> Path:
+    """``$MCAP_DATA_DIR`` if set (another folder of datasets), else the bundled ``data/``."""
+    env = os.environ.get("MCAP_DATA_DIR")
+    return Path(env).resolve() if env else DATA_DIR
+
+
+def bundled(data_dir: Optional[Path] = None) -> tuple[DatasetRef, ...]:
     """The real measured datasets shipped in ``data/``, profiles first, by name."""
+    data_dir = datasets_dir() if data_dir is None else data_dir
     if not data_dir.is_dir():
         return ()
     refs = []
@@ -88,9 +95,10 @@ def parse_ref(text: str) -> DatasetRef:
                     f"store:sweep:ID or upload:NAME")
 
 
-def load(ref: DatasetRef, store=None, data_dir: Path = DATA_DIR) -> Dataset:
+def load(ref: DatasetRef, store=None, data_dir: Optional[Path] = None) -> Dataset:
     """Open a bundled file or a stored profile/sweep (uploads: ``load_upload``)."""
     if ref.source == "bundled":
+        data_dir = datasets_dir() if data_dir is None else data_dir
         path = (data_dir / ref.key).resolve()
         if path.parent != data_dir.resolve():
             raise McapError(f"dataset {ref.key!r} is not a file in {data_dir}")

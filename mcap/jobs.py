@@ -124,7 +124,8 @@ def reconcile(store: Store, job: Job) -> Job:
         return job
     child = _CHILDREN.get(job.pid)
     code = None if child is None else child.returncode
-    if code == 0:
+    # ``measure`` exits 1 when its one run was oom or failed: that run is the result, recorded.
+    if code == 0 or (job.kind == "measure" and code == 1):
         return store.update_job(job.id, status="done", current=None)
     tail = tail_of(log_path(store, job.id))
     last = tail.strip().splitlines()[-1] if tail.strip() else "no output"

@@ -53,10 +53,26 @@ def remember(name: str, value) -> None:
 
 
 def restore_url() -> None:
-    """After a page switch, put this session's shared values back into the URL."""
+    """Every page calls this first: make sure app.py's navigation is in charge, then, after a
+    page switch, put this session's shared values back into the URL."""
+    _ensure_navigation()
     for name, value in st.session_state.get("_shared", {}).items():
         if name in SHARED_KEYS and st.query_params.get(name) != value:
             st.query_params[name] = value
+
+
+def _ensure_navigation() -> None:
+    """A fresh server that is first asked for a deep link (``/space``) while a ``pages/``
+    folder exists runs that page file alone, in Streamlit's legacy multipage mode, until
+    some session has run ``st.navigation`` (streamlit/runtime/pages_manager.py). The sidebar
+    then lists bare file names. Leave that mode and rerun through app.py."""
+    try:
+        from streamlit.runtime.pages_manager import PagesManager
+    except ImportError:  # a Streamlit without the legacy mode
+        return
+    if getattr(PagesManager, "uses_pages_directory", None):
+        PagesManager.uses_pages_directory = False
+        st.rerun()
 
 
 def shared_int(name: str, default: int, low: int, high: int) -> int:
@@ -114,7 +130,7 @@ def _load_upload(name: str, digest: str, _data: bytes):
 
 def revision_of(ref: datasets.DatasetRef) -> tuple:
     if ref.source == "bundled":
-        return datasets.file_revision(datasets.DATA_DIR / ref.key)
+        return datasets.file_revision(datasets.datasets_dir() / ref.key)
     return store_revision()
 
 

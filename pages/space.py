@@ -56,8 +56,12 @@ if selected is not None:
 event = chart(fig_space.draw_space(points, selected if selected in set(points["balance"]) else None),
               key="space-chart", name="partition-space", on_select="rerun", selection_mode="points")
 picked = [p.get("customdata") for p in (event.selection.points if event else []) if p.get("customdata")]
-if picked:
-    selected = picked[0] if isinstance(picked[0], str) else picked[0][0]
+picked = [c if isinstance(c, str) else c[0] for c in picked]
+# The chart keeps its selection across reruns: act only when it changes, so a later choice
+# in the box below is not overridden by an old click.
+if picked and picked[0] != st.session_state.get("space-last-click"):
+    st.session_state["space-last-click"] = selected = picked[0]
+    st.session_state["space-pick"] = selected
     remember("balance", selected.replace("-", ","))
 
 table = fig_space.marks_table(marks, sweep.runs, predictions + tuple(
@@ -70,7 +74,12 @@ st.subheader("Selected partitioning")
 options = list(points["balance"])
 index = options.index(selected) if selected in options else 0
 if options:
-    pick = st.selectbox("Partitioning (or click a point above)", options, index=index, key="space-pick")
+    if st.session_state.get("space-pick") not in options:
+        st.session_state["space-pick"] = options[index]
+    elif st.session_state["space-pick"] != options[index] and "space-pick-seen" not in st.session_state:
+        st.session_state["space-pick"] = options[index]  # a shared link's partitioning wins
+    st.session_state["space-pick-seen"] = True
+    pick = st.selectbox("Partitioning (or click a point above)", options, key="space-pick")
     if pick != selected:
         remember("balance", pick.replace("-", ","))
     balance = tuple(int(n) for n in pick.split("-"))

@@ -47,10 +47,12 @@ def tensor_shapes(module: nn.Sequential, micro_inputs: torch.Tensor) -> list:
     x = micro_inputs.to("meta")
     meta = copy.deepcopy(module).to("meta")
     outs = []
-    with torch.no_grad():
+    # Grad mode on: an activation's requires_grad tells the receiving stage to send its
+    # gradient back; without it the earlier stages would silently never train.
+    with torch.enable_grad():
         for layer in meta:
             x = layer(x)
-            outs.append(x)
+            outs.append(x.detach().requires_grad_(x.requires_grad))
     return outs + [micro_inputs.to("meta")]
 
 
@@ -103,7 +105,9 @@ def run_stage(res: Resident, setup: Setup, balance: tuple[int, ...], rank: int) 
         stage = PipelineStage(stage_mod, rank, setup.stages, comm_device,
                               input_args=in_meta, output_args=out_meta)
         schedule_cls = Schedule1F1B if setup.schedule == "1f1b" else ScheduleGPipe
-        schedule = schedule_cls(stage, setup.chunks, loss_fn=res.loss if is_last else None)
+        # Every rank gets the loss: a schedule without one runs forward only, so the earlier
+        # stages would never run backward (only the last stage calls it).
+        schedule = schedule_cls(stage, setup.chunks, loss_fn=res.loss)
         optimizer = make_optimizer(setup, layers.parameters())
         objects += [layers, stage_mod, stage, schedule, optimizer]
         gc.collect()

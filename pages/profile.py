@@ -34,16 +34,16 @@ st.markdown("mCAP's incremental profiling (paper 3.1) measures L − G + 1 short
             "(2 iterations each) on chosen partitionings and derives every layer's statistics.")
 with st.form("profile-form"):
     a, b, c = st.columns(3)
-    spec = a.text_input("Model spec", value="vgg11:image_size=32",
+    spec = a.text_input("Model spec", value="vgg11:image_size=32", key="profile-spec",
                         help="; ".join(f"{k.name}:" + ",".join(f"{p.name}={p.default}" for p in k.params)
                                        for k in KNOWN_MODELS.values()) + "; or package.module:function")
-    stages = b.number_input("Stages (devices)", 1, 64, value=4)
-    command = c.selectbox("Command", ("profile", "sweep"),
+    stages = b.number_input("Stages (devices)", 1, 64, value=4, key="profile-stages")
+    command = c.selectbox("Command", ("profile", "sweep"), key="profile-command",
                           help="profile: mCAP's profiling runs; sweep: measure a seeded sample "
                                "of partitionings (or all)")
     a, b, c = st.columns(3)
-    batch = a.number_input("Batch size", 1, 4096, value=32)
-    chunks = b.number_input("Micro-batches", 1, 256, value=4)
+    batch = a.number_input("Batch size", 1, 4096, value=32, key="profile-batch")
+    chunks = b.number_input("Micro-batches", 1, 256, value=4, key="profile-chunks")
     schedule = c.selectbox("Schedule", SCHEDULES)
     a, b, c = st.columns(3)
     checkpoint = a.selectbox("Checkpoint", CHECKPOINTS)
@@ -55,7 +55,7 @@ with st.form("profile-form"):
                               "(one process, one GPU per stage)")
     device = b.selectbox("Device", ("cpu", "cuda") if gpus else ("cpu",))
     sample = c.number_input("Sweep: partitionings to sample (0 = all)", 0, 10**6, value=20)
-    submitted = st.form_submit_button("▶️ Start", type="primary")
+    submitted = st.form_submit_button("▶️ Start", type="primary", key="profile-start")
 
 if submitted:
     try:

@@ -1,0 +1,235 @@
+"""AppTest of every page on the bundled data (issue 5, Tests): the values, tables and chart
+data shown must be the ones mcap computes, not merely "no exception"."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from mcap import datasets
+from mcap.figures import layers as fig_layers
+from mcap.figures import space as fig_space
+from mcap.figures._style import balance_str, fmt_bytes
+from mcap.predict import predict, predict_many
+from mcap.search import recommend
+
+pytestmark = pytest.mark.app
+APP = str(Path(__file__).resolve().parent.parent / "app.py")
+TIMEOUT = 30  # torch import is slow (DESIGN.md)
+
+
+def _bundled(kind):
+    refs = [r for r in datasets.bundled() if r.kind == kind]
+    if not refs:
+        pytest.fail(f"{datasets.datasets_dir()} has no bundled *.{kind}.json: the dashboard must "
+                    f"open on real measured data")
+    return refs[0], datasets.load(refs[0])
+
+
+@pytest.fixture(scope="module")
+def bundled():
+    (pref, profile), (sref, sweep) = _bundled("profile"), _bundled("sweep")
+    return pref, profile, sref, sweep
+
+
+@pytest.fixture(autouse=True)
+def empty_store(tmp_path, monkeypatch):
+    monkeypatch.setenv("MCAP_STORE", str(tmp_path / "store.sqlite"))
+
+
+def page(name: str, **params) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    for key, value in params.items():
+        at.query_params[key] = str(value)
+    at.run()
+    if name != "overview":
+        at.switch_page(f"pages/{name}.py")
+        at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def metric(at: AppTest, label: str) -> str:
+    found = [m.value for m in at.metric if m.label == label]
+    assert found, f"no metric {label!r}; have {[m.label for m in at.metric]}"
+    return found[0]
+
+
+def frame(at: AppTest, *columns: str) -> pd.DataFrame:
+    """The first table shown that has these columns (AppTest does not key dataframes)."""
+    for d in at.dataframe:
+        if all(c in d.value.columns for c in columns):
+            return d.value
+    raise AssertionError(f"no table with columns {columns}; have {[list(d.value.columns) for d in at.dataframe]}")
+
+
+def errors(at: AppTest) -> list[str]:
+    return [e.value for e in at.error]
+
+
+def test_overview_shows_the_bundled_model_and_mcaps_split(bundled):
+    pref, profile, sref, sweep = bundled
+    at = page("overview")
+    assert not errors(at)
+    assert metric(at, "layers") == str(profile.model.num_layers)
+    assert metric(at, "stages") == str(profile.setup.stages)
+    best = recommend(profile.stats, profile.setup.stages, "exact")
+    assert metric(at, "mCAP's partitioning") == balance_str(best.balance)
+    assert metric(at, "its predicted peak") == fmt_bytes(best.predicted_peak)
+    assert metric(at, "measured partitionings") == str(len(sweep.runs))
+    # the dataset choice is shareable
+    assert at.query_params["profile"] == pref.param and at.query_params["sweep"] == sref.param
+    assert at.selectbox(key="choose-profile").value == pref.param
+
+
+def test_layers_table_is_the_profiles_statistics(bundled):
+    _, profile, _, _ = bundled
+    at = page("layers")
+    shown = frame(at, "mem_isolated", "mem_added")
+    expected = fig_layers.layer_table(profile.model, profile.stats)
+    pd.testing.assert_frame_equal(shown.reset_index(drop=True), expected, check_dtype=False)
+    assert metric(at, "layers") == str(profile.model.num_layers)
+    assert [b.label for b in at.get("download_button")][:2] == ["⬇️ CSV", "⬇️ JSON"]
+
+
+def test_predict_typed_partitioning_and_bad_input(bundled):
+    _, profile, _, _ = bundled
+    L, G = profile.model.num_layers, profile.setup.stages
+    balance = (L - G + 1,) + (1,) * (G - 1)
+    at = page("predict", balance=",".join(map(str, balance)))
+    pred = predict(profile.stats, balance)
+    assert metric(at, "partitioning") == balance_str(balance)
+    assert metric(at, "predicted peak") == fmt_bytes(pred.peak)
+    table = frame(at, "device", "predicted", "over_capacity")
+    assert table["predicted"].tolist() == list(pred.peaks)
+    assert at.query_params["balance"] == ",".join(map(str, balance))
+
+    at.text_input(key="pick-text").set_value(",".join(map(str, balance[:-1] + (2,)))).run()
+    assert any(f"sums to {L + 1} but the model has {L} layers" in e for e in errors(at)), errors(at)
+    assert not at.exception
+
+    at.text_input(key="pick-text").set_value(",".join(map(str, balance))).run()
+    at.number_input(key="pick-capacity").set_value(1.0).run()  # 1 MiB: far too small
+    assert any("Capacity 1.00 MiB is too small" in e and "device 0" in e for e in errors(at)), errors(at)
+
+
+def test_predict_from_a_recommendation(bundled):
+    _, profile, _, _ = bundled
+    at = page("predict")
+    at.radio(key="pick-mode").set_value("from a recommendation").run()
+    at.selectbox(key="pick-method").set_value("params").run()
+    rec = recommend(profile.stats, profile.setup.stages, "params",
+                    layer_params=[l.param_bytes for l in profile.model.layers])
+    assert metric(at, "partitioning") == balance_str(rec.balance)
+    assert at.query_params["method"] == "params"
+
+
+def test_partition_space_points_marks_and_errors(bundled):
+    _, profile, _, sweep = bundled
+    at = page("space")
+    assert not errors(at)
+    ok = [r for r in sweep.runs if r.status == "ok" and r.samples_per_second is not None]
+    assert metric(at, "measured partitionings") == str(len(sweep.runs))
+    assert metric(at, "ok with throughput") == str(len(ok))
+    exact = recommend(profile.stats, sweep.setup.stages, "exact")
+    marks = frame(at, "method", "rank")
+    row = marks[marks["method"] == "exact"].iloc[0]
+    assert row["balance"] == balance_str(exact.balance) and row["predicted_peak"] == exact.predicted_peak
+    # the scatter's data: every ok run, by balance
+    chart = at.get("plotly_chart")[0].proto.spec
+    assert all(balance_str(r.balance) in chart for r in ok[:20])
+    # prediction error as mcap computes it
+    peaks = predict_many(profile.stats, [r.balance for r in sweep.runs])
+    from mcap.types import Prediction
+    preds = tuple(Prediction(tuple(r.balance), tuple(int(x) for x in row)) for r, row in zip(sweep.runs, peaks))
+    err = fig_space.error_stats(sweep.runs, preds)
+    assert metric(at, "partitionings compared") == str(err.count)
+    assert metric(at, "90% within") == f"±{100 * err.p90:.1f}%"
+    # selecting a partitioning shows its per-device predicted and measured peaks
+    choice = balance_str(ok[3].balance)
+    at.selectbox(key="space-pick").set_value(choice).run()
+    bars = frame(at, "device", "predicted", "measured")
+    assert bars["predicted"].tolist() == list(predict(profile.stats, ok[3].balance).peaks)
+    assert bars["measured"].tolist() == list(ok[3].peaks)
+    assert at.query_params["balance"] == choice.replace("-", ",")
+
+
+def test_recommend_table_snippet_and_bo_curve(bundled):
+    _, profile, _, _ = bundled
+    G = profile.setup.stages
+    at = page("recommend")
+    exact = recommend(profile.stats, G, "exact")
+    table = frame(at, "method", "search_seconds")
+    assert table["method"].tolist() == ["exact", "bf", "balance_by_time", "uniform", "params"]
+    assert table.set_index("method").loc["exact", "balance"] == balance_str(exact.balance)
+    assert table.set_index("method").loc["bf", "predicted_peak"] == exact.predicted_peak
+    code = [c.value for c in at.code]
+    assert any(f"GPipe(model, balance={list(exact.balance)}" in c for c in code)
+    assert any("SplitPoint.BEGINNING" in c for c in code)
+
+    at.selectbox(key="rec-method").set_value("bo").run()
+    at.number_input(key="rec-iters").set_value(5).run()
+    at.button(key="rec-run").click().run()
+    deadline = time.monotonic() + 120
+    while not [m for m in at.metric if m.label == "recommended"] and time.monotonic() < deadline:
+        time.sleep(0.5)
+        at.run()
+    ref = recommend(profile.stats, G, "bo", iterations=5)
+    assert metric(at, "recommended") == balance_str(ref.balance)
+    curve = [c for c in at.get("plotly_chart") if '"bo best so far"' in c.proto.spec]
+    assert curve, "bo's best-so-far curve is not drawn"
+    assert frame(at, "method", "search_seconds")["method"].tolist()[2] == "bo"
+
+
+def test_teaching_view_first_stage_holds_most(bundled):
+    _, profile, _, _ = bundled
+    G = profile.setup.stages
+    at = page("explained", schedule="1f1b")
+    chunks = profile.setup.chunks
+    for d in range(G):
+        assert metric(at, f"device {d}") == f"{min(G - d, chunks)} in flight"
+    assert any("first stage fills up" in m.value for m in at.markdown)
+    at.radio(key="tl-schedule").set_value("gpipe").run()
+    assert all(metric(at, f"device {d}") == f"{chunks} in flight" for d in range(G))
+    assert at.query_params["schedule"] == "gpipe"
+    at.text_input(key="tl-balance").set_value("1,2").run()
+    assert any("sums to 3 but the model has" in e for e in errors(at))
+
+
+def test_profile_page_form_and_bad_spec(bundled):
+    at = page("profile")
+    import torch
+    if not torch.cuda.is_available():
+        assert any("No GPU on this machine" in i.value for i in at.info)
+    at.text_input(key="profile-spec").set_value("nosuchmodel:x=1")
+    at.button(key="profile-start").click().run()
+    assert any("nosuchmodel" in e for e in errors(at)), errors(at)
+    at.text_input(key="profile-spec").set_value("vgg11:image_size=32")
+    at.number_input(key="profile-batch").set_value(30)
+    at.number_input(key="profile-chunks").set_value(4)
+    at.button(key="profile-start").click().run()
+    assert any("batch size 30 does not split into 4 equal micro-batches" in e for e in errors(at))
+
+
+@pytest.mark.integration
+def test_profile_page_runs_a_real_job_with_live_progress(tmp_path):
+    at = page("profile")
+    at.text_input(key="profile-spec").set_value("gpt:layers=1,hidden=32,vocab=64,seq=16")
+    at.number_input(key="profile-stages").set_value(2)
+    at.number_input(key="profile-batch").set_value(4)
+    at.number_input(key="profile-chunks").set_value(2)
+    at.button(key="profile-start").click().run()
+    assert not errors(at)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        texts = [p.proto.text for p in at.get("progress")]
+        if any("**done**" in t for t in texts):
+            break
+        time.sleep(1)
+        at.run()
+    assert any("2 of 2 runs" in t and "**done**" in t for t in texts), texts
+    runs = frame(at, "balance", "status", "peaks_mib")
+    assert runs["balance"].tolist() == ["1-2", "2-1"] and (runs["status"] == "ok").all()

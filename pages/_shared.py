@@ -395,11 +395,10 @@ def setup_args(spec: str, setup) -> list[str]:
     return args
 
 
-def measure_args(profile, balance, capacity=None) -> list[str]:
-    """``measure --model SPEC --balance 3,3,5,19 ...`` under the profile's setup."""
-    import dataclasses
-    setup = profile.setup if capacity is None else dataclasses.replace(profile.setup, capacity_bytes=capacity)
-    return [*setup_args(profile.model.spec, setup), "--balance", ",".join(map(str, balance))]
+def measure_args(profile, balance) -> list[str]:
+    """``measure --model SPEC ... --balance 3,3,5,19`` under the profile's own setup, so the
+    run lands in the profile's study and shows up as its measured peak."""
+    return [*setup_args(profile.model.spec, profile.setup), "--balance", ",".join(map(str, balance))]
 
 
 def job_output(kind: str) -> str:
@@ -443,7 +442,8 @@ def job_panel(s, job_id: int, key: str, every: float = 1.0) -> None:
         elif job.status == "cancelled":
             st.warning(f"Job {job.id} was cancelled; the runs it finished are kept in the store.")
         elif job.status == "done":
-            st.success(f"Job {job.id} is done: {len(p.runs)} runs recorded in the store.")
+            st.success(f"Job {job.id} is done; its results are in the store"
+                       + (f" ({len(p.runs)} runs measured now)." if p.runs else "."))
     panel()
 
 

@@ -99,7 +99,7 @@ else:
     s = store()
     if s is not None and st.button(f"▶️ Measure {balance_str(balance)}", key="measure-button"):
         try:
-            job = jobs.launch(s, "measure", measure_args(profile, balance, capacity), total=1)
+            job = jobs.launch(s, "measure", measure_args(profile, balance), total=1)
             st.session_state["measure-job"] = job.id
         except McapError as exc:
             st.error(str(exc))

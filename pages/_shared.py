@@ -324,6 +324,15 @@ def _bo_runs() -> dict:
     return _BO_RUNS
 
 
+def finished_bo(stages: int):
+    """The latest finished bo Recommendation for the current profile and stage count, if
+    any session of this server ran one (the Partition space page shows it, never starts it)."""
+    param = shared("profile")
+    done = [run.result for key, run in _BO_RUNS.items()
+            if key[0] == param and key[1] == int(stages) and run.result is not None]
+    return done[-1] if done else None
+
+
 def bo_run(profile, stages: int, seed: int, iterations: int, start: bool = False) -> Optional[BoRun]:
     """The bo run for this dataset and these settings: existing, started now, or None."""
     key = (shared("profile"), int(stages), int(seed), int(iterations))

@@ -9,8 +9,8 @@ from mcap.figures import space as fig_space
 from mcap.figures._style import balance_str, fmt_bytes
 from mcap.predict import predict
 from pages._shared import (
-    BASELINES, METHODS, caption_of, chart, current, downloads, measured_for, recommendation,
-    remember, restore_url, shared, sweep_predictions,
+    BASELINES, METHODS, caption_of, chart, current, downloads, finished_bo, measured_for,
+    recommendation, remember, restore_url, shared, sweep_predictions,
 )
 
 restore_url()
@@ -28,11 +28,19 @@ except McapError as exc:
 stages = sweep.setup.stages
 with st.expander("Highlighted methods", expanded=False):
     chosen = st.multiselect("Show the picks of", METHODS + BASELINES,
-                            default=[m for m in METHODS + BASELINES if m != "bo"], key="space-marks",
-                            help="bo runs Bayesian optimisation (scikit-optimize) the first time; "
-                                 "its pick is cached afterwards")
+                            default=list(METHODS + BASELINES), key="space-marks",
+                            help="bo's pick appears once bo has run on the Recommend page")
 marks, recs = [], []
 for method in chosen:
+    if method == "bo":  # minutes of search: shown once the Recommend page has run it
+        rec = finished_bo(stages)
+        if rec is None:
+            st.caption("bo has not run for this profile and stage count yet: run it on the "
+                       "Recommend page and its pick appears here.")
+        else:
+            recs.append(rec)
+            marks.append(fig_space.Mark("bo", tuple(rec.balance)))
+        continue
     try:
         rec = recommendation(profile, stages, method)
     except McapError as exc:

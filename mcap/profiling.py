@@ -217,18 +217,74 @@ def profile(spec: str, setup: Setup, out: Optional[Path], *, store: Store, schem
 
 
 def _fallback(num_layers: int, stages: int, runs: Sequence[Run]) -> list[tuple[int, ...]]:
-    """Balances that would give the statistics the oom/failed runs left missing."""
+    """Balances that would give the statistics the oom/failed runs left missing: the
+    core's ``replan`` first, then a greedy search when replan has no answer."""
     from mcap.plan import replan
     bad = [r for r in runs if r.status != "ok"]
     if not bad:
         return []
     ok = [r for r in runs if r.status == "ok"]
-    try:
-        extra = replan(num_layers, stages, ok, bad, [r.balance for r in runs])
-    except McapError:
-        return []  # nothing else can be tried; extract names what is missing
     seen = {r.balance for r in runs}
-    return [tuple(b) for b in extra if tuple(b) not in seen]
+    try:
+        extra = [tuple(b) for b in replan(num_layers, stages, ok, bad, list(seen))]
+    except McapError:
+        extra = []
+    extra = [b for b in extra if b not in seen]
+    return extra or greedy_fallback(num_layers, stages, runs)
+
+
+# Candidates the greedy fallback scores at most; larger spaces are sampled (seeded).
+GREEDY_CANDIDATES = 4000
+
+
+def greedy_fallback(num_layers: int, stages: int, runs: Sequence[Run]) -> list[tuple[int, ...]]:
+    """Partitionings, not tried before, that complete the statistics with the fewest runs.
+
+    A backstop for ``replan``, which packs all needed windows into a fixed run shape and
+    gives up when that shape has failed (e.g. mCAP's first run (1, 1, L-2) oom on its
+    last stage: layer 1 can only be alone in that very run, but its mem_isolated can be
+    derived from a window 1..z, mcap.stats). Greedy set cover over candidate balances:
+    each pick removes at least one missing statistic; it keeps every stage no longer than
+    the longest window that ran ok where it can, then removes the most, then puts as few
+    layers as possible in windows of oom or failed runs that no ok run confirmed (one of
+    those ran out of memory; a failed run records no per-stage peaks, so which one is
+    unknown), then is the most even split. A pick that fails again adds its windows to the suspects next round."""
+    from mcap import partition
+    from mcap.stats import missing_for_windows, stage_windows
+
+    L, G = num_layers, stages
+    have = {w for r in runs if r.status == "ok" for w in stage_windows(r.balance)}
+    suspect = {w for r in runs if r.status != "ok" for w in stage_windows(r.balance)} - have
+    longest = max((z - a + 1 for a, z in have), default=-(-L // G))
+    tried = {tuple(r.balance) for r in runs}
+
+    def missing_count(windows) -> int:
+        m = missing_for_windows(L, windows, G)
+        return len(m.isolated) + len(m.added)
+
+    if partition.count(L, G) <= GREEDY_CANDIDATES:
+        pool = sweep_balances(L, G, None, 0)
+    else:
+        pool = partition.random_partitionings(L, G, GREEDY_CANDIDATES, seed=0)
+    pool = [b for b in pool if b not in tried]
+    chosen: list[tuple[int, ...]] = []
+    left = missing_count(have)
+    while left and pool:
+        scored = []
+        for b in pool:
+            wins = stage_windows(b)
+            after = missing_count(have | set(wins))
+            if after < left:
+                risky = sum(z - a + 1 for a, z in wins if (a, z) in suspect)
+                scored.append((max(b) > longest, after, risky, max(b), b))
+        if not scored:
+            break
+        best = min(scored)
+        chosen.append(best[-1])
+        have |= set(stage_windows(best[-1]))
+        pool.remove(best[-1])
+        left = best[1]
+    return chosen
 
 
 def _missing_message(info: ModelInfo, runs: Sequence[Run], why: str) -> str:

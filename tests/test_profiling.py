@@ -1,0 +1,95 @@
+"""profile / sweep orchestration, the parts that need no stage processes: the sweep's
+balances, the oom fallback's choices (real mcap.plan.replan), the missing-statistics
+message, byte sizes and CLI input errors (exit 2)."""
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+
+import pytest
+
+from mcap.cli_profile import parse_bytes
+from mcap.errors import McapError
+from mcap.plan import profiling_plan
+from mcap.profiling import Tally, _fallback, _missing_message, model_info, summary, sweep_balances
+from mcap.stats import extract
+from mcap.types import Run
+
+GPT = "gpt:layers=4,hidden=16,heads=2,vocab=32,seq=4"  # 6 layers
+
+
+def test_sweep_balances_all_or_seeded_sample():
+    every = sweep_balances(30, 4, None, 0)
+    assert len(every) == 3654 == len(set(every))  # the paper's VGG11 space (4.2)
+    assert all(sum(b) == 30 and min(b) >= 1 for b in every)
+    sample = sweep_balances(30, 4, 25, 7)
+    assert sample == sweep_balances(30, 4, 25, 7) != sweep_balances(30, 4, 25, 8)
+    assert len(set(sample)) == 25 and set(sample) <= set(every)
+    with pytest.raises(McapError, match="--sample must be >= 1, got 0"):
+        sweep_balances(30, 4, 0, 0)
+
+
+def _fake_peaks(balance):
+    """Peaks from a consistent additive model (stats are then exactly recoverable)."""
+    out, start = [], 0
+    for n in balance:
+        out.append(1000 * (start + 1) + 10 * sum(range(start, start + n)))
+        start += n
+    return tuple(out)
+
+
+def test_fallback_replaces_an_oom_profiling_run_until_statistics_are_complete():
+    plan = profiling_plan(6, 3).runs
+    oom = plan[0]
+    runs = [Run(b, "oom", None, 1.0, error="over capacity") if b == oom
+            else Run(b, "ok", _fake_peaks(b), 1.0) for b in plan]
+    with pytest.raises(McapError):
+        extract(runs, 6)
+    extra = _fallback(6, 3, runs)
+    assert extra and oom not in extra and not set(extra) & set(plan)
+    runs += [Run(b, "ok", _fake_peaks(b), 1.0) for b in extra]
+    stats = extract(runs, 6)  # complete now
+    assert _fallback(6, 3, runs) == [] and stats.num_layers == 6
+
+
+def test_missing_message_names_layers_and_keeps_runs():
+    info = model_info(GPT)
+    runs = [Run(b, "oom", None, 1.0) for b in profiling_plan(6, 3).runs]
+    text = _missing_message(info, runs, "no ok run")
+    assert "still missing mem_isolated for layers 0, 1, 2, 3, 4, 5" in text
+    assert "0 (embed)" in text and "5 (head)" in text
+    assert f"{len(runs)} run(s) did not finish ok" in text and "kept in the store" in text
+
+
+def test_summary_line():
+    runs = (Run((1, 2), "ok", (5, 6), 1.0), Run((2, 1), "oom", None, 1.0))
+    assert summary("profile", Tally(1, 1, 3.25, runs, ((2, 1),)), None, 4) == (
+        "profile: 2 runs (1 ok, 1 oom, 0 failed, 1 fallback); 1 measured now, 1 reused "
+        "from the store; 3.2 s (store profile id 4)")
+
+
+@pytest.mark.parametrize("text, value", [("123456", 123456), ("512MiB", 512 * 2**20),
+                                         ("1.5GB", 1_500_000_000), ("2 gib", 2 * 2**30)])
+def test_parse_bytes(text, value):
+    assert parse_bytes(text) == value
+
+
+@pytest.mark.parametrize("text", ["lots", "12XB", "0", "-5MiB"])
+def test_parse_bytes_refuses(text):
+    with pytest.raises(argparse.ArgumentTypeError, match="capacity"):
+        parse_bytes(text)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["profile", "--model", "resnet50", "--stages", "2"], "unknown model 'resnet50'"),
+    (["sweep", "--model", "vgg11:depth=3", "--stages", "2"], "no parameter 'depth'"),
+    (["profile", "--model", GPT, "--stages", "9"], "--stages 9: the model"),
+    (["profile", "--model", GPT, "--stages", "2", "--capacity", "lots"], "capacity 'lots'"),
+])
+def test_cli_bad_input_exits_2_with_one_line(tmp_path, argv, message):
+    out = subprocess.run([sys.executable, "-m", "mcap", *argv, "--store", str(tmp_path / "s.sqlite"),
+                          "--out", str(tmp_path / "o.json")],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stderr
+    assert message in out.stderr and "Traceback" not in out.stderr

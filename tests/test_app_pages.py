@@ -2,6 +2,7 @@
 data shown must be the ones mcap computes, not merely "no exception"."""
 from __future__ import annotations
 
+import itertools
 import time
 from pathlib import Path
 
@@ -83,6 +84,24 @@ def test_overview_shows_the_bundled_model_and_mcaps_split(bundled):
     # the dataset choice is shareable
     assert at.query_params["profile"] == pref.param and at.query_params["sweep"] == sref.param
     assert at.selectbox(key="choose-profile").value == pref.param
+
+
+def test_overview_uploads_and_store_datasets(bundled, tmp_path):
+    from mcap import jsonio
+    from mcap.store import open_store
+    pref, profile, sref, sweep = bundled
+    stored = open_store(tmp_path / "store.sqlite").save_profile(profile, name="from the store")
+    at = page("overview")
+    options = at.selectbox(key="choose-profile").options
+    assert any("from the store" in o for o in options), options
+    at.get("file_uploader")[0].upload("broken.json", b'{"schema": "mcap.profile/1", "mod', "application/json").run()
+    assert any("Cannot use broken.json" in e and "not valid JSON" in e for e in errors(at)), errors(at)
+    assert not at.exception
+    renamed = jsonio.dumps(sweep).encode()
+    at.get("file_uploader")[0].upload("mine.sweep.json", renamed, "application/json").run()
+    assert at.query_params["sweep"] == "upload:mine.sweep.json"
+    assert metric(at, "measured partitionings") == str(len(sweep.runs))
+    assert stored >= 1
 
 
 def test_layers_table_is_the_profiles_statistics(bundled):
@@ -233,3 +252,35 @@ def test_profile_page_runs_a_real_job_with_live_progress(tmp_path):
     assert any("2 of 2 runs" in t and "**done**" in t for t in texts), texts
     runs = frame(at, "balance", "status", "peaks_mib")
     assert runs["balance"].tolist() == ["1-2", "2-1"] and (runs["status"] == "ok").all()
+
+
+@pytest.mark.integration
+def test_predict_measure_button_adds_the_measured_markers(bundled):
+    from mcap.partition import random_partitionings
+    _, profile, _, sweep = bundled
+    L, G = profile.model.num_layers, profile.setup.stages
+    known = {tuple(r.balance) for r in profile.runs + sweep.runs}
+    params = [layer.param_bytes for layer in profile.model.layers]
+
+    def every_stage_has_parameters(b):  # the runner's optimizer needs some on each stage
+        edges = [0, *itertools.accumulate(b)]
+        return all(sum(params[a:z]) > 0 for a, z in zip(edges, edges[1:]))
+    balance = next(b for b in random_partitionings(L, G, 200, seed=7)
+                   if b not in known and every_stage_has_parameters(b))
+    at = page("predict", balance=",".join(map(str, balance)))
+    assert metric(at, "measured peak") == "not measured"
+    at.button(key="measure-button").click().run()
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        texts = [p.proto.text for p in at.get("progress")]
+        if any("**done**" in t or "**failed**" in t for t in texts):
+            break
+        time.sleep(1)
+        at.run()
+    at.run()
+    assert not errors(at), errors(at)
+    table = frame(at, "device", "predicted", "measured")
+    assert table["measured"].notna().all() and (table["measured"] > 0).all()
+    measured = int(table["measured"].max())
+    assert metric(at, "measured peak") == fmt_bytes(measured)
+    assert any('"measured"' in c.proto.spec for c in at.get("plotly_chart"))

@@ -22,6 +22,9 @@ Engines (``Setup.engine``):
 - ``torchgpipe`` — ``torchgpipe.GPipe`` over G CUDA devices in one process
   (:mod:`mcap.runner.torchgpipe_engine`).
 
+``timeout`` limits each run (from sending the job to the last stage's answer); starting the
+stage processes has its own limit, ``max(STARTUP_TIMEOUT, timeout)``.
+
 ``Run.seconds`` is the wall time of ``measure`` once the stage processes are ready (send the
 job, build the stages, train, gather); ``Run.samples_per_second`` is 2 x batch size over the
 training window of the slowest stage.
@@ -37,6 +40,8 @@ from mcap.runner.train import ITERATIONS
 from mcap.types import (
     CHECKPOINTS, DEVICES, ENGINES, OPTIMIZERS, SCHEDULES, MemoryBreakdown, ModelInfo, Run, Setup,
 )
+
+STARTUP_TIMEOUT = 300.0  # seconds for the stage processes to get ready
 
 __all__ = ["open_runner", "Runner", "check_setup", "check_balance", "ITERATIONS"]
 
@@ -110,16 +115,20 @@ class Runner:
         if timeout <= 0:
             raise McapError(f"timeout must be positive, got {timeout}")
         self.setup, self.timeout = setup, float(timeout)
+        # Starting may compile memtrack (~20 s once per environment) and build a big model,
+        # so it gets its own, longer limit.
+        self.startup_timeout = max(STARTUP_TIMEOUT, self.timeout)
         pipelined = setup.engine == "pipelining"
         self._pool = WorkerPool(model_spec, setup, world=setup.stages if pipelined else 1,
-                                timeout=self.timeout, group=pipelined and setup.stages > 1)
+                                timeout=self.timeout, group=pipelined and setup.stages > 1,
+                                startup_timeout=self.startup_timeout)
         self._pool.start()
 
     @property
     def model_info(self) -> ModelInfo:
         """The model's layers (waits for the stage processes to have built it)."""
         if self._pool.info is None:
-            why = self._pool.wait_ready(time.monotonic() + self.timeout)
+            why = self._pool.wait_ready(time.monotonic() + self.startup_timeout)
             if why:
                 self._pool.restart()
                 raise McapError(f"the stage processes did not start: {why}")
@@ -133,7 +142,7 @@ class Runner:
     def measure(self, balance: Sequence[int]) -> Run:
         """Measure one partitioning; a failure is a Run with status "oom" or "failed"."""
         balance = check_balance(balance, self.setup.stages, self.model_info.num_layers)
-        why = self._pool.wait_ready(time.monotonic() + self.timeout)
+        why = self._pool.wait_ready(time.monotonic() + self.startup_timeout)
         if why:
             self._pool.restart()
             return Run(balance, "failed", None, 0.0, error=why)

@@ -53,9 +53,11 @@ class _Worker:
 class WorkerPool:
     """``world`` worker processes serving runs of one model under one setup."""
 
-    def __init__(self, spec: str, setup: Setup, world: int, timeout: float, group: bool):
+    def __init__(self, spec: str, setup: Setup, world: int, timeout: float, group: bool,
+                 startup_timeout: float):
         self.spec, self.setup, self.world, self.timeout, self.group = \
             spec, setup, world, timeout, group
+        self.startup_timeout = startup_timeout
         self.workers: list[_Worker] = []
         self.info: Optional[ModelInfo] = None
         self._ready = False
@@ -83,8 +85,10 @@ class WorkerPool:
                     stderr=subprocess.STDOUT, env=env, cwd=str(_REPO),
                     start_new_session=True)  # Ctrl-C reaches the runner, which ends them
             child_end.close()
+            # The group's own timeout covers the rendezvous (a peer may still be compiling
+            # memtrack) and any receive; hung runs are ended by the pool before that.
             parent_end.send(Init(self.spec, self.setup, rank, self.world, init_file,
-                                 pg_timeout=self.timeout))
+                                 pg_timeout=max(self.timeout, self.startup_timeout)))
             self.workers.append(_Worker(proc, parent_end, log))
         self._ready = False
 
@@ -98,7 +102,7 @@ class WorkerPool:
             left = deadline - time.monotonic()
             if left <= 0:
                 return (f"stage processes {sorted(pending.values())} were not ready within "
-                        f"{self.timeout:g} s")
+                        f"{self.startup_timeout:g} s")
             for conn in wait(list(pending), timeout=left):
                 rank = pending.pop(conn)
                 try:
@@ -156,11 +160,11 @@ class WorkerPool:
         Returns (stage results in stage order, or fewer; a failure message or None). On any
         failure the pool has been restarted before this returns.
         """
-        deadline = time.monotonic() + self.timeout
-        why = self.wait_ready(deadline)
+        why = self.wait_ready(time.monotonic() + self.startup_timeout)
         if why:
             self.restart()
             return [], why
+        deadline = time.monotonic() + self.timeout
         self._run_id += 1
         job = Job(self._run_id, tuple(balance))
         pending = {w.conn: rank for rank, w in enumerate(self.workers)}

@@ -1,0 +1,202 @@
+"""Real runs with real stage processes (torch.distributed.pipelining over gloo, CPU).
+
+The exact model (tests/test_runner_models.py) makes a stage's peak predictable to the
+byte: each layer holds one parameter of P float32 values, so at its peak a stage of n
+layers holds its weights (4Pn bytes), their gradients (4Pn), SGD's momentum buffers (4Pn)
+and one more gradient-sized temporary (4P: the slice's backward builds a full gradient for
+the last micro-batch before adding it in), plus a few hundred bytes of activations.
+"""
+import os
+import signal
+import threading
+
+import pytest
+
+from mcap.errors import InvalidPartitioning, McapError, UnknownModel
+from mcap.runner import open_runner
+from mcap.types import Setup
+
+pytestmark = pytest.mark.integration
+
+P = 100_000
+EXACT = f"tests.test_runner_models:exact:params={P}"
+TWO = Setup(stages=2, batch_size=4, chunks=2)
+SMALL_VGG = "vgg11:image_size=32,hidden=64"
+
+
+@pytest.fixture(scope="module")
+def runner():
+    with open_runner(EXACT, TWO, timeout=120) as r:
+        yield r
+
+
+def test_stage_peaks_are_exact_bytes_of_known_tensors(runner):
+    run = runner.measure((1, 3))
+    assert run.status == "ok", run.error
+    for (n, peak, b) in zip((1, 3), run.peaks, run.breakdown):
+        assert b.weights == 4 * P * n
+        assert b.gradients == 4 * P * n  # every stage trains, the first one too
+        assert b.optimizer == 4 * P * n
+        assert 4 * P <= b.other < 4 * P + 4096
+        assert peak == b.weights + b.gradients + b.optimizer + b.other
+    assert run.samples_per_second > 0 and run.seconds > 0
+
+
+def test_peaks_grow_by_exactly_the_added_parameter_bytes(runner):
+    """Doubling P adds exactly 4P(3n + 1) bytes to a stage of n layers: nothing else moved."""
+    small = runner.measure((2, 2))
+    with open_runner(f"tests.test_runner_models:exact:params={2 * P}", TWO, timeout=120) as big_r:
+        big = big_r.measure((2, 2))
+    assert small.status == big.status == "ok", (small.error, big.error)
+    for a, b in zip(small.peaks, big.peaks):
+        assert b - a == 4 * P * (3 * 2 + 1)
+
+
+def test_persistent_processes_give_identical_consecutive_runs(runner):
+    pids = runner.worker_pids
+    first = runner.measure((3, 1))
+    second = runner.measure((3, 1))
+    assert first.status == second.status == "ok"
+    assert first.peaks == second.peaks
+    assert first.breakdown == second.breakdown
+    assert runner.worker_pids == pids  # the same processes served both
+
+
+def test_model_info_comes_from_the_stage_processes(runner):
+    info = runner.model_info
+    assert info.num_layers == 4
+    assert [layer.param_bytes for layer in info.layers] == [4 * P] * 4
+
+
+def test_bad_balances_raise_with_the_values(runner):
+    with pytest.raises(InvalidPartitioning, match="sums to 5 but the model has 4 layers"):
+        runner.measure((2, 3))
+    with pytest.raises(InvalidPartitioning, match="3 stages but the setup has 2"):
+        runner.measure((1, 1, 2))
+    with pytest.raises(InvalidPartitioning, match="no layers"):
+        runner.measure((0, 4))
+
+
+def test_killed_stage_process_is_failed_and_the_next_run_works(runner):
+    victim = runner.worker_pids[1]
+    os.kill(victim, signal.SIGKILL)
+    run = runner.measure((2, 2))
+    assert run.status == "failed"
+    assert "stage process 1" in run.error and "signal 9" in run.error
+    again = runner.measure((2, 2))
+    assert again.status == "ok", again.error
+    assert victim not in runner.worker_pids
+
+
+def test_stage_killed_mid_run_is_failed_and_the_next_run_works(runner):
+    victim = runner.worker_pids[0]
+    killer = threading.Timer(0.3, os.kill, (victim, signal.SIGKILL))
+    killer.start()
+    try:
+        run = runner.measure((1, 3))
+        if run.status == "ok":  # finished before the kill landed; the next one cannot
+            run = runner.measure((1, 3))
+    finally:
+        killer.join()
+    assert run.status == "failed" and "signal 9" in run.error
+    assert runner.measure((1, 3)).status == "ok"
+
+
+def test_over_capacity_is_oom_a_hang_is_failed_and_the_next_run_works():
+    # (1, 3): the 3-layer stage needs 4P*10 bytes; (2, 2): 4P*7 per stage
+    setup = Setup(stages=2, batch_size=4, chunks=2, capacity_bytes=4 * P * 8)
+    with open_runner(EXACT, setup, timeout=5) as r:
+        oom = r.measure((1, 3))
+        assert oom.status == "oom"
+        assert oom.peaks is None
+        assert f"capacity of {4 * P * 8} bytes" in oom.error and "stage 1" in oom.error
+        ok = r.measure((2, 2))
+        assert ok.status == "ok", ok.error
+        assert max(ok.peaks) <= 4 * P * 8
+
+        stopped = r.worker_pids[1]
+        os.kill(stopped, signal.SIGSTOP)  # a real hang: the process never answers
+        try:
+            run = r.measure((2, 2))
+        finally:
+            try:
+                os.kill(stopped, signal.SIGCONT)
+            except ProcessLookupError:
+                pass  # the runner already killed it
+        assert run.status == "failed"
+        assert "timed out after 5 s" in run.error
+        assert r.measure((2, 2)).status == "ok"
+
+
+@pytest.fixture(scope="module")
+def vgg_peaks():
+    """Stage 0 holds VGG's early convolutions, whose activations dominate its peak."""
+    out = {}
+    for schedule, checkpoint in (("gpipe", "never"), ("gpipe", "except_last"),
+                                 ("gpipe", "always"), ("1f1b", "never")):
+        setup = Setup(stages=2, batch_size=16, chunks=4, schedule=schedule, checkpoint=checkpoint)
+        with open_runner(SMALL_VGG, setup, timeout=120) as r:
+            run = r.measure((8, 22))
+        assert run.status == "ok", (schedule, checkpoint, run.error)
+        out[schedule, checkpoint] = run.peaks
+    return out
+
+
+def test_checkpoint_modes_trade_activation_memory(vgg_peaks):
+    never, except_last, always = (vgg_peaks["gpipe", mode][0]
+                                  for mode in ("never", "except_last", "always"))
+    assert never > except_last > always
+
+
+def test_1f1b_holds_fewer_micro_batches_than_fill_drain(vgg_peaks):
+    assert vgg_peaks["1f1b", "never"][0] < vgg_peaks["gpipe", "never"][0]
+
+
+def test_bad_setups_are_refused_before_any_process_starts():
+    with pytest.raises(UnknownModel, match="nope"):
+        open_runner("nope:x=1", TWO)
+    with pytest.raises(McapError, match="chunks 2 < stages 4"):
+        open_runner(EXACT, Setup(stages=4, batch_size=4, chunks=2, schedule="1f1b"))
+    with pytest.raises(McapError, match="batch size 5 does not split into 2"):
+        open_runner(EXACT, Setup(stages=2, batch_size=5, chunks=2))
+    with pytest.raises(McapError, match="schedule 'zigzag'"):
+        open_runner(EXACT, Setup(stages=2, schedule="zigzag"))
+    with pytest.raises(McapError, match="CUDA devices only"):
+        open_runner(EXACT, Setup(stages=2, engine="torchgpipe"))
+
+
+def test_a_user_model_that_fails_to_load_is_an_mcap_error():
+    with pytest.raises(McapError, match="cannot import"):
+        with open_runner("tests.no_such_module:model", TWO, timeout=120) as r:
+            r.model_info
+
+
+def test_measure_command_prints_json_and_records_the_run(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from mcap.store import Store
+
+    store_path = tmp_path / "store.sqlite"
+    cmd = [sys.executable, "-m", "mcap", "measure", "--model", EXACT, "--balance", "1,3",
+           "--batch-size", "4", "--chunks", "2", "--json", "--store", str(store_path)]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    printed = json.loads(out.stdout)
+    assert printed["status"] == "ok"
+    assert len(printed["peaks"]) == 2 and printed["peak"] == max(printed["peaks"])
+    assert printed["breakdown"][1]["weights"] == 4 * P * 3
+    assert printed["seconds"] > 0 and printed["samples_per_second"] > 0
+    store = Store(str(store_path))
+    try:
+        study = store.find_study(EXACT, TWO)
+        runs = store.runs(study)
+    finally:
+        store.close()
+    assert [r.balance for r in runs] == [(1, 3)]
+    assert list(runs[0].peaks) == printed["peaks"]
+
+    bad = subprocess.run(cmd[:7] + ["1,2"], capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2
+    assert "balance sums to 3 but the model has 4 layers" in bad.stderr

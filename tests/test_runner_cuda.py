@@ -1,0 +1,52 @@
+"""The CUDA paths of the runner; skipped where there is no CUDA device."""
+import pytest
+import torch
+
+from mcap.errors import McapError
+from mcap.runner import open_runner
+from mcap.types import Setup
+
+pytestmark = [pytest.mark.cuda,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+
+P = 1_000_000
+EXACT = f"tests.test_runner_models:exact:params={P}"
+
+
+def test_pipelining_stages_on_cuda_read_their_own_allocator():
+    """Both stage processes may share one GPU; each reports its own max_memory_allocated."""
+    setup = Setup(stages=2, batch_size=4, chunks=2, backend="cuda")
+    with open_runner(EXACT, setup, timeout=120) as r:
+        run = r.measure((1, 3))
+        again = r.measure((1, 3))
+    assert run.status == "ok", run.error
+    # weights + gradients + momentum of each stage at least; the allocator rounds up
+    assert run.peaks[0] >= 3 * 4 * P and run.peaks[1] >= 3 * 3 * 4 * P
+    assert run.peaks[1] > run.peaks[0]
+    assert again.peaks == run.peaks
+
+
+def test_cuda_capacity_is_oom_and_the_next_run_works():
+    setup = Setup(stages=2, batch_size=4, chunks=2, backend="cuda", capacity_bytes=4 * P * 8)
+    with open_runner(EXACT, setup, timeout=120) as r:
+        assert r.measure((1, 3)).status == "oom"
+        assert r.measure((2, 2)).status in ("ok", "oom")  # rounding may still not fit
+        assert r.measure((3, 1)).status == "oom"
+
+
+def test_torchgpipe_over_the_gpus_there_are():
+    found = torch.cuda.device_count()
+    setup = Setup(stages=found, batch_size=4, chunks=2, backend="cuda", engine="torchgpipe")
+    spec = f"tests.test_runner_models:exact:params={P},layers={2 * found}"
+    with open_runner(spec, setup, timeout=120) as r:
+        run = r.measure((2,) * found)
+    assert run.status == "ok", run.error
+    assert all(p >= 3 * 2 * 4 * P for p in run.peaks)
+
+
+def test_torchgpipe_says_how_many_gpus_it_found():
+    found = torch.cuda.device_count()
+    setup = Setup(stages=found + 1, batch_size=4, chunks=2, backend="cuda",
+                  engine="torchgpipe")
+    with pytest.raises(McapError, match=f"needs {found + 1} CUDA devices .* found {found}"):
+        open_runner(EXACT, setup)

@@ -14,7 +14,7 @@ from mcap.errors import McapError
 
 # Command modules, each with register(subparsers). Kept as names so `plan` does not pay
 # for importing torch.
-COMMAND_MODULES = ("mcap.cli_core", "mcap.cli_run", "mcap.cli_profile")
+COMMAND_MODULES = ("mcap.cli_core", "mcap.cli_run", "mcap.cli_profile", "mcap.cli_eval")
 
 
 class _Parser(argparse.ArgumentParser):

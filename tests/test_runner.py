@@ -200,3 +200,11 @@ def test_measure_command_prints_json_and_records_the_run(tmp_path):
     bad = subprocess.run(cmd[:7] + ["1,2"], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2
     assert "balance sums to 3 but the model has 4 layers" in bad.stderr
+
+
+def test_a_stage_without_parameters_trains_too():
+    """VGG's lone ReLU or pooling layer as a stage: nothing to update, still measured."""
+    with open_runner(SMALL_VGG, Setup(stages=3, batch_size=4, chunks=2), timeout=120) as r:
+        run = r.measure((1, 1, 28))  # stage 1 is the first ReLU
+    assert run.status == "ok", run.error
+    assert run.breakdown[1].weights == run.breakdown[1].optimizer == 0

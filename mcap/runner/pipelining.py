@@ -114,7 +114,8 @@ def run_stage(res: Resident, setup: Setup, balance: tuple[int, ...], rank: int) 
         window.start()
         start = time.perf_counter()
         for _ in range(ITERATIONS):
-            optimizer.zero_grad(set_to_none=True)
+            if optimizer is not None:
+                optimizer.zero_grad(set_to_none=True)
             _recomputed(stage_mod).new_step()
             # The batch lands on the first stage's device and the labels on the last's, each
             # iteration, as a training loop would place them.
@@ -122,11 +123,10 @@ def run_stage(res: Resident, setup: Setup, balance: tuple[int, ...], rank: int) 
             kwargs = {"target": res.targets.to(comm_device, copy=True)} if is_last else {}
             schedule.step(*args, return_outputs=False, **kwargs)
             del args, kwargs
-            if device.type == "cpu":
-                with memtrack.tagged(memtrack.OPTIMIZER):
+            if optimizer is not None:
+                with memtrack.tagged(memtrack.OPTIMIZER) if device.type == "cpu" \
+                        else contextlib.nullcontext():
                     optimizer.step()
-            else:
-                optimizer.step()
             window.mark_iteration()
         seconds = time.perf_counter() - start
         window.stop()

@@ -16,9 +16,12 @@ from mcap.types import MemoryBreakdown, Setup
 ITERATIONS = 2  # issue 4: each run trains 2 full iterations after building the stages
 
 
-def make_optimizer(setup: Setup, params) -> torch.optim.Optimizer:
-    """The paper's SGD (lr 0.1, momentum 0.9, weight decay 1e-4), or Adam."""
-    params = list(params)
+def make_optimizer(setup: Setup, params) -> Optional[torch.optim.Optimizer]:
+    """The paper's SGD (lr 0.1, momentum 0.9, weight decay 1e-4), or Adam. None for a stage
+    without parameters (a lone ReLU or pooling layer), which has nothing to update."""
+    params = [p for p in params if p.requires_grad]
+    if not params:
+        return None
     if setup.optimizer == "adam":
         return torch.optim.Adam(params, lr=1e-3)
     return torch.optim.SGD(params, lr=0.1, momentum=0.9, weight_decay=1e-4)

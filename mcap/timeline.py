@@ -187,11 +187,11 @@ def explain(timeline: Timeline) -> tuple[str, ...]:
     if timeline.schedule == "gpipe":
         lines.append(f"GPipe runs all {m} forwards before any backward, so at the end of the "
                      f"forward phase every device holds all {m} micro-batches. With "
-                     f"checkpointing only each stage's input is kept per micro-batch, and one "
-                     f"micro-batch's activations are recomputed during its backward.")
+                     "checkpointing only each stage's input is kept per micro-batch, and one "
+                     "micro-batch's activations are recomputed during its backward.")
     else:
-        lines.append(f"1F1B starts backwards early: device i runs G-1-i warm-up forwards, so it "
-                     f"holds at most min(G-i, M) micro-batches: " +
+        lines.append("1F1B starts backwards early: device i runs G-1-i warm-up forwards, so it "
+                     "holds at most min(G-i, M) micro-batches: " +
                      ", ".join(f"device {i}: {h}" for i, h in enumerate(held)) + ".")
         lines.append("The first stage fills up because the backward of a micro-batch reaches it "
                      "last: the micro-batch must first pass through every later stage and back, "

@@ -4,9 +4,9 @@ import streamlit as st
 from mcap.errors import McapError
 from mcap.figures import overview as fig_over
 from mcap.figures._style import balance_str, fmt_bytes
+from pages._search import prediction_of, recommendations
 from pages._shared import (
-    add_upload, chart, choices, current, json_download, prediction_of, recommendations, remember,
-    restore_url, shared,
+    add_upload, chart, choices, current, json_download, remember, restore_url, shared,
 )
 
 restore_url()

@@ -8,10 +8,12 @@ from mcap.figures import devices as fig_dev
 from mcap.figures._style import balance_str, fmt_bytes
 from mcap.partition import parse_balance, validate
 from mcap.predict import predict
+from pages._jobs import job_panel, measure_args
+from pages._search import (
+    BASELINES, METHODS, measured_for, measured_runs, recommendation, uniform_balance,
+)
 from pages._shared import (
-    METHODS, BASELINES, caption_of, chart, current, downloads, job_panel, measure_args,
-    measured_for, measured_runs, recommendation, remember, restore_url, shared, shared_int,
-    store, uniform_balance,
+    caption_of, chart, current, downloads, remember, restore_url, shared, shared_int, store,
 )
 
 restore_url()

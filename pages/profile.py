@@ -7,7 +7,8 @@ from mcap import jobs
 from mcap.errors import McapError
 from mcap.models.spec import KNOWN_MODELS, parse_spec
 from mcap.types import CHECKPOINTS, ENGINES, OPTIMIZERS, SCHEDULES, Setup
-from pages._shared import job_output, job_panel, restore_url, setup_args, store
+from pages._jobs import job_output, job_panel, setup_args
+from pages._shared import restore_url, store
 
 
 @st.cache_resource(show_spinner="Looking for a GPU…")

@@ -6,9 +6,9 @@ from mcap.errors import McapError
 from mcap.figures import recommend as fig_rec
 from mcap.figures import snippet
 from mcap.figures._style import balance_str, fmt_bytes
+from pages._search import BASELINES, METHODS, bo_run, measured_runs, recommendation
 from pages._shared import (
-    BASELINES, METHODS, bo_run, caption_of, chart, current, downloads, measured_runs,
-    recommendation, remember, restore_url, shared, shared_int,
+    caption_of, chart, current, downloads, remember, restore_url, shared, shared_int,
 )
 
 restore_url()

@@ -6,12 +6,12 @@ import streamlit as st
 from mcap.errors import McapError
 from mcap.figures import devices as fig_dev
 from mcap.figures import space as fig_space
-from mcap.figures._style import balance_str, fmt_bytes
+from mcap.figures._style import fmt_bytes
 from mcap.predict import predict
-from pages._shared import (
-    BASELINES, METHODS, caption_of, chart, current, downloads, finished_bo, measured_for,
-    recommendation, remember, restore_url, shared, sweep_predictions,
+from pages._search import (
+    BASELINES, METHODS, finished_bo, measured_for, recommendation, sweep_predictions,
 )
+from pages._shared import caption_of, chart, current, downloads, remember, restore_url, shared
 
 restore_url()
 st.title("🗺️ Partition space")

@@ -1,0 +1,79 @@
+"""Long work for the pages: the CLI flags of a job and its live panel. The child process
+itself is started, followed and cancelled by ``mcap.jobs`` (never subprocess here)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import streamlit as st
+
+from mcap.errors import McapError
+
+
+# --- jobs (child processes; DESIGN.md: never in the script thread) -------------------------
+
+def setup_args(spec: str, setup) -> list[str]:
+    """The CLI flags that reproduce a model spec and a Setup (``mcap.cli_profile``):
+    ``--backend`` there is the engine, ``--device`` the device kind (Setup.backend)."""
+    args = ["--model", spec, "--stages", str(setup.stages), "--batch-size", str(setup.batch_size),
+            "--chunks", str(setup.chunks), "--schedule", setup.schedule,
+            "--checkpoint", setup.checkpoint, "--optimizer", setup.optimizer,
+            "--backend", setup.engine, "--device", setup.backend]
+    if setup.capacity_bytes:
+        args += ["--capacity", str(setup.capacity_bytes)]
+    return args
+
+
+def measure_args(profile, balance) -> list[str]:
+    """``measure --model SPEC ... --balance 3,3,5,19`` under the profile's own setup, so the
+    run lands in the profile's study and shows up as its measured peak."""
+    return [*setup_args(profile.model.spec, profile.setup), "--balance", ",".join(map(str, balance))]
+
+
+def job_output(kind: str) -> str:
+    """Where a dashboard job writes its JSON: next to the store, named by kind and time."""
+    import time
+    from mcap.store import default_store_path
+    out = Path(default_store_path()).parent / "out"
+    return str(out / f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}.{kind}.json")
+
+
+def job_panel(s, job_id: int, key: str, every: float = 1.0) -> None:
+    """Live progress of a job, polled from the store: runs done of total, current balance,
+    the growing table of per-run peaks, a cancel button. Survives page switches because
+    the job is a child process and its state lives in the store."""
+    from mcap import jobs
+    from mcap.figures.progress import runs_table
+    try:
+        finished = s.job(job_id).finished
+    except McapError as exc:
+        st.error(str(exc))
+        return
+
+    @st.fragment(run_every=None if finished else every)
+    def panel():
+        p = jobs.progress(s, job_id)
+        job = p.job
+        now = balance_label(job.current) if job.current else "-"
+        total = job.total or "?"
+        st.progress(p.fraction, text=f"{job.kind} job {job.id}: **{job.status}** · {job.done} of "
+                                     f"{total} runs · now measuring {now}")
+        if p.runs:
+            st.dataframe(runs_table(p.runs), hide_index=True, key=f"{key}-runs-{job.id}")
+        if not job.finished:
+            if st.button("⏹️ Cancel", key=f"{key}-cancel-{job.id}"):
+                jobs.cancel(s, job.id)
+                st.rerun(scope="app")
+        elif not finished:  # it finished since the page was drawn: redraw with the new runs
+            st.rerun(scope="app")
+        if job.status == "failed":
+            st.error(f"Job {job.id} failed: {job.error}")
+        elif job.status == "cancelled":
+            st.warning(f"Job {job.id} was cancelled; the runs it finished are kept in the store.")
+        elif job.status == "done":
+            st.success(f"Job {job.id} is done; its results are in the store"
+                       + (f" ({len(p.runs)} runs measured now)." if p.runs else "."))
+    panel()
+
+
+def balance_label(balance) -> str:
+    return "-".join(str(int(n)) for n in balance)

@@ -33,6 +33,8 @@ def register(sub) -> None:
     p.add_argument("--no-time", action="store_true",
                    help="skip the time method (it imports torch and times the model)")
     p.add_argument("--seed", type=int, default=0, help="seed for bo")
+    p.add_argument("--bo-iterations", type=int, default=75, metavar="N",
+                   help="bo evaluations (paper: 75; skopt needs at least 10)")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.set_defaults(func=cmd_evaluate)
 
@@ -117,7 +119,8 @@ def cmd_evaluate(args) -> int:
     profile, sweep = load_profile(args.profile), load_sweep(args.sweep)
     check_compatible(profile, sweep)
     stages = sweep.setup.stages
-    picks = list(pure_picks(profile, stages, predictor=args.predictor, seed=args.seed))
+    picks = list(pure_picks(profile, stages, predictor=args.predictor, seed=args.seed,
+                            bo_iterations=args.bo_iterations))
     unavailable = []
     if args.no_time:
         unavailable.append(("time", "skipped (--no-time)"))

@@ -160,13 +160,16 @@ def place(method: str, balance: Optional[Sequence[int]], predicted_peak: Optiona
 
 
 def pure_picks(profile: Profile, stages: int, *, predictor: str = "paper", seed: int = 0,
-               methods: Sequence[str] = PURE_METHODS) -> tuple[Recommendation, ...]:
-    """The picks of the pure methods (no torch), searching ``predictor``'s statistics."""
+               methods: Sequence[str] = PURE_METHODS,
+               bo_iterations: int = 75) -> tuple[Recommendation, ...]:
+    """The picks of the pure methods (no torch), searching ``predictor``'s statistics.
+    bo uses the paper's 75 evaluations unless told otherwise (4.1)."""
     from mcap.search import recommend
 
     stats = make_predictor(profile, predictor).stats
     params = [l.param_bytes for l in profile.model.layers]
-    return tuple(recommend(stats, stages, m, layer_params=params, seed=seed) for m in methods)
+    return tuple(recommend(stats, stages, m, layer_params=params, seed=seed,
+                           iterations=bo_iterations) for m in methods)
 
 
 def evaluate(profile: Profile, sweep: Sweep, picks: Sequence[Recommendation] = (), *,

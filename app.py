@@ -12,6 +12,7 @@ PAGES = [
     st.Page("pages/predict.py", title="Predict vs measure", icon="🎯", url_path="predict"),
     st.Page("pages/space.py", title="Partition space", icon="🗺️", url_path="space"),
     st.Page("pages/recommend.py", title="Recommend", icon="🧭", url_path="recommend"),
+    st.Page("pages/scaling.py", title="Scaling", icon="📈", url_path="scaling"),
     st.Page("pages/explained.py", title="Pipeline memory, explained", icon="🎓",
             url_path="explained"),
 ]

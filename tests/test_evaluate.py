@@ -161,7 +161,8 @@ def tiny_real(tmp_path_factory):
 def test_evaluate_a_real_profile_against_its_full_real_sweep(tiny_real):
     p, s = tiny_real
     done = subprocess.run([sys.executable, "-m", "mcap", "evaluate", "--profile", str(p),
-                           "--sweep", str(s), "--json"], capture_output=True, text=True, timeout=300)
+                           "--sweep", str(s), "--json", "--bo-iterations", "12"],
+                          capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     assert out["runs"] == out["ok"] == out["error"]["count"] == 6

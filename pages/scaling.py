@@ -1,0 +1,67 @@
+"""Scaling: the largest model each partitioner trains under a memory capacity (paper 4.3,
+Fig. 11) from a bundled ``*.scale.json`` (``python -m mcap scale ... --out``)."""
+import streamlit as st
+
+from mcap.datasets import datasets_dir
+from mcap.errors import McapError
+from mcap.figures import scaling as fig_scaling
+from mcap.figures._style import fmt_bytes
+from mcap.scaling import load
+from pages._shared import chart, downloads, remember, restore_url, shared
+
+restore_url()
+st.title("📈 Scaling")
+st.markdown(
+    "How large a model trains when each device has a fixed capacity. For each partitioner the "
+    "model is grown (here AmoebaNet-D's *filters*) and the largest size whose partitioning "
+    "trains is found by binary search; at each size the partitioner's pick is measured for "
+    "real under the capacity. The paper reports **1.55x** more parameters for mCAP than for "
+    "torchgpipe's throughput-balanced split (`time`).")
+
+files = sorted(p.name for p in datasets_dir().glob("*.scale.json"))
+if not files:
+    st.info("No scaling result in data/: run `python -m mcap scale ... --out data/NAME.scale.json` "
+            "(README, Scaling).")
+    st.stop()
+chosen = shared("scale", files[0])
+if chosen not in files:
+    chosen = files[0]
+chosen = st.selectbox("Scaling result", files, index=files.index(chosen), key="scale-file")
+remember("scale", chosen)
+
+
+@st.cache_data(show_spinner=False)
+def _load(path: str, mtime: float):
+    return load(path)
+
+
+path = datasets_dir() / chosen
+try:
+    result = _load(str(path), path.stat().st_mtime)
+except McapError as exc:
+    st.error(str(exc))
+    st.stop()
+
+s = result.setup
+st.caption(f"{result.model} · vary {result.vary} over {result.grid[0]}..{result.grid[-1]} · "
+           f"{s.stages} stages · capacity {fmt_bytes(s.capacity_bytes)} per stage · batch "
+           f"{s.batch_size} in {s.chunks} micro-batches · {s.schedule}, checkpoint {s.checkpoint} · "
+           f"{s.backend}/{s.engine}")
+
+summary = fig_scaling.scaling_summary(result)
+cols = st.columns(max(len(summary), 1))
+for col, row in zip(cols, summary.itertuples()):
+    if row.largest_params is None or str(row.largest_params) == "<NA>":
+        col.metric(row.partitioner, "none trains")
+        continue
+    ratio = row.ratio_to_time
+    delta = None if ratio is None or ratio != ratio or row.partitioner == "time" else f"{ratio:.2f}x time"
+    col.metric(row.partitioner, f"{int(row.largest_params) / 1e6:.2f}M params", delta=delta,
+               help=f"{result.vary}={row.largest_value}" + (" (highest tried)" if row.at_high else ""))
+
+points = fig_scaling.scaling_points(result)
+chart(fig_scaling.draw_scaling(points, s.capacity_bytes), key="scaling-chart", name="scaling")
+st.dataframe(points, hide_index=True, key="scaling-table",
+             column_config={c: st.column_config.NumberColumn(c, format="%d")
+                            for c in ("params", "peak", "predicted_peak")})
+downloads(points, "mcap-scaling", "scaling")

@@ -1,0 +1,155 @@
+"""scale: the binary search, the value grid, the mcap.scale/1 form, the Fig. 11 figure, and
+one real scale run of a tiny AmoebaNet-D (integration)."""
+from __future__ import annotations
+
+import io
+import json
+
+import plotly.graph_objects as go
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from mcap.errors import McapError, SchemaError
+from mcap.figures import scaling as fig
+from mcap.scaling import (ScalePoint, ScaleResult, Scaling, bisect, from_dict, load, report, save,
+                          scale, spec_with, to_dict, value_grid)
+from mcap.store import Store
+from mcap.types import Setup
+
+
+def counting(limit):
+    asked = []
+
+    def trains(v):
+        asked.append(v)
+        return v <= limit
+    return trains, asked
+
+
+def test_bisect_finds_the_last_value_that_trains_in_log_steps():
+    grid = tuple(range(4, 132, 4))  # 32 values
+    trains, asked = counting(60)
+    assert bisect(grid, trains) == (60, False)
+    assert asked[:2] == [4, 128] and len(asked) <= 2 + 5
+    assert len(set(asked)) == len(asked)  # nothing measured twice
+
+
+def test_bisect_edges():
+    trains, asked = counting(0)
+    assert bisect((4, 8, 12), trains) == (None, False) and asked == [4]
+    trains, asked = counting(100)
+    assert bisect((4, 8, 12), trains) == (12, True) and asked == [4, 12]
+    assert bisect((8,), counting(8)[0]) == (8, True)
+    with pytest.raises(McapError, match="empty"):
+        bisect((), counting(1)[0])
+
+
+@given(st.integers(1, 40), st.integers(-5, 50))
+def test_bisect_matches_a_linear_scan_for_any_monotone_limit(n, limit):
+    grid = tuple(range(1, n + 1))
+    expected = max((v for v in grid if v <= limit), default=None)
+    assert bisect(grid, lambda v: v <= limit)[0] == expected
+
+
+def test_grid_and_specs_follow_the_models_granularity():
+    assert value_grid("amoebanet-d:layers=3", "filters", 8, 24) == (8, 12, 16, 20, 24)
+    assert value_grid("amoebanet-d", "filters", 8, 24, step=8) == (8, 16, 24)
+    assert spec_with("amoebanet-d:layers=3", "filters", 40) == \
+        "amoebanet-d:layers=3,filters=40,image_size=32,classes=10"
+    with pytest.raises(McapError, match="must be a multiple of 4: --low 10"):
+        value_grid("amoebanet-d", "filters", 10, 24)
+    with pytest.raises(McapError, match="has no parameter 'width'"):
+        value_grid("amoebanet-d", "width", 8, 24)
+    with pytest.raises(McapError, match="--low 24 --high 8"):
+        value_grid("amoebanet-d", "filters", 24, 8)
+
+
+SETUP = Setup(stages=2, batch_size=8, chunks=2, capacity_bytes=10 * 2**20)
+
+
+def point(v, status, peak=None, balance=(3, 3)):
+    return ScalePoint(v, f"m:f={v}", v * 1000, balance, status,
+                      None if peak is None else (peak // 2, peak), None, 1.0,
+                      None if status == "ok" else "over capacity")
+
+
+SCALING = Scaling("m", "filters", SETUP, (8, 12, 16, 20), (
+    ScaleResult("mcap", 16, 16000, (point(8, "ok", 100), point(20, "oom"), point(12, "ok", 150),
+                                    point(16, "ok", 190))),
+    ScaleResult("time", 8, 8000, (point(8, "ok", 160), point(20, "oom"), point(12, "oom"))),
+    ScaleResult("uniform", None, None, (point(8, "oom"),)),
+))
+
+
+def test_ratio_report_and_json_round_trip(tmp_path):
+    assert SCALING.ratio("mcap") == 2.0 and SCALING.ratio("time") == 1.0
+    assert SCALING.ratio("uniform") is None
+    text = report(SCALING)
+    assert "mcap     filters=16, 16,000 parameters, 2.00x time" in text
+    assert "uniform  none: filters=8 already does not train" in text
+    d = to_dict(SCALING)
+    assert d["results"][0]["ratio_to_time"] == 2.0
+    assert from_dict(json.loads(json.dumps(d))) == SCALING
+    assert load(save(SCALING, tmp_path / "x.scale.json")) == SCALING
+
+
+def test_bad_scale_files_are_refused_naming_the_file(tmp_path):
+    with pytest.raises(SchemaError, match=r"expected schema 'mcap.scale/1', found 'mcap.sweep/1'"):
+        from_dict({"schema": "mcap.sweep/1"}, "f.json")
+    with pytest.raises(SchemaError, match=r"f.json: not a valid mcap.scale/1 file \(KeyError"):
+        from_dict({"schema": "mcap.scale/1", "model": "m"}, "f.json")
+    (tmp_path / "t.scale.json").write_text("{trunc")
+    with pytest.raises(SchemaError, match="t.scale.json: not JSON"):
+        load(tmp_path / "t.scale.json")
+
+
+def test_figure_data_marks_the_largest_and_hides_peaks_that_did_not_train():
+    pts = fig.scaling_points(SCALING)
+    assert list(pts.columns) == fig.POINT_COLUMNS
+    mcap = pts[pts["partitioner"] == "mcap"]
+    assert mcap["value"].tolist() == [8, 12, 16, 20]  # sorted by size, not search order
+    assert mcap["peak"].tolist()[:3] == [100, 150, 190] and pd_isna(mcap["peak"].tolist()[3])
+    assert mcap["largest"].tolist() == [False, False, True, False]
+    assert pts[pts["largest"]]["partitioner"].tolist() == ["mcap", "time"]
+    summary = fig.scaling_summary(SCALING)
+    assert summary["largest_params"].tolist()[:2] == [16000, 8000]
+    assert summary["ratio_to_time"].tolist()[:2] == [2.0, 1.0]
+    drawn = fig.draw_scaling(pts, SETUP.capacity_bytes)
+    assert isinstance(drawn, go.Figure)
+    names = [t.name for t in drawn.data]
+    assert "mcap: largest trainable" in names and "time: largest trainable" in names
+
+
+def pd_isna(x):
+    import pandas as pd
+    return pd.isna(x)
+
+
+def test_scale_refuses_a_setup_without_capacity_or_unknown_partitioners(tmp_path):
+    with Store(tmp_path / "s.sqlite") as store:
+        with pytest.raises(McapError, match="needs a capacity"):
+            scale("amoebanet-d:layers=3", "filters", (8,), Setup(stages=2), store=store)
+        with pytest.raises(McapError, match="unknown partitioner.*'fast'"):
+            scale("amoebanet-d:layers=3", "filters", (8,), SETUP, ("mcap", "fast"), store=store)
+
+
+@pytest.mark.integration
+def test_a_real_scale_of_a_tiny_amoebanet_with_two_partitioners(tmp_path):
+    """Real stage processes under a real capacity: uniform and params at three sizes."""
+    setup = Setup(stages=2, batch_size=4, chunks=2, capacity_bytes=6 * 2**20)
+    with Store(tmp_path / "s.sqlite") as store:
+        out = scale("amoebanet-d:layers=3,filters=8", "filters", (8, 16, 32), setup,
+                    ("uniform", "params"), store=store, timeout=120, stream=io.StringIO())
+        runs = len(store.run_records())
+        for r in out.results:
+            oks = [p for p in r.points if p.status == "ok"]
+            assert all(p.peak <= setup.capacity_bytes for p in oks)
+            assert all(p.status == "oom" for p in r.points if p.value > (r.largest_value or 0))
+            if r.largest_value is not None:
+                assert r.largest_params == next(p.params for p in oks if p.value == r.largest_value)
+        # Resumed: the same search again measures nothing new.
+        again = scale("amoebanet-d:layers=3,filters=8", "filters", (8, 16, 32), setup,
+                      ("uniform", "params"), store=store, timeout=120, stream=io.StringIO())
+        assert len(store.run_records()) == runs
+        assert [r.largest_value for r in again.results] == [r.largest_value for r in out.results]

@@ -89,8 +89,7 @@ def run_stage(res: Resident, setup: Setup, balance: tuple[int, ...], rank: int) 
     device = stage_device(setup, rank)
     host_staged = shares_gpu(setup)
     comm_device = torch.device("cpu") if host_staged else device
-    gc.collect()
-    window = Window([device], setup.capacity_bytes)
+    window = Window([device], setup.capacity_bytes)  # the last run's `finally` collected
     objects: list = []  # everything the run allocates, dropped in `finally`
     try:
         window.limit()

@@ -193,10 +193,14 @@ def profile(spec: str, setup: Setup, out: Optional[Path], *, store: Store, schem
         queue = [tuple(b) for b in plan]
         # Each round measures what is queued, then asks the core for partitionings that
         # give the statistics the oom/failed runs did not (the paper chose these by hand,
-        # 3.5). replan never repeats a balance, so the rounds end; the cap is a backstop.
-        for _ in range(4 * info.num_layers + 1):
+        # 3.5). No balance is repeated, so the rounds end; a fallback round in which
+        # nothing ran ok ends them too (every oom run costs a restart of the stage
+        # processes, and a capacity nothing fits under would otherwise try them all).
+        for round_ in range(4 * info.num_layers + 1):
             for balance in queue:
                 runs[balance] = m.get(balance)
+            if round_ and not any(runs[b].status == "ok" for b in queue):
+                break
             queue = _fallback(info.num_layers, setup.stages, tuple(runs.values()))
             if not queue:
                 break
@@ -248,7 +252,8 @@ def greedy_fallback(num_layers: int, stages: int, runs: Sequence[Run]) -> list[t
     the longest window that ran ok where it can, then removes the most, then puts as few
     layers as possible in windows of oom or failed runs that no ok run confirmed (one of
     those ran out of memory; a failed run records no per-stage peaks, so which one is
-    unknown), then is the most even split. A pick that fails again adds its windows to the suspects next round."""
+    unknown), then is the most even split. A pick that fails again adds its windows to
+    the suspects next round."""
     from mcap import partition
     from mcap.stats import missing_for_windows, stage_windows
 

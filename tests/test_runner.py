@@ -27,6 +27,7 @@ SMALL_VGG = "vgg11:image_size=32,hidden=64"
 @pytest.fixture(scope="module")
 def runner():
     with open_runner(EXACT, TWO, timeout=120) as r:
+        r.model_info  # wait until the stage processes are ready
         yield r
 
 
@@ -78,6 +79,7 @@ def test_bad_balances_raise_with_the_values(runner):
 
 
 def test_killed_stage_process_is_failed_and_the_next_run_works(runner):
+    assert runner.measure((2, 2)).status == "ok"  # a ready pool
     victim = runner.worker_pids[1]
     os.kill(victim, signal.SIGKILL)
     run = runner.measure((2, 2))
@@ -89,6 +91,7 @@ def test_killed_stage_process_is_failed_and_the_next_run_works(runner):
 
 
 def test_stage_killed_mid_run_is_failed_and_the_next_run_works(runner):
+    assert runner.measure((2, 2)).status == "ok"  # a ready pool
     victim = runner.worker_pids[0]
     killer = threading.Timer(0.3, os.kill, (victim, signal.SIGKILL))
     killer.start()
@@ -209,3 +212,10 @@ def test_a_stage_without_parameters_trains_too():
         run = r.measure((1, 1, 28))  # stage 1 is the first ReLU
     assert run.status == "ok", run.error
     assert run.breakdown[1].weights == run.breakdown[1].optimizer == 0
+
+
+def test_a_stage_process_killed_while_starting_is_restarted():
+    with open_runner(EXACT, TWO, timeout=120) as r:
+        os.kill(r.worker_pids[0], signal.SIGKILL)  # before it could say it is ready
+        assert r.model_info.num_layers == 4
+        assert r.measure((2, 2)).status == "ok"

@@ -128,9 +128,14 @@ class Runner:
     def model_info(self) -> ModelInfo:
         """The model's layers (waits for the stage processes to have built it)."""
         if self._pool.info is None:
-            why = self._pool.wait_ready(time.monotonic() + self.startup_timeout)
-            if why:
+            # A stage process lost while starting (killed, out of host memory) gets one more
+            # try; twice in a row is a broken environment, reported as such.
+            for attempt in range(2):
+                why = self._pool.wait_ready(time.monotonic() + self.startup_timeout)
+                if not why:
+                    break
                 self._pool.restart()
+            else:
                 raise McapError(f"the stage processes did not start: {why}")
         return self._pool.info
 

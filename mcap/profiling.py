@@ -324,17 +324,23 @@ def sweep_balances(num_layers: int, stages: int, sample: Optional[int],
 def sweep(spec: str, setup: Setup, out: Optional[Path], *, store: Store,
           sample: Optional[int] = None, seed: int = 0, job: Optional[int] = None,
           stream: Optional[TextIO] = None, timeout: float = DEFAULT_TIMEOUT,
-          name: Optional[str] = None) -> SweepResult:
-    """Measure every partitioning (or a seeded sample) and write ``mcap.sweep/1``.
+          name: Optional[str] = None,
+          balances: Optional[Sequence[Sequence[int]]] = None) -> SweepResult:
+    """Measure every partitioning (or a seeded sample, or the given ``balances``) and
+    write ``mcap.sweep/1``.
 
     oom and failed runs are records too (the sweep goes on); a failed run is retried when
     the sweep is run again, an ok or oom one is reused."""
     from mcap import jsonio
+    from mcap.partition import validate
 
     started = time.monotonic()
     info = model_info(spec)
     _check_stages(info, setup)
-    balances = sweep_balances(info.num_layers, setup.stages, sample, seed)
+    if balances is None:
+        balances = sweep_balances(info.num_layers, setup.stages, sample, seed)
+    else:
+        balances = [validate(b, info.num_layers).balance for b in balances]
     bar = ProgressBar(len(balances), "sweep", stream=stream)
     m = Measurer(info.spec, info, setup, store, "sweep", bar, job, timeout)
     with job_status(store, job, m.study), contextlib.closing(m):

@@ -18,7 +18,7 @@ from mcap.errors import McapError
 from mcap.types import Profile, Sweep
 
 # The state a copied URL reopens (issue 5, Everywhere).
-SHARED_KEYS = ("profile", "sweep", "stages", "method", "balance", "schedule")
+SHARED_KEYS = ("profile", "sweep", "stages", "method", "balance", "schedule", "scale")
 PLOT_CONFIG = {"displaylogo": False,
                "toImageButtonOptions": {"format": "png", "scale": 2}}
 

@@ -28,7 +28,8 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-back
 # (url path, heading); the default page lives at /
 PAGES = [("", "mcap: memory-centric partitioning"), ("profile", "Profile"),
          ("layers", "Layers"), ("predict", "Predict vs measure"), ("space", "Partition space"),
-         ("recommend", "Recommend"), ("explained", "Pipeline memory, explained")]
+         ("recommend", "Recommend"), ("scaling", "Scaling"),
+         ("explained", "Pipeline memory, explained")]
 
 pytestmark = pytest.mark.e2e
 

@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -32,6 +33,7 @@ PAGES = [("", "mcap: memory-centric partitioning"), ("profile", "Profile"),
          ("explained", "Pipeline memory, explained")]
 
 pytestmark = pytest.mark.e2e
+ROUNDS = 3
 
 
 def _free_port() -> int:
@@ -130,17 +132,21 @@ def test_every_page_renders_cleanly_and_fast(browser, server):
     page.get_by_role("heading", name="Partition space").first.wait_for(timeout=60_000)
     nav = page.locator('[data-testid="stSidebarNav"]').inner_text()
     assert "Predict vs measure" in nav and "shared" not in nav and "app" not in nav.split(), nav
-    times = {}
-    for path, title in PAGES:
-        started = time.perf_counter()
-        page.goto(f"{server}/{path}")
-        _idle(page, 120_000)
-        page.get_by_role("heading", name=title).first.wait_for(timeout=30_000)
-        page.wait_for_timeout(300)  # let late deltas (charts) arrive
-        _idle(page)
-        times[path or "overview"] = round(time.perf_counter() - started - 0.3, 3)
-        page.screenshot(path=str(shots / f"{path or 'overview'}.png"), full_page=True)
-        _check_clean(page, errors, path or "overview")
+    rounds: dict[str, list[float]] = {}
+    for round_ in range(ROUNDS):  # the machine is shared: the median of a few visits
+        for path, title in PAGES:
+            name = path or "overview"
+            started = time.perf_counter()
+            page.goto(f"{server}/{path}")
+            _idle(page, 120_000)
+            page.get_by_role("heading", name=title).first.wait_for(timeout=30_000)
+            page.wait_for_timeout(300)  # let late deltas (charts) arrive
+            _idle(page)
+            rounds.setdefault(name, []).append(round(time.perf_counter() - started - 0.3, 3))
+            if round_ == 0:
+                page.screenshot(path=str(shots / f"{name}.png"), full_page=True)
+            _check_clean(page, errors, name)
+    times = {name: statistics.median(ts) for name, ts in rounds.items()}
 
     # Recommend: run bo with a few evaluations; the curve and the result appear.
     page.goto(f"{server}/recommend?method=bo&iterations=6")
@@ -211,7 +217,8 @@ def test_every_page_renders_cleanly_and_fast(browser, server):
     context.close()
 
     ARTIFACTS.mkdir(exist_ok=True)
-    (ARTIFACTS / "page-render-times.json").write_text(json.dumps(times, indent=1))
+    (ARTIFACTS / "page-render-times.json").write_text(json.dumps(
+        {"median_s": times, "runs_s": rounds}, indent=1))
     print("page render times (s):", times)
     # The target is < 2 s per page on the bundled data (issue 5, Timing); recorded, and
     # only a gross regression fails here (the machine is shared).

@@ -8,6 +8,7 @@ the last micro-batch before adding it in), plus a few hundred bytes of activatio
 """
 import os
 import signal
+from pathlib import Path
 import threading
 
 import pytest
@@ -219,3 +220,26 @@ def test_a_stage_process_killed_while_starting_is_restarted():
         os.kill(r.worker_pids[0], signal.SIGKILL)  # before it could say it is ready
         assert r.model_info.num_layers == 4
         assert r.measure((2, 2)).status == "ok"
+
+
+def test_torchrun_entry_measures_the_same_bytes(tmp_path):
+    """``torchrun -m mcap.runner.spmd`` (how a run spans nodes) gives the runner's numbers."""
+    import json
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+           "--master-addr", "127.0.0.1", "--master-port", str(port),
+           "-m", "mcap.runner.spmd", "--model", EXACT, "--balance", "1,3",
+           "--batch-size", "4", "--chunks", "2"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                         env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    printed = json.loads(out.stdout.strip().splitlines()[-1])
+    assert printed["status"] == "ok"
+    for n, b in zip((1, 3), printed["breakdown"]):
+        assert b["weights"] == b["gradients"] == b["optimizer"] == 4 * P * n

@@ -18,7 +18,7 @@ import copy
 import gc
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Optional
 
 import torch
 from torch import nn
@@ -56,9 +56,12 @@ def tensor_shapes(module: nn.Sequential, micro_inputs: torch.Tensor) -> list:
     return outs + [micro_inputs.to("meta")]
 
 
-def stage_device(setup: Setup, rank: int) -> torch.device:
+def stage_device(setup: Setup, rank: int, local_device: Optional[int] = None) -> torch.device:
+    """Stage i's device: GPU i, wrapping round when stages share GPUs; under torchrun the
+    rank's LOCAL_RANK GPU."""
     if setup.backend == "cuda":
-        return torch.device("cuda", rank % torch.cuda.device_count())
+        index = local_device if local_device is not None else rank
+        return torch.device("cuda", index % torch.cuda.device_count())
     return torch.device("cpu")
 
 
@@ -80,14 +83,15 @@ class HostStaged(nn.Module):
         return out if self.last else out.to("cpu")
 
 
-def run_stage(res: Resident, setup: Setup, balance: tuple[int, ...], rank: int) -> StageResult:
+def run_stage(res: Resident, setup: Setup, balance: tuple[int, ...], rank: int,
+              local_device: Optional[int] = None) -> StageResult:
     """Train stage ``rank`` of ``balance`` for 2 iterations; its peak over that window."""
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
     first, last = Partitioning(balance).bounds()[rank]
     is_first, is_last = rank == 0, rank == setup.stages - 1
-    device = stage_device(setup, rank)
-    host_staged = shares_gpu(setup)
+    device = stage_device(setup, rank, local_device)
+    host_staged = shares_gpu(setup) and local_device is None
     comm_device = torch.device("cpu") if host_staged else device
     window = Window([device], setup.capacity_bytes)  # the last run's `finally` collected
     objects: list = []  # everything the run allocates, dropped in `finally`

@@ -243,3 +243,14 @@ def test_torchrun_entry_measures_the_same_bytes(tmp_path):
     assert printed["status"] == "ok"
     for n, b in zip((1, 3), printed["breakdown"]):
         assert b["weights"] == b["gradients"] == b["optimizer"] == 4 * P * n
+
+
+def test_tuple_activations_and_adam():
+    """AmoebaNet's cells pass (state, skip) between stages; Adam keeps two moments."""
+    setup = Setup(stages=2, batch_size=4, chunks=2, optimizer="adam", schedule="1f1b")
+    with open_runner("amoebanet-d:layers=3,filters=16", setup, timeout=120) as r:
+        run = r.measure((4, 5))
+    assert run.status == "ok", run.error
+    last = run.breakdown[1]
+    assert last.weights > 0 and last.gradients == last.weights
+    assert last.optimizer >= 2 * last.weights

@@ -52,8 +52,15 @@ def tensor_shapes(module: nn.Sequential, micro_inputs: torch.Tensor) -> list:
     with torch.enable_grad():
         for layer in meta:
             x = layer(x)
-            outs.append(x.detach().requires_grad_(x.requires_grad))
+            outs.append(_detached(x))
     return outs + [micro_inputs.to("meta")]
+
+
+def _detached(x):
+    """Layers may pass tuples (AmoebaNet's cells pass (state, skip)); keep the structure."""
+    if isinstance(x, (tuple, list)):
+        return tuple(_detached(t) for t in x)
+    return x.detach().requires_grad_(x.requires_grad)
 
 
 def stage_device(setup: Setup, rank: int, local_device: Optional[int] = None) -> torch.device:
@@ -80,6 +87,8 @@ class HostStaged(nn.Module):
 
     def forward(self, *args):
         out = self.inner(*(a.to(self.device) for a in args))
+        if isinstance(out, tuple):
+            return out if self.last else tuple(t.to("cpu") for t in out)
         return out if self.last else out.to("cpu")
 
 

@@ -48,13 +48,16 @@ class Recomputed(nn.Module):
         self.calls = 0
 
     def forward(self, *args):
+        # The schedule passes a tuple activation (AmoebaNet's (state, skip)) as several
+        # arguments; nn.Sequential takes one input, so pack them back into the tuple.
+        x = args[0] if len(args) == 1 else args
         if any(isinstance(a, torch.Tensor) and a.is_meta for a in args) \
                 or not torch.is_grad_enabled():
-            return self.layers(*args)
+            return self.layers(x)
         index, self.calls = self.calls, self.calls + 1
         if self.mode == "always" or (self.mode == "except_last" and index < self.chunks - 1):
-            return checkpoint(self.layers, *args, use_reentrant=False)
-        return self.layers(*args)
+            return checkpoint(self.layers, x, use_reentrant=False)
+        return self.layers(x)
 
 
 def tag_weights_and_gradients(module: nn.Module) -> None:

@@ -135,12 +135,13 @@ def sigterm_cancels() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def job_status(store: Store, job: Optional[int], study=None) -> Iterator[None]:
-    """Mark a dashboard job running, then done / failed / cancelled on the way out."""
+def job_status(store: Store, job: Optional[int], study=None, total: int = 0) -> Iterator[None]:
+    """Mark a dashboard job running (with its real total), then done / failed / cancelled
+    on the way out."""
     if job is None:
         yield
         return
-    store.update_job(job, status="running", study=study)
+    store.update_job(job, status="running", study=study, total=total, done=0)
     try:
         yield
     except Cancelled:
@@ -189,7 +190,7 @@ def profile(spec: str, setup: Setup, out: Optional[Path], *, store: Store, schem
     m = Measurer(info.spec, info, setup, store, "profile", bar, job, timeout)
     runs: dict[tuple[int, ...], Run] = {}
     fallback: list[tuple[int, ...]] = []
-    with job_status(store, job, m.study), contextlib.closing(m):
+    with job_status(store, job, m.study, bar.total), contextlib.closing(m):
         queue = [tuple(b) for b in plan]
         # Each round measures what is queued, then asks the core for partitionings that
         # give the statistics the oom/failed runs did not (the paper chose these by hand,
@@ -343,7 +344,7 @@ def sweep(spec: str, setup: Setup, out: Optional[Path], *, store: Store,
         balances = [validate(b, info.num_layers).balance for b in balances]
     bar = ProgressBar(len(balances), "sweep", stream=stream)
     m = Measurer(info.spec, info, setup, store, "sweep", bar, job, timeout)
-    with job_status(store, job, m.study), contextlib.closing(m):
+    with job_status(store, job, m.study, bar.total), contextlib.closing(m):
         runs = tuple(m.get(b) for b in balances)
         bar.close()
         result = Sweep(model=info, setup=setup, runs=runs)

@@ -68,7 +68,7 @@ class Measurer:
     info: ModelInfo
     setup: Setup
     store: Store
-    kind: str  # the store's run kind: "profile" or "sweep"
+    kind: str  # the store's run kind: "profile", "sweep" or "measure"
     bar: ProgressBar
     job: Optional[int] = None
     timeout: float = DEFAULT_TIMEOUT

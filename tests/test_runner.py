@@ -254,3 +254,14 @@ def test_tuple_activations_and_adam():
     last = run.breakdown[1]
     assert last.weights > 0 and last.gradients == last.weights
     assert last.optimizer >= 2 * last.weights
+
+
+def test_a_closed_runner_refuses_to_measure():
+    r = open_runner(EXACT, TWO, timeout=120)
+    pids = r.worker_pids
+    r.close()
+    with pytest.raises(McapError, match="closed"):
+        r.measure((2, 2))
+    for pid in pids:  # every stage process is gone (reaped, not left running)
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)

@@ -122,6 +122,7 @@ class Runner:
         self._pool = WorkerPool(model_spec, setup, world=setup.stages if pipelined else 1,
                                 timeout=self.timeout, group=pipelined and setup.stages > 1,
                                 startup_timeout=self.startup_timeout)
+        self._closed = False
         self._pool.start()
 
     @property
@@ -146,6 +147,8 @@ class Runner:
 
     def measure(self, balance: Sequence[int]) -> Run:
         """Measure one partitioning; a failure is a Run with status "oom" or "failed"."""
+        if self._closed:
+            raise McapError("this runner is closed; open a new one with open_runner()")
         balance = check_balance(balance, self.setup.stages, self.model_info.num_layers)
         why = self._pool.wait_ready(time.monotonic() + self.startup_timeout)
         if why:
@@ -173,6 +176,7 @@ class Runner:
         return Run(balance, status, None, seconds, error=error)
 
     def close(self) -> None:
+        self._closed = True
         self._pool.close()
 
     def __enter__(self) -> "Runner":

@@ -119,7 +119,7 @@ def run_stage(res: Resident, setup: Setup, balance: tuple[int, ...], rank: int,
         schedule_cls = Schedule1F1B if setup.schedule == "1f1b" else ScheduleGPipe
         # Every rank gets the loss: a schedule without one runs forward only, so the earlier
         # stages would never run backward (only the last stage calls it).
-        schedule = schedule_cls(stage, setup.chunks, loss_fn=res.loss)
+        schedule = schedule_cls(stage, setup.chunks, loss_fn=_loss_on_output_device(res.loss))
         optimizer = make_optimizer(setup, layers.parameters())
         objects += [layers, stage_mod, stage, schedule, optimizer]
         gc.collect()
@@ -153,6 +153,14 @@ def run_stage(res: Resident, setup: Setup, balance: tuple[int, ...], rank: int,
     finally:
         objects.clear()
         gc.collect()
+
+
+def _loss_on_output_device(loss: Callable) -> Callable:
+    """Labels arrive where the schedule receives (the host, for GPU stages sharing a GPU);
+    the loss runs where the last stage's output is."""
+    def loss_fn(output, targets):
+        return loss(output, targets.to(output.device))
+    return loss_fn
 
 
 def _recomputed(mod: nn.Module) -> Recomputed:

@@ -28,8 +28,9 @@ def register(sub) -> None:
     p.add_argument("--profile", required=True, help="a mcap.profile/1 JSON file")
     p.add_argument("--sweep", required=True, help="a mcap.sweep/1 JSON file of the same model and setup")
     p.add_argument("--predictor", choices=PREDICTORS, default=DEFAULT,
-                   help="paper: Listing 1.1 on the profile's statistics (default); position: "
-                        "statistics kept apart by stage position (mcap.predict_position)")
+                   help="paper: Listing 1.1 on the profile's statistics (default); maxparam: plus a "
+                        "term for each stage's largest parameter tensor, fitted on the "
+                        "profile's own held-out windows (mcap.predictors)")
     p.add_argument("--no-time", action="store_true",
                    help="skip the time method (it imports torch and times the model)")
     p.add_argument("--seed", type=int, default=0, help="seed for bo")
@@ -53,6 +54,9 @@ def register(sub) -> None:
     s.add_argument("--high", type=int, required=True, help="largest value of --vary to try")
     s.add_argument("--step", type=int, default=None,
                    help="values are low + k*step (default: the model's granularity, 4 for filters)")
+    s.add_argument("--profile-capacity", choices=("same", "none"), default="same",
+                   help="mcap's profiling runs: under the same capacity (default, as on real "
+                        "devices) or without it")
     s.add_argument("--out", type=Path, default=None, metavar="FILE.json",
                    help="write the mcap.scale/1 result here")
     s.add_argument("--json", action="store_true")
@@ -157,7 +161,8 @@ def cmd_scale(args) -> int:
     try:
         with profiling.sigterm_cancels():
             result = scaling.scale(args.model, args.vary, grid, setup, parts, store=store,
-                                   timeout=args.timeout, stream=sys.stderr)
+                                   timeout=args.timeout, stream=sys.stderr,
+                                   profile_capacity=args.profile_capacity == "same")
     except profiling.Cancelled:
         print("mcap: scale cancelled; finished runs are kept in the store", file=sys.stderr)
         return 143

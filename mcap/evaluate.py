@@ -164,12 +164,12 @@ def pure_picks(profile: Profile, stages: int, *, predictor: str = "paper", seed:
                bo_iterations: int = 75) -> tuple[Recommendation, ...]:
     """The picks of the pure methods (no torch), searching ``predictor``'s statistics.
     bo uses the paper's 75 evaluations unless told otherwise (4.1)."""
-    from mcap.search import recommend
+    from mcap.predictors import search
 
-    stats = make_predictor(profile, predictor).stats
+    pred = make_predictor(profile, predictor)
     params = [l.param_bytes for l in profile.model.layers]
-    return tuple(recommend(stats, stages, m, layer_params=params, seed=seed,
-                           iterations=bo_iterations) for m in methods)
+    return tuple(search(pred, stages, m, layer_params=params, seed=seed, iterations=bo_iterations)
+                 for m in methods)
 
 
 def evaluate(profile: Profile, sweep: Sweep, picks: Sequence[Recommendation] = (), *,

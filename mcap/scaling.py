@@ -10,7 +10,10 @@ tracker enforcing ``Setup.capacity_bytes``). "Trains" means the run's status is 
 * ``mcap``: incremental profiling at that size *under the same capacity* (the paper profiles
   on the devices it will train on; oom profiling runs are replaced by ``profiling``'s
   fallback), then ``exact`` (= mCAP-BF's pick, lowest predicted peak with the tie-break).
-  If profiling cannot complete the statistics, that size does not train with mcap.
+  If profiling cannot complete the statistics, that size does not train with mcap
+  (status "unprofiled"). ``profile_capacity=False`` profiles without the capacity instead
+  (as if profiling ran on larger devices; on the CPU the peaks are the same bytes), which
+  separates "the pick does not fit" from "the profiling runs do not fit".
 * ``time``: torchgpipe's ``balance_by_time`` on a sample micro-batch.
 * ``uniform``, ``params``: the baselines of ``mcap.search.baselines``.
 
@@ -75,6 +78,7 @@ class Scaling:
     setup: Setup
     grid: tuple[int, ...]
     results: tuple[ScaleResult, ...]
+    profile_capacity: bool = True  # mcap profiled under the capacity (else without it)
 
     def result(self, partitioner: str) -> Optional[ScaleResult]:
         return next((r for r in self.results if r.partitioner == partitioner), None)
@@ -146,7 +150,7 @@ def bisect(grid: Sequence[int], trains: Callable[[int], bool]) -> tuple[Optional
 # --- orchestration (real runs) -----------------------------------------------------------
 
 def _pick(partitioner: str, spec: str, setup: Setup, store, timeout: float,
-          stream: Optional[TextIO]):
+          stream: Optional[TextIO], profile_capacity: bool = True):
     """(balance, predicted peak or None, error or None) of ``partitioner`` at ``spec``."""
     from mcap import profiling
     from mcap.search import baselines, recommend
@@ -155,7 +159,8 @@ def _pick(partitioner: str, spec: str, setup: Setup, store, timeout: float,
     L, G = info.num_layers, setup.stages
     if partitioner == "mcap":
         try:
-            result = profiling.profile(spec, setup, None, store=store, stream=stream,
+            prof_setup = setup if profile_capacity else dataclasses.replace(setup, capacity_bytes=None)
+            result = profiling.profile(spec, prof_setup, None, store=store, stream=stream,
                                        timeout=timeout, name=f"scale {spec}")
         except profiling.MissingStatistics as exc:
             return None, None, str(exc)
@@ -173,7 +178,8 @@ def _pick(partitioner: str, spec: str, setup: Setup, store, timeout: float,
 
 
 def measure_point(partitioner: str, spec: str, value: int, setup: Setup, *, store,
-                  timeout: float, stream: Optional[TextIO] = None) -> ScalePoint:
+                  timeout: float, stream: Optional[TextIO] = None,
+                  profile_capacity: bool = True) -> ScalePoint:
     """Pick with ``partitioner`` at ``spec`` and measure the pick under the capacity."""
     from mcap import profiling
     from mcap.models import count_parameters
@@ -181,7 +187,8 @@ def measure_point(partitioner: str, spec: str, value: int, setup: Setup, *, stor
 
     started = time.monotonic()
     params = count_parameters(spec)
-    balance, predicted, why = _pick(partitioner, spec, setup, store, timeout, stream)
+    balance, predicted, why = _pick(partitioner, spec, setup, store, timeout, stream,
+                                    profile_capacity)
     if balance is None:
         return ScalePoint(value, spec, params, None, "unprofiled", seconds=time.monotonic() - started,
                           error=why)
@@ -199,7 +206,7 @@ def measure_point(partitioner: str, spec: str, value: int, setup: Setup, *, stor
 
 def scale(model: str, vary: str, grid: Sequence[int], setup: Setup,
           partitioners: Sequence[str] = PARTITIONERS, *, store, timeout: float = 300.0,
-          stream: Optional[TextIO] = None) -> Scaling:
+          stream: Optional[TextIO] = None, profile_capacity: bool = True) -> Scaling:
     """Binary-search the largest trainable ``vary`` value for each partitioner."""
     if setup.capacity_bytes is None:
         raise McapError("scale needs a capacity (Setup.capacity_bytes)")
@@ -213,7 +220,8 @@ def scale(model: str, vary: str, grid: Sequence[int], setup: Setup,
 
         def trains(value: int) -> bool:
             point = measure_point(part, spec_with(model, vary, value), value, setup,
-                                  store=store, timeout=timeout, stream=stream)
+                                  store=store, timeout=timeout, stream=stream,
+                                  profile_capacity=profile_capacity)
             points.append(point)
             if stream is not None:
                 peak = "-" if point.peak is None else f"{point.peak / 2**20:.2f} MiB"
@@ -225,7 +233,8 @@ def scale(model: str, vary: str, grid: Sequence[int], setup: Setup,
         largest, at_high = bisect(tuple(grid), trains)
         params = next((p.params for p in points if p.value == largest), None)
         results.append(ScaleResult(part, largest, params, tuple(points), at_high))
-    return Scaling(model=model, vary=vary, setup=setup, grid=tuple(grid), results=tuple(results))
+    return Scaling(model=model, vary=vary, setup=setup, grid=tuple(grid), results=tuple(results),
+                   profile_capacity=profile_capacity)
 
 
 # --- report and JSON (mcap.scale/1) ------------------------------------------------------
@@ -233,7 +242,8 @@ def scale(model: str, vary: str, grid: Sequence[int], setup: Setup,
 def report(s: Scaling) -> str:
     cap = s.setup.capacity_bytes
     lines = [f"largest trainable {s.model} by {s.vary} on {s.setup.stages} stages under "
-             f"{cap / 2**20:.2f} MiB per stage:"]
+             f"{cap / 2**20:.2f} MiB per stage (mcap profiled "
+             f"{'under the capacity' if s.profile_capacity else 'without the capacity'}):"]
     for r in s.results:
         if r.largest_value is None:
             lines.append(f"  {r.partitioner:<8} none: {s.vary}={s.grid[0]} already does not train")
@@ -248,6 +258,7 @@ def report(s: Scaling) -> str:
 def to_dict(s: Scaling) -> dict:
     return {"schema": SCALE_SCHEMA, "model": s.model, "vary": s.vary,
             "setup": dataclasses.asdict(s.setup), "grid": list(s.grid),
+            "profile_capacity": s.profile_capacity,
             "results": [{"partitioner": r.partitioner, "largest_value": r.largest_value,
                          "largest_params": r.largest_params, "at_high": r.at_high,
                          "ratio_to_time": s.ratio(r.partitioner),
@@ -280,7 +291,8 @@ def from_dict(d, source: str = "<scale>") -> Scaling:
                         bool(r.get("at_high", False)))
             for r in d["results"])
         return Scaling(model=d["model"], vary=d["vary"], setup=setup,
-                       grid=tuple(int(v) for v in d["grid"]), results=results)
+                       grid=tuple(int(v) for v in d["grid"]), results=results,
+                       profile_capacity=bool(d.get("profile_capacity", True)))
     except (KeyError, TypeError, ValueError) as exc:
         raise SchemaError(f"{source}: not a valid {SCALE_SCHEMA} file ({type(exc).__name__}: {exc})") \
             from None

@@ -10,7 +10,8 @@ from mcap.partition import parse_balance, validate
 from mcap.predict import predict
 from pages._jobs import job_panel, measure_args
 from pages._search import (
-    BASELINES, METHODS, measured_for, measured_runs, recommendation, uniform_balance,
+    BASELINES, METHODS, finished_bo, measured_for, measured_runs, recommendation,
+    uniform_balance,
 )
 from pages._shared import (
     caption_of, chart, current, downloads, remember, restore_url, shared, shared_int, store,
@@ -57,8 +58,16 @@ try:
                                     key="pick-rec-stages")
         remember("method", method)
         remember("stages", stages)
-        with st.spinner(f"{method} is searching…"):
-            balance = recommendation(profile, int(stages), method).balance
+        if method == "bo":  # minutes of search: only a run the Recommend page made
+            done = finished_bo(int(stages))
+            if done is None:
+                st.info("bo has not run for this profile and stage count: run it on the "
+                        "Recommend page, or pick another method.")
+                st.stop()
+            balance = done.balance
+        else:
+            with st.spinner(f"{method} is searching…"):
+                balance = recommendation(profile, int(stages), method).balance
         st.write(f"{method} recommends **{balance_str(balance)}**.")
 except McapError as exc:
     st.error(str(exc))

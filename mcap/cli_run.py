@@ -12,7 +12,7 @@ import json
 import sys
 
 from mcap.cli_profile import add_setup_options, setup_from_args
-from mcap.errors import InvalidPartitioning, McapError
+from mcap.errors import InvalidPartitioning
 from mcap.types import Run
 
 

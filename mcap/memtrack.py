@@ -24,7 +24,8 @@ Only tensor storages are counted: not Python objects, not the interpreter, not g
 socket buffers. That is the same boundary ``max_memory_allocated`` draws on a GPU.
 
 The extension is compiled once per environment with ninja (about 20 s the first time), in
-``$TORCH_EXTENSIONS_DIR`` (default ``<repo>/.venv/torch_extensions``); a file lock lets
+``$TORCH_EXTENSIONS_DIR`` (default ``<repo>/.venv/torch_extensions``, or
+``~/.cache/mcap/torch_extensions`` without a repository venv); a file lock lets
 several stage processes start at once without compiling over each other.
 """
 from __future__ import annotations
@@ -34,7 +35,6 @@ import fcntl
 import hashlib
 import importlib.util
 import os
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Iterator, Optional
@@ -53,7 +53,7 @@ def _extensions_dir() -> Path:
     repo = Path(__file__).resolve().parent.parent
     if (repo / ".venv").is_dir():
         return repo / ".venv" / "torch_extensions"
-    return Path(sys.prefix) / "torch_extensions"
+    return Path.home() / ".cache" / "mcap" / "torch_extensions"  # an installed mcap
 
 
 def _load() -> ModuleType:

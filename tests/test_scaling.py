@@ -155,3 +155,27 @@ def test_a_real_scale_measures_under_the_capacity_and_resumes_from_the_store(tmp
         assert len(store.run_records()) == runs == 2
         assert [(p.value, p.status, p.peaks) for p in again.results[0].points] == \
             [(p.value, p.status, p.peaks) for p in r.points]
+
+
+@pytest.mark.app
+def test_scaling_page_shows_the_largest_sizes_and_the_chart(tmp_path, monkeypatch):
+    """AppTest of pages/scaling.py on a scale file in a data folder of its own."""
+    from pathlib import Path
+
+    from streamlit.testing.v1 import AppTest
+
+    save(SCALING, tmp_path / "toy.scale.json")
+    monkeypatch.setenv("MCAP_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("MCAP_STORE", str(tmp_path / "store.sqlite"))
+    app = str(Path(__file__).resolve().parent.parent / "app.py")
+    at = AppTest.from_file(app, default_timeout=30)
+    at.run()
+    at.switch_page("pages/scaling.py")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    metrics = {m.label: (m.value, m.delta) for m in at.metric}
+    assert metrics["mcap"] == ("0.02M params", "2.00x time")
+    assert metrics["time"][0] == "0.01M params" and metrics["uniform"][0] == "none trains"
+    shown = at.dataframe[0].value
+    assert shown["value"].tolist() == fig.scaling_points(SCALING)["value"].tolist()
+    assert at.selectbox[0].value == "toy.scale.json"

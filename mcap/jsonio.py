@@ -298,6 +298,10 @@ def save(obj: Union[Profile, Sweep], path: Union[str, Path]) -> Path:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
+        # mkstemp creates 0600; a results file should be as readable as any other file
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, p)
     except BaseException:
         try:

@@ -179,3 +179,16 @@ def test_scaling_page_shows_the_largest_sizes_and_the_chart(tmp_path, monkeypatc
     shown = at.dataframe[0].value
     assert shown["value"].tolist() == fig.scaling_points(SCALING)["value"].tolist()
     assert at.selectbox[0].value == "toy.scale.json"
+
+
+def test_cli_scale_refuses_bad_input_before_measuring(tmp_path, capsys):
+    from mcap.__main__ import main
+
+    base = ["scale", "--model", "amoebanet-d:layers=3", "--stages", "2", "--low", "8",
+            "--high", "16", "--store", str(tmp_path / "s.sqlite")]
+    assert main(base) == 2
+    assert "scale needs --capacity BYTES" in capsys.readouterr().err
+    assert main(base + ["--capacity", "8MiB", "--vary", "depth"]) == 2
+    assert "has no parameter 'depth'" in capsys.readouterr().err
+    assert main(base + ["--capacity", "8MiB", "--low", "10"]) == 2
+    assert "multiple of 4: --low 10" in capsys.readouterr().err

@@ -275,21 +275,29 @@ def greedy_fallback(num_layers: int, stages: int, runs: Sequence[Run]) -> list[t
     pool = [b for b in pool if b not in tried]
     chosen: list[tuple[int, ...]] = []
     left = missing_count(have)
-    while left and pool:
+    # Stages no longer than ``longest`` first: the riskier rest is scored only when no
+    # safe candidate helps (same order as scoring all, far fewer scored).
+    tiers = [[b for b in pool if max(b) <= longest], [b for b in pool if max(b) > longest]]
+    while left:
         scored = []
-        for b in pool:
-            wins = stage_windows(b)
-            after = missing_count(have | set(wins))
-            if after < left:
-                risky = sum(z - a + 1 for a, z in wins if (a, z) in suspect)
-                scored.append((max(b) > longest, after, risky, max(b), b))
+        for tier in tiers:
+            for b in tier:
+                wins = stage_windows(b)
+                after = missing_count(have | set(wins))
+                if after < left:
+                    risky = sum(z - a + 1 for a, z in wins if (a, z) in suspect)
+                    scored.append((after, risky, max(b), b))
+            if scored:
+                break
         if not scored:
             break
-        best = min(scored)
-        chosen.append(best[-1])
-        have |= set(stage_windows(best[-1]))
-        pool.remove(best[-1])
-        left = best[1]
+        after, _, _, best = min(scored)
+        chosen.append(best)
+        have |= set(stage_windows(best))
+        for tier in tiers:
+            if best in tier:
+                tier.remove(best)
+        left = after
     return chosen
 
 

@@ -93,3 +93,27 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path, argv, message):
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2, out.stderr
     assert message in out.stderr and "Traceback" not in out.stderr
+
+
+def test_fallback_rounds_complete_vgg_sized_plan_when_long_stages_oom():
+    """30 layers on 4 stages, a device that fits at most 12 layers: the plan's runs with a
+    longer stage are oom; fallback rounds (replan, then the greedy search) must complete
+    the statistics, and the greedy never proposes a stage longer than any ok window."""
+    def run(b):
+        return Run(b, "ok", _fake_peaks(b), 1.0) if max(b) <= 12 else Run(b, "oom", None, 1.0)
+
+    runs = [run(b) for b in profiling_plan(30, 4).runs]
+    assert any(r.status == "oom" for r in runs)
+    rounds = 0
+    while True:
+        extra = _fallback(30, 4, runs)
+        if not extra:
+            break
+        assert not {b for b in extra} & {r.balance for r in runs}  # nothing repeated
+        runs += [run(b) for b in extra]
+        rounds += 1
+        assert rounds < 10
+    stats = extract(runs, 30)
+    assert stats.num_layers == 30
+    plan_size = len(profiling_plan(30, 4).runs)
+    assert all(r.status == "ok" for r in runs[plan_size:])  # no fallback run was too long

@@ -214,6 +214,18 @@ def test_every_page_renders_cleanly_and_fast(browser, server):
     assert "balance=3%2C3%2C5%2C19" in page.url or "balance=3,3,5,19" in page.url
     _check_clean(page, errors, "predict")
 
+    # Shared state survives in-app navigation: the teaching view opens on that partitioning.
+    page.locator('[data-testid="stSidebarNav"]').get_by_text("Pipeline memory, explained").click()
+    page.get_by_role("heading", name="Pipeline memory, explained").first.wait_for(timeout=30_000)
+    _idle(page)
+    assert page.get_by_role("textbox", name="Partitioning (layers per device)").input_value() == "3,3,5,19"
+    assert "balance=3,3,5,19" in _unquote(page.url)
+    page.locator('[data-testid="stSidebarNav"]').get_by_text("Predict vs measure").click()
+    page.get_by_role("heading", name="Predict vs measure").first.wait_for(timeout=30_000)
+    _idle(page)
+    box = page.get_by_role("textbox", name="Layers per device")
+    assert box.input_value() == "3,3,5,19"
+
     # Bad input: an st.error naming the values, never a traceback.
     box.fill("3,3,5,18")
     box.press("Enter")

@@ -284,3 +284,26 @@ def test_predict_measure_button_adds_the_measured_markers(bundled):
     measured = int(table["measured"].max())
     assert metric(at, "measured peak") == fmt_bytes(measured)
     assert any('"measured"' in c.proto.spec for c in at.get("plotly_chart"))
+
+
+@pytest.mark.integration
+def test_profile_page_cancels_a_running_sweep():
+    at = page("profile")
+    at.text_input(key="profile-spec").set_value("gpt:layers=4,hidden=32,vocab=64,seq=16")
+    at.selectbox(key="profile-command").set_value("sweep")
+    at.number_input(key="profile-stages").set_value(2)
+    at.number_input(key="profile-batch").set_value(4)
+    at.number_input(key="profile-chunks").set_value(2)
+    at.button(key="profile-start").click().run()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if any("**running**" in p.proto.text for p in at.get("progress")):
+            break
+        time.sleep(0.5)
+        at.run()
+    cancel = [b for b in at.button if b.key and b.key.startswith("profile-cancel-")]
+    assert cancel, [p.proto.text for p in at.get("progress")]
+    cancel[0].click().run()
+    assert any("**cancelled**" in p.proto.text for p in at.get("progress"))
+    assert any("was cancelled; the runs it finished are kept" in w.value for w in at.warning)
+    assert not [b for b in at.button if b.key and b.key.startswith("profile-cancel-")]

@@ -221,3 +221,36 @@ def downloads(frame: pd.DataFrame, name: str, key: str) -> None:
 def json_download(obj, name: str, key: str, label: str = "⬇️ JSON") -> None:
     st.download_button(label, json.dumps(obj, indent=1).encode(), file_name=f"{name}.json",
                        mime="application/json", key=key)
+
+
+def sweep_for(profile: Profile, sweep: Optional[Sweep]) -> Optional[Sweep]:
+    """The sweep if its measurements belong to ``profile``'s model and setup; else a
+    caption saying why its measured peaks are left out, and None."""
+    if sweep is None:
+        return None
+    why = datasets.mismatch(profile, sweep)
+    if why is None:
+        return sweep
+    st.caption(f"Measured peaks from the chosen sweep are not shown: {why}.")
+    return None
+
+
+def profile_for(sweep: Sweep, profile: Profile) -> Profile:
+    """A profile whose predictions can be compared with ``sweep``: the chosen one if it
+    matches, else the first matching one on offer (made the chosen one, with a note).
+    Stops the page with st.error when none matches."""
+    if datasets.mismatch(profile, sweep) is None:
+        return profile
+    for ref in choices("profile"):
+        try:
+            other = open_dataset(ref.param)
+        except McapError:
+            continue
+        if isinstance(other, Profile) and datasets.mismatch(other, sweep) is None:
+            remember("profile", ref.param)
+            st.info(f"Using the profile {ref}, which was measured on this sweep's model and "
+                    f"setup (the chosen one was not).")
+            return other
+    st.error(f"No profile matches this sweep: {datasets.mismatch(profile, sweep)}. "
+             f"Profile the sweep's model with the same setup, or choose another sweep.")
+    st.stop()

@@ -6,7 +6,7 @@ from mcap.figures import overview as fig_over
 from mcap.figures._style import balance_str, fmt_bytes
 from pages._search import prediction_of, recommendations
 from pages._shared import (
-    add_upload, chart, choices, current, json_download, remember, restore_url, shared,
+    add_upload, chart, choices, current, json_download, remember, restore_url, shared, sweep_for,
 )
 
 restore_url()
@@ -44,7 +44,7 @@ if upload is not None:
         st.error(f"Cannot use {upload.name}: {exc}")
 
 profile = current("profile")
-sweep = current("sweep", required=False)
+sweep = sweep_for(profile, current("sweep", required=False))
 
 h = fig_over.headline(profile)
 st.subheader(f"Model `{h.spec}`")

@@ -15,12 +15,13 @@ from pages._search import (
 )
 from pages._shared import (
     caption_of, chart, current, downloads, remember, restore_url, shared, shared_int, store,
+    sweep_for,
 )
 
 restore_url()
 st.title("🎯 Predict vs measure")
 profile = current("profile")
-sweep = current("sweep", required=False)
+sweep = sweep_for(profile, current("sweep", required=False))
 st.caption(caption_of(profile))
 layers = profile.model.num_layers
 setup = profile.setup

@@ -8,13 +8,13 @@ from mcap.figures import snippet
 from mcap.figures._style import balance_str, fmt_bytes
 from pages._search import BASELINES, METHODS, bo_run, measured_runs, recommendation
 from pages._shared import (
-    caption_of, chart, current, downloads, remember, restore_url, shared, shared_int,
+    caption_of, chart, current, downloads, remember, restore_url, shared, shared_int, sweep_for,
 )
 
 restore_url()
 st.title("🧭 Recommend")
 profile = current("profile")
-sweep = current("sweep", required=False)
+sweep = sweep_for(profile, current("sweep", required=False))
 st.caption(caption_of(profile))
 layers = profile.model.num_layers
 

@@ -11,12 +11,14 @@ from mcap.predict import predict
 from pages._search import (
     BASELINES, METHODS, finished_bo, measured_for, recommendation, sweep_predictions,
 )
-from pages._shared import caption_of, chart, current, downloads, remember, restore_url, shared
+from pages._shared import (
+    caption_of, chart, current, downloads, profile_for, remember, restore_url, shared,
+)
 
 restore_url()
 st.title("🗺️ Partition space")
 sweep = current("sweep")
-profile = current("profile")
+profile = profile_for(sweep, current("profile"))
 st.caption(caption_of(sweep))
 
 try:

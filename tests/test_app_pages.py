@@ -307,3 +307,32 @@ def test_profile_page_cancels_a_running_sweep():
     assert any("**cancelled**" in p.proto.text for p in at.get("progress"))
     assert any("was cancelled; the runs it finished are kept" in w.value for w in at.warning)
     assert not [b for b in at.button if b.key and b.key.startswith("profile-cancel-")]
+
+
+def _other_setup_profile(sweep):
+    """A bundled profile measured under another model or setup than ``sweep``."""
+    for ref in datasets.bundled():
+        if ref.kind == "profile" and datasets.mismatch(datasets.load(ref), sweep):
+            return ref
+    pytest.skip("data/ has no profile of another setup than the default sweep")
+
+
+def test_partition_space_switches_to_the_profile_of_the_sweeps_setup(bundled):
+    pref, profile, _, sweep = bundled
+    other = _other_setup_profile(sweep)
+    at = page("space", profile=other.param)
+    assert not errors(at)
+    assert any("Using the profile" in i.value for i in at.info)
+    assert at.query_params["profile"] == pref.param
+    # the picks shown are the matching profile's, not the other one's
+    exact = recommend(profile.stats, sweep.setup.stages, "exact")
+    row = frame(at, "method", "rank").query("method == 'exact'").iloc[0]
+    assert row["predicted_peak"] == exact.predicted_peak
+
+
+def test_predict_hides_measurements_of_another_setup(bundled):
+    _, _, _, sweep = bundled
+    other = _other_setup_profile(sweep)
+    at = page("predict", profile=other.param, balance="3,3,5,19")
+    assert not errors(at)
+    assert any("are not shown" in c.value for c in at.caption)

@@ -12,18 +12,17 @@ import json
 import sys
 
 from mcap.cli_profile import add_setup_options, setup_from_args
-from mcap.errors import InvalidPartitioning
+from mcap.errors import InvalidPartitioning, McapError
+from mcap.partition import parse_balance as core_parse_balance
 from mcap.types import Run
 
 
 def parse_balance(text: str) -> tuple[int, ...]:
-    """``3,3,5,19`` -> (3, 3, 5, 19)."""
+    """``3,3,5,19`` -> (3, 3, 5, 19); argparse shows the core's message on bad text."""
     try:
-        out = tuple(int(part) for part in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"balance {text!r} is not comma-separated layer counts like 3,3,5,19") from None
-    return out
+        return core_parse_balance(text)
+    except McapError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def register(sub) -> None:
@@ -61,6 +60,7 @@ def _mib(n: int) -> str:
 
 def cmd_measure(args) -> int:
     from mcap.models.spec import parse_spec
+    from mcap.profiling import Cancelled, job_status, sigterm_cancels
     from mcap.runner import open_runner
     from mcap.store import Store
 
@@ -71,12 +71,22 @@ def cmd_measure(args) -> int:
     args.stages = len(balance)
     parse_spec(args.model)
     setup = setup_from_args(args)
-    with open_runner(args.model, setup, timeout=args.timeout) as runner:
-        info = runner.model_info
-        run = runner.measure(balance)
+    # A dashboard job (--job ID, mcap.jobs.launch) sees running -> done/failed/cancelled,
+    # the balance being measured, and the run linked to it, as profile and sweep report.
     store = Store(args.store)
     try:
-        store.record_run(store.study(info, setup), run, kind="measure")
+        with sigterm_cancels(), job_status(store, args.job, total=1):
+            if args.job is not None:
+                store.update_job(args.job, current=balance)
+            with open_runner(args.model, setup, timeout=args.timeout) as runner:
+                info = runner.model_info
+                run = runner.measure(balance)
+            store.record_run(store.study(info, setup), run, kind="measure", job=args.job)
+            if args.job is not None:
+                store.update_job(args.job, done=1)
+    except Cancelled:
+        print("mcap: measure cancelled", file=sys.stderr)
+        return 143
     finally:
         store.close()
     if args.json:

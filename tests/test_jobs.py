@@ -52,6 +52,17 @@ def test_profile_job_records_its_runs_in_the_store(tmp_path):
 
 
 @pytest.mark.integration
+def test_measure_job_reports_its_run_through_the_job(tmp_path):
+    store = open_store(tmp_path / "s.sqlite")
+    job = jobs.launch(store, "measure", [*TINY, "--balance", "2,1"])
+    assert jobs.wait(store, job.id, 240) == 0, jobs.tail_of(jobs.log_path(store, job.id))
+    p = jobs.progress(store, job.id)
+    assert p.job.status == "done" and p.job.done == p.job.total == 1
+    assert [r.balance for r in p.runs] == [(2, 1)]
+    assert p.runs[0].status == "ok" and p.runs[0].peak > 0
+
+
+@pytest.mark.integration
 def test_cancel_stops_the_child_and_keeps_finished_runs(tmp_path):
     store = open_store(tmp_path / "s.sqlite")
     job = jobs.launch(store, "sweep", ["--model", "gpt:layers=4,hidden=32,vocab=64,seq=16",

@@ -25,10 +25,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mcap.evaluate import evaluate, pure_picks  # noqa: E402
-from mcap.jsonio import load_profile, load_sweep  # noqa: E402
-from mcap.predictors import PREDICTORS, make_predictor  # noqa: E402
-from mcap.stats import stage_windows  # noqa: E402
+from mcap.core.evaluate import evaluate, pure_picks  # noqa: E402
+from mcap.io.jsonio import load_profile, load_sweep  # noqa: E402
+from mcap.core.predictors import PREDICTORS, make_predictor  # noqa: E402
+from mcap.core.stats import stage_windows  # noqa: E402
 
 
 def stage_errors(pred, runs):
@@ -45,8 +45,8 @@ def stage_errors(pred, runs):
 
 
 def measure_missing(sweep, balances, store_path, timeout):
-    from mcap import profiling
-    from mcap.progress import ProgressBar
+    from mcap.workflow import profiling
+    from mcap.workflow.progress import ProgressBar
     from mcap.store import Store
 
     have = {tuple(r.balance) for r in sweep.runs}
@@ -80,7 +80,7 @@ def main(argv=None) -> int:
     picks = {name: list(pure_picks(profile, G, predictor=name, bo_iterations=args.bo_iterations))
              for name in PREDICTORS}
     if not args.no_time:
-        from mcap.timebalance import recommend_time
+        from mcap.runner.timebalance import recommend_time
         rec = recommend_time(profile)  # timed once, so both predictors rank the same pick
         for name in PREDICTORS:
             picks[name].append(rec)

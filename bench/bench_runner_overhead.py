@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mcap.runner import open_runner  # noqa: E402
-from mcap.types import Setup  # noqa: E402
+from mcap.core.types import Setup  # noqa: E402
 
 
 def random_balance(rng: random.Random, layers: int, stages: int) -> tuple[int, ...]:

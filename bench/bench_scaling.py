@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mcap.scaling import load, report  # noqa: E402
+from mcap.workflow.scaling import load, report  # noqa: E402
 
 
 def main(argv=None) -> int:

@@ -19,8 +19,8 @@ import time
 
 import numpy as np
 
-from mcap.search import recommend
-from mcap.types import LayerStats
+from mcap.core.search import recommend
+from mcap.core.types import LayerStats
 
 
 def stats(L: int, seed: int = 0) -> LayerStats:

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from mcap.store import Store
-from mcap.types import Layer, ModelInfo, Run, Setup, Sweep
+from mcap.core.types import Layer, ModelInfo, Run, Setup, Sweep
 
 MODEL = ModelInfo("vgg11:image_size=32", tuple(Layer(f"layers.{i}", 4096 * i) for i in range(30)))
 SETUP = Setup(stages=4)

@@ -21,11 +21,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mcap import profiling  # noqa: E402
-from mcap.partition import random_partitionings  # noqa: E402
-from mcap.predict import predict  # noqa: E402
+from mcap.workflow import profiling  # noqa: E402
+from mcap.core.partition import random_partitionings  # noqa: E402
+from mcap.core.predict import predict  # noqa: E402
 from mcap.store import Store  # noqa: E402
-from mcap.types import Setup  # noqa: E402
+from mcap.core.types import Setup  # noqa: E402
 
 
 def quantile(values, q):

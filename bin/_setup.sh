@@ -17,6 +17,6 @@ if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]; then
 fi
 # shellcheck disable=SC1091
 source .venv/bin/activate
-# the byte-exact CPU memory counter (mcap/memtrack.py) is compiled once per venv
+# the byte-exact CPU memory counter (mcap/runner/memtrack.py) is compiled once per venv
 export TORCH_EXTENSIONS_DIR="$root/.venv/torch_extensions"
 export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"

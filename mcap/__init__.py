@@ -3,8 +3,8 @@
 The pure core (partitionings, statistics, prediction, search) imports neither torch
 nor files; torch lives in the runner/model modules, files and SQLite in the store.
 """
-from mcap.errors import McapError
-from mcap.types import (
+from mcap.core.errors import McapError
+from mcap.core.types import (
     Layer, LayerStats, MemoryBreakdown, ModelInfo, Partitioning, Prediction, Profile,
     Recommendation, Run, Setup, Sweep,
 )

@@ -1,18 +1,18 @@
 """Long work for the pages: the CLI flags of a job and its live panel. The child process
-itself is started, followed and cancelled by ``mcap.jobs`` (never subprocess here)."""
+itself is started, followed and cancelled by ``mcap.app.jobs`` (never subprocess here)."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import streamlit as st
 
-from mcap.errors import McapError
+from mcap.core.errors import McapError
 
 
 # --- jobs (child processes; DESIGN.md: never in the script thread) -------------------------
 
 def setup_args(spec: str, setup) -> list[str]:
-    """The CLI flags that reproduce a model spec and a Setup (``mcap.cli_profile``):
+    """The CLI flags that reproduce a model spec and a Setup (``mcap.cli.profile``):
     ``--backend`` there is the engine, ``--device`` the device kind (Setup.backend)."""
     args = ["--model", spec, "--stages", str(setup.stages), "--batch-size", str(setup.batch_size),
             "--chunks", str(setup.chunks), "--schedule", setup.schedule,
@@ -41,7 +41,7 @@ def job_panel(s, job_id: int, key: str, every: float = 1.0) -> None:
     """Live progress of a job, polled from the store: runs done of total, current balance,
     the growing table of per-run peaks, a cancel button. Survives page switches because
     the job is a child process and its state lives in the store."""
-    from mcap import jobs
+    from mcap.app import jobs
     from mcap.figures.progress import runs_table
     try:
         finished = s.job(job_id).finished

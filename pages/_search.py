@@ -7,8 +7,8 @@ from typing import Optional
 
 import streamlit as st
 
-from mcap import datasets
-from mcap.errors import McapError
+from mcap.io import datasets
+from mcap.core.errors import McapError
 from pages._shared import open_dataset, revision_of, shared, store
 
 
@@ -21,8 +21,8 @@ _TIME_BALANCES: dict = {}  # (spec, stages, micro-batch, timeout) -> (balance, s
 
 
 def uniform_balance(num_layers: int, stages: int) -> tuple[int, ...]:
-    """Where the widgets start before anything is chosen (mcap.search.baselines.uniform)."""
-    from mcap.search.baselines import uniform
+    """Where the widgets start before anything is chosen (mcap.core.search.baselines.uniform)."""
+    from mcap.core.search.baselines import uniform
     return tuple(uniform(num_layers, stages))
 
 
@@ -36,9 +36,9 @@ def run_method(profile, stages: int, method: str, settings: dict, progress=None)
     """One method or baseline as a Recommendation (the search's one result type)."""
     if method == "balance_by_time":
         import time as _time
-        from mcap.predict import predict
-        from mcap.timebalance import time_balance
-        from mcap.types import Recommendation
+        from mcap.core.predict import predict
+        from mcap.runner.timebalance import time_balance
+        from mcap.core.types import Recommendation
         setup = profile.setup
         key = (profile.model.spec, int(stages), max(setup.batch_size // setup.chunks, 1),
                float(settings.get("timeout", TIME_PROFILING_S)))
@@ -49,7 +49,7 @@ def run_method(profile, stages: int, method: str, settings: dict, progress=None)
         balance, seconds = _TIME_BALANCES[key]
         pred = predict(profile.stats, balance)
         return Recommendation("balance_by_time", pred.balance, pred.peaks, seconds, 1)
-    from mcap.search import recommend
+    from mcap.core.search import recommend
     return recommend(profile.stats, stages, method, progress=progress,
                      layer_params=[layer.param_bytes for layer in profile.model.layers], **settings)
 
@@ -125,15 +125,15 @@ def bo_run(profile, stages: int, seed: int, iterations: int, start: bool = False
 
 
 def prediction_of(rec):
-    from mcap.types import Prediction
+    from mcap.core.types import Prediction
     return Prediction(tuple(rec.balance), tuple(rec.predicted_peaks))
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
 def _sweep_predictions(profile_param: str, sweep_param: str, revisions: tuple):
     """mCAP's prediction for every partitioning a sweep measured (vectorised Listing 1.1)."""
-    from mcap.predict import predict_many
-    from mcap.types import Prediction
+    from mcap.core.predict import predict_many
+    from mcap.core.types import Prediction
     profile, sweep = open_dataset(profile_param), open_dataset(sweep_param)
     balances = [tuple(r.balance) for r in sweep.runs]
     if not balances:

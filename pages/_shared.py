@@ -13,9 +13,9 @@ from typing import Optional
 import pandas as pd
 import streamlit as st
 
-from mcap import datasets
-from mcap.errors import McapError
-from mcap.types import Profile, Sweep
+from mcap.io import datasets
+from mcap.core.errors import McapError
+from mcap.core.types import Profile, Sweep
 
 # The state a copied URL reopens (issue 5, Everywhere).
 SHARED_KEYS = ("profile", "sweep", "stages", "method", "balance", "schedule", "scale")

@@ -2,12 +2,12 @@
 which micro-batch's activations and how its memory rises and falls over one iteration."""
 import streamlit as st
 
-from mcap.errors import McapError
+from mcap.core.errors import McapError
 from mcap.figures import timeline as fig_tl
 from mcap.figures._style import balance_str, fmt_bytes
-from mcap.partition import parse_balance, validate
-from mcap.predict import predict
-from mcap.timeline import TIMELINE_SCHEDULES, explain, max_in_flight, simulate, stage_memory
+from mcap.core.partition import parse_balance, validate
+from mcap.core.predict import predict
+from mcap.core.timeline import TIMELINE_SCHEDULES, explain, max_in_flight, simulate, stage_memory
 from pages._shared import caption_of, chart, current, downloads, remember, restore_url, shared
 
 restore_url()

@@ -2,7 +2,7 @@
 profiling runs recorded it, the breakdown of each stage's peak."""
 import streamlit as st
 
-from mcap.errors import McapError
+from mcap.core.errors import McapError
 from mcap.figures import layers as fig_layers
 from mcap.figures._style import fmt_bytes
 from pages._shared import caption_of, chart, current, downloads, restore_url

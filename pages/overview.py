@@ -1,7 +1,7 @@
 """Overview: what mCAP does, the dataset to look at, its model, setup and headline numbers."""
 import streamlit as st
 
-from mcap.errors import McapError
+from mcap.core.errors import McapError
 from mcap.figures import overview as fig_over
 from mcap.figures._style import balance_str, fmt_bytes
 from pages._search import prediction_of, recommendations

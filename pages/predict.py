@@ -2,12 +2,12 @@
 markers where the store has them, a capacity line, and a button that measures it."""
 import streamlit as st
 
-from mcap import jobs
-from mcap.errors import McapError
+from mcap.app import jobs
+from mcap.core.errors import McapError
 from mcap.figures import devices as fig_dev
 from mcap.figures._style import balance_str, fmt_bytes
-from mcap.partition import parse_balance, validate
-from mcap.predict import predict
+from mcap.core.partition import parse_balance, validate
+from mcap.core.predict import predict
 from pages._jobs import job_panel, measure_args
 from pages._search import (
     BASELINES, METHODS, finished_bo, measured_for, measured_runs, recommendation,

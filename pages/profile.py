@@ -3,10 +3,10 @@ live: runs done of total, the balance being measured, a growing table of per-run
 and a cancel button. The job keeps running while you visit other pages."""
 import streamlit as st
 
-from mcap import jobs
-from mcap.errors import McapError
+from mcap.app import jobs
+from mcap.core.errors import McapError
 from mcap.models.spec import KNOWN_MODELS, parse_spec
-from mcap.types import CHECKPOINTS, ENGINES, OPTIMIZERS, SCHEDULES, Setup
+from mcap.core.types import CHECKPOINTS, ENGINES, OPTIMIZERS, SCHEDULES, Setup
 from pages._jobs import job_output, job_panel, setup_args
 from pages._shared import restore_url, store
 

@@ -2,7 +2,7 @@
 best-so-far curve grow, compare every method and baseline, and copy a ready snippet."""
 import streamlit as st
 
-from mcap.errors import McapError
+from mcap.core.errors import McapError
 from mcap.figures import recommend as fig_rec
 from mcap.figures import snippet
 from mcap.figures._style import balance_str, fmt_bytes

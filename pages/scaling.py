@@ -2,11 +2,11 @@
 Fig. 11) from a bundled ``*.scale.json`` (``python -m mcap scale ... --out``)."""
 import streamlit as st
 
-from mcap.datasets import datasets_dir
-from mcap.errors import McapError
+from mcap.io.datasets import datasets_dir
+from mcap.core.errors import McapError
 from mcap.figures import scaling as fig_scaling
 from mcap.figures._style import fmt_bytes
-from mcap.scaling import load
+from mcap.workflow.scaling import load
 from pages._shared import chart, downloads, remember, restore_url, shared
 
 restore_url()

@@ -3,11 +3,11 @@ its Pareto front, the recommendations highlighted (paper 4.2, Fig. 10), the per-
 bars of a selected point, and the prediction-error histogram (Fig. 9)."""
 import streamlit as st
 
-from mcap.errors import McapError
+from mcap.core.errors import McapError
 from mcap.figures import devices as fig_dev
 from mcap.figures import space as fig_space
 from mcap.figures._style import fmt_bytes
-from mcap.predict import predict
+from mcap.core.predict import predict
 from pages._search import (
     BASELINES, METHODS, finished_bo, measured_for, recommendation, sweep_predictions,
 )

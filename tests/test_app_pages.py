@@ -10,12 +10,12 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from mcap import datasets
+from mcap.io import datasets
 from mcap.figures import layers as fig_layers
 from mcap.figures import space as fig_space
 from mcap.figures._style import balance_str, fmt_bytes
-from mcap.predict import predict, predict_many
-from mcap.search import recommend
+from mcap.core.predict import predict, predict_many
+from mcap.core.search import recommend
 
 pytestmark = pytest.mark.app
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
@@ -87,7 +87,7 @@ def test_overview_shows_the_bundled_model_and_mcaps_split(bundled):
 
 
 def test_overview_uploads_and_store_datasets(bundled, tmp_path):
-    from mcap import jsonio
+    from mcap.io import jsonio
     from mcap.store import open_store
     pref, profile, sref, sweep = bundled
     stored = open_store(tmp_path / "store.sqlite").save_profile(profile, name="from the store")
@@ -162,7 +162,7 @@ def test_partition_space_points_marks_and_errors(bundled):
     assert all(balance_str(r.balance) in chart for r in ok[:20])
     # prediction error as mcap computes it
     peaks = predict_many(profile.stats, [r.balance for r in sweep.runs])
-    from mcap.types import Prediction
+    from mcap.core.types import Prediction
     preds = tuple(Prediction(tuple(r.balance), tuple(int(x) for x in row)) for r, row in zip(sweep.runs, peaks))
     err = fig_space.error_stats(sweep.runs, preds)
     assert metric(at, "partitionings compared") == str(err.count)
@@ -256,7 +256,7 @@ def test_profile_page_runs_a_real_job_with_live_progress(tmp_path):
 
 @pytest.mark.integration
 def test_predict_measure_button_adds_the_measured_markers(bundled):
-    from mcap.partition import random_partitionings
+    from mcap.core.partition import random_partitionings
     _, profile, _, sweep = bundled
     L, G = profile.model.num_layers, profile.setup.stages
     known = {tuple(r.balance) for r in profile.runs + sweep.runs}

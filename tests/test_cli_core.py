@@ -4,9 +4,9 @@ import sys
 
 import pytest
 
-from mcap import jsonio
-from mcap.__main__ import main
-from mcap.types import Layer, LayerStats, ModelInfo, Profile, Setup
+from mcap.io import jsonio
+from mcap.cli.main import main
+from mcap.core.types import Layer, LayerStats, ModelInfo, Profile, Setup
 
 L = 10
 

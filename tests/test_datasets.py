@@ -1,10 +1,11 @@
-"""mcap.datasets: what the Overview page lists and opens, and how bad uploads fail."""
+"""mcap.io.datasets: what the Overview page lists and opens, and how bad uploads fail."""
 import pytest
 
-from mcap import datasets, jsonio
-from mcap.errors import McapError, SchemaError
+from mcap.io import datasets
+from mcap.io import jsonio
+from mcap.core.errors import McapError, SchemaError
 from mcap.store import open_store
-from mcap.types import Layer, LayerStats, ModelInfo, Profile, Run, Setup, Sweep
+from mcap.core.types import Layer, LayerStats, ModelInfo, Profile, Run, Setup, Sweep
 
 MODEL = ModelInfo("toy", (Layer("a", 10), Layer("b", 20), Layer("c", 30)))
 SETUP = Setup(stages=2)

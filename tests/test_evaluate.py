@@ -11,11 +11,11 @@ import sys
 
 import pytest
 
-from mcap import jsonio
-from mcap.__main__ import main
-from mcap.errors import McapError
-from mcap.evaluate import (MethodPick, PointError, evaluate, place, pure_picks, summarise)
-from mcap.types import Layer, LayerStats, ModelInfo, Profile, Recommendation, Run, Setup, Sweep
+from mcap.io import jsonio
+from mcap.cli.main import main
+from mcap.core.errors import McapError
+from mcap.core.evaluate import (MethodPick, PointError, evaluate, place, pure_picks, summarise)
+from mcap.core.types import Layer, LayerStats, ModelInfo, Profile, Recommendation, Run, Setup, Sweep
 
 MODEL = ModelInfo("toy:layers=4", tuple(Layer(f"l{i}", 100 * (i + 1)) for i in range(4)))
 SETUP = Setup(stages=2, batch_size=8, chunks=2)

@@ -3,12 +3,12 @@ import pandas as pd
 import plotly.graph_objects as go
 import pytest
 
-from mcap.errors import McapError
+from mcap.core.errors import McapError
 from mcap.figures import devices, layers, overview, progress, recommend, snippet, space
 from mcap.figures import timeline as tl_fig
 from mcap.figures._style import balance_str, fmt_bytes
-from mcap.timeline import StageMemory, simulate
-from mcap.types import (
+from mcap.core.timeline import StageMemory, simulate
+from mcap.core.types import (
     Layer, LayerStats, MemoryBreakdown, ModelInfo, Prediction, Profile, Recommendation, Run,
     Setup, Sweep,
 )
@@ -152,7 +152,7 @@ def test_runs_table_and_formatting():
 
 
 def test_live_bo_reports_the_curve_recommend_returns():
-    from mcap.search import recommend
+    from mcap.core.search import recommend
     stats = LayerStats(tuple(100 + (i * 37) % 50 for i in range(12)),
                        (None,) + tuple((i * 53) % 40 - 5 for i in range(1, 12)))
     seen = []

@@ -1,10 +1,10 @@
-"""mcap.jobs: real child processes of ``python -m mcap``, followed through the store."""
+"""mcap.app.jobs: real child processes of ``python -m mcap``, followed through the store."""
 import time
 
 import pytest
 
-from mcap import jobs
-from mcap.errors import McapError
+from mcap.app import jobs
+from mcap.core.errors import McapError
 from mcap.store import open_store
 
 TINY = ["--model", "gpt:layers=1,hidden=32,vocab=64,seq=16", "--batch-size", "4", "--chunks", "2"]

@@ -2,9 +2,9 @@ import json
 
 import pytest
 
-from mcap import jsonio
-from mcap.errors import SchemaError
-from mcap.types import (Layer, LayerStats, MemoryBreakdown, ModelInfo, Profile, Run, Setup,
+from mcap.io import jsonio
+from mcap.core.errors import SchemaError
+from mcap.core.types import (Layer, LayerStats, MemoryBreakdown, ModelInfo, Profile, Run, Setup,
                         Sweep)
 
 MODEL = ModelInfo(spec="vgg11:image_size=32",

@@ -6,7 +6,7 @@ import textwrap
 import pytest
 import torch
 
-from mcap import memtrack
+from mcap.runner import memtrack
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -121,7 +121,7 @@ def test_training_step_returns_to_the_same_bytes():
 def test_tensors_from_before_install_do_not_disturb_counts():
     code = textwrap.dedent("""
         import torch
-        from mcap import memtrack
+        from mcap.runner import memtrack
         early = torch.empty(10**6)
         memtrack.install()
         assert memtrack.current() == 0, memtrack.current()

@@ -6,7 +6,7 @@ import textwrap
 import pytest
 import torch
 
-from mcap.errors import McapError, UnknownModel
+from mcap.core.errors import McapError, UnknownModel
 from mcap.models import KNOWN_MODELS, build_model, count_parameters, normalise_spec, parse_spec
 
 

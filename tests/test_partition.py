@@ -4,8 +4,8 @@ import math
 import numpy as np
 import pytest
 
-from mcap import partition
-from mcap.errors import InvalidPartitioning, McapError
+from mcap.core import partition
+from mcap.core.errors import InvalidPartitioning, McapError
 
 
 def test_validate_accepts_and_returns_partitioning():

@@ -1,9 +1,9 @@
 import pytest
 
-from mcap.errors import McapError
-from mcap.plan import minimum_layers, profiling_plan, replan
-from mcap.stats import extract, missing_statistics, stage_windows
-from mcap.types import Run
+from mcap.core.errors import McapError
+from mcap.core.plan import minimum_layers, profiling_plan, replan
+from mcap.core.stats import extract, missing_statistics, stage_windows
+from mcap.core.types import Run
 
 CASES = [(L, G) for G in (2, 3, 4, 5, 8) for L in range(G + 1, 3 * G + 6)] + [(30, 4), (36, 4), (60, 8)]
 
@@ -55,7 +55,7 @@ def test_g3_needs_one_extra_run():
 
 
 def test_two_stages_is_the_whole_space_and_predicts_it_exactly():
-    from mcap.predict import predict
+    from mcap.core.predict import predict
     L = 9
     plan = profiling_plan(L, 2)
     assert plan.runs == tuple((k, L - k) for k in range(1, L))

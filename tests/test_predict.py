@@ -3,10 +3,10 @@ import math
 import numpy as np
 import pytest
 
-from mcap import partition
-from mcap.errors import InvalidPartitioning, InvalidStatistics
-from mcap.predict import predict, predict_many
-from mcap.types import LayerStats
+from mcap.core import partition
+from mcap.core.errors import InvalidPartitioning, InvalidStatistics
+from mcap.core.predict import predict, predict_many
+from mcap.core.types import LayerStats
 
 STATS = LayerStats(mem_isolated=(10, 20, 30, 40, 50), mem_added=(None, 5, -3, 7, 11))
 

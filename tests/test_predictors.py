@@ -4,14 +4,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mcap.errors import McapError, SearchTooLarge
-from mcap.partition import enumerate_all
-from mcap.plan import profiling_plan
-from mcap.predict import predict
-from mcap.predictors import MAX_ENUMERATE, PREDICTORS, fit_maxparam, make_predictor, search
-from mcap.search.tiebreak import key
-from mcap.stats import extract, stage_windows
-from mcap.types import Layer, ModelInfo, Profile, Run, Setup
+from mcap.core.errors import McapError, SearchTooLarge
+from mcap.core.partition import enumerate_all
+from mcap.core.plan import profiling_plan
+from mcap.core.predict import predict
+from mcap.core.predictors import MAX_ENUMERATE, PREDICTORS, fit_maxparam, make_predictor, search
+from mcap.core.search.tiebreak import key
+from mcap.core.stats import extract, stage_windows
+from mcap.core.types import Layer, ModelInfo, Profile, Run, Setup
 
 # A model where some layers have no parameters (ReLU/pool-like), as in VGG11.
 PARAMS = (40, 0, 0, 90, 0, 10, 70, 0, 0, 20, 5, 0)
@@ -117,7 +117,7 @@ def test_bad_requests_name_the_values(monkeypatch):
     mp = make_predictor(prof, "maxparam")
     with pytest.raises(McapError, match=r"stages must be an integer in 1..12, got 13"):
         search(mp, 13, "exact")
-    monkeypatch.setattr("mcap.predictors.MAX_ENUMERATE", 100)
+    monkeypatch.setattr("mcap.core.predictors.MAX_ENUMERATE", 100)
     with pytest.raises(SearchTooLarge, match="165 partitionings of 12 layers on 4 stages exceed 100"):
         search(mp, G, "exact")
     assert MAX_ENUMERATE > 3654  # VGG11 on 4 stages is always searchable

@@ -1,5 +1,5 @@
 """profile / sweep orchestration, the parts that need no stage processes: the sweep's
-balances, the oom fallback's choices (real mcap.plan.replan), the missing-statistics
+balances, the oom fallback's choices (real mcap.core.plan.replan), the missing-statistics
 message, byte sizes and CLI input errors (exit 2)."""
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import sys
 
 import pytest
 
-from mcap.cli_profile import parse_bytes
-from mcap.errors import McapError
-from mcap.plan import profiling_plan
-from mcap.profiling import Tally, _fallback, _missing_message, model_info, summary, sweep_balances
-from mcap.stats import extract
-from mcap.types import Run
+from mcap.cli.profile import parse_bytes
+from mcap.core.errors import McapError
+from mcap.core.plan import profiling_plan
+from mcap.workflow.profiling import Tally, _fallback, _missing_message, model_info, summary, sweep_balances
+from mcap.core.stats import extract
+from mcap.core.types import Run
 
 GPT = "gpt:layers=4,hidden=16,heads=2,vocab=32,seq=4"  # 6 layers
 

@@ -14,14 +14,14 @@ import time
 
 import pytest
 
-from mcap import jsonio
-from mcap.partition import enumerate_all
-from mcap.plan import profiling_plan
-from mcap.predict import predict
-from mcap.profiling import MissingStatistics, profile, sweep
+from mcap.io import jsonio
+from mcap.core.partition import enumerate_all
+from mcap.core.plan import profiling_plan
+from mcap.core.predict import predict
+from mcap.workflow.profiling import MissingStatistics, profile, sweep
 from mcap.runner import open_runner
 from mcap.store import Store
-from mcap.types import Setup
+from mcap.core.types import Setup
 
 pytestmark = pytest.mark.integration
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import io
 
-from mcap.progress import ProgressBar, format_line, format_seconds
+from mcap.workflow.progress import ProgressBar, format_line, format_seconds
 
 
 class Clock:

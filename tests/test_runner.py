@@ -13,9 +13,9 @@ import threading
 
 import pytest
 
-from mcap.errors import InvalidPartitioning, McapError, UnknownModel
+from mcap.core.errors import InvalidPartitioning, McapError, UnknownModel
 from mcap.runner import open_runner
-from mcap.types import Setup
+from mcap.core.types import Setup
 
 pytestmark = pytest.mark.integration
 
@@ -223,7 +223,7 @@ def test_a_stage_process_killed_while_starting_is_restarted():
 
 
 def test_torchrun_entry_measures_the_same_bytes(tmp_path):
-    """``torchrun -m mcap.runner.spmd`` (how a run spans nodes) gives the runner's numbers."""
+    """``torchrun -m mcap.cli.spmd`` (how a run spans nodes) gives the runner's numbers."""
     import json
     import socket
     import subprocess
@@ -234,7 +234,7 @@ def test_torchrun_entry_measures_the_same_bytes(tmp_path):
         port = s.getsockname()[1]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
            "--master-addr", "127.0.0.1", "--master-port", str(port),
-           "-m", "mcap.runner.spmd", "--model", EXACT, "--balance", "1,3",
+           "-m", "mcap.cli.spmd", "--model", EXACT, "--balance", "1,3",
            "--batch-size", "4", "--chunks", "2"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path,
                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)})

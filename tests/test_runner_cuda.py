@@ -2,9 +2,9 @@
 import pytest
 import torch
 
-from mcap.errors import McapError
+from mcap.core.errors import McapError
 from mcap.runner import open_runner
-from mcap.types import Setup
+from mcap.core.types import Setup
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]

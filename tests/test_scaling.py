@@ -10,12 +10,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mcap.errors import McapError, SchemaError
+from mcap.core.errors import McapError, SchemaError
 from mcap.figures import scaling as fig
-from mcap.scaling import (ScalePoint, ScaleResult, Scaling, bisect, from_dict, load, report, save,
+from mcap.workflow.scaling import (ScalePoint, ScaleResult, Scaling, bisect, from_dict, load, report, save,
                           scale, spec_with, to_dict, value_grid)
 from mcap.store import Store
-from mcap.types import Setup
+from mcap.core.types import Setup
 
 
 def counting(limit):
@@ -182,7 +182,7 @@ def test_scaling_page_shows_the_largest_sizes_and_the_chart(tmp_path, monkeypatc
 
 
 def test_cli_scale_refuses_bad_input_before_measuring(tmp_path, capsys):
-    from mcap.__main__ import main
+    from mcap.cli.main import main
 
     base = ["scale", "--model", "amoebanet-d:layers=3", "--stages", "2", "--low", "8",
             "--high", "16", "--store", str(tmp_path / "s.sqlite")]

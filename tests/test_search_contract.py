@@ -2,12 +2,12 @@
 import numpy as np
 import pytest
 
-from mcap import partition
-from mcap.errors import InvalidStatistics, McapError, SearchTooLarge
-from mcap.predict import predict
-from mcap.search import METHODS, recommend
-from mcap.search.tiebreak import key
-from mcap.types import LayerStats, Recommendation
+from mcap.core import partition
+from mcap.core.errors import InvalidStatistics, McapError, SearchTooLarge
+from mcap.core.predict import predict
+from mcap.core.search import METHODS, recommend
+from mcap.core.search.tiebreak import key
+from mcap.core.types import LayerStats, Recommendation
 
 
 def random_stats(L, seed, lo=-50, hi=200, ties=False):
@@ -26,7 +26,7 @@ def exhaustive(stats, G, tol=0.0):
     allb = [tuple(int(x) for x in b) for b in np.concatenate(list(partition.enumerate_all(L, G)))]
     preds = {b: predict(stats, b).peaks for b in allb}
     opt = min(max(p) for p in preds.values())
-    from mcap.search.tiebreak import make_band
+    from mcap.core.search.tiebreak import make_band
     band = make_band(opt, tol)
     return min(allb, key=lambda b: key(preds[b], b, band)), opt
 

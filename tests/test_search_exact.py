@@ -2,11 +2,11 @@
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-from mcap import partition
-from mcap.predict import predict
-from mcap.search import recommend
-from mcap.search.tiebreak import key, make_band
-from mcap.types import LayerStats
+from mcap.core import partition
+from mcap.core.predict import predict
+from mcap.core.search import recommend
+from mcap.core.search.tiebreak import key, make_band
+from mcap.core.types import LayerStats
 
 
 @st.composite

@@ -1,8 +1,8 @@
 import pytest
 
-from mcap.errors import InvalidStatistics
-from mcap.stats import extract, missing_statistics
-from mcap.types import Run
+from mcap.core.errors import InvalidStatistics
+from mcap.core.stats import extract, missing_statistics
+from mcap.core.types import Run
 
 
 def ok(balance, peaks):

@@ -15,10 +15,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mcap.errors import InvalidPartitioning, McapError, StoreError
+from mcap.core.errors import InvalidPartitioning, McapError, StoreError
 from mcap.store import APPLICATION_ID, SCHEMA_VERSION, Store, open_store
 from mcap.store.records import study_key
-from mcap.types import (Layer, LayerStats, MemoryBreakdown, ModelInfo, Profile, Run, Setup,
+from mcap.core.types import (Layer, LayerStats, MemoryBreakdown, ModelInfo, Profile, Run, Setup,
                         Sweep)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -411,7 +411,7 @@ def test_zero_byte_file_becomes_a_store(tmp_path):
 _WRITER = textwrap.dedent("""
     import os, sys, time
     from mcap.store import Store
-    from mcap.types import Layer, ModelInfo, Run, Setup
+    from mcap.core.types import Layer, ModelInfo, Run, Setup
     model = ModelInfo("toy:width=8", tuple(Layer(f"layers.{i}", 1000 * (i + 1)) for i in range(6)))
     ready = sys.argv[1] + ".reader-ready"
     deadline = time.time() + 20

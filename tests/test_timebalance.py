@@ -5,10 +5,10 @@ import textwrap
 
 import pytest
 
-from mcap.errors import McapError
-from mcap.predict import predict
-from mcap.timebalance import recommend_time, time_balance
-from mcap.types import LayerStats, Layer, ModelInfo, Profile, Setup
+from mcap.core.errors import McapError
+from mcap.core.predict import predict
+from mcap.runner.timebalance import recommend_time, time_balance
+from mcap.core.types import LayerStats, Layer, ModelInfo, Profile, Setup
 
 
 @pytest.fixture

@@ -1,9 +1,9 @@
-"""The teaching view's pipeline simulation (mcap.timeline)."""
+"""The teaching view's pipeline simulation (mcap.core.timeline)."""
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from mcap.errors import McapError
-from mcap.timeline import (
+from mcap.core.errors import McapError
+from mcap.core.timeline import (
     StageMemory, explain, max_in_flight, op_order, simulate, stage_memory,
 )
 

@@ -7,9 +7,9 @@ from typing import Optional
 
 import plotly.graph_objects as go
 
-from mcap.errors import McapError
+from mcap.core.errors import McapError
 from mcap.figures._style import balance_str, mib
-from mcap.types import Prediction, Run
+from mcap.core.types import Prediction, Run
 
 
 @dataclass(frozen=True)

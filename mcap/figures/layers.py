@@ -5,9 +5,9 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from mcap.errors import McapError
+from mcap.core.errors import McapError
 from mcap.figures._style import balance_str, mib
-from mcap.types import LayerStats, ModelInfo, Run
+from mcap.core.types import LayerStats, ModelInfo, Run
 
 LAYER_COLUMNS = ["layer", "name", "param_bytes", "mem_isolated", "mem_added"]
 BREAKDOWN_COLUMNS = ["balance", "stage", "weights", "gradients", "optimizer", "other", "peak"]

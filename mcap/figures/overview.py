@@ -9,7 +9,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from mcap.figures._style import METHOD_COLORS, balance_str, mib
-from mcap.types import Prediction, Profile, Sweep
+from mcap.core.types import Prediction, Profile, Sweep
 
 
 @dataclass(frozen=True)

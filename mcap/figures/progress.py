@@ -4,7 +4,7 @@ from __future__ import annotations
 import pandas as pd
 
 from mcap.figures._style import balance_str
-from mcap.types import Run
+from mcap.core.types import Run
 
 
 def runs_table(runs: tuple[Run, ...]) -> pd.DataFrame:

@@ -5,7 +5,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from mcap.figures._style import balance_str, mib
-from mcap.types import Recommendation, Run
+from mcap.core.types import Recommendation, Run
 
 COMPARE_COLUMNS = ["method", "balance", "predicted_peak", "measured_peak", "search_seconds",
                    "evaluated"]
@@ -60,7 +60,7 @@ class _Watch:
 
 
 def live_bo(stats, stages: int, *, seed: int = 0, iterations: int = 75, on_best=None) -> Recommendation:
-    """mCAP-BO (``mcap.search.bayes``) with its best-so-far peak reported after every
+    """mCAP-BO (``mcap.core.search.bayes``) with its best-so-far peak reported after every
     evaluation: ``on_best(evaluated, best_peak)``, for a curve that grows as bo runs.
 
     The search's own ``progress`` callback says how many evaluations are done but not the
@@ -70,9 +70,9 @@ def live_bo(stats, stages: int, *, seed: int = 0, iterations: int = 75, on_best=
     import time
     from dataclasses import dataclass
 
-    from mcap.partition import count, validate
-    from mcap.predict import CostTable, cost_table, predict_with
-    from mcap.search import bayes
+    from mcap.core.partition import count, validate
+    from mcap.core.predict import CostTable, cost_table, predict_with
+    from mcap.core.search import bayes
 
     base = cost_table(stats)  # validates the statistics
     count(base.num_layers, stages)  # validates the stage count, naming the values

@@ -2,8 +2,8 @@
 the ``torch.distributed.pipelining`` split points (a text "figure": pure, tested for equality)."""
 from __future__ import annotations
 
-from mcap.errors import InvalidPartitioning
-from mcap.types import ModelInfo
+from mcap.core.errors import InvalidPartitioning
+from mcap.core.types import ModelInfo
 
 
 def split_points(model: ModelInfo, balance: tuple[int, ...]) -> tuple[str, ...]:

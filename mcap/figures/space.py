@@ -11,7 +11,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from mcap.figures._style import METHOD_COLORS, balance_str, mib
-from mcap.types import Prediction, Run
+from mcap.core.types import Prediction, Run
 
 PAPER_ERROR = 0.14  # paper 4.2: 90% of VGG11 partitionings predicted within 14%
 POINT_COLUMNS = ["balance", "peak", "samples_per_second", "pareto", "marks"]

@@ -1,4 +1,4 @@
-"""Drawing the teaching view's simulation (data: ``mcap.timeline.simulate``): which
+"""Drawing the teaching view's simulation (data: ``mcap.core.timeline.simulate``): which
 micro-batch each device works on at each step, and its memory level."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from mcap.figures._style import mib
-from mcap.timeline import Timeline
+from mcap.core.timeline import Timeline
 
 _PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
             "#7f7f7f", "#bcbd22", "#17becf")

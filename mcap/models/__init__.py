@@ -15,7 +15,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from mcap.models.spec import KNOWN_MODELS, ModelKind, ModelParam, normalise_spec, parse_spec
-from mcap.types import Layer, ModelInfo
+from mcap.core.types import Layer, ModelInfo
 
 __all__ = ["BuiltModel", "build_model", "parse_spec", "normalise_spec", "KNOWN_MODELS",
            "ModelKind", "ModelParam", "model_info", "count_parameters"]

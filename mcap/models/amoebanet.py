@@ -14,7 +14,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from mcap.errors import McapError
+from mcap.core.errors import McapError
 
 
 def _relu_conv_bn(cin: int, cout: int, kernel=1, stride=1, padding=0) -> nn.Sequential:

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from mcap.errors import McapError
+from mcap.core.errors import McapError
 
 
 class Embedding(nn.Module):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mcap.errors import UnknownModel
+from mcap.core.errors import UnknownModel
 
 
 @dataclass(frozen=True)

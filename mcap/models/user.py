@@ -12,7 +12,7 @@ from typing import Callable
 
 from torch import nn
 
-from mcap.errors import McapError, UnknownModel
+from mcap.core.errors import McapError, UnknownModel
 
 
 def load_user_model(target: str, params: dict) -> tuple[nn.Sequential, Callable, Callable]:

@@ -14,7 +14,7 @@ from collections import OrderedDict
 
 from torch import nn
 
-from mcap.errors import McapError
+from mcap.core.errors import McapError
 
 # VGG "A" configuration: channels per conv, "M" for a 2x2 max-pool.
 _CFG = (64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M")

@@ -2,8 +2,8 @@
 
     from mcap.runner import open_runner
     with open_runner("vgg11:image_size=32", Setup(stages=4, batch_size=32, chunks=4)) as runner:
-        run = runner.measure((3, 3, 5, 19))      # mcap.types.Run
-        runner.model_info                         # mcap.types.ModelInfo
+        run = runner.measure((3, 3, 5, 19))      # mcap.core.types.Run
+        runner.model_info                         # mcap.core.types.ModelInfo
 
 A run trains ``ITERATIONS`` (2) full iterations — forward, backward, optimizer step — after
 building the stages, and each stage's peak covers both. ``measure`` never raises for a run
@@ -15,7 +15,7 @@ not fit, an unknown model, a setup this machine cannot run.
 Engines (``Setup.engine``):
 - ``pipelining`` — ``torch.distributed.pipelining``, one persistent process per stage
   (:mod:`mcap.runner.pipelining`). On the CPU each stage's peak is the byte-exact peak of
-  tensor memory in its process (:mod:`mcap.memtrack`), with a breakdown into weights,
+  tensor memory in its process (:mod:`mcap.runner.memtrack`), with a breakdown into weights,
   gradients, optimizer state and other at the moment of the peak. On CUDA it is
   ``torch.cuda.max_memory_allocated`` of the stage's GPU in that process (stages may share
   a GPU; each process reads its own allocator); no breakdown.
@@ -34,10 +34,10 @@ from __future__ import annotations
 import time
 from typing import Optional, Sequence
 
-from mcap.errors import InvalidPartitioning, McapError
+from mcap.core.errors import InvalidPartitioning, McapError
 from mcap.runner.pool import WorkerPool
 from mcap.runner.train import ITERATIONS
-from mcap.types import (
+from mcap.core.types import (
     CHECKPOINTS, DEVICES, ENGINES, OPTIMIZERS, SCHEDULES, MemoryBreakdown, ModelInfo, Run, Setup,
 )
 

@@ -23,12 +23,12 @@ from typing import Callable, Optional
 import torch
 from torch import nn
 
-from mcap import memtrack
+from mcap.runner import memtrack
 from mcap.runner.protocol import StageResult
 from mcap.runner.train import (
     ITERATIONS, Recomputed, Window, classify, make_optimizer, tag_weights_and_gradients,
 )
-from mcap.types import Partitioning, Setup
+from mcap.core.types import Partitioning, Setup
 
 
 @dataclass

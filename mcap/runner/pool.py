@@ -20,9 +20,9 @@ from multiprocessing.connection import Connection, Pipe, wait
 from pathlib import Path
 from typing import Optional
 
-from mcap.errors import McapError
+from mcap.core.errors import McapError
 from mcap.runner.protocol import Hello, Init, Job, Reply, StageResult, Stop
-from mcap.types import ModelInfo, Setup
+from mcap.core.types import ModelInfo, Setup
 
 # After one stage reports oom/failed, how long the others may still take to answer before
 # the pool is killed (they are usually blocked waiting for that stage).

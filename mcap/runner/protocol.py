@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from mcap.types import MemoryBreakdown, ModelInfo, Setup
+from mcap.core.types import MemoryBreakdown, ModelInfo, Setup
 
 
 @dataclass(frozen=True)

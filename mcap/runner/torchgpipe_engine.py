@@ -15,10 +15,10 @@ from typing import Callable
 import torch
 from torch import nn
 
-from mcap.errors import McapError
+from mcap.core.errors import McapError
 from mcap.runner.protocol import StageResult
 from mcap.runner.train import ITERATIONS, Window, classify, make_optimizer
-from mcap.types import Setup
+from mcap.core.types import Setup
 
 
 @dataclass

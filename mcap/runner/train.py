@@ -10,8 +10,8 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from mcap import memtrack
-from mcap.types import MemoryBreakdown, Setup
+from mcap.runner import memtrack
+from mcap.core.types import MemoryBreakdown, Setup
 
 ITERATIONS = 2  # issue 4: each run trains 2 full iterations after building the stages
 

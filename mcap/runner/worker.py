@@ -32,7 +32,7 @@ def _start(init):
     import torch
     import torch.distributed as dist
 
-    from mcap import memtrack
+    from mcap.runner import memtrack
     from mcap.runner import pipelining, torchgpipe_engine
 
     import torch.distributed.pipelining  # noqa: F401  (its import-time tensors stay uncounted)
@@ -62,7 +62,7 @@ def _run(init, resident, job):
 
 
 def serve(conn: Connection) -> None:
-    from mcap.errors import McapError
+    from mcap.core.errors import McapError
     from mcap.runner.protocol import Hello, Reply, Stop
 
     init = conn.recv()

@@ -4,9 +4,9 @@ from __future__ import annotations
 import math
 import numbers
 
-from mcap.errors import InvalidPartitioning, McapError
+from mcap.core.errors import InvalidPartitioning, McapError
 from mcap.store.records import RUN_KINDS, RUN_STATUSES, Study
-from mcap.types import ModelInfo, Run
+from mcap.core.types import ModelInfo, Run
 
 
 def is_int(value) -> bool:

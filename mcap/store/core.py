@@ -19,12 +19,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Optional, Sequence, Union
 
-from mcap.errors import McapError, StoreError
+from mcap.core.errors import McapError, StoreError
 from mcap.store import records as rec
 from mcap.store.checks import check_run, is_int, layer_diff
 from mcap.store.opening import connect, resolve_path
 from mcap.store.records import Job, RunRecord, Study, StudySummary, Summary
-from mcap.types import LayerStats, ModelInfo, Profile, Run, Setup, Sweep
+from mcap.core.types import LayerStats, ModelInfo, Profile, Run, Setup, Sweep
 
 StudyRef = Union[Study, int]
 _UNSET = object()  # "leave this job field as it is" (None means "clear it")

@@ -13,7 +13,7 @@ import sqlite3
 from pathlib import Path
 from typing import Union
 
-from mcap.errors import StoreError
+from mcap.core.errors import StoreError
 
 # PRAGMA application_id: ASCII "mcap", written in the SQLite header (offset 68) so any
 # tool can tell our files from other applications' databases.

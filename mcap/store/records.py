@@ -1,6 +1,6 @@
 """What the store hands back, and how the library's dataclasses become columns.
 
-The store returns the dataclasses of ``mcap.types`` (``Run``, ``Profile``, ``Sweep``,
+The store returns the dataclasses of ``mcap.core.types`` (``Run``, ``Profile``, ``Sweep``,
 ``ModelInfo``, ``Setup``) and, for what only the store knows (ids, timestamps, jobs),
 the small frozen dataclasses below. Never a raw row or dict.
 
@@ -17,8 +17,8 @@ import json
 from dataclasses import dataclass
 from typing import Optional
 
-from mcap.errors import McapError
-from mcap.types import Layer, MemoryBreakdown, ModelInfo, Run, Setup
+from mcap.core.errors import McapError
+from mcap.core.types import Layer, MemoryBreakdown, ModelInfo, Run, Setup
 
 RUN_KINDS = ("profile", "sweep", "measure")
 RUN_STATUSES = ("ok", "oom", "failed")

@@ -1,0 +1,178 @@
+"""``python -m mcap evaluate`` and ``python -m mcap scale`` (issue 6, paper section 4).
+
+    python -m mcap evaluate --profile P.json --sweep S.json [--json] [--predictor paper|position]
+    python -m mcap scale --model amoebanet-d:layers=6 --vary filters --stages 4 \\
+        --capacity 24MiB --partitioner mcap --partitioner time [setup options] --low 8 --high 64
+
+``evaluate`` is pure except for the ``time`` method (torchgpipe's balance_by_time times the
+real model), which is included when torch and torchgpipe import and reported as
+unavailable otherwise. ``scale`` measures for real, recording every run in the store.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+
+from mcap.core.errors import McapError
+from mcap.core.predictors import DEFAULT, PREDICTORS
+
+
+def register(sub) -> None:
+    p = sub.add_parser("evaluate", help="prediction error and where each method's pick lands in a sweep",
+                       description="Over a sweep's ok runs: |predicted - measured| / measured "
+                                   "(median, p90, p99, max), and for each method (exact, bf, bo, "
+                                   "time, uniform, params) its pick, measured peak, rank and ratio "
+                                   "to the measured best (paper 4.2).")
+    p.add_argument("--profile", required=True, help="a mcap.profile/1 JSON file")
+    p.add_argument("--sweep", required=True, help="a mcap.sweep/1 JSON file of the same model and setup")
+    p.add_argument("--predictor", choices=PREDICTORS, default=DEFAULT,
+                   help="paper: Listing 1.1 on the profile's statistics (default); maxparam: plus a "
+                        "term for each stage's largest parameter tensor, fitted on the "
+                        "profile's own held-out windows (mcap.core.predictors)")
+    p.add_argument("--no-time", action="store_true",
+                   help="skip the time method (it imports torch and times the model)")
+    p.add_argument("--seed", type=int, default=0, help="seed for bo")
+    p.add_argument("--bo-iterations", type=int, default=75, metavar="N",
+                   help="bo evaluations (paper: 75; skopt needs at least 10)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.set_defaults(func=cmd_evaluate)
+
+    from mcap.cli.profile import add_setup_options
+    from mcap.workflow.scaling import PARTITIONERS
+    s = sub.add_parser("scale", help="largest model that trains under a capacity, per partitioner "
+                                     "(paper 4.3, Fig. 11)",
+                       description="Binary-search the largest value of --vary for which the "
+                                   "partitioner's pick trains (status ok) under --capacity: "
+                                   "profile (mcap), recommend, measure at each size.")
+    add_setup_options(s)
+    s.add_argument("--vary", default="filters", help="the model parameter to grow (default filters)")
+    s.add_argument("--partitioner", action="append", choices=PARTITIONERS, default=None,
+                   help="repeatable; default: all of " + ", ".join(PARTITIONERS))
+    s.add_argument("--low", type=int, required=True, help="smallest value of --vary to try")
+    s.add_argument("--high", type=int, required=True, help="largest value of --vary to try")
+    s.add_argument("--step", type=int, default=None,
+                   help="values are low + k*step (default: the model's granularity, 4 for filters)")
+    s.add_argument("--profile-capacity", choices=("same", "none"), default="same",
+                   help="mcap's profiling runs: under the same capacity (default, as on real "
+                        "devices) or without it")
+    s.add_argument("--out", type=Path, default=None, metavar="FILE.json",
+                   help="write the mcap.scale/1 result here")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_scale)
+
+
+# --- evaluate ------------------------------------------------------------------------
+
+def _time_pick(profile, stages: int):
+    """torchgpipe's balance_by_time for the profiled model, or (None, why)."""
+    try:
+        from mcap.runner.timebalance import recommend_time
+    except ImportError as exc:
+        return None, f"time needs torch and torchgpipe, which cannot be imported here: {exc}"
+    staged = dataclasses.replace(profile, setup=dataclasses.replace(profile.setup, stages=stages))
+    return recommend_time(staged), ""
+
+
+def evaluation_json(ev) -> dict:
+    e = ev.errors
+    return {"spec": ev.spec, "stages": ev.stages, "runs": ev.runs, "ok": ev.ok,
+            "best": {"balance": list(ev.best_balance), "peak": ev.best_peak},
+            "error": {"predictor": e.predictor, "count": e.count, "median": e.median,
+                      "p90": e.p90, "p99": e.p99, "max": e.max, "within_5pct": e.within_goal,
+                      "within_14pct": e.within_paper, "under_predicted": e.under},
+            "methods": [{"method": m.method,
+                         "balance": None if m.balance is None else list(m.balance),
+                         "predicted_peak": m.predicted_peak, "measured_peak": m.measured_peak,
+                         "rank": m.rank, "ratio": m.ratio, "note": m.note} for m in ev.picks]}
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.2f}%"
+
+
+def _mib(n) -> str:
+    return "-" if n is None else f"{n / 2**20:.2f} MiB"
+
+
+def print_evaluation(ev) -> None:
+    e = ev.errors
+    print(f"{ev.spec}, {ev.stages} stages: {ev.ok} ok of {ev.runs} measured partitionings; "
+          f"lowest measured peak {_mib(ev.best_peak)} ({'-'.join(map(str, ev.best_balance))})")
+    print(f"prediction error ({e.predictor}), |pred - meas| / meas over {e.count} partitionings:")
+    print(f"  median {_pct(e.median)}  p90 {_pct(e.p90)}  p99 {_pct(e.p99)}  max {_pct(e.max)}")
+    print(f"  within 5%: {_pct(e.within_goal)}  within 14%: {_pct(e.within_paper)}  "
+          f"predicted below measured: {e.under}")
+    print("method   pick            predicted      measured       rank   ratio")
+    for m in ev.picks:
+        bal = "-" if m.balance is None else "-".join(map(str, m.balance))
+        rank = "-" if m.rank is None else f"{m.rank}/{ev.ok}"
+        ratio = "-" if m.ratio is None else f"{m.ratio:.3f}x"
+        measured = _mib(m.measured_peak) if m.measured_peak is not None else (m.note or "-")
+        line = f"{m.method:<8} {bal:<15} {_mib(m.predicted_peak):>12}  {measured:>12}  {rank:>7}  {ratio:>6}"
+        if m.note and m.measured_peak is not None:
+            line += f"  ({m.note})"
+        print(line)
+
+
+def cmd_evaluate(args) -> int:
+    from mcap.core.evaluate import check_compatible, evaluate, pure_picks
+    from mcap.io.jsonio import load_profile, load_sweep
+
+    profile, sweep = load_profile(args.profile), load_sweep(args.sweep)
+    check_compatible(profile, sweep)
+    stages = sweep.setup.stages
+    picks = list(pure_picks(profile, stages, predictor=args.predictor, seed=args.seed,
+                            bo_iterations=args.bo_iterations))
+    unavailable = []
+    if args.no_time:
+        unavailable.append(("time", "skipped (--no-time)"))
+    else:
+        rec, why = _time_pick(profile, stages)
+        if rec is None:
+            unavailable.append(("time", why))
+        else:
+            picks.append(rec)
+    ev = evaluate(profile, sweep, picks, predictor=args.predictor, unavailable=unavailable)
+    if args.json:
+        print(json.dumps(evaluation_json(ev)))
+    else:
+        print_evaluation(ev)
+    return 0
+
+
+# --- scale ---------------------------------------------------------------------------
+
+def cmd_scale(args) -> int:
+    import sys
+
+    from mcap.workflow import profiling
+    from mcap.workflow import scaling
+    from mcap.cli.profile import setup_from_args
+    from mcap.store import Store
+
+    setup = setup_from_args(args)
+    if setup.capacity_bytes is None:
+        raise McapError("scale needs --capacity BYTES: the largest trainable size is only "
+                        "defined under a memory limit")
+    parts = tuple(dict.fromkeys(args.partitioner or scaling.PARTITIONERS))
+    grid = scaling.value_grid(args.model, args.vary, args.low, args.high, args.step)
+    store = Store(args.store)
+    try:
+        with profiling.sigterm_cancels():
+            result = scaling.scale(args.model, args.vary, grid, setup, parts, store=store,
+                                   timeout=args.timeout, stream=sys.stderr,
+                                   profile_capacity=args.profile_capacity == "same")
+    except profiling.Cancelled:
+        print("mcap: scale cancelled; finished runs are kept in the store", file=sys.stderr)
+        return 143
+    finally:
+        store.close()
+    if args.out is not None:
+        scaling.save(result, args.out)
+    if args.json:
+        print(json.dumps(scaling.to_dict(result)))
+    else:
+        print(scaling.report(result))
+    return 0

@@ -1,0 +1,53 @@
+"""The command line: ``python -m mcap <command> ...``.
+
+Each command group lives in its own module exposing ``register(subparsers)``; a command
+is a function taking the parsed args and returning an exit code. Any ``McapError``
+becomes a one-line message and exit code 2, never a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from mcap.core.errors import McapError
+
+# Command modules, each with register(subparsers). Kept as names so `plan` does not pay
+# for importing torch.
+COMMAND_MODULES = ("mcap.cli.core", "mcap.cli.run", "mcap.cli.profile", "mcap.cli.evaluate")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse's own usage errors: exit 2, one line
+        self.exit(2, f"mcap: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m mcap", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:
+                continue  # command group not built yet
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except McapError as exc:
+        print(f"mcap: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("mcap: interrupted; finished runs are kept in the store", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

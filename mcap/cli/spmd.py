@@ -1,0 +1,99 @@
+"""One measurement under ``torchrun``, which can span nodes (issue 4, engine pipelining).
+
+    torchrun --nnodes 2 --nproc-per-node 2 --rdzv-endpoint HOST:PORT \\
+        -m mcap.cli.spmd --model vgg11:image_size=32 --balance 3,3,5,19 --device cuda
+
+Every rank trains its stage exactly as a runner worker does (:func:`pipelining.run_stage`),
+then rank 0 gathers the stage results and prints the run as ``python -m mcap measure
+--json`` does. Stage i runs on rank i; on CUDA each rank uses GPU ``LOCAL_RANK``. Nothing is
+recorded in a store (the ranks may share no file system). A stage that fails while the others
+wait for it leaves them to the process group's timeout (``--timeout``).
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import sys
+import time
+from datetime import timedelta
+
+
+def main(argv: list[str] | None = None) -> int:
+    from mcap.cli.profile import add_setup_options, setup_from_args
+    from mcap.cli.run import parse_balance, run_json
+    from mcap.core.errors import McapError
+
+    p = argparse.ArgumentParser(prog="python -m mcap.cli.spmd")
+    add_setup_options(p)
+    p.add_argument("--balance", type=parse_balance, required=True)
+    p.add_argument("--json", action="store_true")  # accepted for symmetry; output is JSON
+    for action in p._actions:
+        if action.dest == "stages":  # implied by --balance
+            action.required, action.default = False, None
+    args = p.parse_args(argv)
+    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    if world != len(args.balance):
+        print(f"mcap: error: balance {','.join(map(str, args.balance))} has "
+              f"{len(args.balance)} stages but torchrun started {world} ranks", file=sys.stderr)
+        return 2
+    args.stages = world
+    try:
+        return _measure(args, setup_from_args(args), rank, world, run_json)
+    except McapError as exc:
+        print(f"mcap: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _measure(args, setup, rank: int, world: int, run_json) -> int:
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.pipelining  # noqa: F401  (import-time tensors stay uncounted)
+
+    from mcap.runner import memtrack
+    from mcap.runner import ITERATIONS, check_balance, check_setup
+    from mcap.runner.pipelining import build_resident, run_stage
+    from mcap.core.types import Run
+
+    check_setup(setup)
+    if setup.engine != "pipelining":
+        print("mcap: error: under torchrun only engine pipelining runs", file=sys.stderr)
+        return 2
+    local = int(os.environ.get("LOCAL_RANK", rank))
+    if setup.backend == "cuda":
+        torch.cuda.set_device(local)
+    else:
+        memtrack.install()
+    dist.init_process_group("nccl" if setup.backend == "cuda" else "gloo",
+                            timeout=timedelta(seconds=args.timeout))
+    try:
+        resident, info = build_resident(args.model, setup)
+        balance = check_balance(args.balance, world, info.num_layers)
+        gc.collect()
+        gc.freeze()
+        start = time.monotonic()
+        result = run_stage(resident, setup, balance, rank, local_device=local)
+        results = [None] * world
+        dist.all_gather_object(results, result)
+        seconds = time.monotonic() - start
+    finally:
+        dist.destroy_process_group()
+    if rank != 0:
+        return 0
+    bad = [r for r in results if r.status != "ok"]
+    if bad:
+        status = "oom" if any(r.status == "oom" for r in bad) else "failed"
+        run = Run(balance, status, None, seconds, error="; ".join(r.error or "" for r in bad))
+    else:
+        window = max(r.seconds for r in results)
+        run = Run(balance, "ok", tuple(r.peak for r in results), seconds,
+                  samples_per_second=ITERATIONS * setup.batch_size / window,
+                  breakdown=(tuple(r.breakdown for r in results)
+                             if all(r.breakdown for r in results) else None))
+    print(json.dumps(run_json(run)))
+    return 0 if run.status == "ok" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,158 @@
+"""The frozen dataclasses that flow through mcap (DESIGN.md, Style).
+
+Pure: no torch, no files. Memory is always int bytes. JSON forms live in
+``mcap.io.jsonio``; nothing here knows about files.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Optional
+
+Status = Literal["ok", "oom", "failed"]
+SCHEDULES = ("gpipe", "1f1b")
+CHECKPOINTS = ("except_last", "always", "never")
+OPTIMIZERS = ("sgd", "adam")
+ENGINES = ("pipelining", "torchgpipe")
+DEVICES = ("cpu", "cuda")
+
+
+@dataclass(frozen=True)
+class Layer:
+    name: str
+    param_bytes: int
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """A model as mcap sees it: its spec string and its top-level layers in order."""
+    spec: str
+    layers: tuple[Layer, ...]
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+
+@dataclass(frozen=True)
+class Setup:
+    """Everything about a training run except the partitioning.
+
+    ``backend`` is the device kind the stages ran on ("cpu" or "cuda"), as in the
+    ``mcap.profile/1`` JSON; ``engine`` is the pipelining system.
+    """
+    stages: int
+    batch_size: int = 32
+    chunks: int = 4
+    schedule: str = "gpipe"
+    checkpoint: str = "except_last"
+    backend: str = "cpu"
+    capacity_bytes: Optional[int] = None
+    engine: str = "pipelining"
+    optimizer: str = "sgd"
+
+
+@dataclass(frozen=True)
+class Partitioning:
+    """Layer counts per stage, exactly torchgpipe's ``balance``. Stage i runs on device i."""
+    balance: tuple[int, ...]
+
+    @property
+    def stages(self) -> int:
+        return len(self.balance)
+
+    @property
+    def num_layers(self) -> int:
+        return sum(self.balance)
+
+    def bounds(self) -> tuple[tuple[int, int], ...]:
+        """(first, last) layer index of each stage, inclusive."""
+        out, start = [], 0
+        for n in self.balance:
+            out.append((start, start + n - 1))
+            start += n
+        return tuple(out)
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """Where a stage's peak went, at the moment of the peak, when the runner records it."""
+    weights: int
+    gradients: int
+    optimizer: int
+    other: int  # activations, communication buffers, workspaces
+
+
+@dataclass(frozen=True)
+class Run:
+    """One measured partitioning. A failed or OOM run is a record too (optuna's trial states)."""
+    balance: tuple[int, ...]
+    status: Status
+    peaks: Optional[tuple[int, ...]]
+    seconds: float
+    samples_per_second: Optional[float] = None
+    error: Optional[str] = None
+    breakdown: Optional[tuple[MemoryBreakdown, ...]] = None
+
+    @property
+    def peak(self) -> Optional[int]:
+        return max(self.peaks) if self.peaks else None
+
+
+@dataclass(frozen=True)
+class LayerStats:
+    """mCAP's per-layer statistics (paper 3.1): mem_isolated(l) and mem_added(l).
+
+    ``mem_added[0]`` is None: the first layer is never appended to anything.
+    """
+    mem_isolated: tuple[int, ...]
+    mem_added: tuple[Optional[int], ...]
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.mem_isolated)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A profiled model: statistics plus the runs they came from (``mcap.profile/1``)."""
+    model: ModelInfo
+    setup: Setup
+    stats: LayerStats
+    runs: tuple[Run, ...] = ()
+    # Unknown top-level JSON keys, kept so a load/save round trip loses nothing.
+    extra: Optional[dict] = field(default=None, compare=False, hash=False)
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """Many measured partitionings, no statistics (``mcap.sweep/1``)."""
+    model: ModelInfo
+    setup: Setup
+    runs: tuple[Run, ...] = ()
+    # Unknown top-level JSON keys, kept so a load/save round trip loses nothing.
+    extra: Optional[dict] = field(default=None, compare=False, hash=False)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    balance: tuple[int, ...]
+    peaks: tuple[int, ...]
+
+    @property
+    def peak(self) -> int:
+        return max(self.peaks)
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The result of every search method (one type for all; DESIGN.md, Style)."""
+    method: str
+    balance: tuple[int, ...]
+    predicted_peaks: tuple[int, ...]
+    seconds: float
+    evaluated: int
+    curve: tuple[int, ...] = field(default=())  # best-so-far predicted peak per evaluation (bo)
+
+    @property
+    def predicted_peak(self) -> int:
+        return max(self.predicted_peaks)

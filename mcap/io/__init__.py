@@ -1,0 +1,1 @@
+"""Files: the versioned JSON forms and the datasets the dashboard opens."""

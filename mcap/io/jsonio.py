@@ -1,0 +1,312 @@
+"""The versioned JSON forms ``mcap.profile/1`` and ``mcap.sweep/1`` (issue 3, Data model).
+
+Shape of a profile (extra keys allowed)::
+
+    {"schema": "mcap.profile/1",
+     "model": {"spec": "vgg11:image_size=32", "layers": [{"name": ..., "param_bytes": int}, ...]},
+     "setup": {"stages", "batch_size", "chunks", "schedule", "checkpoint", "backend",
+               "capacity_bytes", "engine", "optimizer"},
+     "mem_isolated": [int, ...], "mem_added": [null, int, ...],
+     "runs": [{"balance", "status", "peaks", "seconds", "samples_per_second", "error",
+               "breakdown": [{"weights","gradients","optimizer","other"}, ...] | null}]}
+
+A sweep has the same model/setup/runs under ``"schema": "mcap.sweep/1"``. Unknown
+top-level keys are kept in ``Profile.extra`` / ``Sweep.extra`` and written back.
+``save`` is atomic (temp file in the same folder, fsync, rename), so a crash never
+leaves half a file. Every problem raises SchemaError naming the file and what was found.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Optional, Union
+
+from mcap.core.errors import McapError, SchemaError
+from mcap.core.types import (Layer, LayerStats, MemoryBreakdown, ModelInfo, Profile, Run, Setup,
+                        Sweep)
+
+PROFILE_SCHEMA = "mcap.profile/1"
+SWEEP_SCHEMA = "mcap.sweep/1"
+_PROFILE_KEYS = {"schema", "model", "setup", "mem_isolated", "mem_added", "runs"}
+_SWEEP_KEYS = {"schema", "model", "setup", "runs"}
+_SETUP_FIELDS = ("stages", "batch_size", "chunks", "schedule", "checkpoint", "backend",
+                 "capacity_bytes", "engine", "optimizer")
+_BREAKDOWN_FIELDS = ("weights", "gradients", "optimizer", "other")
+
+
+# --- to dict -------------------------------------------------------------------------
+
+def _model_to_dict(model: ModelInfo) -> dict:
+    return {"spec": model.spec,
+            "layers": [{"name": l.name, "param_bytes": int(l.param_bytes)} for l in model.layers]}
+
+
+def _setup_to_dict(setup: Setup) -> dict:
+    return {k: getattr(setup, k) for k in _SETUP_FIELDS}
+
+
+def run_to_dict(run: Run) -> dict:
+    return {"balance": [int(b) for b in run.balance],
+            "status": run.status,
+            "peaks": None if run.peaks is None else [int(p) for p in run.peaks],
+            "seconds": float(run.seconds),
+            "samples_per_second": None if run.samples_per_second is None else float(run.samples_per_second),
+            "error": run.error,
+            "breakdown": None if run.breakdown is None else
+            [{k: int(getattr(b, k)) for k in _BREAKDOWN_FIELDS} for b in run.breakdown]}
+
+
+def profile_to_dict(profile: Profile) -> dict:
+    out = {"schema": PROFILE_SCHEMA,
+           "model": _model_to_dict(profile.model),
+           "setup": _setup_to_dict(profile.setup),
+           "mem_isolated": [int(v) for v in profile.stats.mem_isolated],
+           "mem_added": [None if v is None else int(v) for v in profile.stats.mem_added],
+           "runs": [run_to_dict(r) for r in profile.runs]}
+    for k, v in (profile.extra or {}).items():
+        out.setdefault(k, v)
+    return out
+
+
+def sweep_to_dict(sweep: Sweep) -> dict:
+    out = {"schema": SWEEP_SCHEMA,
+           "model": _model_to_dict(sweep.model),
+           "setup": _setup_to_dict(sweep.setup),
+           "runs": [run_to_dict(r) for r in sweep.runs]}
+    for k, v in (sweep.extra or {}).items():
+        out.setdefault(k, v)
+    return out
+
+
+# --- from dict -----------------------------------------------------------------------
+
+class _Reader:
+    """Checks one document's fields; errors name the source and the path of the field."""
+
+    def __init__(self, source: str):
+        self.source = source
+
+    def fail(self, where: str, msg: str) -> SchemaError:
+        return SchemaError(f"{self.source}: {where}: {msg}")
+
+    def obj(self, v, where) -> dict:
+        if not isinstance(v, dict):
+            raise self.fail(where, f"expected an object, found {_show(v)}")
+        return v
+
+    def lst(self, v, where) -> list:
+        if not isinstance(v, list):
+            raise self.fail(where, f"expected a list, found {_show(v)}")
+        return v
+
+    def int_(self, v, where, nullable=False) -> Optional[int]:
+        if v is None and nullable:
+            return None
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise self.fail(where, f"expected an integer, found {_show(v)}")
+        return v
+
+    def num(self, v, where, nullable=False) -> Optional[float]:
+        if v is None and nullable:
+            return None
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and math.isnan(v)):
+            raise self.fail(where, f"expected a number, found {_show(v)}")
+        return float(v)
+
+    def str_(self, v, where, nullable=False) -> Optional[str]:
+        if v is None and nullable:
+            return None
+        if not isinstance(v, str):
+            raise self.fail(where, f"expected a string, found {_show(v)}")
+        return v
+
+    def need(self, d: dict, key: str, where: str):
+        if key not in d:
+            raise self.fail(where, f"missing key {key!r}")
+        return d[key]
+
+
+def _show(v: Any) -> str:
+    text = json.dumps(v) if not isinstance(v, float) or not math.isnan(v) else "NaN"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _check_schema(d: Any, expected: str, r: _Reader) -> dict:
+    if not isinstance(d, dict):
+        raise r.fail("top level", f"expected a JSON object with \"schema\": \"{expected}\", found {_show(d)}")
+    found = d.get("schema")
+    if found != expected:
+        raise SchemaError(f"{r.source}: expected schema {expected!r}, found {found!r}")
+    return d
+
+
+def _model(d, r: _Reader) -> ModelInfo:
+    m = r.obj(r.need(d, "model", "top level"), "model")
+    spec = r.str_(r.need(m, "spec", "model"), "model.spec")
+    layers = []
+    for i, l in enumerate(r.lst(r.need(m, "layers", "model"), "model.layers")):
+        l = r.obj(l, f"model.layers[{i}]")
+        layers.append(Layer(name=r.str_(r.need(l, "name", f"model.layers[{i}]"), f"model.layers[{i}].name"),
+                            param_bytes=r.int_(r.need(l, "param_bytes", f"model.layers[{i}]"),
+                                               f"model.layers[{i}].param_bytes")))
+    if not layers:
+        raise r.fail("model.layers", "the model has no layers")
+    return ModelInfo(spec=spec, layers=tuple(layers))
+
+
+def _setup(d, r: _Reader) -> Setup:
+    s = r.obj(r.need(d, "setup", "top level"), "setup")
+    kw = {"stages": r.int_(r.need(s, "stages", "setup"), "setup.stages")}
+    for k in ("batch_size", "chunks"):
+        if k in s:
+            kw[k] = r.int_(s[k], f"setup.{k}")
+    for k in ("schedule", "checkpoint", "backend", "engine", "optimizer"):
+        if k in s:
+            kw[k] = r.str_(s[k], f"setup.{k}")
+    if "capacity_bytes" in s:
+        kw["capacity_bytes"] = r.int_(s["capacity_bytes"], "setup.capacity_bytes", nullable=True)
+    return Setup(**kw)
+
+
+def _runs(d, r: _Reader, num_layers: int) -> tuple[Run, ...]:
+    out = []
+    for i, x in enumerate(r.lst(d.get("runs", []), "runs")):
+        w = f"runs[{i}]"
+        x = r.obj(x, w)
+        bal = tuple(r.int_(b, f"{w}.balance") for b in r.lst(r.need(x, "balance", w), f"{w}.balance"))
+        if not bal or any(b <= 0 for b in bal) or sum(bal) != num_layers:
+            raise r.fail(f"{w}.balance", f"balance {list(bal)} is not a partitioning of {num_layers} layers")
+        status = r.need(x, "status", w)
+        if status not in ("ok", "oom", "failed"):
+            raise r.fail(f"{w}.status", f"expected \"ok\", \"oom\" or \"failed\", found {_show(status)}")
+        peaks = x.get("peaks")
+        if peaks is not None:
+            peaks = tuple(r.int_(p, f"{w}.peaks") for p in r.lst(peaks, f"{w}.peaks"))
+            if len(peaks) != len(bal):
+                raise r.fail(f"{w}.peaks", f"{len(peaks)} peaks for {len(bal)} stages")
+        if status == "ok" and peaks is None:
+            raise r.fail(f"{w}.peaks", "an ok run needs its per-stage peaks")
+        breakdown = x.get("breakdown")
+        if breakdown is not None:
+            items = []
+            for j, b in enumerate(r.lst(breakdown, f"{w}.breakdown")):
+                b = r.obj(b, f"{w}.breakdown[{j}]")
+                items.append(MemoryBreakdown(**{k: r.int_(r.need(b, k, f"{w}.breakdown[{j}]"),
+                                                          f"{w}.breakdown[{j}].{k}")
+                                                for k in _BREAKDOWN_FIELDS}))
+            breakdown = tuple(items)
+        out.append(Run(balance=bal, status=status, peaks=peaks,
+                       seconds=r.num(x.get("seconds", 0.0), f"{w}.seconds"),
+                       samples_per_second=r.num(x.get("samples_per_second"), f"{w}.samples_per_second",
+                                                nullable=True),
+                       error=r.str_(x.get("error"), f"{w}.error", nullable=True),
+                       breakdown=breakdown))
+    return tuple(out)
+
+
+def profile_from_dict(d: Any, source: str = "<profile>") -> Profile:
+    r = _Reader(source)
+    d = _check_schema(d, PROFILE_SCHEMA, r)
+    model = _model(d, r)
+    n = model.num_layers
+    iso = [r.int_(v, f"mem_isolated[{i}]", nullable=True)
+           for i, v in enumerate(r.lst(r.need(d, "mem_isolated", "top level"), "mem_isolated"))]
+    added = [r.int_(v, f"mem_added[{i}]", nullable=True)
+             for i, v in enumerate(r.lst(r.need(d, "mem_added", "top level"), "mem_added"))]
+    if len(iso) != n or len(added) != n:
+        raise r.fail("top level", f"the model has {n} layers but mem_isolated has {len(iso)} entries "
+                                  f"and mem_added has {len(added)}")
+    if added[0] is not None:
+        raise r.fail("mem_added[0]", f"layer 0 has no mem_added (expected null), found {added[0]}")
+    extra = {k: v for k, v in d.items() if k not in _PROFILE_KEYS}
+    return Profile(model=model, setup=_setup(d, r),
+                   stats=LayerStats(mem_isolated=tuple(iso), mem_added=tuple(added)),
+                   runs=_runs(d, r, n), extra=extra or None)
+
+
+def sweep_from_dict(d: Any, source: str = "<sweep>") -> Sweep:
+    r = _Reader(source)
+    d = _check_schema(d, SWEEP_SCHEMA, r)
+    model = _model(d, r)
+    extra = {k: v for k, v in d.items() if k not in _SWEEP_KEYS}
+    return Sweep(model=model, setup=_setup(d, r), runs=_runs(d, r, model.num_layers), extra=extra or None)
+
+
+# --- files ---------------------------------------------------------------------------
+
+def _read(path: Union[str, Path]) -> Any:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SchemaError(f"{p}: no such file") from None
+    except IsADirectoryError:
+        raise SchemaError(f"{p}: is a folder, not a JSON file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SchemaError(f"{p}: cannot read it ({exc.__class__.__name__}: {exc})") from None
+    if not text.strip():
+        raise SchemaError(f"{p}: the file is empty, expected JSON")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SchemaError(f"{p}: not valid JSON (truncated?) at line {exc.lineno} column {exc.colno}: {exc.msg}") \
+            from None
+
+
+def load_profile(path: Union[str, Path]) -> Profile:
+    return profile_from_dict(_read(path), str(path))
+
+
+def load_sweep(path: Union[str, Path]) -> Sweep:
+    return sweep_from_dict(_read(path), str(path))
+
+
+def load_any(path: Union[str, Path]) -> Union[Profile, Sweep]:
+    """A profile or a sweep, by its "schema" key."""
+    d = _read(path)
+    schema = d.get("schema") if isinstance(d, dict) else None
+    if schema == PROFILE_SCHEMA:
+        return profile_from_dict(d, str(path))
+    if schema == SWEEP_SCHEMA:
+        return sweep_from_dict(d, str(path))
+    raise SchemaError(f"{path}: expected schema {PROFILE_SCHEMA!r} or {SWEEP_SCHEMA!r}, found {schema!r}")
+
+
+def to_dict(obj: Union[Profile, Sweep]) -> dict:
+    if isinstance(obj, Profile):
+        return profile_to_dict(obj)
+    if isinstance(obj, Sweep):
+        return sweep_to_dict(obj)
+    raise McapError(f"cannot save a {type(obj).__name__}; expected a Profile or a Sweep")
+
+
+def dumps(obj: Union[Profile, Sweep]) -> str:
+    return json.dumps(to_dict(obj), indent=1) + "\n"
+
+
+def save(obj: Union[Profile, Sweep], path: Union[str, Path]) -> Path:
+    """Write atomically: a temp file next to ``path``, fsync, then rename over it."""
+    p = Path(path)
+    text = dumps(obj)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        # mkstemp creates 0600; a results file should be as readable as any other file
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, p)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return p

@@ -1,0 +1,71 @@
+"""The ``time`` baseline: torchgpipe's own throughput-oriented partitioner.
+
+The paper compares mCAP against TorchGPipe's ``balance_by_time`` (4.3): it times each
+layer's forward and backward on a sample micro-batch and splits the layers so each stage
+gets about the same time. This module calls the real torchgpipe function and wraps its
+balance in a ``Recommendation`` whose predicted peaks come from mCAP's predictor, so it
+can sit in the same tables as the memory-balanced methods.
+"""
+from __future__ import annotations
+
+import copy
+import time
+from typing import Optional
+
+from mcap.core.errors import McapError
+from mcap.core.types import Profile, Recommendation
+
+DEFAULT_TIMEOUT = 1.0
+
+
+def _without_inplace(module):
+    """A copy whose in-place ops (VGG's ReLU(inplace=True)) write to new tensors.
+
+    ``balance_by_time`` detaches each layer's input into a leaf that requires grad, and
+    autograd refuses an in-place op on such a leaf. Timing is all that is measured here,
+    so an out-of-place copy gives the same split without touching the real model."""
+    clone = copy.deepcopy(module)
+    for sub in clone.modules():
+        if getattr(sub, "inplace", False) is True:
+            sub.inplace = False
+    return clone
+
+
+def time_balance(spec: str, stages: int, micro_batch: int, *, timeout: float = DEFAULT_TIMEOUT,
+                 device: str = "cpu", seed: int = 0) -> tuple[int, ...]:
+    """torchgpipe's ``balance_by_time`` for a model spec, on a sample micro-batch."""
+    import torch
+    from torchgpipe.balance import balance_by_time
+
+    from mcap.models import build_model
+
+    built = build_model(spec, seed=seed)
+    if not 1 <= stages <= built.info.num_layers:
+        raise McapError(f"time: cannot split {built.info.num_layers} layers into {stages} stages")
+    if micro_batch < 1:
+        raise McapError(f"time: micro-batch size must be >= 1, got {micro_batch}")
+    module = _without_inplace(built.module).to(device)
+    inputs, _ = built.example_batch(micro_batch, seed=seed)
+    sample = inputs.to(device) if isinstance(inputs, torch.Tensor) else inputs
+    with torch.random.fork_rng(devices=[]):
+        balance = balance_by_time(stages, module, sample, timeout=timeout,
+                                  device=torch.device(device))
+    return tuple(int(n) for n in balance)
+
+
+def recommend_time(profile: Profile, *, timeout: float = DEFAULT_TIMEOUT,
+                   device: Optional[str] = None) -> Recommendation:
+    """The ``time`` method for ``recommend --method time``: torchgpipe's split of the
+    profiled model and setup, with mCAP's predicted per-stage peaks for comparison."""
+    from mcap.core.predict import predict
+
+    setup = profile.setup
+    device = device or ("cuda" if setup.backend == "cuda" else "cpu")
+    micro_batch = max(setup.batch_size // max(setup.chunks, 1), 1)
+    started = time.perf_counter()
+    balance = time_balance(profile.model.spec, setup.stages, micro_batch,
+                           timeout=timeout, device=device)
+    seconds = time.perf_counter() - started
+    prediction = predict(profile.stats, balance)
+    return Recommendation(method="time", balance=balance, predicted_peaks=prediction.peaks,
+                          seconds=seconds, evaluated=1)

@@ -1,0 +1,1 @@
+"""Long work that drives the runner and the store: profiling, sweeps, scaling."""

@@ -1,0 +1,374 @@
+"""Orchestration of the long commands: ``profile`` (mCAP 3.1, incremental profiling) and
+``sweep`` (paper 4.2, every partitioning or a seeded sample measured).
+
+plan -> measure -> record -> fall back -> extract -> write JSON. Every run goes into the
+store the moment it finishes, and every run is first looked up there (``find_run``), so
+a command that was interrupted (Ctrl-C, kill, a cancelled dashboard job) continues where
+it stopped when it is run again: nothing finished is repeated or lost.
+
+The stage processes are only started when something has to be measured, so re-running a
+finished profile just re-extracts and re-writes it.
+"""
+from __future__ import annotations
+
+import contextlib
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Optional, Sequence, TextIO
+
+from mcap.core.errors import McapError
+from mcap.workflow.progress import ProgressBar
+from mcap.store import Store
+from mcap.core.types import ModelInfo, Profile, Run, Setup, Sweep
+
+DEFAULT_TIMEOUT = 300.0  # seconds per run (issue 4, Runner: a timeout applies per run)
+
+
+class Cancelled(BaseException):
+    """SIGTERM arrived (the dashboard's cancel button): stop measuring, keep what is stored.
+
+    A BaseException so no ``except Exception`` on the way swallows it."""
+
+
+class MissingStatistics(McapError):
+    """Profiling ended with layers whose statistics could not be measured (all oom/failed)."""
+
+
+@dataclass(frozen=True)
+class Tally:
+    """What a command did: runs in its result, how many were measured now or reused."""
+    measured: int
+    reused: int
+    seconds: float
+    runs: tuple[Run, ...] = ()
+    fallback: tuple[tuple[int, ...], ...] = ()  # balances added by the oom fallback
+
+
+@dataclass(frozen=True)
+class ProfileResult:
+    profile: Profile
+    profile_id: int
+    tally: Tally
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    sweep: Sweep
+    sweep_id: int
+    tally: Tally
+
+
+@dataclass
+class Measurer:
+    """Gets a run for a balance: from the store if finished before, else measured now and
+    recorded at once. Opens the runner (stage processes) on first need only."""
+    spec: str
+    info: ModelInfo
+    setup: Setup
+    store: Store
+    kind: str  # the store's run kind: "profile", "sweep" or "measure"
+    bar: ProgressBar
+    job: Optional[int] = None
+    timeout: float = DEFAULT_TIMEOUT
+    measured: int = 0
+    reused: int = 0
+    _stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
+    _runner: object = None
+
+    def __post_init__(self):
+        self.study = self.store.study(self.info, self.setup)
+
+    def get(self, balance: tuple[int, ...]) -> Run:
+        found = self.store.find_run(self.study, balance)
+        if found is not None:
+            self.reused += 1
+            self.bar.advance(balance, measured=False, note=_note(found) + " (stored)")
+            self._report(balance)
+            return found
+        self.bar.start(balance)
+        self._report(balance, current=True)
+        run = self._measure(balance)
+        self.store.record_run(self.study, run, kind=self.kind, job=self.job)
+        self.measured += 1
+        self.bar.advance(balance, measured=True, note=_note(run))
+        self._report(balance)
+        return run
+
+    def _measure(self, balance: tuple[int, ...]) -> Run:
+        if self._runner is None:
+            from mcap.runner import open_runner  # torch is imported only when measuring
+            self._runner = self._stack.enter_context(
+                open_runner(self.spec, self.setup, timeout=self.timeout))
+        return self._runner.measure(balance)
+
+    def _report(self, balance, current: bool = False) -> None:
+        if self.job is not None:
+            self.store.update_job(self.job, done=self.bar.done, total=self.bar.total,
+                                  current=balance if current else None)
+
+    def close(self) -> None:
+        self._stack.close()
+
+
+def _note(run: Run) -> str:
+    if run.status == "ok":
+        return f"peak {run.peak / 2**20:.1f} MiB"
+    return run.status
+
+
+@contextlib.contextmanager
+def sigterm_cancels() -> Iterator[None]:
+    """Turn SIGTERM into ``Cancelled`` for the duration (main thread only)."""
+    def handler(signum, frame):
+        raise Cancelled()
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def job_status(store: Store, job: Optional[int], study=None, total: int = 0) -> Iterator[None]:
+    """Mark a dashboard job running (with its real total), then done / failed / cancelled
+    on the way out."""
+    if job is None:
+        yield
+        return
+    store.update_job(job, status="running", study=study, total=total, done=0)
+    try:
+        yield
+    except Cancelled:
+        store.update_job(job, status="cancelled", current=None)
+        raise
+    except KeyboardInterrupt:
+        store.update_job(job, status="cancelled", current=None, error="interrupted")
+        raise
+    except BaseException as exc:
+        store.update_job(job, status="failed", current=None, error=str(exc) or type(exc).__name__)
+        raise
+    store.update_job(job, status="done", current=None)
+
+
+def model_info(spec: str) -> ModelInfo:
+    """The model's layers and parameter bytes, built on the meta device (no memory)."""
+    from mcap.models import build_model
+    return build_model(spec, device="meta").info
+
+
+def _check_stages(info: ModelInfo, setup: Setup) -> None:
+    if not 1 <= setup.stages <= info.num_layers:
+        raise McapError(f"--stages {setup.stages}: the model {info.spec!r} has "
+                        f"{info.num_layers} layers, so 1..{info.num_layers} stages are possible")
+
+
+# --- profile ---------------------------------------------------------------------------
+
+def profile(spec: str, setup: Setup, out: Optional[Path], *, store: Store, scheme: str = "mcap",
+            job: Optional[int] = None, stream: Optional[TextIO] = None,
+            timeout: float = DEFAULT_TIMEOUT, name: Optional[str] = None) -> ProfileResult:
+    """Profile ``spec`` under ``setup`` (mCAP 3.1), resuming from the store, falling back
+    to other partitionings when a profiling run is oom, and write ``mcap.profile/1``.
+
+    Raises ``MissingStatistics`` naming the layers when no partitioning that would yield
+    their statistics fits; every run measured until then stays in the store."""
+    from mcap.io import jsonio
+    from mcap.core.plan import profiling_plan
+    from mcap.core.stats import extract
+
+    started = time.monotonic()
+    info = model_info(spec)
+    _check_stages(info, setup)
+    plan = profiling_plan(info.num_layers, setup.stages, scheme).runs
+    bar = ProgressBar(len(plan), "profile", stream=stream)
+    m = Measurer(info.spec, info, setup, store, "profile", bar, job, timeout)
+    runs: dict[tuple[int, ...], Run] = {}
+    fallback: list[tuple[int, ...]] = []
+    with job_status(store, job, m.study, bar.total), contextlib.closing(m):
+        queue = [tuple(b) for b in plan]
+        # Each round measures what is queued, then asks the core for partitionings that
+        # give the statistics the oom/failed runs did not (the paper chose these by hand,
+        # 3.5). No balance is repeated, so the rounds end; a fallback round in which
+        # nothing ran ok ends them too (every oom run costs a restart of the stage
+        # processes, and a capacity nothing fits under would otherwise try them all).
+        for round_ in range(4 * info.num_layers + 1):
+            for balance in queue:
+                runs[balance] = m.get(balance)
+            if round_ and not any(runs[b].status == "ok" for b in queue):
+                break
+            queue = _fallback(info.num_layers, setup.stages, tuple(runs.values()))
+            if not queue:
+                break
+            fallback.extend(queue)
+            bar.grow(len(queue))
+        bar.close()
+        used = tuple(runs.values())
+        try:
+            stats = extract(used, info.num_layers)
+        except McapError as exc:
+            raise MissingStatistics(_missing_message(info, used, str(exc))) from None
+        prof = Profile(model=info, setup=setup, stats=stats, runs=used)
+        if out is not None:
+            jsonio.save(prof, out)
+        profile_id = store.save_profile(prof, name=name)
+    tally = Tally(m.measured, m.reused, time.monotonic() - started, used, tuple(fallback))
+    return ProfileResult(prof, profile_id, tally)
+
+
+def _fallback(num_layers: int, stages: int, runs: Sequence[Run]) -> list[tuple[int, ...]]:
+    """Balances that would give the statistics the oom/failed runs left missing: the
+    core's ``replan`` first, then a greedy search when replan has no answer."""
+    from mcap.core.plan import replan
+    bad = [r for r in runs if r.status != "ok"]
+    if not bad:
+        return []
+    ok = [r for r in runs if r.status == "ok"]
+    seen = {r.balance for r in runs}
+    try:
+        extra = [tuple(b) for b in replan(num_layers, stages, ok, bad, list(seen))]
+    except McapError:
+        extra = []
+    extra = [b for b in extra if b not in seen]
+    return extra or greedy_fallback(num_layers, stages, runs)
+
+
+# Candidates the greedy fallback scores at most; larger spaces are sampled (seeded).
+GREEDY_CANDIDATES = 4000
+
+
+def greedy_fallback(num_layers: int, stages: int, runs: Sequence[Run]) -> list[tuple[int, ...]]:
+    """Partitionings, not tried before, that complete the statistics with the fewest runs.
+
+    A backstop for ``replan``, which packs all needed windows into a fixed run shape and
+    gives up when that shape has failed (e.g. mCAP's first run (1, 1, L-2) oom on its
+    last stage: layer 1 can only be alone in that very run, but its mem_isolated can be
+    derived from a window 1..z, mcap.core.stats). Greedy set cover over candidate balances:
+    each pick removes at least one missing statistic; it keeps every stage no longer than
+    the longest window that ran ok where it can, then removes the most, then puts as few
+    layers as possible in windows of oom or failed runs that no ok run confirmed (one of
+    those ran out of memory; a failed run records no per-stage peaks, so which one is
+    unknown), then is the most even split. A pick that fails again adds its windows to
+    the suspects next round."""
+    from mcap.core import partition
+    from mcap.core.stats import missing_for_windows, stage_windows
+
+    L, G = num_layers, stages
+    have = {w for r in runs if r.status == "ok" for w in stage_windows(r.balance)}
+    suspect = {w for r in runs if r.status != "ok" for w in stage_windows(r.balance)} - have
+    longest = max((z - a + 1 for a, z in have), default=-(-L // G))
+    tried = {tuple(r.balance) for r in runs}
+
+    def missing_count(windows) -> int:
+        m = missing_for_windows(L, windows, G)
+        return len(m.isolated) + len(m.added)
+
+    if partition.count(L, G) <= GREEDY_CANDIDATES:
+        pool = sweep_balances(L, G, None, 0)
+    else:
+        pool = partition.random_partitionings(L, G, GREEDY_CANDIDATES, seed=0)
+    pool = [b for b in pool if b not in tried]
+    chosen: list[tuple[int, ...]] = []
+    left = missing_count(have)
+    # Stages no longer than ``longest`` first: the riskier rest is scored only when no
+    # safe candidate helps (same order as scoring all, far fewer scored).
+    tiers = [[b for b in pool if max(b) <= longest], [b for b in pool if max(b) > longest]]
+    while left:
+        scored = []
+        for tier in tiers:
+            for b in tier:
+                wins = stage_windows(b)
+                after = missing_count(have | set(wins))
+                if after < left:
+                    risky = sum(z - a + 1 for a, z in wins if (a, z) in suspect)
+                    scored.append((after, risky, max(b), b))
+            if scored:
+                break
+        if not scored:
+            break
+        after, _, _, best = min(scored)
+        chosen.append(best)
+        have |= set(stage_windows(best))
+        for tier in tiers:
+            if best in tier:
+                tier.remove(best)
+        left = after
+    return chosen
+
+
+def _missing_message(info: ModelInfo, runs: Sequence[Run], why: str) -> str:
+    from mcap.core.stats import missing_statistics
+    missing = missing_statistics(info.num_layers, [r for r in runs if r.status == "ok"])
+    bad = [r for r in runs if r.status != "ok"]
+    detail = missing.describe() if missing else why
+    names = sorted(set(missing.isolated) | set(missing.added)) if missing else []
+    named = ", ".join(f"{i} ({info.layers[i].name})" for i in names[:12])
+    more = f" and {len(names) - 12} more" if len(names) > 12 else ""
+    ooms = ", ".join("(" + ",".join(map(str, r.balance)) + f") {r.status}" for r in bad[:6])
+    return (f"profiling {info.spec} is incomplete: still missing {detail}"
+            + (f"; layers {named}{more}" if named else "")
+            + f". {len(bad)} run(s) did not finish ok ({ooms}{', ...' if len(bad) > 6 else ''}); "
+            f"the {len(runs)} runs so far are kept in the store")
+
+
+# --- sweep -----------------------------------------------------------------------------
+
+def sweep_balances(num_layers: int, stages: int, sample: Optional[int],
+                   seed: int) -> list[tuple[int, ...]]:
+    """Every partitioning (in enumeration order), or ``sample`` of them drawn with ``seed``."""
+    from mcap.core import partition
+    if sample is None:
+        return [tuple(int(n) for n in row)
+                for chunk in partition.enumerate_all(num_layers, stages) for row in chunk]
+    if sample < 1:
+        raise McapError(f"--sample must be >= 1, got {sample}")
+    return partition.random_partitionings(num_layers, stages, sample, seed=seed)
+
+
+def sweep(spec: str, setup: Setup, out: Optional[Path], *, store: Store,
+          sample: Optional[int] = None, seed: int = 0, job: Optional[int] = None,
+          stream: Optional[TextIO] = None, timeout: float = DEFAULT_TIMEOUT,
+          name: Optional[str] = None,
+          balances: Optional[Sequence[Sequence[int]]] = None) -> SweepResult:
+    """Measure every partitioning (or a seeded sample, or the given ``balances``) and
+    write ``mcap.sweep/1``.
+
+    oom and failed runs are records too (the sweep goes on); a failed run is retried when
+    the sweep is run again, an ok or oom one is reused."""
+    from mcap.io import jsonio
+    from mcap.core.partition import validate
+
+    started = time.monotonic()
+    info = model_info(spec)
+    _check_stages(info, setup)
+    if balances is None:
+        balances = sweep_balances(info.num_layers, setup.stages, sample, seed)
+    else:
+        balances = [validate(b, info.num_layers).balance for b in balances]
+    bar = ProgressBar(len(balances), "sweep", stream=stream)
+    m = Measurer(info.spec, info, setup, store, "sweep", bar, job, timeout)
+    with job_status(store, job, m.study, bar.total), contextlib.closing(m):
+        runs = tuple(m.get(b) for b in balances)
+        bar.close()
+        result = Sweep(model=info, setup=setup, runs=runs)
+        if out is not None:
+            jsonio.save(result, out)
+        sweep_id = store.save_sweep(result, name=name)
+    tally = Tally(m.measured, m.reused, time.monotonic() - started, runs)
+    return SweepResult(result, sweep_id, tally)
+
+
+def summary(kind: str, tally: Tally, out: Optional[Path], stored_id: int) -> str:
+    ok = sum(r.status == "ok" for r in tally.runs)
+    oom = sum(r.status == "oom" for r in tally.runs)
+    failed = len(tally.runs) - ok - oom
+    where = f" -> {out}" if out else ""
+    extra = f", {len(tally.fallback)} fallback" if tally.fallback else ""
+    return (f"{kind}: {len(tally.runs)} runs ({ok} ok, {oom} oom, {failed} failed{extra}); "
+            f"{tally.measured} measured now, {tally.reused} reused from the store; "
+            f"{tally.seconds:.1f} s{where} (store {kind} id {stored_id})")

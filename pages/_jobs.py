@@ -13,11 +13,11 @@ from mcap.core.errors import McapError
 
 def setup_args(spec: str, setup) -> list[str]:
     """The CLI flags that reproduce a model spec and a Setup (``mcap.cli.profile``):
-    ``--backend`` there is the engine, ``--device`` the device kind (Setup.backend)."""
+    ``--engine`` is the pipeline runtime, ``--device`` the device kind."""
     args = ["--model", spec, "--stages", str(setup.stages), "--batch-size", str(setup.batch_size),
             "--chunks", str(setup.chunks), "--schedule", setup.schedule,
             "--checkpoint", setup.checkpoint, "--optimizer", setup.optimizer,
-            "--backend", setup.engine, "--device", setup.backend]
+            "--engine", setup.engine, "--device", setup.device]
     if setup.capacity_bytes:
         args += ["--capacity", str(setup.capacity_bytes)]
     return args

@@ -197,7 +197,7 @@ def caption_of(data) -> str:
     s = data.setup
     return (f"{data.model.spec} · {data.model.num_layers} layers · {s.stages} stages · batch "
             f"{s.batch_size} in {s.chunks} micro-batches · {s.schedule}, checkpoint "
-            f"{s.checkpoint} · {s.backend}/{s.engine}")
+            f"{s.checkpoint} · {s.device}/{s.engine}")
 
 
 # --- showing things ----------------------------------------------------------------------

@@ -54,7 +54,7 @@ c[1].metric("parameters", fmt_bytes(h.param_bytes))
 c[2].metric("stages", h.stages)
 c[3].metric("batch / micro-batches", f"{h.batch_size} / {h.chunks}")
 c[4].metric("profiling runs", f"{h.ok} ok of {h.runs}")
-st.caption(f"Setup: schedule {h.schedule}, checkpoint {h.checkpoint}, {h.backend} stages via "
+st.caption(f"Setup: schedule {h.schedule}, checkpoint {h.checkpoint}, {h.device} stages via "
            f"{h.engine}; capacity {fmt_bytes(h.capacity_bytes) if h.capacity_bytes else 'none'}.")
 
 try:

@@ -66,7 +66,7 @@ if submitted:
         if engine == "torchgpipe" and device != "cuda":
             raise McapError("the torchgpipe engine needs CUDA devices; use pipelining on the CPU")
         setup = Setup(stages=int(stages), batch_size=int(batch), chunks=int(chunks), schedule=schedule,
-                      checkpoint=checkpoint, backend=device, engine=engine, optimizer=optimizer,
+                      checkpoint=checkpoint, device=device, engine=engine, optimizer=optimizer,
                       capacity_bytes=int(capacity_mib) * 2**20 or None)
         args = setup_args(spec, setup) + ["--out", job_output(command)]
         if command == "sweep" and sample:

@@ -46,7 +46,7 @@ s = result.setup
 st.caption(f"{result.model} · vary {result.vary} over {result.grid[0]}..{result.grid[-1]} · "
            f"{s.stages} stages · capacity {fmt_bytes(s.capacity_bytes)} per stage · batch "
            f"{s.batch_size} in {s.chunks} micro-batches · {s.schedule}, checkpoint {s.checkpoint} · "
-           f"{s.backend}/{s.engine}")
+           f"{s.device}/{s.engine}")
 
 summary = fig_scaling.scaling_summary(result)
 cols = st.columns(max(len(summary), 1))

@@ -25,7 +25,7 @@ def test_profile_shape_matches_issue():
         {"name": "features.0", "param_bytes": 7168}, {"name": "features.1", "param_bytes": 0},
         {"name": "classifier", "param_bytes": 40}]}
     assert d["setup"] == {"stages": 2, "batch_size": 32, "chunks": 4, "schedule": "gpipe",
-                          "checkpoint": "except_last", "backend": "cpu", "capacity_bytes": None,
+                          "checkpoint": "except_last", "device": "cpu", "capacity_bytes": None,
                           "engine": "torchgpipe", "optimizer": "adam"}
     assert d["mem_added"][0] is None
     assert d["runs"][1] == {"balance": [2, 1], "status": "oom", "peaks": None, "seconds": 0.2,

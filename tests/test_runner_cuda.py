@@ -15,7 +15,7 @@ EXACT = f"tests.test_runner_models:exact:params={P}"
 
 def test_pipelining_stages_on_cuda_read_their_own_allocator():
     """Both stage processes may share one GPU; each reports its own max_memory_allocated."""
-    setup = Setup(stages=2, batch_size=4, chunks=2, backend="cuda")
+    setup = Setup(stages=2, batch_size=4, chunks=2, device="cuda")
     with open_runner(EXACT, setup, timeout=120) as r:
         run = r.measure((1, 3))
         again = r.measure((1, 3))
@@ -27,7 +27,7 @@ def test_pipelining_stages_on_cuda_read_their_own_allocator():
 
 
 def test_cuda_capacity_is_oom_and_the_next_run_works():
-    setup = Setup(stages=2, batch_size=4, chunks=2, backend="cuda", capacity_bytes=4 * P * 8)
+    setup = Setup(stages=2, batch_size=4, chunks=2, device="cuda", capacity_bytes=4 * P * 8)
     with open_runner(EXACT, setup, timeout=120) as r:
         assert r.measure((1, 3)).status == "oom"
         assert r.measure((2, 2)).status in ("ok", "oom")  # rounding may still not fit
@@ -36,7 +36,7 @@ def test_cuda_capacity_is_oom_and_the_next_run_works():
 
 def test_torchgpipe_over_the_gpus_there_are():
     found = torch.cuda.device_count()
-    setup = Setup(stages=found, batch_size=4, chunks=2, backend="cuda", engine="torchgpipe")
+    setup = Setup(stages=found, batch_size=4, chunks=2, device="cuda", engine="torchgpipe")
     spec = f"tests.test_runner_models:exact:params={P},layers={2 * found}"
     with open_runner(spec, setup, timeout=120) as r:
         run = r.measure((2,) * found)
@@ -46,7 +46,7 @@ def test_torchgpipe_over_the_gpus_there_are():
 
 def test_torchgpipe_says_how_many_gpus_it_found():
     found = torch.cuda.device_count()
-    setup = Setup(stages=found + 1, batch_size=4, chunks=2, backend="cuda",
+    setup = Setup(stages=found + 1, batch_size=4, chunks=2, device="cuda",
                   engine="torchgpipe")
     with pytest.raises(McapError, match=f"needs {found + 1} CUDA devices .* found {found}"):
         open_runner(EXACT, setup)

@@ -134,14 +134,14 @@ def test_setups_that_differ_never_mix(store):
 
 def test_every_setup_field_round_trips_and_keys_the_study(store):
     unusual = Setup(stages=3, batch_size=7, chunks=7, schedule="1f1b", checkpoint="never",
-                    backend="cuda", capacity_bytes=80 * GIB, engine="torchgpipe",
+                    device="cuda", capacity_bytes=80 * GIB, engine="torchgpipe",
                     optimizer="adam")
     study = store.study(MODEL, unusual)
     assert store.get_study(study.id).setup == unusual
     assert store.get_study(study.id).model == MODEL
     [summary] = store.list_studies()
     assert summary.setup == unusual
-    for field in ("batch_size", "chunks", "schedule", "checkpoint", "backend",
+    for field in ("batch_size", "chunks", "schedule", "checkpoint", "device",
                   "capacity_bytes", "engine", "optimizer"):
         default = Setup(stages=3)
         changed = dataclasses.replace(unusual, **{field: getattr(default, field)})

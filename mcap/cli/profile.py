@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from mcap.core.errors import McapError
-from mcap.core.types import CHECKPOINTS, DEVICES, OPTIMIZERS, SCHEDULES, Setup
+from mcap.core.types import CHECKPOINTS, DEVICES, ENGINES, OPTIMIZERS, SCHEDULES, Setup
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9,
           "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
@@ -43,8 +43,10 @@ def add_setup_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--optimizer", choices=OPTIMIZERS, default="sgd")
     p.add_argument("--capacity", type=parse_bytes, default=None, metavar="BYTES",
                    help="memory per device; a stage above it is an oom run")
-    p.add_argument("--backend", choices=("auto", "pipelining", "torchgpipe"), default="auto",
-                   help="pipelining engine (auto: torch.distributed.pipelining)")
+    p.add_argument("--engine", "--backend", dest="engine", choices=("auto", *ENGINES),
+                   default="auto",
+                   help="pipeline runtime (auto: pipelining, torch.distributed.pipelining); "
+                        "--backend is the old name of this flag")
     p.add_argument("--device", choices=DEVICES, default="cpu")
     p.add_argument("--store", default=None, metavar="PATH",
                    help="results store (default $MCAP_STORE or .mcap/store.sqlite)")
@@ -53,9 +55,9 @@ def add_setup_options(p: argparse.ArgumentParser) -> None:
 
 
 def setup_from_args(args) -> Setup:
-    engine = "pipelining" if args.backend == "auto" else args.backend
+    engine = "pipelining" if args.engine == "auto" else args.engine
     return Setup(stages=args.stages, batch_size=args.batch_size, chunks=args.chunks,
-                 schedule=args.schedule, checkpoint=args.checkpoint, backend=args.device,
+                 schedule=args.schedule, checkpoint=args.checkpoint, device=args.device,
                  capacity_bytes=args.capacity, engine=engine, optimizer=args.optimizer)
 
 

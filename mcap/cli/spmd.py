@@ -61,11 +61,11 @@ def _measure(args, setup, rank: int, world: int, run_json) -> int:
         print("mcap: error: under torchrun only engine pipelining runs", file=sys.stderr)
         return 2
     local = int(os.environ.get("LOCAL_RANK", rank))
-    if setup.backend == "cuda":
+    if setup.device == "cuda":
         torch.cuda.set_device(local)
     else:
         memtrack.install()
-    dist.init_process_group("nccl" if setup.backend == "cuda" else "gloo",
+    dist.init_process_group("nccl" if setup.device == "cuda" else "gloo",
                             timeout=timedelta(seconds=args.timeout))
     try:
         resident, info = build_resident(args.model, setup)

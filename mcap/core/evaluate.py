@@ -99,7 +99,7 @@ def check_compatible(profile: Profile, sweep: Sweep) -> None:
     if pm.spec != sm.spec:
         raise McapError(f"the profile is of {pm.spec!r} but the sweep of {sm.spec!r}")
     diff = [f"{k} {getattr(profile.setup, k)!r} vs {getattr(sweep.setup, k)!r}"
-            for k in ("batch_size", "chunks", "schedule", "checkpoint", "backend", "engine",
+            for k in ("batch_size", "chunks", "schedule", "checkpoint", "device", "engine",
                       "optimizer")
             if getattr(profile.setup, k) != getattr(sweep.setup, k)]
     if diff:

@@ -37,15 +37,16 @@ class ModelInfo:
 class Setup:
     """Everything about a training run except the partitioning.
 
-    ``backend`` is the device kind the stages ran on ("cpu" or "cuda"), as in the
-    ``mcap.profile/1`` JSON; ``engine`` is the pipelining system.
+    ``device`` is the device kind the stages run on ("cpu" or "cuda"); ``engine`` is the
+    pipeline runtime (ARCHITECTURE.md, Words). Files written before the rename call the
+    device ``backend``; ``mcap.io.jsonio`` still reads them.
     """
     stages: int
     batch_size: int = 32
     chunks: int = 4
     schedule: str = "gpipe"
     checkpoint: str = "except_last"
-    backend: str = "cpu"
+    device: str = "cpu"
     capacity_bytes: Optional[int] = None
     engine: str = "pipelining"
     optimizer: str = "sgd"

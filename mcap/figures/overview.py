@@ -23,7 +23,7 @@ class Headline:
     chunks: int
     schedule: str
     checkpoint: str
-    backend: str
+    device: str
     engine: str
     capacity_bytes: Optional[int]
     runs: int
@@ -42,7 +42,7 @@ def headline(data: Union[Profile, Sweep]) -> Headline:
         kind="profile" if isinstance(data, Profile) else "sweep", spec=data.model.spec,
         layers=data.model.num_layers, param_bytes=sum(l.param_bytes for l in data.model.layers),
         stages=s.stages, batch_size=s.batch_size, chunks=s.chunks, schedule=s.schedule,
-        checkpoint=s.checkpoint, backend=s.backend, engine=s.engine, capacity_bytes=s.capacity_bytes,
+        checkpoint=s.checkpoint, device=s.device, engine=s.engine, capacity_bytes=s.capacity_bytes,
         runs=len(data.runs), ok=len(ok), oom=sum(r.status == "oom" for r in data.runs),
         failed=sum(r.status == "failed" for r in data.runs),
         lowest_peak=None if best is None else best.peak,

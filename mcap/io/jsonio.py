@@ -4,7 +4,7 @@ Shape of a profile (extra keys allowed)::
 
     {"schema": "mcap.profile/1",
      "model": {"spec": "vgg11:image_size=32", "layers": [{"name": ..., "param_bytes": int}, ...]},
-     "setup": {"stages", "batch_size", "chunks", "schedule", "checkpoint", "backend",
+     "setup": {"stages", "batch_size", "chunks", "schedule", "checkpoint", "device",
                "capacity_bytes", "engine", "optimizer"},
      "mem_isolated": [int, ...], "mem_added": [null, int, ...],
      "runs": [{"balance", "status", "peaks", "seconds", "samples_per_second", "error",
@@ -32,7 +32,7 @@ PROFILE_SCHEMA = "mcap.profile/1"
 SWEEP_SCHEMA = "mcap.sweep/1"
 _PROFILE_KEYS = {"schema", "model", "setup", "mem_isolated", "mem_added", "runs"}
 _SWEEP_KEYS = {"schema", "model", "setup", "runs"}
-_SETUP_FIELDS = ("stages", "batch_size", "chunks", "schedule", "checkpoint", "backend",
+_SETUP_FIELDS = ("stages", "batch_size", "chunks", "schedule", "checkpoint", "device",
                  "capacity_bytes", "engine", "optimizer")
 _BREAKDOWN_FIELDS = ("weights", "gradients", "optimizer", "other")
 
@@ -163,9 +163,11 @@ def _setup(d, r: _Reader) -> Setup:
     for k in ("batch_size", "chunks"):
         if k in s:
             kw[k] = r.int_(s[k], f"setup.{k}")
-    for k in ("schedule", "checkpoint", "backend", "engine", "optimizer"):
+    for k in ("schedule", "checkpoint", "device", "engine", "optimizer"):
         if k in s:
             kw[k] = r.str_(s[k], f"setup.{k}")
+    if "device" not in s and "backend" in s:  # files written before device was renamed
+        kw["device"] = r.str_(s["backend"], "setup.backend")
     if "capacity_bytes" in s:
         kw["capacity_bytes"] = r.int_(s["capacity_bytes"], "setup.capacity_bytes", nullable=True)
     return Setup(**kw)

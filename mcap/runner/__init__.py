@@ -52,7 +52,7 @@ def check_setup(setup: Setup) -> None:
                                  ("checkpoint", setup.checkpoint, CHECKPOINTS),
                                  ("optimizer", setup.optimizer, OPTIMIZERS),
                                  ("engine", setup.engine, ENGINES),
-                                 ("backend", setup.backend, DEVICES)):
+                                 ("device", setup.device, DEVICES)):
         if value not in allowed:
             raise McapError(f"{name} {value!r} is not one of {', '.join(allowed)}")
     if setup.stages < 1:
@@ -89,7 +89,7 @@ def check_balance(balance: Sequence[int], stages: int, num_layers: int) -> tuple
 
 
 def _check_machine(setup: Setup) -> None:
-    if setup.backend != "cuda":
+    if setup.device != "cuda":
         return
     import torch
     found = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -107,7 +107,7 @@ class Runner:
         from mcap.models.spec import parse_spec  # pure: a bad spec fails before any process
 
         check_setup(setup)
-        if setup.engine == "torchgpipe" and setup.backend != "cuda":
+        if setup.engine == "torchgpipe" and setup.device != "cuda":
             raise McapError("engine torchgpipe runs on CUDA devices only; use engine "
                             "pipelining on the CPU")
         _check_machine(setup)

@@ -66,14 +66,14 @@ def _detached(x):
 def stage_device(setup: Setup, rank: int, local_device: Optional[int] = None) -> torch.device:
     """Stage i's device: GPU i, wrapping round when stages share GPUs; under torchrun the
     rank's LOCAL_RANK GPU."""
-    if setup.backend == "cuda":
+    if setup.device == "cuda":
         index = local_device if local_device is not None else rank
         return torch.device("cuda", index % torch.cuda.device_count())
     return torch.device("cpu")
 
 
 def shares_gpu(setup: Setup) -> bool:
-    return setup.backend == "cuda" and torch.cuda.device_count() < setup.stages
+    return setup.device == "cuda" and torch.cuda.device_count() < setup.stages
 
 
 class HostStaged(nn.Module):

@@ -60,7 +60,7 @@ def recommend_time(profile: Profile, *, timeout: float = DEFAULT_TIMEOUT,
     from mcap.core.predict import predict
 
     setup = profile.setup
-    device = device or ("cuda" if setup.backend == "cuda" else "cpu")
+    device = device or ("cuda" if setup.device == "cuda" else "cpu")
     micro_batch = max(setup.batch_size // max(setup.chunks, 1), 1)
     started = time.perf_counter()
     balance = time_balance(profile.model.spec, setup.stages, micro_batch,

@@ -31,7 +31,7 @@ class Resident:
 
 def check_devices(setup: Setup, found: int) -> None:
     """torchgpipe puts stage i on GPU i: it needs G GPUs and the fill-drain schedule."""
-    if setup.backend != "cuda":
+    if setup.device != "cuda":
         raise McapError("engine torchgpipe runs on CUDA devices only; use engine pipelining "
                         "on the CPU")
     if found < setup.stages:

@@ -38,14 +38,14 @@ def _start(init):
     import torch.distributed.pipelining  # noqa: F401  (its import-time tensors stay uncounted)
 
     setup = init.setup
-    if setup.backend == "cpu":
+    if setup.device == "cpu":
         memtrack.install()  # before any model is built (memtrack docstring)
     if setup.engine == "torchgpipe":
         return torchgpipe_engine.build_resident(init.spec, setup)
-    if setup.backend == "cuda":
+    if setup.device == "cuda":
         torch.cuda.set_device(pipelining.stage_device(setup, init.rank))
     if init.init_file:
-        backend = "nccl" if setup.backend == "cuda" and not pipelining.shares_gpu(setup) \
+        backend = "nccl" if setup.device == "cuda" and not pipelining.shares_gpu(setup) \
             else "gloo"
         dist.init_process_group(backend, init_method=f"file://{init.init_file}",
                                 rank=init.rank, world_size=init.world,

@@ -29,8 +29,11 @@ FINAL_JOB_STATUSES = ("done", "failed", "cancelled")
 # The Setup fields that existed when schema version 1 was written. They always enter the
 # study key; a field added to Setup later enters it only when it differs from its
 # default, so adding an optional field never orphans the studies already stored.
-_KEY_FIELDS_V1 = ("stages", "batch_size", "chunks", "schedule", "checkpoint", "backend",
+_KEY_FIELDS_V1 = ("stages", "batch_size", "chunks", "schedule", "checkpoint", "device",
                   "capacity_bytes", "engine", "optimizer")
+# Setup.device was called ``backend`` when schema version 1 was written; the key text keeps
+# the old word so stored studies are found again.
+_KEY_NAMES = {"device": "backend"}
 
 
 @dataclass(frozen=True)
@@ -114,6 +117,8 @@ def setup_to_json(setup: Setup) -> str:
 
 def setup_from_json(text: str) -> Setup:
     data = json.loads(text)
+    if "backend" in data and "device" not in data:  # written before the rename
+        data["device"] = data.pop("backend")
     known = {f.name for f in dataclasses.fields(Setup)}
     # Keys a newer mcap added are dropped rather than crashing an older reader.
     return Setup(**{k: v for k, v in data.items() if k in known})
@@ -125,7 +130,7 @@ def study_key(spec: str, setup: Setup) -> str:
     for f in dataclasses.fields(Setup):
         value = getattr(setup, f.name)
         if f.name in _KEY_FIELDS_V1 or value != f.default:
-            fields[f.name] = value
+            fields[_KEY_NAMES.get(f.name, f.name)] = value
     return dumps({"spec": spec, "setup": fields})
 
 

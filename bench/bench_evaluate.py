@@ -27,7 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mcap.core.evaluate import evaluate, pure_picks  # noqa: E402
 from mcap.io.jsonio import load_profile, load_sweep  # noqa: E402
-from mcap.core.predictors import PREDICTORS, make_predictor  # noqa: E402
+from mcap.core import predictors  # noqa: E402
+from mcap.core.recommend import context_of, costs_of, recommend  # noqa: E402
 from mcap.core.stats import stage_windows  # noqa: E402
 
 
@@ -78,12 +79,13 @@ def main(argv=None) -> int:
     profile, sweep = load_profile(args.profile), load_sweep(args.sweep)
     G = sweep.setup.stages
     picks = {name: list(pure_picks(profile, G, predictor=name, bo_iterations=args.bo_iterations))
-             for name in PREDICTORS}
+             for name in predictors.names()}
     if not args.no_time:
-        from mcap.runner.timebalance import recommend_time
-        rec = recommend_time(profile)  # timed once, so both predictors rank the same pick
-        for name in PREDICTORS:
-            picks[name].append(rec)
+        from mcap.runner.timebalance import timer
+        timed = recommend(profile, G, "time", "paper", context=context_of(profile, timer()))
+        for name in predictors.names():  # timed once, so every predictor ranks the same pick
+            picks[name].append(recommend(costs_of(profile, name), G, "time",
+                                         context=context_of(profile, lambda *a: timed.balance)))
     added = 0
     if args.measure_picks:
         wanted = [tuple(r.balance) for recs in picks.values() for r in recs]
@@ -93,11 +95,11 @@ def main(argv=None) -> int:
     print(f"{sweep.model.spec}, {G} stages, {sweep.setup.batch_size}/{sweep.setup.chunks} "
           f"batch/micro-batches: {len(sweep.runs)} measured partitionings ({ok} ok"
           + (f"; {added} picks measured for this table" if added else "") + ")")
-    for name in PREDICTORS:
+    for name in predictors.names():
         ev = evaluate(profile, sweep, picks[name], predictor=name)
-        pred = make_predictor(profile, name)
+        pred = costs_of(profile, name)
         e = ev.errors
-        extra = "" if pred.additive else f", weight {pred.weight:g} (held-out error {pred.held_out_error:.2%})"
+        extra = f" {pred.details}" if pred.details else ""
         print(f"\npredictor {name}{extra}")
         print(f"  overall |pred-meas|/meas over {e.count}: median {e.median:.2%}  p90 {e.p90:.2%}  "
               f"p99 {e.p99:.2%}  max {e.max:.2%}  within 5%: {e.within_goal:.1%}  "

@@ -14,11 +14,13 @@ import pandas as pd
 import streamlit as st
 
 from mcap.io import datasets
+from mcap.core.setup import mismatch
 from mcap.core.errors import McapError
 from mcap.core.types import Profile, Sweep
 
 # The state a copied URL reopens (issue 5, Everywhere).
-SHARED_KEYS = ("profile", "sweep", "stages", "method", "balance", "schedule", "scale")
+SHARED_KEYS = ("profile", "sweep", "stages", "method", "predictor", "seed", "balance", "schedule",
+               "scale")
 PLOT_CONFIG = {"displaylogo": False,
                "toImageButtonOptions": {"format": "png", "scale": 2}}
 
@@ -228,7 +230,7 @@ def sweep_for(profile: Profile, sweep: Optional[Sweep]) -> Optional[Sweep]:
     caption saying why its measured peaks are left out, and None."""
     if sweep is None:
         return None
-    why = datasets.mismatch(profile, sweep)
+    why = mismatch(profile, sweep)
     if why is None:
         return sweep
     st.caption(f"Measured peaks from the chosen sweep are not shown: {why}.")
@@ -239,18 +241,18 @@ def profile_for(sweep: Sweep, profile: Profile) -> Profile:
     """A profile whose predictions can be compared with ``sweep``: the chosen one if it
     matches, else the first matching one on offer (made the chosen one, with a note).
     Stops the page with st.error when none matches."""
-    if datasets.mismatch(profile, sweep) is None:
+    if mismatch(profile, sweep) is None:
         return profile
     for ref in choices("profile"):
         try:
             other = open_dataset(ref.param)
         except McapError:
             continue
-        if isinstance(other, Profile) and datasets.mismatch(other, sweep) is None:
+        if isinstance(other, Profile) and mismatch(other, sweep) is None:
             remember("profile", ref.param)
             st.info(f"Using the profile {ref}, which was measured on this sweep's model and "
                     f"setup (the chosen one was not).")
             return other
-    st.error(f"No profile matches this sweep: {datasets.mismatch(profile, sweep)}. "
+    st.error(f"No profile matches this sweep: {mismatch(profile, sweep)}. "
              f"Profile the sweep's model with the same setup, or choose another sweep.")
     st.stop()

@@ -7,11 +7,11 @@ from mcap.core.errors import McapError
 from mcap.figures import devices as fig_dev
 from mcap.figures._style import balance_str, fmt_bytes
 from mcap.core.partition import parse_balance, validate
-from mcap.core.predict import predict
+from mcap.core.types import Prediction
 from pages._jobs import job_panel, measure_args
 from pages._search import (
-    BASELINES, METHODS, finished_bo, measured_for, measured_runs, recommendation,
-    uniform_balance,
+    METHODS, QUICK, finished_bo, measured_for, measured_runs, predictor_choice, recommendation,
+    stage_peaks, time_pick, uniform_balance,
 )
 from pages._shared import (
     caption_of, chart, current, downloads, remember, restore_url, shared, shared_int, store,
@@ -23,6 +23,7 @@ st.title("🎯 Predict vs measure")
 profile = current("profile")
 sweep = sweep_for(profile, current("sweep", required=False))
 st.caption(caption_of(profile))
+predictor = predictor_choice(st.sidebar, key="predict-predictor")
 layers = profile.model.num_layers
 setup = profile.setup
 
@@ -50,7 +51,7 @@ try:
                         for i, col in enumerate(cols))
         validate(balance, layers)
     else:
-        names = METHODS + BASELINES
+        names = list(METHODS)
         method = shared("method", "exact")
         left, right = st.columns(2)
         method = left.selectbox("Method", names, index=names.index(method) if method in names else 0,
@@ -64,6 +65,13 @@ try:
             if done is None:
                 st.info("bo has not run for this profile and stage count: run it on the "
                         "Recommend page, or pick another method.")
+                st.stop()
+            balance = done.balance
+        elif method == "time":  # timed on the real model: only once the Recommend page did it
+            done = time_pick(profile, int(stages))
+            if done is None:
+                st.info("The model has not been timed for this stage count: press **Time the "
+                        "model** on the Recommend page, or pick another method.")
                 st.stop()
             balance = done.balance
         else:
@@ -80,7 +88,7 @@ capacity_mib = st.number_input("Capacity per device (MiB, 0 for none)", min_valu
                                value=float(cap_default), step=64.0, key="pick-capacity")
 capacity = int(capacity_mib * 2**20) if capacity_mib > 0 else None
 
-prediction = predict(profile.stats, balance)
+prediction = Prediction(balance, stage_peaks(profile, balance))
 runs = measured_runs(profile, sweep)
 run = measured_for(runs, balance) if len(balance) == setup.stages else None
 data = fig_dev.device_bars(prediction, run, capacity)

@@ -3,10 +3,14 @@ best-so-far curve grow, compare every method and baseline, and copy a ready snip
 import streamlit as st
 
 from mcap.core.errors import McapError
+from mcap.core.search import get
 from mcap.figures import recommend as fig_rec
 from mcap.figures import snippet
 from mcap.figures._style import balance_str, fmt_bytes
-from pages._search import BASELINES, METHODS, bo_run, measured_runs, recommendation
+from pages._search import (
+    METHODS, QUICK, bo_run, measured_runs, method_label, predictor_choice, recommendation,
+    start_time, time_pick, time_state,
+)
 from pages._shared import (
     caption_of, chart, current, downloads, remember, restore_url, shared, shared_int, sweep_for,
 )
@@ -17,14 +21,14 @@ profile = current("profile")
 sweep = sweep_for(profile, current("sweep", required=False))
 st.caption(caption_of(profile))
 layers = profile.model.num_layers
+SEARCHES = tuple(m for m in METHODS if m != "time")  # time is a baseline, timed below
 
-a, b, c = st.columns(3)
+a, b, c, d = st.columns(4)
 method = shared("method", "exact")
-method = a.selectbox("Method", METHODS, index=METHODS.index(method) if method in METHODS else 0,
-                     key="rec-method",
-                     help="exact: min-max dynamic programme over prefix sums; bf: brute force over "
-                          "all C(L-1, G-1) partitionings (mCAP-BF); bo: Bayesian optimisation "
-                          "with scikit-optimize (mCAP-BO, the paper's settings)")
+method = a.selectbox("Method", SEARCHES, index=SEARCHES.index(method) if method in SEARCHES else 0,
+                     key="rec-method", format_func=method_label,
+                     help=" ".join(f"**{m}**: {get(m).help}." for m in SEARCHES))
+predictor_choice(d, key="rec-predictor")
 stages = int(b.number_input("Stages", 1, layers, value=shared_int("stages", profile.setup.stages, 1, layers),
                             key="rec-stages"))
 tolerance = c.number_input("Tie tolerance (%)", 0.0, 100.0, value=0.0, step=1.0, key="rec-tol",
@@ -42,7 +46,9 @@ if method == "bo":
     iterations = int(a.number_input("bo iterations", 2, 500, value=shared_int("iterations", 75, 2, 500),
                                     key="rec-iters", help="the paper uses 75 (section 4.1); each "
                                     "one refits a Gaussian process, so later ones are slower"))
-    seed = int(b.number_input("seed", 0, 10**6, value=0, key="rec-seed"))
+    seed = int(b.number_input("seed", 0, 10**6, value=shared_int("seed", 0, 0, 10**6),
+                              key="rec-seed"))
+    remember("seed", seed)
     run = bo_run(profile, stages, seed, iterations)
     if run is None and st.button(f"🔎 Run bo ({iterations} evaluations)", type="primary", key="rec-run"):
         run = bo_run(profile, stages, seed, iterations, start=True)
@@ -88,15 +94,34 @@ if rec is not None:
 
 st.subheader("All methods and baselines")
 rows = []
-for name in METHODS + BASELINES:
+for name in QUICK:
     if name == "bo":
-        if method == "bo" and rec is not None:
-            rows.append(rec)
-        continue  # bo only when asked for: it takes minutes, not milliseconds
+        continue
     try:
-        rows.append(recommendation(profile, stages, name, **(tol if name in ("exact", "bf") else {})))
+        rows.append(recommendation(profile, stages, name, **(tol if get(name).tolerance else {})))
     except McapError as exc:
         st.warning(f"{name}: {exc}")
+if method == "bo" and rec is not None:
+    rows.insert(2, rec)  # bo only when asked for: it takes minutes, not milliseconds
+timed = time_pick(profile, stages)
+timing, time_error = time_state(profile, stages)
+if timed is not None:
+    rows.append(timed)
+elif timing:
+    @st.fragment(run_every=1.0)
+    def wait_for_time():
+        if not time_state(profile, stages)[0]:
+            st.rerun(scope="app")  # done: redraw the table with time in it
+        st.info("Timing the model for torchgpipe's balance_by_time in a child process…")
+    wait_for_time()
+else:
+    if time_error:
+        st.warning(f"time: {time_error}")
+    if st.button("⏱️ Time the model (torchgpipe balance_by_time)", key="rec-time",
+                 help="the throughput baseline the paper compares with (4.3): times each layer "
+                      "of the real model in a child process; a few seconds"):
+        start_time(profile, stages)
+        st.rerun()
 table = fig_rec.comparison_table(tuple(rows), measured_runs(profile, sweep))
 st.dataframe(table, hide_index=True, key="rec-table",
              column_config={"search_seconds": st.column_config.NumberColumn(format="%.4f")})

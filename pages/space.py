@@ -7,9 +7,10 @@ from mcap.core.errors import McapError
 from mcap.figures import devices as fig_dev
 from mcap.figures import space as fig_space
 from mcap.figures._style import fmt_bytes
-from mcap.core.predict import predict
+from mcap.core.types import Prediction
 from pages._search import (
-    BASELINES, METHODS, finished_bo, measured_for, recommendation, sweep_predictions,
+    METHODS, finished_bo, measured_for, method_label, predictor_choice, recommendation,
+    stage_peaks, sweep_predictions, time_pick,
 )
 from pages._shared import (
     caption_of, chart, current, downloads, profile_for, remember, restore_url, shared,
@@ -20,6 +21,7 @@ st.title("🗺️ Partition space")
 sweep = current("sweep")
 profile = profile_for(sweep, current("profile"))
 st.caption(caption_of(sweep))
+predictor_choice(st.sidebar, key="space-predictor")
 
 try:
     predictions = sweep_predictions(profile, sweep)
@@ -29,9 +31,10 @@ except McapError as exc:
 
 stages = sweep.setup.stages
 with st.expander("Highlighted methods", expanded=False):
-    chosen = st.multiselect("Show the picks of", METHODS + BASELINES,
-                            default=list(METHODS + BASELINES), key="space-marks",
-                            help="bo's pick appears once bo has run on the Recommend page")
+    chosen = st.multiselect("Show the picks of", METHODS, default=list(METHODS),
+                            key="space-marks", format_func=method_label,
+                            help="bo's pick appears once bo has run on the Recommend page, "
+                                 "time's once the model was timed there")
 marks, recs = [], []
 for method in chosen:
     if method == "bo":  # minutes of search: shown once the Recommend page has run it
@@ -42,6 +45,15 @@ for method in chosen:
         else:
             recs.append(rec)
             marks.append(fig_space.Mark("bo", tuple(rec.balance)))
+        continue
+    if method == "time":  # timed on the real model: shown once the Recommend page did it
+        rec = time_pick(profile, stages)
+        if rec is None:
+            st.caption("The model has not been timed for this stage count: press **Time the "
+                       "model** on the Recommend page and time's pick appears here.")
+        else:
+            recs.append(rec)
+            marks.append(fig_space.Mark("time", tuple(rec.balance)))
         continue
     try:
         rec = recommendation(profile, stages, method)
@@ -75,7 +87,7 @@ if picked and picked[0] != st.session_state.get("space-last-click"):
     remember("balance", selected.replace("-", ","))
 
 table = fig_space.marks_table(marks, sweep.runs, predictions + tuple(
-    predict(profile.stats, m.balance) for m in marks))
+    Prediction(m.balance, stage_peaks(profile, m.balance)) for m in marks))
 st.markdown("**Recommendations** (rank: among the sweep's ok runs by measured peak; 1 = lowest)")
 st.dataframe(table, hide_index=True, key="space-marks-table")
 downloads(table, "mcap-recommendations-in-space", "space-marks")
@@ -93,7 +105,8 @@ if options:
     if pick != selected:
         remember("balance", pick.replace("-", ","))
     balance = tuple(int(n) for n in pick.split("-"))
-    bars = fig_dev.device_bars(predict(profile.stats, balance), measured_for(sweep.runs, balance),
+    bars = fig_dev.device_bars(Prediction(balance, stage_peaks(profile, balance)),
+                               measured_for(sweep.runs, balance),
                                sweep.setup.capacity_bytes)
     chart(fig_dev.draw_device_bars(bars), key="space-devices", name=f"devices-{pick}")
     st.dataframe(fig_dev.device_table(bars), hide_index=True, key="space-devices-table")

@@ -11,10 +11,11 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from mcap.io import datasets
+from mcap.core.setup import mismatch
 from mcap.figures import layers as fig_layers
 from mcap.figures import space as fig_space
 from mcap.figures._style import balance_str, fmt_bytes
-from mcap.core.predict import predict, predict_many
+from mcap.core.recommend import costs_of
 from mcap.core.search import recommend
 
 pytestmark = pytest.mark.app
@@ -77,7 +78,7 @@ def test_overview_shows_the_bundled_model_and_mcaps_split(bundled):
     assert not errors(at)
     assert metric(at, "layers") == str(profile.model.num_layers)
     assert metric(at, "stages") == str(profile.setup.stages)
-    best = recommend(profile.stats, profile.setup.stages, "exact")
+    best = recommend(profile, profile.setup.stages, "exact")
     assert metric(at, "mCAP's partitioning") == balance_str(best.balance)
     assert metric(at, "its predicted peak") == fmt_bytes(best.predicted_peak)
     assert metric(at, "measured partitionings") == str(len(sweep.runs))
@@ -119,7 +120,8 @@ def test_predict_typed_partitioning_and_bad_input(bundled):
     L, G = profile.model.num_layers, profile.setup.stages
     balance = (L - G + 1,) + (1,) * (G - 1)
     at = page("predict", balance=",".join(map(str, balance)))
-    pred = predict(profile.stats, balance)
+    from mcap.core.types import Prediction
+    pred = Prediction(balance, costs_of(profile).peaks(balance))
     assert metric(at, "partitioning") == balance_str(balance)
     assert metric(at, "predicted peak") == fmt_bytes(pred.peak)
     table = frame(at, "device", "predicted", "over_capacity")
@@ -140,7 +142,7 @@ def test_predict_from_a_recommendation(bundled):
     at = page("predict")
     at.radio(key="pick-mode").set_value("from a recommendation").run()
     at.selectbox(key="pick-method").set_value("params").run()
-    rec = recommend(profile.stats, profile.setup.stages, "params",
+    rec = recommend(profile, profile.setup.stages, "params",
                     layer_params=[l.param_bytes for l in profile.model.layers])
     assert metric(at, "partitioning") == balance_str(rec.balance)
     assert at.query_params["method"] == "params"
@@ -153,7 +155,7 @@ def test_partition_space_points_marks_and_errors(bundled):
     ok = [r for r in sweep.runs if r.status == "ok" and r.samples_per_second is not None]
     assert metric(at, "measured partitionings") == str(len(sweep.runs))
     assert metric(at, "ok with throughput") == str(len(ok))
-    exact = recommend(profile.stats, sweep.setup.stages, "exact")
+    exact = recommend(profile, sweep.setup.stages, "exact")
     marks = frame(at, "method", "rank")
     row = marks[marks["method"] == "exact"].iloc[0]
     assert row["balance"] == balance_str(exact.balance) and row["predicted_peak"] == exact.predicted_peak
@@ -161,7 +163,7 @@ def test_partition_space_points_marks_and_errors(bundled):
     chart = at.get("plotly_chart")[0].proto.spec
     assert all(balance_str(r.balance) in chart for r in ok[:20])
     # prediction error as mcap computes it
-    peaks = predict_many(profile.stats, [r.balance for r in sweep.runs])
+    peaks = costs_of(profile).peaks_many([r.balance for r in sweep.runs])
     from mcap.core.types import Prediction
     preds = tuple(Prediction(tuple(r.balance), tuple(int(x) for x in row)) for r, row in zip(sweep.runs, peaks))
     err = fig_space.error_stats(sweep.runs, preds)
@@ -171,7 +173,7 @@ def test_partition_space_points_marks_and_errors(bundled):
     choice = balance_str(ok[3].balance)
     at.selectbox(key="space-pick").set_value(choice).run()
     bars = frame(at, "device", "predicted", "measured")
-    assert bars["predicted"].tolist() == list(predict(profile.stats, ok[3].balance).peaks)
+    assert bars["predicted"].tolist() == list(costs_of(profile).peaks(ok[3].balance))
     assert bars["measured"].tolist() == list(ok[3].peaks)
     assert at.query_params["balance"] == choice.replace("-", ",")
 
@@ -180,9 +182,9 @@ def test_recommend_table_snippet_and_bo_curve(bundled):
     _, profile, _, _ = bundled
     G = profile.setup.stages
     at = page("recommend")
-    exact = recommend(profile.stats, G, "exact")
+    exact = recommend(profile, G, "exact")
     table = frame(at, "method", "search_seconds")
-    assert table["method"].tolist() == ["exact", "bf", "balance_by_time", "uniform", "params"]
+    assert table["method"].tolist() == ["exact", "bf", "uniform", "params"]
     assert table.set_index("method").loc["exact", "balance"] == balance_str(exact.balance)
     assert table.set_index("method").loc["bf", "predicted_peak"] == exact.predicted_peak
     code = [c.value for c in at.code]
@@ -196,7 +198,7 @@ def test_recommend_table_snippet_and_bo_curve(bundled):
     while not [m for m in at.metric if m.label == "recommended"] and time.monotonic() < deadline:
         time.sleep(0.5)
         at.run()
-    ref = recommend(profile.stats, G, "bo", iterations=5)
+    ref = recommend(profile, G, "bo", iterations=5)
     assert metric(at, "recommended") == balance_str(ref.balance)
     curve = [c for c in at.get("plotly_chart") if '"bo best so far"' in c.proto.spec]
     assert curve, "bo's best-so-far curve is not drawn"
@@ -312,7 +314,7 @@ def test_profile_page_cancels_a_running_sweep():
 def _other_setup_profile(sweep):
     """A bundled profile measured under another model or setup than ``sweep``."""
     for ref in datasets.bundled():
-        if ref.kind == "profile" and datasets.mismatch(datasets.load(ref), sweep):
+        if ref.kind == "profile" and mismatch(datasets.load(ref), sweep):
             return ref
     pytest.skip("data/ has no profile of another setup than the default sweep")
 
@@ -325,7 +327,7 @@ def test_partition_space_switches_to_the_profile_of_the_sweeps_setup(bundled):
     assert any("Using the profile" in i.value for i in at.info)
     assert at.query_params["profile"] == pref.param
     # the picks shown are the matching profile's, not the other one's
-    exact = recommend(profile.stats, sweep.setup.stages, "exact")
+    exact = recommend(profile, sweep.setup.stages, "exact")
     row = frame(at, "method", "rank").query("method == 'exact'").iloc[0]
     assert row["predicted_peak"] == exact.predicted_peak
 
@@ -336,3 +338,39 @@ def test_predict_hides_measurements_of_another_setup(bundled):
     at = page("predict", profile=other.param, balance="3,3,5,19")
     assert not errors(at)
     assert any("are not shown" in c.value for c in at.caption)
+
+
+def test_predictor_selector_drives_the_numbers_and_is_kept_in_the_url(bundled):
+    """Recommend, Predict and Partition space read the predictor registry; the choice is in
+    the URL, and the numbers shown are that predictor's."""
+    _, profile, _, _ = bundled
+    G = profile.setup.stages
+    at = page("recommend", predictor="paper")
+    paper = recommend(profile, G, "exact", "paper")
+    assert metric(at, "recommended") == balance_str(paper.balance)
+    assert metric(at, "predicted peak") == fmt_bytes(paper.predicted_peak)
+    at.selectbox(key="rec-predictor").set_value("maxparam").run()
+    mp = recommend(profile, G, "exact", "maxparam")
+    assert at.query_params["predictor"] == "maxparam"
+    assert metric(at, "predicted peak") == fmt_bytes(mp.predicted_peak)
+    assert mp.predicted_peak != paper.predicted_peak  # the choice is visible in the numbers
+
+
+def test_time_baseline_is_timed_on_demand_in_a_child_process(bundled):
+    """balance_by_time is never computed while a page renders (no torch import in the
+    server); a button times the model in a child process and the table shows it when ready."""
+    _, profile, _, _ = bundled
+    at = page("recommend")
+    assert "time" not in frame(at, "method", "search_seconds")["method"].tolist()
+    at.button(key="rec-time").click().run()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        table = frame(at, "method", "search_seconds")
+        if "time" in table["method"].tolist() or errors(at):
+            break
+        time.sleep(1)
+        at.run()
+    assert not errors(at), errors(at)
+    row = frame(at, "method", "search_seconds").set_index("method").loc["time"]
+    balance = tuple(int(n) for n in row["balance"].split("-"))
+    assert len(balance) == profile.setup.stages and sum(balance) == profile.model.num_layers

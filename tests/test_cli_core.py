@@ -39,7 +39,7 @@ def test_plan_json_and_table(capsys):
 def test_predict_json(capsys, profile_path):
     code, out, _ = run(capsys, "predict", "--profile", str(profile_path), "--balance", "3,3,2,2", "--json")
     d = json.loads(out)
-    assert code == 0 and set(d) == {"predicted_peaks", "predicted_peak"}
+    assert code == 0 and set(d) == {"predictor", "balance", "predicted_peaks", "predicted_peak"}
     assert d["predicted_peak"] == max(d["predicted_peaks"]) and len(d["predicted_peaks"]) == 4
     code, out, _ = run(capsys, "predict", "--profile", str(profile_path), "--balance", "5,5")
     assert code == 0 and "predicted peak" in out
@@ -51,7 +51,8 @@ def test_recommend_json(capsys, profile_path, method):
                        "--method", method, "--json")
     d = json.loads(out)
     assert code == 0
-    assert set(d) == {"method", "balance", "predicted_peaks", "predicted_peak", "seconds", "evaluated"}
+    assert set(d) == {"method", "predictor", "balance", "predicted_peaks", "predicted_peak", "seconds",
+                      "evaluated"}
     assert d["method"] == method and sum(d["balance"]) == L and len(d["balance"]) == 3
 
 

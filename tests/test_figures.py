@@ -151,17 +151,13 @@ def test_runs_table_and_formatting():
     assert fmt_bytes(3 * MIB // 2) == "1.50 MiB" and fmt_bytes(None) == "-" and fmt_bytes(12) == "12 B"
 
 
-def test_live_bo_reports_the_curve_recommend_returns():
+def test_bo_reports_its_best_so_far_live_and_the_same_curve_it_returns():
     from mcap.core.search import recommend
     stats = LayerStats(tuple(100 + (i * 37) % 50 for i in range(12)),
                        (None,) + tuple((i * 53) % 40 - 5 for i in range(1, 12)))
     seen = []
-    live = recommend_fig_live(stats, seen)
+    live = recommend(stats, 3, "bo", iterations=12, seed=1, on_best=lambda n, b: seen.append((n, b)))
     ref = recommend(stats, 3, "bo", iterations=12, seed=1)
     assert (live.balance, live.predicted_peaks, live.curve) == (ref.balance, ref.predicted_peaks, ref.curve)
     assert [n for n, _ in seen] == list(range(1, 13))
     assert tuple(b for _, b in seen) == ref.curve
-
-
-def recommend_fig_live(stats, seen):
-    return recommend.live_bo(stats, 3, seed=1, iterations=12, on_best=lambda n, b: seen.append((n, b)))

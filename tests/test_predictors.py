@@ -1,14 +1,18 @@
-"""Predictors: the paper's Listing 1.1 and maxparam, on profiles generated from known truths."""
+"""Predictors (the registry's contract, then each predictor) on profiles generated from known
+truths: every registered predictor is searched exactly, reproduces an additive truth, and
+the once-per-stage predictors recover the terms Listing 1.1 cannot express."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from mcap.core.errors import McapError, SearchTooLarge
+from mcap.core.errors import McapError
 from mcap.core.partition import enumerate_all
 from mcap.core.plan import profiling_plan
 from mcap.core.predict import predict
-from mcap.core.predictors import MAX_ENUMERATE, PREDICTORS, fit_maxparam, make_predictor, search
+from mcap.core import predictors
+from mcap.core.predictors.maxparam import fit_maxparam
+from mcap.core.recommend import recommend
 from mcap.core.search.tiebreak import key
 from mcap.core.stats import extract, stage_windows
 from mcap.core.types import Layer, ModelInfo, Profile, Run, Setup
@@ -23,6 +27,13 @@ def truth_max(a: int, z: int) -> int:
     """Weights+grads+momentum (3x) plus temporaries the size of the largest parameter tensor
     (2x) plus the input boundary: the structure measured on VGG11 (BENCHMARKS.md)."""
     return 3 * sum(PARAMS[a:z + 1]) + 2 * max(PARAMS[a:z + 1]) + ACT[a] + 1
+
+
+WORKSPACE = 500  # paid once by any stage holding a layer with parameters (a GPU workspace)
+
+
+def truth_presence(a: int, z: int) -> int:
+    return truth_max(a, z) + (WORKSPACE if any(PARAMS[a:z + 1]) else 0)
 
 
 def truth_add(a: int, z: int) -> int:
@@ -52,72 +63,108 @@ def errors(pred, truth):
     return np.abs(got - want) / want
 
 
+def make(prof, name):
+    return predictors.fit(prof, name)
+
+
+# --- the registry's contract: every predictor -----------------------------------------------
+
+@pytest.mark.parametrize("name", predictors.names())
+@pytest.mark.parametrize("method", ["exact", "bf"])
+def test_every_predictor_is_searched_exactly(name, method):
+    prof = profile_of(truth_max)
+    costs = make(prof, name)
+    rec = recommend(prof, G, method, name)
+    bals = all_balances()
+    peaks = costs.peaks_many(bals)
+    best = min(range(len(bals)), key=lambda i: key(peaks[i], bals[i]))
+    assert rec.balance == tuple(int(n) for n in bals[best]) and rec.predictor == name
+    assert rec.predicted_peaks == costs.peaks(rec.balance)
+
+
+@pytest.mark.parametrize("name", predictors.names())
+def test_every_predictor_is_exact_on_an_additive_truth_and_gives_int_peaks(name):
+    prof = profile_of(truth_add)
+    costs = make(prof, name)
+    assert errors(costs, truth_add).max() == 0.0
+    peaks = costs.peaks_many(all_balances())
+    assert peaks.dtype == np.int64 and (peaks > 0).all()
+
+
+@pytest.mark.parametrize("name", predictors.names())
+def test_every_predictor_reports_its_own_peaks_for_every_method(name):
+    prof = profile_of(truth_max)
+    costs = make(prof, name)
+    for method in ("bo", "uniform", "params"):
+        rec = recommend(prof, G, method, name, iterations=12)
+        assert rec.predicted_peaks == costs.peaks(rec.balance)
+    assert recommend(prof, G, "uniform", name).balance == (3, 3, 3, 3)
+
+
+def test_the_default_is_registered_and_listed_first_to_last_in_registration_order():
+    assert predictors.DEFAULT in predictors.names()
+    assert predictors.names()[:2] == ("paper", "maxparam")
+
+
+# --- each predictor --------------------------------------------------------------------------
+
 def test_paper_predictor_is_listing_1_1_of_the_profile():
     prof = profile_of(truth_max)
-    pred = make_predictor(prof, "paper")
+    pred = make(prof, "paper")
     for b in ((3, 3, 3, 3), (1, 1, 1, 9), (9, 1, 1, 1)):
         assert pred.peaks(b) == predict(prof.stats, b).peaks
-    assert pred.additive and pred.weight == 0
+    assert pred.table is not None  # additive: searches may take the prefix-sum paths
 
 
 def test_maxparam_recovers_a_max_term_the_paper_predictor_misses():
     prof = profile_of(truth_max)
-    paper, mp = make_predictor(prof, "paper"), make_predictor(prof, "maxparam")
-    assert mp.weight == 2.0 and mp.held_out_error == 0.0
+    paper, mp = make(prof, "paper"), make(prof, "maxparam")
+    assert mp.details["largest parameter tensor"] == 2.0 and mp.details["held_out_error"] == 0.0
     assert errors(mp, truth_max).max() == 0.0  # exact on all 165 partitionings
     assert errors(paper, truth_max).max() > 0.05  # the paper's additive form cannot be
 
 
 def test_maxparam_keeps_the_paper_form_when_the_truth_is_additive():
     prof = profile_of(truth_add)
-    mp = make_predictor(prof, "maxparam")
-    assert mp.weight == 0.0 and errors(mp, truth_add).max() == 0.0
-    assert errors(make_predictor(prof, "paper"), truth_add).max() == 0.0
+    mp = make(prof, "maxparam")
+    assert mp.details["largest parameter tensor"] == 0.0 and errors(mp, truth_add).max() == 0.0
 
 
 def test_without_held_out_windows_maxparam_is_the_paper_predictor():
     # A 2-stage plan reads a statistic from every window it measures: nothing is left to
     # choose a weight on, so the paper's form (weight 0) is kept.
     runs = tuple(measure(b, truth_max) for b in profiling_plan(L, 2).runs)
-    mp = fit_maxparam(runs, PARAMS)
-    assert (mp.weight, mp.held_out_error) == (0.0, None)
-    assert mp.stats == extract(runs, L)
+    fit = fit_maxparam(runs, PARAMS)
+    assert fit.terms[0].weight == 0.0 and fit.error is None
+    assert fit.stats == extract(runs, L)
 
 
-@pytest.mark.parametrize("method", ["exact", "bf"])
-def test_search_under_maxparam_finds_the_lowest_predicted_partitioning(method):
-    mp = make_predictor(profile_of(truth_max), "maxparam")
-    rec = search(mp, G, method)
-    bals = all_balances()
-    peaks = mp.peaks_many(bals)
-    best = min(range(len(bals)), key=lambda i: key(peaks[i], bals[i]))
-    assert rec.balance == tuple(int(n) for n in bals[best])
-    assert rec.predicted_peaks == mp.peaks(rec.balance) and rec.evaluated == len(bals)
+def test_perstage_recovers_a_workspace_paid_once_per_stage():
+    prof = profile_of(truth_presence)
+    ps, mp = make(prof, "perstage"), make(prof, "maxparam")
+    assert ps.details["once per stage with parameters"] > 0
+    assert errors(ps, truth_presence).max() < errors(mp, truth_presence).max()
+    assert errors(ps, truth_presence).max() < 0.01
 
 
-def test_bo_and_baselines_under_maxparam_report_its_own_peaks():
+def test_perstage_is_maxparam_when_nothing_is_paid_once():
     prof = profile_of(truth_max)
-    mp = make_predictor(prof, "maxparam")
-    bo = search(mp, G, "bo", iterations=12)
-    assert sum(bo.balance) == L and bo.predicted_peaks == mp.peaks(bo.balance)
-    uni = search(mp, G, "uniform")
-    assert uni.balance == (3, 3, 3, 3) and uni.predicted_peaks == mp.peaks((3, 3, 3, 3))
-    par = search(mp, G, "params", layer_params=list(PARAMS))
-    assert par.predicted_peaks == mp.peaks(par.balance)
+    ps, mp = make(prof, "perstage"), make(prof, "maxparam")
+    assert "once per stage with parameters" not in ps.details
+    bals = all_balances()
+    assert (ps.peaks_many(bals) == mp.peaks_many(bals)).all()
 
 
-def test_bad_requests_name_the_values(monkeypatch):
+def test_bad_requests_name_the_values():
     prof = profile_of(truth_max)
     with pytest.raises(McapError, match=r"unknown predictor 'nope'; expected one of paper, maxparam"):
-        make_predictor(prof, "nope")
-    assert PREDICTORS == ("paper", "maxparam")
+        recommend(prof, G, "exact", "nope")
     bare = Profile(prof.model, prof.setup, prof.stats, ())
-    with pytest.raises(McapError, match="needs the profile's measured runs; this profile has 0 runs"):
-        make_predictor(bare, "maxparam")
-    mp = make_predictor(prof, "maxparam")
-    with pytest.raises(McapError, match=r"stages must be an integer in 1..12, got 13"):
-        search(mp, 13, "exact")
-    monkeypatch.setattr("mcap.core.predictors.MAX_ENUMERATE", 100)
-    with pytest.raises(SearchTooLarge, match="165 partitionings of 12 layers on 4 stages exceed 100"):
-        search(mp, G, "exact")
-    assert MAX_ENUMERATE > 3654  # VGG11 on 4 stages is always searchable
+    for name in ("maxparam", "perstage"):  # nothing to fit on: Listing 1.1, and it says so
+        costs = make(bare, name)
+        assert costs.peaks((3, 3, 3, 3)) == predict(prof.stats, (3, 3, 3, 3)).peaks
+        assert "no measured runs" in costs.details["note"]
+    with pytest.raises(McapError, match=r"13 stages but the model has only 12 layers"):
+        recommend(prof, 13, "exact", "maxparam")
+    with pytest.raises(McapError, match="needs the profile's runs"):
+        recommend(prof.stats, G, "exact", "maxparam")

@@ -7,7 +7,8 @@ import pytest
 
 from mcap.core.errors import McapError
 from mcap.core.predict import predict
-from mcap.runner.timebalance import recommend_time, time_balance
+from mcap.core.recommend import context_of, recommend
+from mcap.runner.timebalance import time_balance, timer
 from mcap.core.types import LayerStats, Layer, ModelInfo, Profile, Setup
 
 
@@ -42,14 +43,22 @@ def test_time_balance_handles_in_place_relus_and_tuple_activations():
         assert len(balance) == 4 and sum(balance) == layers and min(balance) >= 1
 
 
-def test_recommend_time_predicts_with_the_profile(heavy_first_model):
+def test_the_registered_time_method_times_the_real_model_and_predicts_with_the_profile(
+        heavy_first_model):
     stats = LayerStats(mem_isolated=(900, 10, 11, 12, 13, 14, 15, 16),
                        mem_added=(None, 1, 2, 3, 4, 5, 6, 7))
     info = ModelInfo(heavy_first_model, tuple(Layer(f"l{i}", 0) for i in range(8)))
     prof = Profile(model=info, setup=Setup(stages=2, batch_size=128, chunks=2), stats=stats)
-    rec = recommend_time(prof, timeout=0.2)
+    rec = recommend(prof, 2, "time", "paper", context=context_of(prof, timer(timeout=0.2)))
     assert rec.method == "time" and rec.balance == (1, 7) and rec.evaluated == 1
+    assert rec.predictor == "paper"
     assert rec.predicted_peaks == predict(stats, (1, 7)).peaks == (900, 10 + 2 + 3 + 4 + 5 + 6 + 7)
+
+
+def test_time_without_a_timer_says_why():
+    stats = LayerStats(mem_isolated=(9, 10), mem_added=(None, 1))
+    with pytest.raises(McapError, match="method 'time' times the real model"):
+        recommend(stats, 2, "time")
 
 
 def test_more_stages_than_layers_is_refused():

@@ -1,8 +1,11 @@
 """Core commands: ``plan``, ``predict``, ``recommend`` (issue 3, CLI).
 
     python -m mcap plan --layers 30 --stages 4 [--scheme mcap|capture] [--json]
-    python -m mcap predict --profile FILE --balance 3,3,5,19 [--json]
-    python -m mcap recommend --profile FILE --stages 4 --method exact [--seed S] [--json]
+    python -m mcap predict --profile FILE --balance 3,3,5,19 [--predictor NAME] [--json]
+    python -m mcap recommend --profile FILE --stages 4 [--method NAME] [--predictor NAME] [--json]
+
+Method and predictor choices come from their registries (``mcap.core.search``,
+``mcap.core.predictors``).
 
 Without ``--json`` they print a small table. Bad input raises McapError, which
 ``mcap.cli.main`` turns into one line and exit code 2. None of these import torch, except
@@ -11,23 +14,11 @@ Without ``--json`` they print a small table. Bad input raises McapError, which
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 
 from mcap.core.errors import McapError
-from mcap.core.partition import parse_balance
-
-METHOD_CHOICES = ("exact", "bf", "bo", "uniform", "params", "time")
-
-
-def _fmt_bytes(n: int) -> str:
-    """Human-readable bytes for tables; JSON output always carries int bytes."""
-    v = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(v) < 1024 or unit == "TiB":
-            return f"{v:.0f} {unit}" if unit == "B" else f"{v:.2f} {unit}"
-        v /= 1024
-    return f"{n} B"
+from mcap.core.partition import parse_balance, windows
+from mcap.core.units import fmt_bytes
 
 
 def _positive_int(text: str) -> int:
@@ -38,7 +29,16 @@ def _positive_int(text: str) -> int:
     return v
 
 
+def add_predictor_option(p) -> None:
+    """``--predictor NAME``, choices and help from the registry (shared by every command)."""
+    from mcap.core import predictors
+    p.add_argument("--predictor", choices=predictors.names(), default=predictors.DEFAULT,
+                   help=f"how peaks are predicted (default {predictors.DEFAULT}); "
+                        + "; ".join(f"{n}: {predictors.get(n).help}" for n in predictors.names()))
+
+
 def register(sub) -> None:
+    from mcap.core import search
     p = sub.add_parser("plan", help="print the profiling partitionings for L layers on G stages")
     p.add_argument("--layers", type=_positive_int, required=True, help="number of layers L")
     p.add_argument("--stages", type=_positive_int, required=True, help="number of devices G")
@@ -49,13 +49,16 @@ def register(sub) -> None:
     p = sub.add_parser("predict", help="predict a partitioning's per-stage peaks from a profile")
     p.add_argument("--profile", required=True, help="a mcap.profile/1 JSON file")
     p.add_argument("--balance", required=True, help="layer counts per stage, e.g. 3,3,5,19")
+    add_predictor_option(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_predict)
 
     p = sub.add_parser("recommend", help="recommend the partitioning with the lowest predicted peak")
     p.add_argument("--profile", required=True, help="a mcap.profile/1 JSON file")
     p.add_argument("--stages", type=_positive_int, required=True, help="number of devices G")
-    p.add_argument("--method", choices=METHOD_CHOICES, default="exact")
+    p.add_argument("--method", choices=search.names(), default="exact",
+                   help="; ".join(f"{m.name}: {m.help}" for m in map(search.get, search.names())))
+    add_predictor_option(p)
     p.add_argument("--seed", type=int, default=0, help="seed for bo")
     p.add_argument("--iterations", type=_positive_int, default=75, help="bo evaluations (paper: 75)")
     p.add_argument("--tie-tolerance", type=float, default=0.0,
@@ -83,64 +86,58 @@ def cmd_plan(args) -> int:
 
 
 def cmd_predict(args) -> int:
+    from mcap.core.recommend import costs_of
     from mcap.io.jsonio import load_profile
-    from mcap.core.predict import predict
 
     profile = load_profile(args.profile)
-    pred = predict(profile.stats, parse_balance(args.balance))
+    costs = costs_of(profile, args.predictor)
+    peaks = costs.peaks(parse_balance(args.balance))
+    balance = tuple(parse_balance(args.balance))
     if args.json:
-        print(json.dumps({"predicted_peaks": list(pred.peaks), "predicted_peak": pred.peak}))
+        print(json.dumps({"predictor": costs.predictor, "balance": list(balance),
+                          "predicted_peaks": list(peaks), "predicted_peak": max(peaks)}))
         return 0
-    print(f"balance {','.join(map(str, pred.balance))}: predicted peak {_fmt_bytes(pred.peak)} "
-          f"({pred.peak} bytes)")
-    print("stage  layers     predicted peak")
-    for i, ((a, z), p) in enumerate(zip(_bounds(pred.balance), pred.peaks)):
-        print(f"{i:>5}  {a:>3}..{z:<4}  {_fmt_bytes(p):>14}")
+    print(f"balance {','.join(map(str, balance))}: predicted peak {fmt_bytes(max(peaks))} "
+          f"({max(peaks)} bytes; predictor {costs.predictor})")
+    _stage_table(balance, peaks)
     return 0
 
 
-def _bounds(balance):
-    out, s = [], 0
-    for n in balance:
-        out.append((s, s + n - 1))
-        s += n
-    return out
+def _stage_table(balance, peaks) -> None:
+    print("stage  layers     predicted peak")
+    for i, ((a, z), p) in enumerate(zip(windows(balance), peaks)):
+        print(f"{i:>5}  {a:>3}..{z:<4}  {fmt_bytes(p):>14}")
 
 
-def _time_method(profile, stages: int):
+def search_context(profile, method: str):
+    """The profile's search context; ``time`` gets the real model timer (torch)."""
+    from mcap.core.recommend import context_of
+    if method != "time":
+        return context_of(profile)
     try:
-        from mcap.runner.timebalance import recommend_time
+        from mcap.runner.timebalance import timer
     except ImportError as exc:
-        raise McapError(f"method 'time' needs torch and torchgpipe, which cannot be imported here: {exc}") \
-            from None
-    staged = dataclasses.replace(profile, setup=dataclasses.replace(profile.setup, stages=stages))
-    return recommend_time(staged)
+        raise McapError(f"method 'time' needs torch and torchgpipe, which cannot be imported "
+                        f"here: {exc}") from None
+    return context_of(profile, timer=timer(device=profile.setup.device))
 
 
 def cmd_recommend(args) -> int:
+    from mcap.core.recommend import recommend
     from mcap.io.jsonio import load_profile
-    from mcap.core.search import recommend
 
     profile = load_profile(args.profile)
-    if args.method == "time":
-        from mcap.core.predict import check_stats
-        check_stats(profile.stats)
-        if args.stages < 1 or args.stages > profile.model.num_layers:
-            raise McapError(f"stages must be between 1 and {profile.model.num_layers}, got {args.stages}")
-        rec = _time_method(profile, args.stages)
-    else:
-        rec = recommend(profile.stats, args.stages, args.method,
-                        layer_params=[l.param_bytes for l in profile.model.layers],
-                        tie_tolerance=args.tie_tolerance, seed=args.seed, iterations=args.iterations)
+    rec = recommend(profile, args.stages, args.method, args.predictor,
+                    context=search_context(profile, args.method),
+                    tie_tolerance=args.tie_tolerance, seed=args.seed, iterations=args.iterations)
     if args.json:
-        print(json.dumps({"method": rec.method, "balance": list(rec.balance),
-                          "predicted_peaks": list(rec.predicted_peaks), "predicted_peak": rec.predicted_peak,
-                          "seconds": rec.seconds, "evaluated": rec.evaluated}))
+        print(json.dumps({"method": rec.method, "predictor": rec.predictor,
+                          "balance": list(rec.balance), "predicted_peaks": list(rec.predicted_peaks),
+                          "predicted_peak": rec.predicted_peak, "seconds": rec.seconds,
+                          "evaluated": rec.evaluated}))
         return 0
     print(f"method {rec.method}: balance {','.join(map(str, rec.balance))}, predicted peak "
-          f"{_fmt_bytes(rec.predicted_peak)} ({rec.predicted_peak} bytes); searched {rec.evaluated} "
-          f"candidates in {rec.seconds:.3f} s")
-    print("stage  layers     predicted peak")
-    for i, ((a, z), p) in enumerate(zip(_bounds(rec.balance), rec.predicted_peaks)):
-        print(f"{i:>5}  {a:>3}..{z:<4}  {_fmt_bytes(p):>14}")
+          f"{fmt_bytes(rec.predicted_peak)} ({rec.predicted_peak} bytes, predictor "
+          f"{rec.predictor}); searched {rec.evaluated} candidates in {rec.seconds:.3f} s")
+    _stage_table(rec.balance, rec.predicted_peaks)
     return 0

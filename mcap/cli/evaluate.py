@@ -1,6 +1,6 @@
 """``python -m mcap evaluate`` and ``python -m mcap scale`` (issue 6, paper section 4).
 
-    python -m mcap evaluate --profile P.json --sweep S.json [--json] [--predictor paper|position]
+    python -m mcap evaluate --profile P.json --sweep S.json [--json] [--predictor NAME]
     python -m mcap scale --model amoebanet-d:layers=6 --vary filters --stages 4 \\
         --capacity 24MiB --partitioner mcap --partitioner time [setup options] --low 8 --high 64
 
@@ -11,15 +11,15 @@ unavailable otherwise. ``scale`` measures for real, recording every run in the s
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 from pathlib import Path
 
 from mcap.core.errors import McapError
-from mcap.core.predictors import DEFAULT, PREDICTORS
 
 
 def register(sub) -> None:
+    from mcap.cli.core import add_predictor_option
+
     p = sub.add_parser("evaluate", help="prediction error and where each method's pick lands in a sweep",
                        description="Over a sweep's ok runs: |predicted - measured| / measured "
                                    "(median, p90, p99, max), and for each method (exact, bf, bo, "
@@ -27,10 +27,7 @@ def register(sub) -> None:
                                    "to the measured best (paper 4.2).")
     p.add_argument("--profile", required=True, help="a mcap.profile/1 JSON file")
     p.add_argument("--sweep", required=True, help="a mcap.sweep/1 JSON file of the same model and setup")
-    p.add_argument("--predictor", choices=PREDICTORS, default=DEFAULT,
-                   help="paper: Listing 1.1 on the profile's statistics (default); maxparam: plus a "
-                        "term for each stage's largest parameter tensor, fitted on the "
-                        "profile's own held-out windows (mcap.core.predictors)")
+    add_predictor_option(p)
     p.add_argument("--no-time", action="store_true",
                    help="skip the time method (it imports torch and times the model)")
     p.add_argument("--seed", type=int, default=0, help="seed for bo")
@@ -47,6 +44,7 @@ def register(sub) -> None:
                                    "partitioner's pick trains (status ok) under --capacity: "
                                    "profile (mcap), recommend, measure at each size.")
     add_setup_options(s)
+    add_predictor_option(s)
     s.add_argument("--vary", default="filters", help="the model parameter to grow (default filters)")
     s.add_argument("--partitioner", action="append", choices=PARTITIONERS, default=None,
                    help="repeatable; default: all of " + ", ".join(PARTITIONERS))
@@ -65,14 +63,15 @@ def register(sub) -> None:
 
 # --- evaluate ------------------------------------------------------------------------
 
-def _time_pick(profile, stages: int):
+def _time_pick(profile, stages: int, predictor: str):
     """torchgpipe's balance_by_time for the profiled model, or (None, why)."""
+    from mcap.cli.core import search_context
+    from mcap.core.recommend import recommend
     try:
-        from mcap.runner.timebalance import recommend_time
-    except ImportError as exc:
-        return None, f"time needs torch and torchgpipe, which cannot be imported here: {exc}"
-    staged = dataclasses.replace(profile, setup=dataclasses.replace(profile.setup, stages=stages))
-    return recommend_time(staged), ""
+        return recommend(profile, stages, "time", predictor,
+                         context=search_context(profile, "time")), ""
+    except McapError as exc:
+        return None, str(exc)
 
 
 def evaluation_json(ev) -> dict:
@@ -117,7 +116,8 @@ def print_evaluation(ev) -> None:
 
 
 def cmd_evaluate(args) -> int:
-    from mcap.core.evaluate import check_compatible, evaluate, pure_picks
+    from mcap.core.evaluate import evaluate, pure_picks
+    from mcap.core.setup import check_compatible
     from mcap.io.jsonio import load_profile, load_sweep
 
     profile, sweep = load_profile(args.profile), load_sweep(args.sweep)
@@ -129,7 +129,7 @@ def cmd_evaluate(args) -> int:
     if args.no_time:
         unavailable.append(("time", "skipped (--no-time)"))
     else:
-        rec, why = _time_pick(profile, stages)
+        rec, why = _time_pick(profile, stages, args.predictor)
         if rec is None:
             unavailable.append(("time", why))
         else:
@@ -163,7 +163,8 @@ def cmd_scale(args) -> int:
         with profiling.sigterm_cancels():
             result = scaling.scale(args.model, args.vary, grid, setup, parts, store=store,
                                    timeout=args.timeout, stream=sys.stderr,
-                                   profile_capacity=args.profile_capacity == "same")
+                                   profile_capacity=args.profile_capacity == "same",
+                                   predictor=args.predictor)
     except profiling.Cancelled:
         print("mcap: scale cancelled; finished runs are kept in the store", file=sys.stderr)
         return 143

@@ -11,8 +11,10 @@ partitionings of the same model under the same setup):
   the pick's measured peak when the sweep measured it, its rank among the ok runs by
   measured peak (1 = lowest; equal peaks share a rank) and its ratio to the lowest.
 
-The picks themselves (``Recommendation``) come from ``mcap.core.search.recommend`` and, for
-``time``, from ``mcap.runner.timebalance``; ``pure_picks`` runs the pure ones.
+The picks themselves (``Recommendation``) come from ``mcap.core.recommend.recommend`` (every
+registered method; ``time`` needs a model timer in its context); ``pure_picks`` runs the
+ones that need no model. Error statistics use one percentile definition,
+:func:`percentile` (linear interpolation, numpy's default), in the CLI and the dashboard.
 """
 from __future__ import annotations
 
@@ -22,12 +24,11 @@ from typing import Optional, Sequence
 import numpy as np
 
 from mcap.core.errors import McapError
-from mcap.core.predictors import Predictor, make_predictor
+from mcap.core.costs import StageCosts
+from mcap.core.setup import check_compatible
 from mcap.core.types import Profile, Recommendation, Run, Sweep
 
-# The methods the issue asks for, in the order they are reported.
-METHODS = ("exact", "bf", "bo", "time", "uniform", "params")
-PURE_METHODS = ("exact", "bf", "bo", "uniform", "params")
+NEEDS_MODEL = ("time",)  # methods that time the real model: not pure
 PAPER_WITHIN = 0.14  # paper 4.2: 90% of partitionings within 14%
 GOAL_WITHIN = 0.05  # issue 6, "Better than the paper": 90% within 5%
 
@@ -87,31 +88,19 @@ class Evaluation:
     points: tuple[PointError, ...]
 
 
-def check_compatible(profile: Profile, sweep: Sweep) -> None:
-    """The profile must describe the swept model under the swept setup.
-
-    The capacity may differ (a sweep under a capacity has oom runs, which are skipped);
-    everything else changes the peaks, so comparing across it would be meaningless."""
-    pm, sm = profile.model, sweep.model
-    if pm.num_layers != sm.num_layers:
-        raise McapError(f"the profile's model {pm.spec!r} has {pm.num_layers} layers but the "
-                        f"sweep's {sm.spec!r} has {sm.num_layers}")
-    if pm.spec != sm.spec:
-        raise McapError(f"the profile is of {pm.spec!r} but the sweep of {sm.spec!r}")
-    diff = [f"{k} {getattr(profile.setup, k)!r} vs {getattr(sweep.setup, k)!r}"
-            for k in ("batch_size", "chunks", "schedule", "checkpoint", "device", "engine",
-                      "optimizer")
-            if getattr(profile.setup, k) != getattr(sweep.setup, k)]
-    if diff:
-        raise McapError("the profile and the sweep were measured under different setups "
-                        f"(profile vs sweep): {'; '.join(diff)}")
-
-
 def _ok_runs(sweep: Sweep) -> list[Run]:
     return [r for r in sweep.runs if r.status == "ok" and r.peaks]
 
 
-def prediction_errors(predictor: Predictor, runs: Sequence[Run]) -> tuple[PointError, ...]:
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100) by linear interpolation between closest ranks (numpy's
+    default): the one definition every report uses."""
+    if len(values) == 0:
+        raise McapError("no values to take a percentile of")
+    return float(np.percentile(np.asarray(values, dtype=float), q))
+
+
+def prediction_errors(predictor: StageCosts, runs: Sequence[Run]) -> tuple[PointError, ...]:
     """Predicted vs measured peak of every ok run (the partitioning's worst stage)."""
     ok = [r for r in runs if r.status == "ok" and r.peaks]
     if not ok:
@@ -130,10 +119,15 @@ def summarise(points: Sequence[PointError], predictor: str) -> ErrorSummary:
     """Median, p90, p99 and max of |error| (numpy's linear-interpolated percentiles)."""
     if not points:
         raise McapError("the sweep has no ok run to compare the predictions with")
+    bad = [p for p in points if p.measured <= 0]
+    if bad:
+        raise McapError(f"{len(bad)} measured peaks are not positive (e.g. "
+                        f"{'-'.join(map(str, bad[0].balance))}: {bad[0].measured} bytes); "
+                        "relative errors need positive peaks")
     err = np.abs(np.asarray([p.error for p in points], dtype=float))
     return ErrorSummary(predictor=predictor, count=len(points),
-                        median=float(np.median(err)), p90=float(np.percentile(err, 90)),
-                        p99=float(np.percentile(err, 99)), max=float(err.max()),
+                        median=percentile(err, 50), p90=percentile(err, 90),
+                        p99=percentile(err, 99), max=float(err.max()),
                         within_goal=float(np.mean(err <= GOAL_WITHIN)),
                         within_paper=float(np.mean(err <= PAPER_WITHIN)),
                         under=sum(1 for p in points if p.predicted < p.measured))
@@ -159,21 +153,22 @@ def place(method: str, balance: Optional[Sequence[int]], predicted_peak: Optiona
                       ratio=hit.peak / best, note=note)
 
 
-def pure_picks(profile: Profile, stages: int, *, predictor: str = "paper", seed: int = 0,
-               methods: Sequence[str] = PURE_METHODS,
+def pure_picks(profile: Profile, stages: int, *, predictor: Optional[str] = None, seed: int = 0,
+               methods: Optional[Sequence[str]] = None,
                bo_iterations: int = 75) -> tuple[Recommendation, ...]:
-    """The picks of the pure methods (no torch), searching ``predictor``'s statistics.
-    bo uses the paper's 75 evaluations unless told otherwise (4.1)."""
-    from mcap.core.predictors import search
+    """The picks of every registered method that needs no model (not ``time``), under
+    ``predictor``. bo uses the paper's 75 evaluations unless told otherwise (4.1)."""
+    from mcap.core.recommend import recommend
+    from mcap.core.search import names
 
-    pred = make_predictor(profile, predictor)
-    params = [l.param_bytes for l in profile.model.layers]
-    return tuple(search(pred, stages, m, layer_params=params, seed=seed, iterations=bo_iterations)
+    methods = [m for m in names() if m not in NEEDS_MODEL] if methods is None else methods
+    return tuple(recommend(profile, stages, m, predictor, seed=seed, iterations=bo_iterations)
                  for m in methods)
 
 
 def evaluate(profile: Profile, sweep: Sweep, picks: Sequence[Recommendation] = (), *,
-             predictor: str = "paper", unavailable: Sequence[tuple[str, str]] = ()) -> Evaluation:
+             predictor: Optional[str] = None,
+             unavailable: Sequence[tuple[str, str]] = ()) -> Evaluation:
     """The error distribution of ``predictor`` over ``sweep`` and where each pick lands.
 
     ``unavailable`` lists (method, why) for methods that could not run here (``time``
@@ -183,17 +178,20 @@ def evaluate(profile: Profile, sweep: Sweep, picks: Sequence[Recommendation] = (
     if not ok:
         raise McapError(f"the sweep of {sweep.model.spec!r} has no ok run "
                         f"({len(sweep.runs)} runs: {_statuses(sweep.runs)})")
-    pred = make_predictor(profile, predictor)
+    from mcap.core.recommend import costs_of
+    from mcap.core.search import names
+
+    pred = costs_of(profile, predictor)
     points = prediction_errors(pred, ok)
     best = min(ok, key=lambda r: (r.peak, tuple(r.balance)))
     placed = {rec.method: place(rec.method, rec.balance, pred.peak(rec.balance), sweep.runs)
               for rec in picks}
     for method, why in unavailable:
         placed.setdefault(method, MethodPick(method, None, None, note=why))
-    order = [m for m in METHODS if m in placed] + [m for m in placed if m not in METHODS]
+    order = [m for m in names() if m in placed] + [m for m in placed if m not in names()]
     return Evaluation(spec=sweep.model.spec, stages=sweep.setup.stages, runs=len(sweep.runs),
                       ok=len(ok), best_balance=tuple(best.balance), best_peak=int(best.peak),
-                      errors=summarise(points, pred.name), picks=tuple(placed[m] for m in order),
+                      errors=summarise(points, pred.predictor), picks=tuple(placed[m] for m in order),
                       points=points)
 
 

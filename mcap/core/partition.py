@@ -49,6 +49,25 @@ def validate(balance: Sequence[int], num_layers: int) -> Partitioning:
     return Partitioning(tuple(int(n) for n in bal))
 
 
+def windows(balance: Sequence[int]) -> tuple[tuple[int, int], ...]:
+    """(first, last) layer of each stage, inclusive: the one balance -> windows function.
+
+    A stage holding layers a..z measures the *window* PM(a..z) (mCAP 3.1)."""
+    out, start = [], 0
+    for n in balance:
+        n = int(n)
+        out.append((start, start + n - 1))
+        start += n
+    return tuple(out)
+
+
+def windows_many(balances: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(m, G) balances -> (first, last) arrays of shape (m, G): the vectorised ``windows``."""
+    arr = np.asarray(balances, dtype=np.int64)
+    last = np.cumsum(arr, axis=1) - 1
+    return last - arr + 1, last
+
+
 def parse_balance(text: str) -> tuple[int, ...]:
     """Parse "3,3,5,19" (spaces allowed) into (3, 3, 5, 19); does not check the sum."""
     parts = [p.strip() for p in str(text).split(",")]

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Iterable, Optional, Sequence
 
 from mcap.core.errors import InvalidStatistics
+from mcap.core.partition import windows
 from mcap.core.types import LayerStats, Run
 
 
@@ -61,13 +62,7 @@ class _Lookup:
         return key in self.table
 
 
-def stage_windows(balance: Sequence[int]) -> list[tuple[int, int]]:
-    """(first, last) layer of each stage."""
-    out, start = [], 0
-    for n in balance:
-        out.append((start, start + n - 1))
-        start += n
-    return out
+stage_windows = windows  # the name the statistics code reads best with
 
 
 def collect(runs: Iterable[Run], num_layers: int) -> Windows:

@@ -66,12 +66,9 @@ class Partitioning:
         return sum(self.balance)
 
     def bounds(self) -> tuple[tuple[int, int], ...]:
-        """(first, last) layer index of each stage, inclusive."""
-        out, start = [], 0
-        for n in self.balance:
-            out.append((start, start + n - 1))
-            start += n
-        return tuple(out)
+        """(first, last) layer index of each stage, inclusive (``mcap.core.partition.windows``)."""
+        from mcap.core.partition import windows
+        return windows(self.balance)
 
 
 @dataclass(frozen=True)
@@ -153,6 +150,7 @@ class Recommendation:
     seconds: float
     evaluated: int
     curve: tuple[int, ...] = field(default=())  # best-so-far predicted peak per evaluation (bo)
+    predictor: str = "paper"  # whose stage costs the predicted peaks are (mcap.core.predictors)
 
     @property
     def predicted_peak(self) -> int:

@@ -6,7 +6,7 @@ MIB = 1024 * 1024
 # One colour per method/baseline, the same on every page.
 METHOD_COLORS = {
     "exact": "#2ca02c", "bf": "#17becf", "bo": "#9467bd",
-    "balance_by_time": "#d62728", "uniform": "#7f7f7f", "params": "#ff7f0e",
+    "time": "#d62728", "uniform": "#7f7f7f", "params": "#ff7f0e",
 }
 
 

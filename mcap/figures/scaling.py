@@ -13,7 +13,7 @@ POINT_COLUMNS = ["partitioner", "value", "params", "balance", "status", "peak",
 SUMMARY_COLUMNS = ["partitioner", "largest_value", "largest_params", "ratio_to_time",
                    "points", "at_high"]
 # Scaling's partitioner names; "time" is torchgpipe's balance_by_time (the shared colour).
-COLORS = {"mcap": METHOD_COLORS["exact"], "time": METHOD_COLORS["balance_by_time"],
+COLORS = {"mcap": METHOD_COLORS["exact"], "time": METHOD_COLORS["time"],
           "uniform": METHOD_COLORS["uniform"], "params": METHOD_COLORS["params"]}
 
 

@@ -151,15 +151,3 @@ def file_revision(path: Union[str, Path]) -> tuple:
         except OSError:
             out.append(None)
     return tuple(out)
-
-
-def mismatch(profile: Profile, sweep: Sweep) -> Optional[str]:
-    """Why a profile's predictions cannot be compared with a sweep's measurements (another
-    model or setup), or None when they can. The rule is ``mcap.core.evaluate.check_compatible``."""
-    from mcap.core.evaluate import check_compatible  # pure; imported late to keep this module light
-
-    try:
-        check_compatible(profile, sweep)
-    except McapError as exc:
-        return str(exc)
-    return None

@@ -47,28 +47,9 @@ __all__ = ["open_runner", "Runner", "check_setup", "check_balance", "ITERATIONS"
 
 
 def check_setup(setup: Setup) -> None:
-    """Reject a setup no engine can run, naming the values."""
-    for name, value, allowed in (("schedule", setup.schedule, SCHEDULES),
-                                 ("checkpoint", setup.checkpoint, CHECKPOINTS),
-                                 ("optimizer", setup.optimizer, OPTIMIZERS),
-                                 ("engine", setup.engine, ENGINES),
-                                 ("device", setup.device, DEVICES)):
-        if value not in allowed:
-            raise McapError(f"{name} {value!r} is not one of {', '.join(allowed)}")
-    if setup.stages < 1:
-        raise McapError(f"stages must be at least 1, got {setup.stages}")
-    if setup.chunks < 1 or setup.batch_size < 1:
-        raise McapError(f"batch size {setup.batch_size} and chunks {setup.chunks} must be "
-                        "at least 1")
-    if setup.batch_size % setup.chunks:
-        raise McapError(f"batch size {setup.batch_size} does not split into {setup.chunks} "
-                        "equal micro-batches")
-    if setup.schedule == "1f1b" and setup.chunks < setup.stages:
-        raise McapError(f"schedule 1f1b needs at least as many micro-batches as stages: "
-                        f"chunks {setup.chunks} < stages {setup.stages}")
-    if setup.capacity_bytes is not None and setup.capacity_bytes <= 0:
-        raise McapError(f"capacity must be a positive number of bytes, got "
-                        f"{setup.capacity_bytes}")
+    """Reject a setup no engine can run, naming the values (``mcap.core.setup``)."""
+    from mcap.core.setup import check_setup as pure_check
+    pure_check(setup, ENGINES)
 
 
 def check_balance(balance: Sequence[int], stages: int, num_layers: int) -> tuple[int, ...]:

@@ -2,18 +2,15 @@
 
 The paper compares mCAP against TorchGPipe's ``balance_by_time`` (4.3): it times each
 layer's forward and backward on a sample micro-batch and splits the layers so each stage
-gets about the same time. This module calls the real torchgpipe function and wraps its
-balance in a ``Recommendation`` whose predicted peaks come from mCAP's predictor, so it
-can sit in the same tables as the memory-balanced methods.
+gets about the same time. This module calls the real torchgpipe function; :func:`timer`
+hands it to the ``time`` search method (``mcap.core.search.time``), whose pick then gets
+the predictor's peaks like every other method's.
 """
 from __future__ import annotations
 
 import copy
-import time
-from typing import Optional
 
 from mcap.core.errors import McapError
-from mcap.core.types import Profile, Recommendation
 
 DEFAULT_TIMEOUT = 1.0
 
@@ -53,19 +50,9 @@ def time_balance(spec: str, stages: int, micro_batch: int, *, timeout: float = D
     return tuple(int(n) for n in balance)
 
 
-def recommend_time(profile: Profile, *, timeout: float = DEFAULT_TIMEOUT,
-                   device: Optional[str] = None) -> Recommendation:
-    """The ``time`` method for ``recommend --method time``: torchgpipe's split of the
-    profiled model and setup, with mCAP's predicted per-stage peaks for comparison."""
-    from mcap.core.predict import predict
-
-    setup = profile.setup
-    device = device or ("cuda" if setup.device == "cuda" else "cpu")
-    micro_batch = max(setup.batch_size // max(setup.chunks, 1), 1)
-    started = time.perf_counter()
-    balance = time_balance(profile.model.spec, setup.stages, micro_batch,
-                           timeout=timeout, device=device)
-    seconds = time.perf_counter() - started
-    prediction = predict(profile.stats, balance)
-    return Recommendation(method="time", balance=balance, predicted_peaks=prediction.peaks,
-                          seconds=seconds, evaluated=1)
+def timer(*, device: str = "cpu", timeout: float = DEFAULT_TIMEOUT):
+    """The ``time`` method's model timer (``mcap.core.search.time``): pass it in the
+    ``SearchContext`` of ``recommend`` where mcap may build the model."""
+    def run(spec: str, stages: int, micro_batch: int) -> tuple[int, ...]:
+        return time_balance(spec, stages, micro_batch, timeout=timeout, device=device)
+    return run

@@ -150,13 +150,21 @@ def bisect(grid: Sequence[int], trains: Callable[[int], bool]) -> tuple[Optional
 # --- orchestration (real runs) -----------------------------------------------------------
 
 def _pick(partitioner: str, spec: str, setup: Setup, store, timeout: float,
-          stream: Optional[TextIO], profile_capacity: bool = True):
-    """(balance, predicted peak or None, error or None) of ``partitioner`` at ``spec``."""
+          stream: Optional[TextIO], profile_capacity: bool = True,
+          predictor: Optional[str] = None):
+    """(balance, predicted peak or None, error or None) of ``partitioner`` at ``spec``.
+
+    ``mcap`` profiles and takes ``exact`` under ``predictor``; the others are the search
+    registry's baselines of the same name (``time`` with the real model timer)."""
+    from mcap.core.costs import AdditiveCosts
+    from mcap.core.predict import table_from_arrays
+    from mcap.core.recommend import recommend
+    from mcap.core.search import SearchContext
+    from mcap.core.setup import micro_batch
     from mcap.workflow import profiling
-    from mcap.core.search import baselines, recommend
 
     info = profiling.model_info(spec)
-    L, G = info.num_layers, setup.stages
+    G = setup.stages
     if partitioner == "mcap":
         try:
             prof_setup = setup if profile_capacity else dataclasses.replace(setup, capacity_bytes=None)
@@ -164,22 +172,27 @@ def _pick(partitioner: str, spec: str, setup: Setup, store, timeout: float,
                                        timeout=timeout, name=f"scale {spec}")
         except profiling.MissingStatistics as exc:
             return None, None, str(exc)
-        rec = recommend(result.profile.stats, G, "exact")
+        rec = recommend(result.profile, G, "exact", predictor)
         return rec.balance, rec.predicted_peak, None
+    if partitioner not in PARTITIONERS:
+        raise McapError(f"unknown partitioner {partitioner!r}; expected one of "
+                        f"{', '.join(PARTITIONERS)}")
+    pb = [l.param_bytes for l in info.layers]
+    timer = None
     if partitioner == "time":
-        from mcap.runner.timebalance import time_balance
-        micro = max(setup.batch_size // max(setup.chunks, 1), 1)
-        return time_balance(spec, G, micro), None, None
-    if partitioner == "uniform":
-        return baselines.uniform(L, G), None, None
-    if partitioner == "params":
-        return baselines.params([l.param_bytes for l in info.layers], L, G)[0], None, None
-    raise McapError(f"unknown partitioner {partitioner!r}; expected one of {', '.join(PARTITIONERS)}")
+        from mcap.runner.timebalance import timer as model_timer
+        timer = model_timer(device=setup.device)
+    # Baselines need no statistics: the parameter bytes stand in for the costs they ignore.
+    costs = AdditiveCosts(table_from_arrays(pb, pb), "params")
+    context = SearchContext(layer_params=tuple(pb), spec=spec, micro_batch=micro_batch(setup),
+                            timer=timer)
+    rec = recommend(costs, G, partitioner, context=context)
+    return rec.balance, None, None
 
 
 def measure_point(partitioner: str, spec: str, value: int, setup: Setup, *, store,
                   timeout: float, stream: Optional[TextIO] = None,
-                  profile_capacity: bool = True) -> ScalePoint:
+                  profile_capacity: bool = True, predictor: Optional[str] = None) -> ScalePoint:
     """Pick with ``partitioner`` at ``spec`` and measure the pick under the capacity."""
     from mcap.workflow import profiling
     from mcap.models import count_parameters
@@ -188,7 +201,7 @@ def measure_point(partitioner: str, spec: str, value: int, setup: Setup, *, stor
     started = time.monotonic()
     params = count_parameters(spec)
     balance, predicted, why = _pick(partitioner, spec, setup, store, timeout, stream,
-                                    profile_capacity)
+                                    profile_capacity, predictor)
     if balance is None:
         return ScalePoint(value, spec, params, None, "unprofiled", seconds=time.monotonic() - started,
                           error=why)
@@ -206,7 +219,8 @@ def measure_point(partitioner: str, spec: str, value: int, setup: Setup, *, stor
 
 def scale(model: str, vary: str, grid: Sequence[int], setup: Setup,
           partitioners: Sequence[str] = PARTITIONERS, *, store, timeout: float = 300.0,
-          stream: Optional[TextIO] = None, profile_capacity: bool = True) -> Scaling:
+          stream: Optional[TextIO] = None, profile_capacity: bool = True,
+          predictor: Optional[str] = None) -> Scaling:
     """Binary-search the largest trainable ``vary`` value for each partitioner."""
     if setup.capacity_bytes is None:
         raise McapError("scale needs a capacity (Setup.capacity_bytes)")
@@ -221,7 +235,7 @@ def scale(model: str, vary: str, grid: Sequence[int], setup: Setup,
         def trains(value: int) -> bool:
             point = measure_point(part, spec_with(model, vary, value), value, setup,
                                   store=store, timeout=timeout, stream=stream,
-                                  profile_capacity=profile_capacity)
+                                  profile_capacity=profile_capacity, predictor=predictor)
             points.append(point)
             if stream is not None:
                 peak = "-" if point.peak is None else f"{point.peak / 2**20:.2f} MiB"

@@ -42,7 +42,10 @@ def _peaks(table: CostTable, bal: tuple[int, ...]) -> tuple[int, ...]:
 
 def solve(table: CostTable, G: int, seed: int = 0, iterations: int = ITERATIONS,
           progress: Optional[Callable[[int, int], None]] = None, band=None,
+          on_best: Optional[Callable[[int, int], None]] = None,
           **opts) -> tuple[tuple[int, ...], int, tuple[int, ...]]:
+    """bo's pick, evaluations and best-so-far curve; ``on_best(evaluations, best_peak)`` is
+    called after every evaluation (for a live curve)."""
     L = table.num_layers
     if G == 1 or L == G:  # one partitioning only; nothing to search
         bal = (L,) if G == 1 else (1,) * L
@@ -59,6 +62,8 @@ def solve(table: CostTable, G: int, seed: int = 0, iterations: int = ITERATIONS,
         peaks = seen.get(bal) or _peaks(table, bal)
         seen[bal] = peaks
         curve.append(min(max(peaks), curve[-1]) if curve else max(peaks))
+        if on_best is not None:
+            on_best(len(curve), curve[-1])
         return float(max(peaks))
 
     def callback(res):
@@ -79,3 +84,35 @@ def solve(table: CostTable, G: int, seed: int = 0, iterations: int = ITERATIONS,
         gp_minimize(objective, space, callback=[callback], **settings)
     best = min(seen.items(), key=lambda kv: key(kv[1], kv[0], band))
     return best[0], len(curve), tuple(curve)
+
+
+# --- registration ----------------------------------------------------------------------
+
+from mcap.core.search.base import Found, Method, register  # noqa: E402
+
+
+@register
+class Bayes(Method):
+    name = "bo"
+    label = "bo (Bayesian optimisation)"
+    help = ("mCAP-BO: scikit-optimize's gp_minimize over the cut points, the paper's "
+            "settings (75 evaluations, gp_hedge, xi = kappa = 1000), seeded")
+    defaults = {"iterations": ITERATIONS, "seed": 0}
+    on_demand = True
+    tolerance = True
+
+    def search(self, costs, stages, context, *, band=None, progress=None, tie_tolerance=0.0,
+               seed=0, iterations=ITERATIONS, on_best=None, **opts):
+        from mcap.core.search.tiebreak import make_band
+        from mcap.core.errors import McapError
+        if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
+            raise McapError(f"bo needs iterations >= 1, got {iterations!r}")
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise McapError(f"bo's seed must be an integer >= 0, got {seed!r}")
+        balance, evaluated, curve = solve(costs, stages, seed=seed, iterations=iterations,
+                                          progress=progress, on_best=on_best, **opts)
+        if tie_tolerance:
+            band = make_band(min(curve), tie_tolerance)
+            balance, evaluated, curve = solve(costs, stages, seed=seed, iterations=iterations,
+                                              band=band, **opts)
+        return Found(balance, evaluated, curve)

@@ -106,3 +106,59 @@ def solve(table: CostTable, G: int, band: Optional[Band] = None,
         if progress is not None:
             progress(done, total)
     return best_key[1], done
+
+
+def solve_costs(costs, G: int, band: Optional[Band] = None,
+                progress: Optional[Callable[[int, int], None]] = None,
+                max_partitionings: int = MAX_PARTITIONINGS) -> tuple[tuple[int, ...], int]:
+    """:func:`solve` for any stage costs (``mcap.core.costs``): the same enumeration, each
+    chunk's stage costs asked of the predictor instead of gathered from prefix sums."""
+    from mcap.core.search.tiebreak import best_rows
+
+    if costs.table is not None:
+        return solve(costs.table, G, band, progress, max_partitionings)
+    L = costs.num_layers
+    total = check_size(L, G, max_partitionings)
+    best_key, done = None, 0
+    for cuts in iter_cut_chunks(L, G):
+        done += len(cuts)
+        bals = cuts_to_balances(cuts, L)
+        peaks = costs.peaks_many(bals)
+        i = best_rows(peaks, bals, band)
+        k = key(peaks[i], bals[i], band)
+        if best_key is None or k < best_key:
+            best_key = k
+        if progress is not None:
+            progress(done, total)
+    return best_key[1], done
+
+
+def lowest_peak_costs(costs, G: int) -> int:
+    if costs.table is not None:
+        return lowest_peak(costs.table, G)
+    L = costs.num_layers
+    return int(min(costs.peaks_many(cuts_to_balances(c, L)).max(axis=1).min()
+                   for c in iter_cut_chunks(L, G)))
+
+
+# --- registration ----------------------------------------------------------------------
+
+from mcap.core.search.base import Found, Method, register  # noqa: E402
+
+
+@register
+class BruteForce(Method):
+    name = "bf"
+    label = "bf (brute force)"
+    help = ("mCAP-BF: predict all C(L-1, G-1) partitionings and keep the best (refuses more "
+            f"than {MAX_PARTITIONINGS:,} unless max_partitionings is raised)")
+    tolerance = True
+
+    def search(self, costs, stages, context, *, band=None, progress=None, tie_tolerance=0.0,
+               max_partitionings=MAX_PARTITIONINGS, **options):
+        from mcap.core.search.tiebreak import make_band
+        check_size(costs.num_layers, stages, max_partitionings)
+        if tie_tolerance:
+            band = make_band(lowest_peak_costs(costs, stages), tie_tolerance)
+        balance, done = solve_costs(costs, stages, band, progress, max_partitionings)
+        return Found(balance, done)

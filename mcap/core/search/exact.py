@@ -49,8 +49,12 @@ def cost_matrix(table: CostTable) -> np.ndarray:
 
 def minmax(table: CostTable, stages: int) -> int:
     """The lowest achievable peak (plain min-max DP), used for the tolerance band."""
-    C = cost_matrix(table)
-    L = table.num_layers
+    return minmax_matrix(cost_matrix(table), stages)
+
+
+def minmax_matrix(C: np.ndarray, stages: int) -> int:
+    """:func:`minmax` over a cost matrix C (``cost_matrix``'s shape and meaning)."""
+    L = C.shape[0]
     f = C[0].copy()  # one stage: layers 0..j-1
     for g in range(2, stages + 1):
         f = np.min(np.maximum(f[:L, None], C), axis=0)
@@ -98,8 +102,14 @@ def _resolve_ties(tie: np.ndarray, cols: np.ndarray, i0: int, vec, bal, C, nvec,
 def solve(table: CostTable, stages: int, band: Optional[Band] = None,
           progress: Optional[Callable[[int, int], None]] = None) -> tuple[tuple[int, ...], int]:
     """(balance, transitions considered) of the best partitioning into ``stages`` stages."""
-    L, G = table.num_layers, stages
-    C = cost_matrix(table)
+    return solve_matrix(cost_matrix(table), stages, band, progress)
+
+
+def solve_matrix(C: np.ndarray, stages: int, band: Optional[Band] = None,
+                 progress: Optional[Callable[[int, int], None]] = None) -> tuple[tuple[int, ...], int]:
+    """:func:`solve` over any stage-cost matrix C (``cost_matrix``'s shape and meaning), so
+    non-additive predictors (``mcap.core.costs``) are searched exactly too."""
+    L, G = C.shape[0], stages
     if band is not None:
         valid = C < _INF
         C = np.where(valid, band.apply(C), _INF)
@@ -134,3 +144,26 @@ def solve(table: CostTable, stages: int, band: Optional[Band] = None,
         if progress is not None:
             progress(g - 1, G - 1)
     return tuple(int(x) for x in bal[L]), work
+
+
+# --- registration ----------------------------------------------------------------------
+
+from mcap.core.search.base import Found, Method, register  # noqa: E402
+from mcap.core.search.tiebreak import make_band  # noqa: E402
+
+
+@register
+class Exact(Method):
+    name = "exact"
+    label = "exact (min-max DP)"
+    help = ("the optimum under the predictor with the paper's tie-break, by a min-max "
+            "dynamic programme over stage costs; evaluated counts DP transitions")
+    tolerance = True
+
+    def search(self, costs, stages, context, *, band=None, progress=None, tie_tolerance=0.0,
+               **options):
+        C = costs.matrix()
+        if tie_tolerance:
+            band = make_band(minmax_matrix(C, stages), tie_tolerance)
+        balance, work = solve_matrix(C, stages, band, progress)
+        return Found(balance, work)

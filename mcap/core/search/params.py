@@ -1,12 +1,7 @@
-"""Baselines for comparison (issue 3): ``uniform`` and ``params``.
-
-* uniform: layer counts as even as possible; the L mod G extra layers go to the first
-  stages (torchgpipe/DeepSpeed-style "uniform" by count; stats are not looked at).
-* params: min-max over each stage's parameter bytes, like DeepSpeed's
-  ``partition_method="parameters"``, solved exactly by the same DP and tie-break as
-  ``exact`` with the per-layer cost being its parameter bytes (an additive cost:
-  mem_isolated = mem_added = param_bytes).
-"""
+"""``params``: min-max over each stage's parameter bytes (a baseline), like DeepSpeed's
+``partition_method="parameters"``, solved exactly by the same DP and tie-break as ``exact``
+with the per-layer cost being its parameter bytes (an additive cost: mem_isolated =
+mem_added = param_bytes)."""
 from __future__ import annotations
 
 from typing import Callable, Optional, Sequence
@@ -14,11 +9,7 @@ from typing import Callable, Optional, Sequence
 from mcap.core.errors import McapError
 from mcap.core.predict import table_from_arrays
 from mcap.core.search import exact
-
-
-def uniform(L: int, G: int) -> tuple[int, ...]:
-    q, r = divmod(L, G)
-    return tuple([q + 1] * r + [q] * (G - r))
+from mcap.core.search.base import Found, Method, register
 
 
 def params(layer_params: Optional[Sequence[int]], L: int, G: int,
@@ -33,3 +24,15 @@ def params(layer_params: Optional[Sequence[int]], L: int, G: int,
         raise McapError(f"parameter bytes must be integers >= 0; layers {bad[:10]} are not")
     table = table_from_arrays(list(layer_params), list(layer_params))
     return exact.solve(table, G, progress=progress)
+
+
+@register
+class Params(Method):
+    name = "params"
+    label = "params (balanced parameters)"
+    help = "baseline: min-max of each stage's parameter bytes (DeepSpeed's 'parameters')"
+    uses_costs = False
+
+    def search(self, costs, stages, context, *, band=None, progress=None, **options):
+        balance, work = params(context.layer_params, costs.num_layers, stages, progress)
+        return Found(balance, work)

@@ -1,0 +1,183 @@
+"""Searches for the dashboard: recommendations, the time baseline measured once per server
+process, bo in background threads, and the measured runs a page compares with. Never
+imports streamlit: pages/ cache these per dataset content and draw them.
+
+Every number comes from the library's one entry, ``mcap.core.recommend.recommend``.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Optional, Sequence
+
+import numpy as np
+
+from mcap.core.errors import McapError
+from mcap.core.recommend import context_of, costs_of, recommend
+from mcap.core.search import get, names
+from mcap.core.setup import mismatch, micro_batch
+from mcap.core.types import Prediction, Profile, Recommendation, Sweep
+
+TIME_PROFILING_S = 0.5  # balance_by_time's timing budget per layer pass (torchgpipe's timeout)
+_TIME_BALANCES: dict = {}  # (spec, stages, micro-batch, timeout, device) -> balance
+_TIME_LOCK = threading.Lock()
+
+
+def quick_methods() -> tuple[str, ...]:
+    """Methods a page may run while it renders (milliseconds): not the on-demand ones (bo)
+    and not ``time``, which times the real model (a job, or the Recommend page's button)."""
+    return tuple(m for m in names(on_demand=False) if m != "time")
+
+
+def label(method: str) -> str:
+    return get(method).label
+
+
+def _child_timer(spec: str, stages: int, micro: int, device: str, timeout: float) -> tuple:
+    """balance_by_time in a child process (``python -m mcap.app.timer``): the dashboard server
+    never imports torch or builds a model itself."""
+    import json
+    import subprocess
+    import sys
+
+    from mcap.app.jobs import REPO_ROOT
+
+    cmd = [sys.executable, "-m", "mcap.app.timer", spec, str(stages), str(micro), device,
+           str(timeout)]
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=str(REPO_ROOT),
+                          timeout=600, stdin=subprocess.DEVNULL)
+    if done.returncode != 0:
+        lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
+        raise McapError(lines[-1].removeprefix("mcap: error: ") if lines
+                        else f"timing the model failed (exit {done.returncode})")
+    return tuple(int(n) for n in json.loads(done.stdout)["balance"])
+
+
+def _cached_timer(device: str, timeout: float):
+    """balance_by_time, once per (model, stages, micro-batch) per server process: a timing
+    is noisy, so every page shows the same answer until the server restarts."""
+    def cached(spec: str, stages: int, micro: int) -> tuple[int, ...]:
+        key = (spec, int(stages), int(micro), float(timeout), device)
+        with _TIME_LOCK:
+            known = _TIME_BALANCES.get(key)
+        if known is None:
+            known = _child_timer(spec, stages, micro, device, timeout)
+            with _TIME_LOCK:
+                _TIME_BALANCES[key] = known
+        return known
+    return cached
+
+
+def time_known(profile: Profile, stages: int, timeout: float = TIME_PROFILING_S) -> bool:
+    """Whether this server already timed the profile's model for ``stages``."""
+    key = (profile.model.spec, int(stages), micro_batch(profile.setup), float(timeout),
+           profile.setup.device)
+    return key in _TIME_BALANCES
+
+
+def run_method(profile: Profile, stages: int, method: str, predictor: Optional[str] = None,
+               settings: Optional[dict] = None, progress=None) -> Recommendation:
+    """One registered method as a Recommendation under ``predictor``."""
+    settings = dict(settings or {})
+    context = None
+    if method == "time":
+        timeout = float(settings.pop("timeout", TIME_PROFILING_S))
+        context = context_of(profile, timer=_cached_timer(profile.setup.device, timeout))
+    return recommend(profile, stages, method, predictor, context=context, progress=progress,
+                     **settings)
+
+
+class BoRun:
+    """One bo search in a background thread of this server, so the page stays responsive and
+    the best-so-far curve can be polled while it grows. Seeded, so a finished run is reused
+    by any session."""
+
+    def __init__(self, profile: Profile, stages: int, seed: int, iterations: int,
+                 predictor: Optional[str] = None):
+        self.iterations = iterations
+        self.curve: list[int] = []
+        self.result: Optional[Recommendation] = None
+        self.error: Optional[str] = None
+        self.started = time.monotonic()
+        self.thread = threading.Thread(target=self._run, daemon=True, name="mcap-bo",
+                                       args=(profile, stages, seed, iterations, predictor))
+        self.thread.start()
+
+    def _run(self, profile, stages, seed, iterations, predictor):
+        try:
+            self.result = recommend(profile, stages, "bo", predictor, seed=seed,
+                                    iterations=iterations,
+                                    on_best=lambda n, best: self.curve.append(best))
+        except McapError as exc:
+            self.error = str(exc)
+        except Exception as exc:  # shown on the page, never a traceback
+            self.error = f"bo failed: {type(exc).__name__}: {exc}"
+
+    @property
+    def finished(self) -> bool:
+        return self.result is not None or self.error is not None
+
+
+# bo runs of this server process, by (dataset, stages, seed, iterations, predictor). A
+# module global, so a run outlives page reruns, cache clears and sessions.
+_BO_RUNS: dict = {}
+_BO_LOCK = threading.Lock()
+
+
+def bo_run(dataset: str, profile: Profile, stages: int, seed: int, iterations: int,
+           predictor: Optional[str] = None, start: bool = False) -> Optional[BoRun]:
+    """The bo run for this dataset and settings: existing, started now (once, even when two
+    sessions press the button together), or None."""
+    key = (dataset, int(stages), int(seed), int(iterations), predictor)
+    with _BO_LOCK:
+        if key not in _BO_RUNS and start:
+            _BO_RUNS[key] = BoRun(profile, int(stages), int(seed), int(iterations), predictor)
+        return _BO_RUNS.get(key)
+
+
+def finished_bo(dataset: str, stages: int, predictor: Optional[str] = None) -> Optional[Recommendation]:
+    """The latest finished bo pick for a dataset and stage count, if any session ran one."""
+    with _BO_LOCK:
+        done = [run.result for key, run in _BO_RUNS.items()
+                if key[0] == dataset and key[1] == int(stages) and key[4] == predictor
+                and run.result is not None]
+    return done[-1] if done else None
+
+
+def sweep_predictions(profile: Profile, sweep: Sweep,
+                      predictor: Optional[str] = None) -> tuple[Prediction, ...]:
+    """The predicted per-stage peaks of every partitioning a sweep measured."""
+    why = mismatch(profile, sweep)
+    if why:
+        raise McapError(why)
+    balances = [tuple(r.balance) for r in sweep.runs]
+    if not balances:
+        return ()
+    costs = costs_of(profile, predictor)
+    out = []
+    for g in sorted({len(b) for b in balances}):
+        rows = [b for b in balances if len(b) == g]
+        peaks = costs.peaks_many(np.asarray(rows, dtype=np.int64))
+        out += [Prediction(b, tuple(int(x) for x in row)) for b, row in zip(rows, peaks)]
+    order = {b: i for i, b in enumerate(balances)}
+    return tuple(sorted(out, key=lambda p: order[p.balance]))
+
+
+def measured_runs(profile: Profile, sweep: Optional[Sweep] = None, store=None) -> tuple:
+    """Every measured run of the profile's model and setup that we know of: the profile's
+    own, the sweep's (same model and setup), and the store's for that study."""
+    runs = list(profile.runs)
+    if sweep is not None and mismatch(profile, sweep) is None:
+        runs += list(sweep.runs)
+    if store is not None:
+        study = store.find_study(profile.model.spec, profile.setup)
+        if study is not None:
+            runs += list(store.runs(study))
+    return tuple(runs)
+
+
+def measured_for(runs: Sequence, balance):
+    """The last ok (else last) run of a balance among ``runs``, or None."""
+    mine = [r for r in runs if tuple(r.balance) == tuple(balance)]
+    ok = [r for r in mine if r.status == "ok"]
+    return (ok or mine or [None])[-1]

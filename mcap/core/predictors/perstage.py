@@ -1,0 +1,106 @@
+"""``perstage`` (the default): Listing 1.1 plus the memory a stage pays **once**, whatever
+how many layers it holds, each term estimated from the profiling runs themselves.
+
+What the measurements showed (ARCHITECTURE.md, "Predictors"; BENCHMARKS.md):
+
+* a **max-type** term: temporaries the size of the stage's largest parameter tensor
+  (``maxparam``; on CPU oneDNN's convolution backward workspace is a multiple of the
+  weight bytes, on both devices gradient accumulation and the optimizer's temporaries);
+* a **presence-type** term: memory paid once if the stage holds any layer with parameters
+  at all, e.g. the cuBLAS/cuBLASLt workspaces of a GPU stage process (about 32 MiB per
+  thread that runs matmuls), which a fresh process allocates at its first matmul.
+
+Model: ``peak(a..z) = Listing 1.1 of the residuals + c * maxparam(a..z) + W * [a..z holds
+a layer with parameters]``. No constant belongs to one machine: ``c`` comes from the same
+grid as ``maxparam`` and ``W`` from the profile: starting from the median bytes by which the best
+``maxparam`` model under-predicts the held-out windows that hold a parameter layer, for
+every ``c`` of the grid a ternary search of ``W`` between 0.25x and 2x that median. Both are chosen by the bytes-weighted held-out error
+(``base.fit_terms``), and the presence term is kept only if it lowers that error by at least
+10% (a design choice against fitting noise; not tuned on any sweep). Without the presence term this *is*
+``maxparam``, which is what CPU data needs; the term is there for what GPU stage processes
+pay once.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from mcap.core.costs import Term, TermCosts
+from mcap.core.predictors.base import Predictor, Windows, held_out, ok_runs, register
+from mcap.core.predictors.maxparam import (
+    WEIGHTS, costs_of, fit_maxparam, param_term, without_runs,
+)
+from mcap.core.predict import cost_table
+from mcap.core.types import Profile
+
+KEEP_IF_BETTER_BY = 0.10  # the presence term must cut the held-out error by 10%
+SCALES = (0.25, 2.0)  # W is searched between these multiples of the median under-prediction
+REFINE_STEPS = 30
+
+
+def presence_term(param_bytes, weight: float) -> Term:
+    return Term("once per stage with parameters", "presence",
+                tuple(1 if b > 0 else 0 for b in param_bytes), weight)
+
+
+def _presence_weights(runs, param_bytes, base) -> list[float]:
+    """Candidate W: the median under-prediction of held-out windows holding a parameter."""
+    L = len(param_bytes)
+    held = held_out(ok_runs(runs, L), L)
+    if not held:
+        return []
+    costs = costs_of(base, "maxparam")
+    has = np.concatenate([[0], np.cumsum(np.asarray(param_bytes) > 0)])
+    under = [p - costs.stage(a, z) for (a, z), p in held
+             if has[z + 1] - has[a] > 0 and p > costs.stage(a, z)]
+    if not under:
+        return []
+    m = float(np.median(under))
+    return [s * m for s in SCALES]
+
+
+@register
+class PerStage(Predictor):
+    name = "perstage"
+    label = "perstage (+ once-per-stage terms)"
+    help = ("Listing 1.1 plus memory paid once per stage: c x the largest parameter tensor "
+            "and a workspace W for any stage holding parameters, both fitted on the "
+            "profile's own held-out windows (the default).")
+
+    def fit(self, profile: Profile) -> TermCosts:
+        pb = [l.param_bytes for l in profile.model.layers]
+        if not ok_runs(profile.runs, len(pb)):
+            return without_runs(profile, self.name)
+        base = fit_maxparam(profile.runs, pb)
+        fit = base
+        grid = _presence_weights(profile.runs, pb, base)
+        if grid and base.error is not None:
+            best = None
+            wins = Windows(profile.runs, len(pb))
+            for c in WEIGHTS:  # for every c, the best W by ternary search over the grid's span
+                f = _best_w(wins, pb, c, min(grid), max(grid))
+                if f is not None and (best is None or f.error < best.error - 1e-12):
+                    best = f
+            if best is not None and best.error <= (1 - KEEP_IF_BETTER_BY) * base.error:
+                fit = best
+        return costs_of(fit, self.name)
+
+
+def _best_w(wins, pb, c, lo, hi):
+    """The presence weight in [lo, hi] with the lowest held-out error at ``c`` (ternary
+    search: the error is piecewise linear in W and, on the data seen, unimodal)."""
+    best = None
+
+    def at(x):
+        nonlocal best
+        f = wins.score((param_term(pb, c), presence_term(pb, x)))
+        if f is not None and (best is None or f.error < best.error - 1e-12):
+            best = f
+        return f.error if f is not None else np.inf
+
+    for _ in range(REFINE_STEPS):
+        m1, m2 = lo + (hi - lo) / 3, hi - (hi - lo) / 3
+        if at(m1) <= at(m2):
+            hi = m2
+        else:
+            lo = m1
+    return best

@@ -1,0 +1,22 @@
+"""``uniform``: layer counts as even as possible (a baseline; the statistics are not read).
+
+The L mod G extra layers go to the first stages (torchgpipe/DeepSpeed-style "uniform")."""
+from __future__ import annotations
+
+from mcap.core.search.base import Found, Method, register
+
+
+def uniform(L: int, G: int) -> tuple[int, ...]:
+    q, r = divmod(L, G)
+    return tuple([q + 1] * r + [q] * (G - r))
+
+
+@register
+class Uniform(Method):
+    name = "uniform"
+    label = "uniform (even layer counts)"
+    help = "baseline: layer counts as even as possible, the first stages take the extra layers"
+    uses_costs = False
+
+    def search(self, costs, stages, context, *, band=None, progress=None, **options):
+        return Found(uniform(costs.num_layers, stages), 1)

@@ -1,0 +1,96 @@
+"""Setup rules in one place (pure: no torch, no files).
+
+* :func:`check_setup` — a setup no engine can run, refused naming the values. The runner
+  adds what only a machine can tell (how many GPUs there are; ``mcap.runner``).
+* :func:`mismatch` / :func:`check_compatible` — whether measurements of one dataset can be
+  compared with predictions of another: the same model (layers and their parameter bytes)
+  under the same setup. The capacity may differ (a sweep under a capacity has oom runs,
+  which are skipped); every other field changes the peaks, so comparing across it would be
+  meaningless. Every caller (``evaluate``, the dashboard, the store's reuse) asks here.
+"""
+from __future__ import annotations
+
+from typing import Optional, Union
+
+from mcap.core.errors import McapError
+from mcap.core.types import (
+    CHECKPOINTS, DEVICES, OPTIMIZERS, SCHEDULES, ModelInfo, Profile, Setup, Sweep,
+)
+
+# The Setup fields that change a measured peak (all but the capacity, which only decides
+# whether a run is oom).
+PEAK_FIELDS = ("stages", "batch_size", "chunks", "schedule", "checkpoint", "device", "engine",
+               "optimizer")
+# Fields compared between a profile and a sweep: the sweep may use another stage count
+# only if the predictor allows it (it does: nothing in Listing 1.1 depends on G), but the
+# evaluation compares partitionings of the sweep's G, so stages is not compared.
+COMPARED_FIELDS = tuple(f for f in PEAK_FIELDS if f != "stages")
+
+
+def check_setup(setup: Setup, engines: tuple[str, ...] = ("pipelining", "torchgpipe")) -> None:
+    """Reject a setup no engine can run, naming the values."""
+    for name, value, allowed in (("schedule", setup.schedule, SCHEDULES),
+                                 ("checkpoint", setup.checkpoint, CHECKPOINTS),
+                                 ("optimizer", setup.optimizer, OPTIMIZERS),
+                                 ("engine", setup.engine, engines),
+                                 ("device", setup.device, DEVICES)):
+        if value not in allowed:
+            raise McapError(f"{name} {value!r} is not one of {', '.join(allowed)}")
+    for name in ("stages", "batch_size", "chunks"):
+        value = getattr(setup, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise McapError(f"{name.replace('_', ' ')} must be an integer >= 1, got {value!r}")
+    if setup.batch_size % setup.chunks:
+        raise McapError(f"batch size {setup.batch_size} does not split into {setup.chunks} "
+                        "equal micro-batches")
+    if setup.schedule == "1f1b" and setup.chunks < setup.stages:
+        raise McapError(f"schedule 1f1b needs at least as many micro-batches as stages: "
+                        f"chunks {setup.chunks} < stages {setup.stages}")
+    if setup.capacity_bytes is not None and (isinstance(setup.capacity_bytes, bool)
+                                             or not isinstance(setup.capacity_bytes, int)
+                                             or setup.capacity_bytes <= 0):
+        raise McapError(f"capacity must be a positive number of bytes, got "
+                        f"{setup.capacity_bytes!r}")
+
+
+def micro_batch(setup: Setup) -> int:
+    """Samples per micro-batch (at least 1)."""
+    return max(setup.batch_size // max(setup.chunks, 1), 1)
+
+
+Dataset = Union[Profile, Sweep]
+
+
+def _model_mismatch(a: ModelInfo, b: ModelInfo, what: tuple[str, str]) -> Optional[str]:
+    if a.num_layers != b.num_layers:
+        return (f"the {what[0]}'s model {a.spec!r} has {a.num_layers} layers but the "
+                f"{what[1]}'s {b.spec!r} has {b.num_layers}")
+    if a.spec != b.spec:
+        return f"the {what[0]} is of {a.spec!r} but the {what[1]} of {b.spec!r}"
+    for i, (x, y) in enumerate(zip(a.layers, b.layers)):
+        if (x.name, x.param_bytes) != (y.name, y.param_bytes):
+            return (f"layer {i} is {x.name}/{x.param_bytes} bytes in the {what[0]} but "
+                    f"{y.name}/{y.param_bytes} bytes in the {what[1]}")
+    return None
+
+
+def mismatch(profile: Dataset, sweep: Dataset,
+             what: tuple[str, str] = ("profile", "sweep")) -> Optional[str]:
+    """Why ``profile``'s predictions cannot be compared with ``sweep``'s measurements (another
+    model or setup), or None when they can (module docstring)."""
+    why = _model_mismatch(profile.model, sweep.model, what)
+    if why:
+        return why
+    diff = [f"{k} {getattr(profile.setup, k)!r} vs {getattr(sweep.setup, k)!r}"
+            for k in COMPARED_FIELDS if getattr(profile.setup, k) != getattr(sweep.setup, k)]
+    if diff:
+        return (f"the {what[0]} and the {what[1]} were measured under different setups "
+                f"({what[0]} vs {what[1]}): {'; '.join(diff)}")
+    return None
+
+
+def check_compatible(profile: Dataset, sweep: Dataset) -> None:
+    """:func:`mismatch` as an McapError."""
+    why = mismatch(profile, sweep)
+    if why:
+        raise McapError(why)

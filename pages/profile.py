@@ -11,10 +11,10 @@ from pages._jobs import job_output, job_panel, setup_args
 from pages._shared import restore_url, store
 
 
-@st.cache_resource(show_spinner="Looking for a GPU…")
+@st.cache_resource(show_spinner=False)
 def gpu_count() -> int:
-    import torch
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    from mcap.app.devices import gpu_count as count
+    return count()
 
 
 restore_url()

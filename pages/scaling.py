@@ -6,7 +6,7 @@ from mcap.io.datasets import datasets_dir
 from mcap.core.errors import McapError
 from mcap.figures import scaling as fig_scaling
 from mcap.figures._style import fmt_bytes
-from mcap.workflow.scaling import load
+from mcap.io.scalefile import load
 from pages._shared import chart, downloads, remember, restore_url, shared
 
 restore_url()

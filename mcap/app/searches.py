@@ -34,7 +34,7 @@ def label(method: str) -> str:
 
 
 def _child_timer(spec: str, stages: int, micro: int, device: str, timeout: float) -> tuple:
-    """balance_by_time in a child process (``python -m mcap.app.timer``): the dashboard server
+    """balance_by_time in a child process (``python -m mcap.cli.timer``): the dashboard server
     never imports torch or builds a model itself."""
     import json
     import subprocess
@@ -42,7 +42,7 @@ def _child_timer(spec: str, stages: int, micro: int, device: str, timeout: float
 
     from mcap.app.jobs import REPO_ROOT
 
-    cmd = [sys.executable, "-m", "mcap.app.timer", spec, str(stages), str(micro), device,
+    cmd = [sys.executable, "-m", "mcap.cli.timer", spec, str(stages), str(micro), device,
            str(timeout)]
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=str(REPO_ROOT),
                           timeout=600, stdin=subprocess.DEVNULL)

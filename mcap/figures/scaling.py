@@ -6,7 +6,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from mcap.figures._style import METHOD_COLORS, balance_str, mib
-from mcap.workflow.scaling import Scaling
+from mcap.core.scaling import Scaling
 
 POINT_COLUMNS = ["partitioner", "value", "params", "balance", "status", "peak",
                  "predicted_peak", "largest"]

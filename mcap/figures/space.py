@@ -11,6 +11,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from mcap.figures._style import METHOD_COLORS, balance_str, mib
+from mcap.core.evaluate import percentile
 from mcap.core.types import Prediction, Run
 
 PAPER_ERROR = 0.14  # paper 4.2: 90% of VGG11 partitionings predicted within 14%
@@ -124,8 +125,8 @@ def error_stats(runs: tuple[Run, ...], predictions: tuple[Prediction, ...]) -> E
         return ErrorStats((), (), None, None)
     balances, errors = zip(*pairs)
     absolute = sorted(abs(e) for e in errors)
-    # nearest-rank 90th percentile: the smallest error that 90% of runs do not exceed
-    p90 = absolute[max(math.ceil(0.9 * len(absolute)) - 1, 0)]
+    # the one percentile definition, so this page and `python -m mcap evaluate` agree
+    p90 = percentile(absolute, 90)
     within = sum(1 for e in absolute if e <= PAPER_ERROR) / len(absolute)
     return ErrorStats(tuple(balances), tuple(errors), p90, within)
 

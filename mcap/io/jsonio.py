@@ -291,8 +291,12 @@ def dumps(obj: Union[Profile, Sweep]) -> str:
 
 def save(obj: Union[Profile, Sweep], path: Union[str, Path]) -> Path:
     """Write atomically: a temp file next to ``path``, fsync, then rename over it."""
-    p = Path(path)
-    text = dumps(obj)
+    return write_text_atomic(Path(path), dumps(obj))
+
+
+def write_text_atomic(p: Path, text: str) -> Path:
+    """``text`` to ``p`` atomically (temp file in the same folder, fsync, rename): a crash
+    or a full disk never leaves half a file, and an old file stays whole until replaced."""
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
     try:

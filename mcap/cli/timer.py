@@ -1,4 +1,4 @@
-"""``python -m mcap.app.timer SPEC STAGES MICRO DEVICE TIMEOUT``: torchgpipe's balance_by_time
+"""``python -m mcap.cli.timer SPEC STAGES MICRO DEVICE TIMEOUT``: torchgpipe's balance_by_time
 in its own process for the dashboard (``mcap.app.searches``), printed as JSON. Bad input
 exits 2 with one line, like the CLI."""
 from __future__ import annotations

@@ -1,0 +1,119 @@
+"""The layers of ARCHITECTURE.md hold: imports flow one way, the pure core touches neither
+torch nor files, nothing in mcap/ imports streamlit, and the dashboard and the CLI compute
+the same error statistics. Every import counts, also the ones inside functions."""
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# layer -> the mcap layers it may import (besides itself). Third-party rules below.
+ALLOWED = {
+    "core": set(),
+    "models": {"core"},
+    "store": {"core"},
+    "io": {"core", "store"},
+    "figures": {"core"},
+    "runner": {"core", "models"},
+    "workflow": {"core", "models", "runner", "store", "io"},
+    "app": {"core", "io", "store", "figures", "workflow"},
+    "cli": {"core", "models", "runner", "store", "io", "workflow", "app"},
+}
+# third-party / stdlib modules a layer must never import
+FORBIDDEN = {
+    "core": {"torch", "streamlit", "sqlite3", "subprocess", "pathlib", "tempfile", "shutil",
+             "pandas", "plotly"},
+    "models": {"streamlit"},
+    "store": {"torch", "streamlit"},
+    "io": {"torch", "streamlit"},
+    "figures": {"torch", "streamlit"},
+    "runner": {"streamlit"},
+    "workflow": {"streamlit"},
+    "app": {"torch", "streamlit"},
+    "cli": {"streamlit"},
+}
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.add(node.module)
+            if node.module == "mcap":
+                out |= {f"mcap.{a.name}" for a in node.names}
+    return out
+
+
+def _layer(path: Path) -> str:
+    rel = path.relative_to(ROOT / "mcap").parts
+    return rel[0] if len(rel) > 1 else "top"
+
+
+def _modules():
+    return sorted(p for p in (ROOT / "mcap").rglob("*.py") if _layer(p) != "top")
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_imports_flow_one_way(path):
+    layer = _layer(path)
+    bad = []
+    for name in _imports(path):
+        top = name.split(".")[0]
+        if top == "mcap":
+            other = name.split(".")[1] if "." in name else "top"
+            if other not in {layer} | ALLOWED[layer] and other != "top":
+                bad.append(f"{name} (layer {other})")
+        elif top in FORBIDDEN[layer]:
+            bad.append(name)
+    assert not bad, f"{path.relative_to(ROOT)} ({layer}) imports {', '.join(sorted(bad))}"
+
+
+def test_pages_only_render():
+    """pages/ import mcap and streamlit, never torch, and start no processes themselves."""
+    for path in sorted((ROOT / "pages").glob("*.py")) + [ROOT / "app.py"]:
+        names = _imports(path)
+        assert not {n for n in names if n.split(".")[0] in ("torch", "subprocess", "sqlite3")}, path
+        assert not {n for n in names if n.startswith(("mcap.runner", "mcap.workflow"))}, path
+
+
+def test_the_cli_and_unknown_models_need_no_torch():
+    """`profile --model bogus` says "unknown model" without importing torch (checked in a
+    fresh interpreter where importing torch fails)."""
+    code = ("import sys\n"
+            "class Block:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name == 'torch' or name.startswith('torch.'):\n"
+            "            raise ImportError('torch is blocked in this test')\n"
+            "sys.meta_path.insert(0, Block())\n"
+            "from mcap.cli.main import main\n"
+            "sys.exit(main(['profile', '--model', 'bogus', '--stages', '2', '--out', 'x.json']))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=str(ROOT), env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 2, done.stderr
+    assert "unknown model 'bogus'" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_dashboard_and_evaluate_report_the_same_p90_on_every_bundled_pair():
+    from mcap.app.searches import sweep_predictions
+    from mcap.core.evaluate import evaluate
+    from mcap.core.setup import mismatch
+    from mcap.figures.space import error_stats
+    from mcap.io import datasets
+
+    refs = datasets.bundled()
+    profiles = [datasets.load(r) for r in refs if r.kind == "profile"]
+    sweeps = [datasets.load(r) for r in refs if r.kind == "sweep"]
+    pairs = [(p, s) for p in profiles for s in sweeps if mismatch(p, s) is None]
+    assert pairs, "no bundled profile matches a bundled sweep"
+    for profile, sweep in pairs:
+        cli = evaluate(profile, sweep).errors.p90
+        page = error_stats(sweep.runs, sweep_predictions(profile, sweep)).p90
+        assert cli == pytest.approx(page, abs=1e-12), (profile.model.spec, sweep.setup)

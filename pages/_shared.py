@@ -53,35 +53,45 @@ def remember(name: str, value) -> None:
         st.query_params[name] = text
 
 
+# The pages, in menu order (app.py runs them through st.navigation). Emoji icons: Material
+# icons would fetch a font from the internet, unreachable offline.
+PAGES = (
+    ("pages/overview.py", "Overview", "🏠", None),  # the default page, served at /
+    ("pages/profile.py", "Profile", "⏱️", "profile"),
+    ("pages/layers.py", "Layers", "🧱", "layers"),
+    ("pages/predict.py", "Predict vs measure", "🎯", "predict"),
+    ("pages/space.py", "Partition space", "🗺️", "space"),
+    ("pages/recommend.py", "Recommend", "🧭", "recommend"),
+    ("pages/scaling.py", "Scaling", "📈", "scaling"),
+    ("pages/explained.py", "Pipeline memory, explained", "🎓", "explained"),
+)
+_VIA_APP = "_mcap_navigation"
+
+
+def navigation(position: str = "sidebar"):
+    """app.py's st.navigation over :data:`PAGES`; marks the session as run through it."""
+    st.session_state[_VIA_APP] = True
+    pages = [st.Page(path, title=title, icon=icon, url_path=url) if url else
+             st.Page(path, title=title, icon=icon, default=True)
+             for path, title, icon, url in PAGES]
+    return st.navigation(pages, position=position)
+
+
 def restore_url() -> None:
     """Every page calls this first: make sure app.py's navigation is in charge, then, after a
-    page switch, put this session's shared values back into the URL."""
-    _ensure_navigation()
+    page switch, put this session's shared values back into the URL.
+
+    A fresh server whose first request is a deep link (``/space``) while a ``pages/`` folder
+    exists runs that page file alone, in Streamlit's legacy multipage mode, until some
+    session calls ``st.navigation`` (which, as documented, turns that mode off). A session
+    that did not come through app.py calls it here, hidden, and reruns through app.py; the
+    page hash depends only on the URL path, so the same page comes back."""
+    if not st.session_state.get(_VIA_APP):
+        navigation(position="hidden")
+        st.rerun()
     for name, value in st.session_state.get("_shared", {}).items():
         if name in SHARED_KEYS and st.query_params.get(name) != value:
             st.query_params[name] = value
-
-
-def _ensure_navigation() -> None:
-    """A fresh server that is first asked for a deep link (``/space``) while a ``pages/``
-    folder exists runs that page file alone, in Streamlit's legacy multipage mode, until
-    some session has run ``st.navigation`` (streamlit/runtime/pages_manager.py). The sidebar
-    then lists bare file names. Leave that mode and rerun through app.py."""
-    try:
-        from streamlit.runtime.pages_manager import PagesManager
-    except ImportError:  # a Streamlit without the legacy mode
-        return
-    global _RERUN_FOR_NAVIGATION
-    if getattr(PagesManager, "uses_pages_directory", None):
-        PagesManager.uses_pages_directory = False
-        # Once per server process: that first run carries no widget events to lose.
-        # (AppTest resets the flag before every run; rerunning each time would drop clicks.)
-        if _RERUN_FOR_NAVIGATION:
-            _RERUN_FOR_NAVIGATION = False
-            st.rerun()
-
-
-_RERUN_FOR_NAVIGATION = True
 
 
 def shared_int(name: str, default: int, low: int, high: int) -> int:

@@ -9,7 +9,7 @@ import streamlit as st
 from mcap.core.errors import McapError
 
 
-# --- jobs (child processes; DESIGN.md: never in the script thread) -------------------------
+# --- jobs (child processes; ARCHITECTURE.md: never in the script thread) -------------------------
 
 def setup_args(spec: str, setup) -> list[str]:
     """The CLI flags that reproduce a model spec and a Setup (``mcap.cli.profile``):

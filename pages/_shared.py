@@ -1,7 +1,7 @@
 """What every page shares: shareable state in query params, the store, cached dataset
 loading, errors as st.error, and chart/table export. Not a page (app.py does not list it).
 
-Caching (DESIGN.md): ``st.cache_data`` only here in pages/, keyed on the store's or the
+Caching (ARCHITECTURE.md, Dashboard): ``st.cache_data`` only here in pages/, keyed on the store's or the
 file's content revision (mtime and size), so a new run in the store shows up at once.
 """
 from __future__ import annotations

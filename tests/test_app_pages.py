@@ -20,7 +20,7 @@ from mcap.core.search import recommend
 
 pytestmark = pytest.mark.app
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
-TIMEOUT = 30  # torch import is slow (DESIGN.md)
+TIMEOUT = 30  # torch import is slow (ARCHITECTURE.md, Dashboard)
 
 
 def _bundled(kind):

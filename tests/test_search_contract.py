@@ -1,4 +1,4 @@
-"""One parametrised contract for every method against exhaustive search (DESIGN.md, Style)."""
+"""One parametrised contract for every method against exhaustive search (ARCHITECTURE.md, Style)."""
 import numpy as np
 import pytest
 

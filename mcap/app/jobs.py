@@ -1,7 +1,7 @@
 """Long commands the dashboard starts: ``python -m mcap profile|sweep|measure ... --job ID``
 as a detached child process that writes its runs and progress to the store.
 
-Pages call this module, never ``subprocess`` (DESIGN.md, Dashboard conventions). The child
+Pages call this module, never ``subprocess`` (ARCHITECTURE.md, Dashboard). The child
 runs in its own session (process group), so it outlives the page that started it, a page
 switch or a browser reload; cancelling sends it SIGTERM, which it turns into a clean stop.
 Progress is read back from the store (``Store.job`` and ``Store.job_runs``), so any page,

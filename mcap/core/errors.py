@@ -1,4 +1,4 @@
-"""One error family. Messages name the offending values (DESIGN.md, Style)."""
+"""One error family. Messages name the offending values (ARCHITECTURE.md, Style)."""
 
 
 class McapError(Exception):

@@ -1,4 +1,4 @@
-"""The frozen dataclasses that flow through mcap (DESIGN.md, Style).
+"""The frozen dataclasses that flow through mcap (ARCHITECTURE.md, Style).
 
 Pure: no torch, no files. Memory is always int bytes. JSON forms live in
 ``mcap.io.jsonio``; nothing here knows about files.
@@ -18,8 +18,13 @@ DEVICES = ("cpu", "cuda")
 
 @dataclass(frozen=True)
 class Layer:
+    """One partitionable layer: its name, its parameter bytes and its kind (the module's
+    class name, e.g. "Conv2d"; "" when unknown, as in files written before kinds were
+    recorded). The kind is information, not identity: two layers are the same layer
+    whatever kind a file says."""
     name: str
     param_bytes: int
+    kind: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True)
@@ -143,7 +148,7 @@ class Prediction:
 
 @dataclass(frozen=True)
 class Recommendation:
-    """The result of every search method (one type for all; DESIGN.md, Style)."""
+    """The result of every search method (one type for all; ARCHITECTURE.md, Records)."""
     method: str
     balance: tuple[int, ...]
     predicted_peaks: tuple[int, ...]

@@ -41,7 +41,8 @@ _BREAKDOWN_FIELDS = ("weights", "gradients", "optimizer", "other")
 
 def _model_to_dict(model: ModelInfo) -> dict:
     return {"spec": model.spec,
-            "layers": [{"name": l.name, "param_bytes": int(l.param_bytes)} for l in model.layers]}
+            "layers": [{"name": l.name, "param_bytes": int(l.param_bytes),
+                        **({"kind": l.kind} if l.kind else {})} for l in model.layers]}
 
 
 def _setup_to_dict(setup: Setup) -> dict:
@@ -151,7 +152,8 @@ def _model(d, r: _Reader) -> ModelInfo:
         l = r.obj(l, f"model.layers[{i}]")
         layers.append(Layer(name=r.str_(r.need(l, "name", f"model.layers[{i}]"), f"model.layers[{i}].name"),
                             param_bytes=r.int_(r.need(l, "param_bytes", f"model.layers[{i}]"),
-                                               f"model.layers[{i}].param_bytes")))
+                                               f"model.layers[{i}].param_bytes"),
+                            kind=r.str_(l.get("kind", ""), f"model.layers[{i}].kind")))
     if not layers:
         raise r.fail("model.layers", "the model has no layers")
     return ModelInfo(spec=spec, layers=tuple(layers))

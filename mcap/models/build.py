@@ -65,7 +65,8 @@ def _build(name: str, params: dict) -> tuple[nn.Sequential, Callable, Callable]:
 
 def model_info(spec: str, module: nn.Sequential) -> ModelInfo:
     layers = tuple(
-        Layer(name, sum(p.numel() * p.element_size() for p in child.parameters()))
+        Layer(name, sum(p.numel() * p.element_size() for p in child.parameters()),
+              type(child).__name__)
         for name, child in module.named_children())
     return ModelInfo(spec=spec, layers=layers)
 

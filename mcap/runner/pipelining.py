@@ -145,7 +145,7 @@ def run_stage(res: Resident, setup: Setup, balance: tuple[int, ...], rank: int,
         return StageResult(rank, "ok", window.peaks()[0], window.breakdowns()[0], seconds,
                            iteration_peaks=tuple(p[0] for p in window.iteration_peaks),
                            held_before=window.held_before)
-    except Exception as exc:  # a run's failure is data (DESIGN.md, optuna's trial states)
+    except Exception as exc:  # a run's failure is data (ARCHITECTURE.md, Records)
         window.stop()
         status, message = classify(exc)
         where = f"stage {rank} (layers {first}..{last})"

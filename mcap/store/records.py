@@ -135,11 +135,12 @@ def study_key(spec: str, setup: Setup) -> str:
 
 
 def model_to_json(model: ModelInfo) -> str:
-    return dumps([{"name": layer.name, "param_bytes": layer.param_bytes} for layer in model.layers])
+    return dumps([{"name": layer.name, "param_bytes": layer.param_bytes,
+                   **({"kind": layer.kind} if layer.kind else {})} for layer in model.layers])
 
 
 def model_from_json(spec: str, text: str) -> ModelInfo:
-    return ModelInfo(spec=spec, layers=tuple(Layer(d["name"], int(d["param_bytes"]))
+    return ModelInfo(spec=spec, layers=tuple(Layer(d["name"], int(d["param_bytes"]), str(d.get("kind", "")))
                                              for d in json.loads(text)))
 
 

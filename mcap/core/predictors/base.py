@@ -104,6 +104,7 @@ class Fit:
 
     def __init__(self, stats: LayerStats, terms: tuple[Term, ...], error: Optional[float]):
         self.stats, self.terms, self.error = stats, terms, error
+        self.details: dict = {}
 
 
 class Windows:

@@ -40,6 +40,7 @@ def fit_maxparam(runs, param_bytes) -> Fit:
 
 def costs_of(fit: Fit, name: str) -> TermCosts:
     details = {t.name: t.weight for t in fit.terms}
+    details.update(fit.details)
     details["held_out_error"] = fit.error
     return TermCosts(cost_table(fit.stats), fit.terms, name, details)
 

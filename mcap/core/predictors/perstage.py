@@ -67,32 +67,93 @@ class PerStage(Predictor):
             "profile's own held-out windows (the default).")
 
     def fit(self, profile: Profile) -> TermCosts:
-        pb = [l.param_bytes for l in profile.model.layers]
+        layers = profile.model.layers
+        pb = [l.param_bytes for l in layers]
         if not ok_runs(profile.runs, len(pb)):
             return without_runs(profile, self.name)
         base = fit_maxparam(profile.runs, pb)
-        fit = base
-        grid = _presence_weights(profile.runs, pb, base)
-        if grid and base.error is not None:
-            best = None
-            wins = Windows(profile.runs, len(pb))
-            for c in WEIGHTS:  # for every c, the best W by ternary search over the grid's span
-                f = _best_w(wins, pb, c, min(grid), max(grid))
+        if base.error is None:
+            return costs_of(base, self.name)
+        wins = Windows(profile.runs, len(pb))
+        weights = _per_kind(wins, layers, base.terms[0].weight)
+        fit = wins.score((_kind_term(layers, weights),))
+        fit.details = {"largest parameter tensor": weights}
+        grid = _presence_weights(profile.runs, pb, fit)
+        if grid:
+            joint = _with_presence(wins, layers, weights, min(grid), max(grid))
+            if joint is not None and joint.error <= (1 - KEEP_IF_BETTER_BY) * fit.error:
+                fit = joint
+        costs = costs_of(fit, self.name)
+        costs.details.update(fit.details)
+        return costs
+
+
+def _kinds(layers) -> list[str]:
+    """Kinds of the layers that have parameters, when every such layer's kind is known."""
+    kinds = [l.kind for l in layers if l.param_bytes > 0]
+    return sorted(set(kinds)) if kinds and all(kinds) else []
+
+
+def _kind_term(layers, weights: dict) -> Term:
+    """max over the stage of c_kind * parameter bytes (one c for unknown kinds, key "")."""
+    c = [weights.get(l.kind, weights.get("", 0.0)) for l in layers]
+    return Term("largest parameter tensor", "max",
+                tuple(int(round(ci * l.param_bytes)) for ci, l in zip(c, layers)), 1.0)
+
+
+def _per_kind(wins, layers, start: float, extra: tuple = ()) -> dict:
+    """c per layer kind by coordinate descent over the grid (a convolution's temporaries are
+    not a linear layer's: oneDNN's and cuDNN's workspaces differ from a GEMM's), starting
+    from ``start``; without kinds, that single c (key ""). ``extra`` terms stay fixed."""
+    kinds = _kinds(layers)
+    if len(kinds) < 2:
+        return {"": start}
+    weights = {k: start for k in kinds}
+    best = wins.score((_kind_term(layers, weights), *extra))
+    for _ in range(4):
+        improved = False
+        for k in kinds:
+            for c in WEIGHTS:
+                trial = dict(weights, **{k: c})
+                f = wins.score((_kind_term(layers, trial), *extra))
                 if f is not None and (best is None or f.error < best.error - 1e-12):
-                    best = f
-            if best is not None and best.error <= (1 - KEEP_IF_BETTER_BY) * base.error:
-                fit = best
-        return costs_of(fit, self.name)
+                    best, weights, improved = f, trial, True
+        if not improved:
+            break
+    return weights
 
 
-def _best_w(wins, pb, c, lo, hi):
-    """The presence weight in [lo, hi] with the lowest held-out error at ``c`` (ternary
-    search: the error is piecewise linear in W and, on the data seen, unimodal)."""
+def _with_presence(wins, layers, weights, lo, hi):
+    """The best (c per kind, W) with a presence term: for every common c of the grid the
+    best W, then c per kind with that W fixed, then W again."""
+    pb = [l.param_bytes for l in layers]
     best = None
+    for c in WEIGHTS:
+        f = _best_w(wins, layers, {k: c for k in weights}, lo, hi)
+        if f is not None and (best is None or f.error < best.error - 1e-12):
+            best, common = f, c
+    if best is None:
+        return None
+    w = best.terms[1].weight
+    weights = _per_kind(wins, layers, common, (presence_term(pb, w),))
+    final = _best_w(wins, layers, weights, w / 2 ** 0.5, w * 2 ** 0.5)
+    if final is None or final.error > best.error:
+        final, weights = best, {k: common for k in weights}
+    final.details = {"largest parameter tensor": weights,
+                     "once per stage with parameters": final.terms[1].weight}
+    return final
+
+
+def _best_w(wins, layers, weights, lo, hi):
+    """The presence weight in [lo, hi] with the lowest held-out error (ternary search: the
+    error is piecewise linear in W and, on the data seen, unimodal)."""
+    best = None
+    pb = [l.param_bytes for l in layers]
+    kind = _kind_term(layers, weights)
 
     def at(x):
         nonlocal best
-        f = wins.score((param_term(pb, c), presence_term(pb, x)))
+        f = wins.score((kind, presence_term(pb, x)))
         if f is not None and (best is None or f.error < best.error - 1e-12):
             best = f
         return f.error if f is not None else np.inf

@@ -18,7 +18,7 @@ from typing import Sequence
 import numpy as np
 
 from mcap.core.errors import InvalidPartitioning, InvalidStatistics
-from mcap.core.partition import validate
+from mcap.core.partition import validate, windows
 from mcap.core.types import LayerStats, Prediction
 
 
@@ -109,11 +109,7 @@ def table_from_arrays(iso: Sequence[int], added: Sequence[int]) -> CostTable:
 
 
 def _peaks(table: CostTable, balance: tuple[int, ...]) -> tuple[int, ...]:
-    out, start = [], 0
-    for n in balance:
-        out.append(table.stage(start, start + n - 1))
-        start += n
-    return tuple(out)
+    return tuple(table.stage(a, z) for a, z in windows(balance))
 
 
 def predict(stats: LayerStats, balance: Sequence[int]) -> Prediction:

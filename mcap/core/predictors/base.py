@@ -21,6 +21,7 @@ import numpy as np
 from mcap.core.costs import StageCosts, Term
 from mcap.core.errors import InvalidStatistics, McapError
 from mcap.core.predict import cost_table
+from mcap.core.registry import Registry
 from mcap.core.stats import collect, extract, sources_for_windows, stage_windows
 from mcap.core.types import LayerStats, Profile, Run
 
@@ -36,27 +37,8 @@ class Predictor:
         raise NotImplementedError
 
 
-REGISTRY: dict[str, Predictor] = {}
-
-
-def register(cls: type[Predictor]) -> type[Predictor]:
-    """Class decorator: add one instance of ``cls`` to the registry under ``cls.name``."""
-    if not cls.name or cls.name in REGISTRY:
-        raise ValueError(f"predictor name {cls.name!r} is empty or registered twice")
-    REGISTRY[cls.name] = cls()
-    return cls
-
-
-def names() -> tuple[str, ...]:
-    return tuple(REGISTRY)
-
-
-def get(name: str) -> Predictor:
-    try:
-        return REGISTRY[name]
-    except KeyError:
-        raise McapError(f"unknown predictor {name!r}; expected one of {', '.join(REGISTRY)}") \
-            from None
+REGISTRY: Registry[Predictor] = Registry("predictor")
+register, names, get = REGISTRY.register, REGISTRY.names, REGISTRY.get
 
 
 # --- fitting once-per-stage terms on held-out profiling windows ---------------------------

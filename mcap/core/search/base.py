@@ -21,6 +21,7 @@ from typing import Callable, ClassVar, Optional, Sequence
 
 from mcap.core.costs import StageCosts
 from mcap.core.errors import McapError
+from mcap.core.registry import Registry
 
 Progress = Optional[Callable[[int, int], None]]
 # (model spec, stages, micro-batch size) -> balance: a throughput-based split that needs
@@ -63,27 +64,13 @@ class Method:
         raise NotImplementedError
 
 
-REGISTRY: dict[str, Method] = {}
-
-
-def register(cls: type[Method]) -> type[Method]:
-    if not cls.name or cls.name in REGISTRY:
-        raise ValueError(f"method name {cls.name!r} is empty or registered twice")
-    REGISTRY[cls.name] = cls()
-    return cls
+REGISTRY: Registry[Method] = Registry("method")
+register, get = REGISTRY.register, REGISTRY.get
 
 
 def names(on_demand: Optional[bool] = None) -> tuple[str, ...]:
     """Registered method names, optionally only the (not) on-demand ones."""
-    return tuple(n for n, m in REGISTRY.items() if on_demand is None or m.on_demand == on_demand)
-
-
-def get(name: str) -> Method:
-    try:
-        return REGISTRY[name]
-    except KeyError:
-        raise McapError(f"unknown method {name!r}; expected one of {', '.join(REGISTRY)}") \
-            from None
+    return tuple(m.name for m in REGISTRY if on_demand is None or m.on_demand == on_demand)
 
 
 def check_options(method: Method, options: dict, allowed: Sequence[str]) -> None:

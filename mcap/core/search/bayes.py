@@ -19,6 +19,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from mcap.core.partition import windows
 from mcap.core.predict import CostTable
 from mcap.core.search.tiebreak import key
 
@@ -32,12 +33,8 @@ def decode(point, L: int) -> tuple[int, ...]:
     return tuple(b - a for a, b in zip(edges, edges[1:]))
 
 
-def _peaks(table: CostTable, bal: tuple[int, ...]) -> tuple[int, ...]:
-    out, s = [], 0
-    for n in bal:
-        out.append(table.stage(s, s + n - 1))
-        s += n
-    return tuple(out)
+def _peaks(table, bal: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(table.stage(a, z) for a, z in windows(bal))
 
 
 def solve(table: CostTable, G: int, seed: int = 0, iterations: int = ITERATIONS,

@@ -1,0 +1,172 @@
+"""Hybrid plans (CAPTURE, section III): pipeline stages that each have their own kind of
+parallelism and degree, placed on a mesh of N nodes with K devices each. Pure.
+
+A plan is written as comma-separated stages (the command line's contract): ``N`` for N
+layers on one device, ``N:dpK`` / ``N:tpK`` for N layers on K devices with data / tensor
+parallelism; ``3,3,10:tp2`` uses 4 devices. A stage config (III-B) is the tuple (layers,
+parallelism, degree); a pipeline-only stage has parallelism ``pp`` and degree 1.
+
+Placement on a mesh (III-C): stages fill the devices in order, node by node; a stage never
+spans two nodes, every node's degrees sum to K, and no device is left unused.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+from mcap.core.errors import InvalidPartitioning, McapError
+
+PARALLEL = ("pp", "dp", "tp")
+_STAGE = re.compile(r"^\s*([0-9]+)\s*(?::\s*(dp|tp)\s*([0-9]+))?\s*$")
+
+
+@dataclass(frozen=True)
+class StageConfig:
+    layers: int
+    parallel: str = "pp"
+    degree: int = 1
+
+    @property
+    def text(self) -> str:
+        return str(self.layers) if self.parallel == "pp" else f"{self.layers}:{self.parallel}{self.degree}"
+
+
+@dataclass(frozen=True)
+class HybridPlan:
+    stages: tuple[StageConfig, ...]
+
+    @property
+    def text(self) -> str:
+        return ",".join(s.text for s in self.stages)
+
+    @property
+    def balance(self) -> tuple[int, ...]:
+        return tuple(s.layers for s in self.stages)
+
+    @property
+    def devices(self) -> int:
+        return sum(s.degree for s in self.stages)
+
+    @property
+    def pipeline_only(self) -> bool:
+        return all(s.parallel == "pp" for s in self.stages)
+
+    def as_json(self) -> list[dict]:
+        return [{"layers": s.layers, "parallel": s.parallel, "degree": s.degree}
+                for s in self.stages]
+
+    def device_stage(self) -> tuple[int, ...]:
+        """The stage index of every device, in device order."""
+        return tuple(i for i, s in enumerate(self.stages) for _ in range(s.degree))
+
+
+@dataclass(frozen=True)
+class Mesh:
+    nodes: int
+    per_node: int
+
+    @property
+    def devices(self) -> int:
+        return self.nodes * self.per_node
+
+    @property
+    def text(self) -> str:
+        return f"{self.nodes}x{self.per_node}"
+
+
+def parse_mesh(text: str) -> Mesh:
+    """``2x4`` -> Mesh(2 nodes, 4 devices each)."""
+    m = re.fullmatch(r"\s*([0-9]+)\s*[xX]\s*([0-9]+)\s*", str(text))
+    if not m or int(m.group(1)) < 1 or int(m.group(2)) < 1:
+        raise McapError(f"mesh {text!r} is not NxK with N nodes and K devices per node, "
+                        "both >= 1 (e.g. 1x4 or 2x4)")
+    return Mesh(int(m.group(1)), int(m.group(2)))
+
+
+def parse_plan(text: str) -> HybridPlan:
+    """``3,3,10:tp2`` -> HybridPlan; errors name the stage that does not parse."""
+    parts = str(text).split(",")
+    stages = []
+    for i, part in enumerate(parts):
+        m = _STAGE.match(part)
+        if not m:
+            raise InvalidPartitioning(
+                f"plan {text!r}: stage {i} is {part.strip()!r}; write N (N layers on one device) "
+                "or N:dpK / N:tpK (N layers on K devices), e.g. 3,3,10:tp2")
+        layers = int(m.group(1))
+        if layers < 1:
+            raise InvalidPartitioning(f"plan {text!r}: stage {i} has {layers} layers; every "
+                                      "stage needs at least one")
+        if m.group(2):
+            degree = int(m.group(3))
+            if degree < 1:
+                raise InvalidPartitioning(f"plan {text!r}: stage {i} has degree {degree}; it "
+                                          "must be at least 1")
+            stages.append(StageConfig(layers, m.group(2) if degree > 1 else "pp", degree))
+        else:
+            stages.append(StageConfig(layers))
+    return HybridPlan(tuple(stages))
+
+
+def check_plan(plan: HybridPlan, num_layers: int, mesh: Optional[Mesh] = None) -> HybridPlan:
+    """Raise naming the numbers when the plan's layers do not sum to the model's or its
+    degrees do not fit the mesh (module docstring)."""
+    total = sum(plan.balance)
+    if total != num_layers:
+        raise InvalidPartitioning(f"plan {plan.text} places {total} layers but the model has "
+                                  f"{num_layers}")
+    if mesh is None:
+        return plan
+    if plan.devices != mesh.devices:
+        raise InvalidPartitioning(f"plan {plan.text} uses {plan.devices} devices but mesh "
+                                  f"{mesh.text} has {mesh.devices}; no device may be left unused")
+    used = 0
+    for i, s in enumerate(plan.stages):
+        if s.degree > mesh.per_node:
+            raise InvalidPartitioning(f"plan {plan.text}: stage {i} has degree {s.degree} but a "
+                                      f"node of mesh {mesh.text} has {mesh.per_node} devices")
+        if used % mesh.per_node + s.degree > mesh.per_node:
+            node = used // mesh.per_node
+            raise InvalidPartitioning(
+                f"plan {plan.text}: stage {i} ({s.degree} devices) would span nodes {node} and "
+                f"{node + 1}; the degrees on a node must sum to {mesh.per_node}")
+        used += s.degree
+    return plan
+
+
+def log_degree(m2: float, m4: float, degree: int) -> float:
+    """Per-device memory at ``degree`` from the 2- and 4-way values (III-B3): a fixed part
+    plus a part divided by the degree sum to a curve that a logarithm in the degree fits;
+    through (2, m2) and (4, m4): m(d) = m2 + (m4 - m2) * (log2 d - 1)."""
+    import math
+    return m2 + (m4 - m2) * (math.log2(degree) - 1)
+
+
+def batch_line(m1: float, b1: int, m2: float, b2: int, target: int) -> float:
+    """The straight line through (b1, m1) and (b2, m2) sampled at ``target`` (III-B2)."""
+    if b1 == b2:
+        raise McapError(f"batch-size scaling needs two different batch sizes, got {b1} twice")
+    return m1 + (m2 - m1) * (target - b1) / (b2 - b1)
+
+
+def merge_layers(mem_isolated: Sequence[int], mem_added: Sequence[Optional[int]],
+                 target: int) -> tuple[tuple[int, ...], tuple[int, ...], tuple[Optional[int], ...]]:
+    """CAPTURE's layer merger (III-A3): merge adjacent layers, always the pair whose merged
+    M_i is lowest, until ``target`` remain. Merging l and l+1:
+    M_i(l, l+1) = M_i(l) + M_a(l+1), M_a(l, l+1) = M_a(l) + M_a(l+1).
+
+    Returns (sizes: original layers per merged layer, merged M_i, merged M_a)."""
+    iso, added = list(mem_isolated), list(mem_added)
+    if not 1 <= target <= len(iso):
+        raise McapError(f"--merge-to {target}: the model has {len(iso)} layers; choose 1.."
+                        f"{len(iso)}")
+    sizes = [1] * len(iso)
+    while len(iso) > target:
+        merged = [iso[l] + added[l + 1] for l in range(len(iso) - 1)]
+        l = min(range(len(merged)), key=lambda k: (merged[k], k))
+        iso[l] = merged[l]
+        added[l] = None if l == 0 else added[l] + added[l + 1]
+        sizes[l] += sizes[l + 1]
+        del iso[l + 1], added[l + 1], sizes[l + 1]
+    return tuple(sizes), tuple(iso), tuple(added)

@@ -294,3 +294,18 @@ def test_evaluate_is_quiet_on_one_machine_and_labels_unknown(tmp_path, capsys):
     assert json.loads(out)["machines"]["warning"] is None and "warning" not in err
     assert main(_pair(tmp_path, None, CPU) + ["--json"]) == 0
     assert json.loads(capsys.readouterr().out)["machines"]["profile"] == "machine unknown"
+
+
+def test_collect_records_the_setup_threads_and_a_onednn_isa_cap(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from mcap.runner.machine import collect
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
+    here = collect(Setup(stages=2, threads=3))
+    assert here.threads == 3 and here.device == "cpu" and here.gpu is None
+    assert here.isa == torch.backends.cpu.get_cpu_capability()
+    assert here.torch == torch.__version__
+    # oneDNN picks kernels (and workspaces) by its own ISA cap, which torch does not report
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "avx")
+    capped = collect(Setup(stages=2, threads=3))
+    assert capped.isa.endswith("oneDNN max AVX") and capped.key() != here.key()

@@ -26,7 +26,7 @@ def test_profile_shape_matches_issue():
         {"name": "classifier", "param_bytes": 40}]}
     assert d["setup"] == {"stages": 2, "batch_size": 32, "chunks": 4, "schedule": "gpipe",
                           "checkpoint": "except_last", "device": "cpu", "capacity_bytes": None,
-                          "engine": "torchgpipe", "optimizer": "adam"}
+                          "engine": "torchgpipe", "optimizer": "adam", "threads": 1}
     assert d["mem_added"][0] is None
     assert d["runs"][1] == {"balance": [2, 1], "status": "oom", "peaks": None, "seconds": 0.2,
                             "samples_per_second": None, "error": "stage 0 exceeded 1000 bytes",

@@ -140,3 +140,7 @@ def test_sweep_records_oom_and_goes_on_then_resumes(tmp_path):
     assert jsonio.load_sweep(tmp_path / "capped.json") == result.sweep
     again = sweep(MODEL, capped, tmp_path / "capped.json", store=store, stream=io.StringIO())
     assert again.tally.measured == 0 and again.tally.reused == 5 and again.sweep == result.sweep
+    # Where the runs were measured goes with them: the stage processes' report when they
+    # ran, the parent's view of the same machine when everything was reused (issue 11).
+    assert result.sweep.machine is not None and result.sweep.machine.threads == 1
+    assert store.load_sweep(again.sweep_id).machine == result.sweep.machine

@@ -50,3 +50,25 @@ def test_torchgpipe_says_how_many_gpus_it_found():
                   engine="torchgpipe")
     with pytest.raises(McapError, match=f"needs {found + 1} CUDA devices .* found {found}"):
         open_runner(EXACT, setup)
+
+
+def test_a_stage_reads_what_a_fresh_process_reads_after_a_run_with_matmuls():
+    """cuBLAS keeps a workspace per matmul thread (32 MiB on Hopper) in the caching
+    allocator; a stage process that ran Linear layers must not carry it into the next run
+    (issue 11). B's first stage holds no matmul, so a fresh process reads under 1 MiB."""
+    spec = "tests.test_runner_models:linear:width=256,layers=4,scales=2"
+    setup = Setup(stages=2, batch_size=8, chunks=2, device="cuda")
+    a, b = (3, 1), (2, 2)  # stage 0 of a runs a Linear forward and backward, of b none
+    with open_runner(spec, setup, timeout=120) as r:
+        first_a = r.measure(a)
+        b_after_a = r.measure(b)
+        a_after_b = r.measure(a)
+        machine = r.machine
+    with open_runner(spec, setup, timeout=120) as fresh:
+        b_fresh = fresh.measure(b)
+    for run in (first_a, b_after_a, a_after_b, b_fresh):
+        assert run.status == "ok", run.error
+    assert b_fresh.peaks[0] < 2**20
+    assert b_after_a.peaks == b_fresh.peaks
+    assert a_after_b.peaks == first_a.peaks
+    assert machine.device == "cuda" and machine.gpu and machine.cuda

@@ -32,3 +32,19 @@ def exact(width: int = 8, params: int = 100_000, layers: int = 4):
         return (output - targets).pow(2).mean()
 
     return seq, example_batch, loss
+
+
+def linear(width: int = 64, layers: int = 4, scales: int = 2):
+    """``scales`` elementwise layers (no matmul) then Linear layers (matmuls, so cuBLAS
+    workspaces on CUDA): a stage of only the first kind never needs a BLAS workspace."""
+    seq = nn.Sequential(*[Scale(width, width) for _ in range(scales)],
+                        *[nn.Linear(width, width) for _ in range(layers - scales)])
+
+    def example_batch(batch_size: int, seed: int = 0):
+        g = torch.Generator().manual_seed(seed)
+        return torch.randn(batch_size, width, generator=g), torch.zeros(batch_size, width)
+
+    def loss(output, targets):
+        return (output - targets).pow(2).mean()
+
+    return seq, example_batch, loss

@@ -34,6 +34,9 @@ def register(sub) -> None:
     p.add_argument("--bo-iterations", type=int, default=75, metavar="N",
                    help="bo evaluations (paper: 75; skopt needs at least 10)")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.add_argument("--strict", action="store_true",
+                   help="refuse (exit 2) a profile and a sweep measured on different machines "
+                        "instead of warning")
     p.set_defaults(func=cmd_evaluate)
 
     from mcap.cli.profile import add_setup_options
@@ -122,6 +125,7 @@ def cmd_evaluate(args) -> int:
 
     profile, sweep = load_profile(args.profile), load_sweep(args.sweep)
     check_compatible(profile, sweep)
+    machines = _machines(profile, sweep, args.strict)
     stages = sweep.setup.stages
     picks = list(pure_picks(profile, stages, predictor=args.predictor, seed=args.seed,
                             bo_iterations=args.bo_iterations))
@@ -136,10 +140,25 @@ def cmd_evaluate(args) -> int:
             picks.append(rec)
     ev = evaluate(profile, sweep, picks, predictor=args.predictor, unavailable=unavailable)
     if args.json:
-        print(json.dumps(evaluation_json(ev)))
+        print(json.dumps({**evaluation_json(ev), "machines": machines}))
     else:
         print_evaluation(ev)
     return 0
+
+
+def _machines(profile, sweep, strict: bool) -> dict:
+    """Where the profile and the sweep were measured (issue 11): a warning on stderr when
+    they are different machines whose peaks may differ, McapError (exit 2) with --strict."""
+    import sys
+
+    from mcap.core.machine import describe, mismatch
+    warning = mismatch(profile.machine, sweep.machine)
+    if warning and strict:
+        raise McapError(warning + " (--strict)")
+    if warning:
+        print(f"mcap: warning: {warning}", file=sys.stderr)
+    return {"profile": describe(profile.machine), "sweep": describe(sweep.machine),
+            "warning": warning}
 
 
 # --- scale ---------------------------------------------------------------------------

@@ -31,6 +31,17 @@ def parse_bytes(text: str) -> int:
     return value
 
 
+def _threads(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"threads must be a whole number of at least 1, "
+                                         f"got {text!r}")
+    return value
+
+
 def add_setup_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, metavar="SPEC",
                    help="e.g. vgg11:image_size=32, amoebanet-d:layers=6,filters=64, "
@@ -48,6 +59,9 @@ def add_setup_options(p: argparse.ArgumentParser) -> None:
                    help="pipeline runtime (auto: pipelining, torch.distributed.pipelining); "
                         "--backend is the old name of this flag")
     p.add_argument("--device", choices=DEVICES, default="cpu")
+    p.add_argument("--threads", type=_threads, default=1, metavar="N",
+                   help="intra-op threads of each stage process (default 1): CPU peaks depend "
+                        "on them, so they are fixed and recorded with the setup")
     p.add_argument("--store", default=None, metavar="PATH",
                    help="results store (default $MCAP_STORE or .mcap/store.sqlite)")
     p.add_argument("--timeout", type=float, default=300.0, metavar="S", help="seconds per run")
@@ -58,7 +72,8 @@ def setup_from_args(args) -> Setup:
     engine = "pipelining" if args.engine == "auto" else args.engine
     return Setup(stages=args.stages, batch_size=args.batch_size, chunks=args.chunks,
                  schedule=args.schedule, checkpoint=args.checkpoint, device=args.device,
-                 capacity_bytes=args.capacity, engine=engine, optimizer=args.optimizer)
+                 capacity_bytes=args.capacity, engine=engine, optimizer=args.optimizer,
+                 threads=args.threads)
 
 
 def register(sub) -> None:

@@ -79,9 +79,10 @@ def cmd_measure(args) -> int:
             if args.job is not None:
                 store.update_job(args.job, current=balance)
             with open_runner(args.model, setup, timeout=args.timeout) as runner:
-                info = runner.model_info
+                info, machine = runner.model_info, runner.machine
                 run = runner.measure(balance)
-            store.record_run(store.study(info, setup), run, kind="measure", job=args.job)
+            store.record_run(store.study(info, setup), run, kind="measure", job=args.job,
+                             machine=machine)
             if args.job is not None:
                 store.update_job(args.job, done=1)
     except Cancelled:

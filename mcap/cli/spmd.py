@@ -61,6 +61,8 @@ def _measure(args, setup, rank: int, world: int, run_json) -> int:
         print("mcap: error: under torchrun only engine pipelining runs", file=sys.stderr)
         return 2
     local = int(os.environ.get("LOCAL_RANK", rank))
+    from mcap.runner.machine import pin_threads
+    pin_threads(setup.threads)  # as the runner's stage processes are (Setup.threads)
     if setup.device == "cuda":
         torch.cuda.set_device(local)
     else:

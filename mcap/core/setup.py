@@ -46,6 +46,8 @@ def check_setup(setup: Setup, engines: tuple[str, ...] = ("pipelining", "torchgp
     if setup.schedule == "1f1b" and setup.chunks < setup.stages:
         raise McapError(f"schedule 1f1b needs at least as many micro-batches as stages: "
                         f"chunks {setup.chunks} < stages {setup.stages}")
+    if isinstance(setup.threads, bool) or not isinstance(setup.threads, int) or setup.threads < 1:
+        raise McapError(f"threads must be a whole number of at least 1, got {setup.threads!r}")
     if setup.capacity_bytes is not None and (isinstance(setup.capacity_bytes, bool)
                                              or not isinstance(setup.capacity_bytes, int)
                                              or setup.capacity_bytes <= 0):

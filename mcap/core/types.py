@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Optional
 
+from mcap.core.machine import Machine
+
 Status = Literal["ok", "oom", "failed"]
 SCHEDULES = ("gpipe", "1f1b")
 CHECKPOINTS = ("except_last", "always", "never")
@@ -45,6 +47,10 @@ class Setup:
     ``device`` is the device kind the stages run on ("cpu" or "cuda"); ``engine`` is the
     pipeline runtime (ARCHITECTURE.md, Words). Files written before the rename call the
     device ``backend``; ``mcap.io.jsonio`` still reads them.
+
+    ``threads`` is the intra-op thread count of every stage process (issue 11): a CPU
+    stage's peak depends on it (oneDNN's convolution workspaces grow with the threads), so
+    it is fixed, 1 by default, and two machines of the same ISA give the same peaks.
     """
     stages: int
     batch_size: int = 32
@@ -55,6 +61,7 @@ class Setup:
     capacity_bytes: Optional[int] = None
     engine: str = "pipelining"
     optimizer: str = "sgd"
+    threads: int = 1
 
 
 @dataclass(frozen=True)
@@ -124,6 +131,8 @@ class Profile:
     runs: tuple[Run, ...] = ()
     # Unknown top-level JSON keys, kept so a load/save round trip loses nothing.
     extra: Optional[dict] = field(default=None, compare=False, hash=False)
+    # Where the runs were measured (mcap.core.machine); None: "machine unknown" (older files).
+    machine: Optional[Machine] = None
 
 
 @dataclass(frozen=True)
@@ -134,6 +143,8 @@ class Sweep:
     runs: tuple[Run, ...] = ()
     # Unknown top-level JSON keys, kept so a load/save round trip loses nothing.
     extra: Optional[dict] = field(default=None, compare=False, hash=False)
+    # Where the runs were measured (mcap.core.machine); None: "machine unknown" (older files).
+    machine: Optional[Machine] = None
 
 
 @dataclass(frozen=True)

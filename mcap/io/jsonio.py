@@ -5,18 +5,23 @@ Shape of a profile (extra keys allowed)::
     {"schema": "mcap.profile/1",
      "model": {"spec": "vgg11:image_size=32", "layers": [{"name": ..., "param_bytes": int}, ...]},
      "setup": {"stages", "batch_size", "chunks", "schedule", "checkpoint", "device",
-               "capacity_bytes", "engine", "optimizer"},
+               "capacity_bytes", "engine", "optimizer", "threads"},
+     "machine": {"device", "cpu", "isa", "threads", "torch", "torch_git", "cuda", "gpu",
+                 "driver"},                                       (optional)
      "mem_isolated": [int, ...], "mem_added": [null, int, ...],
      "runs": [{"balance", "status", "peaks", "seconds", "samples_per_second", "error",
                "breakdown": [{"weights","gradients","optimizer","other"}, ...] | null}]}
 
-A sweep has the same model/setup/runs under ``"schema": "mcap.sweep/1"``. Unknown
+A sweep has the same model/setup/runs/machine under ``"schema": "mcap.sweep/1"``. The
+machine (``mcap.core.machine``) is where the runs were measured; files written before it
+existed load with ``machine`` None, "machine unknown", and ``setup.threads`` 1. Unknown
 top-level keys are kept in ``Profile.extra`` / ``Sweep.extra`` and written back.
 ``save`` is atomic (temp file in the same folder, fsync, rename), so a crash never
 leaves half a file. Every problem raises SchemaError naming the file and what was found.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -25,15 +30,16 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from mcap.core.errors import McapError, SchemaError
+from mcap.core.machine import Machine
 from mcap.core.types import (Layer, LayerStats, MemoryBreakdown, ModelInfo, Profile, Run, Setup,
                         Sweep)
 
 PROFILE_SCHEMA = "mcap.profile/1"
 SWEEP_SCHEMA = "mcap.sweep/1"
-_PROFILE_KEYS = {"schema", "model", "setup", "mem_isolated", "mem_added", "runs"}
-_SWEEP_KEYS = {"schema", "model", "setup", "runs"}
+_PROFILE_KEYS = {"schema", "model", "setup", "mem_isolated", "mem_added", "runs", "machine"}
+_SWEEP_KEYS = {"schema", "model", "setup", "runs", "machine"}
 _SETUP_FIELDS = ("stages", "batch_size", "chunks", "schedule", "checkpoint", "device",
-                 "capacity_bytes", "engine", "optimizer")
+                 "capacity_bytes", "engine", "optimizer", "threads")
 _BREAKDOWN_FIELDS = ("weights", "gradients", "optimizer", "other")
 
 
@@ -47,6 +53,10 @@ def _model_to_dict(model: ModelInfo) -> dict:
 
 def _setup_to_dict(setup: Setup) -> dict:
     return {k: getattr(setup, k) for k in _SETUP_FIELDS}
+
+
+def machine_to_dict(machine: Machine) -> dict:
+    return dataclasses.asdict(machine)
 
 
 def run_to_dict(run: Run) -> dict:
@@ -67,6 +77,8 @@ def profile_to_dict(profile: Profile) -> dict:
            "mem_isolated": [int(v) for v in profile.stats.mem_isolated],
            "mem_added": [None if v is None else int(v) for v in profile.stats.mem_added],
            "runs": [run_to_dict(r) for r in profile.runs]}
+    if profile.machine is not None:
+        out["machine"] = machine_to_dict(profile.machine)
     for k, v in (profile.extra or {}).items():
         out.setdefault(k, v)
     return out
@@ -77,6 +89,8 @@ def sweep_to_dict(sweep: Sweep) -> dict:
            "model": _model_to_dict(sweep.model),
            "setup": _setup_to_dict(sweep.setup),
            "runs": [run_to_dict(r) for r in sweep.runs]}
+    if sweep.machine is not None:
+        out["machine"] = machine_to_dict(sweep.machine)
     for k, v in (sweep.extra or {}).items():
         out.setdefault(k, v)
     return out
@@ -162,7 +176,7 @@ def _model(d, r: _Reader) -> ModelInfo:
 def _setup(d, r: _Reader) -> Setup:
     s = r.obj(r.need(d, "setup", "top level"), "setup")
     kw = {"stages": r.int_(r.need(s, "stages", "setup"), "setup.stages")}
-    for k in ("batch_size", "chunks"):
+    for k in ("batch_size", "chunks", "threads"):
         if k in s:
             kw[k] = r.int_(s[k], f"setup.{k}")
     for k in ("schedule", "checkpoint", "device", "engine", "optimizer"):
@@ -173,6 +187,24 @@ def _setup(d, r: _Reader) -> Setup:
     if "capacity_bytes" in s:
         kw["capacity_bytes"] = r.int_(s["capacity_bytes"], "setup.capacity_bytes", nullable=True)
     return Setup(**kw)
+
+
+def _machine(d, r: _Reader) -> Optional[Machine]:
+    """The optional "machine" object; absent (older files) is None, "machine unknown"."""
+    if d.get("machine") is None:
+        return None
+    m = r.obj(d["machine"], "machine")
+    kw = {}
+    for f in dataclasses.fields(Machine):
+        where = f"machine.{f.name}"
+        required = f.default is dataclasses.MISSING
+        if f.name not in m:
+            if required:
+                raise r.fail("machine", f"missing key {f.name!r}")
+            continue
+        kw[f.name] = r.int_(m[f.name], where) if f.name == "threads" else \
+            r.str_(m[f.name], where, nullable=not required)
+    return Machine(**kw)
 
 
 def _runs(d, r: _Reader, num_layers: int) -> tuple[Run, ...]:
@@ -228,7 +260,7 @@ def profile_from_dict(d: Any, source: str = "<profile>") -> Profile:
     extra = {k: v for k, v in d.items() if k not in _PROFILE_KEYS}
     return Profile(model=model, setup=_setup(d, r),
                    stats=LayerStats(mem_isolated=tuple(iso), mem_added=tuple(added)),
-                   runs=_runs(d, r, n), extra=extra or None)
+                   runs=_runs(d, r, n), extra=extra or None, machine=_machine(d, r))
 
 
 def sweep_from_dict(d: Any, source: str = "<sweep>") -> Sweep:
@@ -236,7 +268,8 @@ def sweep_from_dict(d: Any, source: str = "<sweep>") -> Sweep:
     d = _check_schema(d, SWEEP_SCHEMA, r)
     model = _model(d, r)
     extra = {k: v for k, v in d.items() if k not in _SWEEP_KEYS}
-    return Sweep(model=model, setup=_setup(d, r), runs=_runs(d, r, model.num_layers), extra=extra or None)
+    return Sweep(model=model, setup=_setup(d, r), runs=_runs(d, r, model.num_layers),
+                 extra=extra or None, machine=_machine(d, r))
 
 
 # --- files ---------------------------------------------------------------------------

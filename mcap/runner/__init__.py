@@ -22,6 +22,11 @@ Engines (``Setup.engine``):
 - ``torchgpipe`` — ``torchgpipe.GPipe`` over G CUDA devices in one process
   (:mod:`mcap.runner.torchgpipe_engine`).
 
+Every run starts from one clean state (:func:`mcap.runner.train.clean_slate`), so its peaks
+are those a fresh process of that stage reaches, whatever the stage process ran before;
+``runner.machine`` is the fingerprint the peaks belong to (:mod:`mcap.core.machine`), with
+the stage processes pinned to ``Setup.threads`` intra-op threads.
+
 ``timeout`` limits each run (from sending the job to the last stage's answer); starting the
 stage processes has its own limit, ``max(STARTUP_TIMEOUT, timeout)``.
 
@@ -35,6 +40,7 @@ import time
 from typing import Optional, Sequence
 
 from mcap.core.errors import InvalidPartitioning, McapError
+from mcap.core.machine import Machine
 from mcap.runner.pool import WorkerPool
 from mcap.runner.train import ITERATIONS
 from mcap.core.types import (
@@ -120,6 +126,13 @@ class Runner:
             else:
                 raise McapError(f"the stage processes did not start: {why}")
         return self._pool.info
+
+    @property
+    def machine(self) -> Machine:
+        """Where this runner measures (mcap.core.machine): reported by the stage processes,
+        with the intra-op threads they are pinned to (Setup.threads)."""
+        self.model_info  # waits for the stage processes, as model_info does
+        return self._pool.machine
 
     @property
     def worker_pids(self) -> list[int]:

@@ -102,7 +102,7 @@ def run_stage(res: Resident, setup: Setup, balance: tuple[int, ...], rank: int,
     device = stage_device(setup, rank, local_device)
     host_staged = shares_gpu(setup) and local_device is None
     comm_device = torch.device("cpu") if host_staged else device
-    window = Window([device], setup.capacity_bytes)  # the last run's `finally` collected
+    window = Window([device], setup.capacity_bytes)  # from a clean slate (train.clean_slate)
     objects: list = []  # everything the run allocates, dropped in `finally`
     try:
         window.limit()

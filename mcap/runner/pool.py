@@ -22,7 +22,9 @@ from typing import Optional
 
 from mcap.core.errors import McapError
 from mcap.runner.protocol import Hello, Init, Job, Reply, StageResult, Stop
+from mcap.core.machine import Machine
 from mcap.core.types import ModelInfo, Setup
+from mcap.runner.machine import thread_env
 
 # After one stage reports oom/failed, how long the others may still take to answer before
 # the pool is killed (they are usually blocked waiting for that stage).
@@ -60,6 +62,7 @@ class WorkerPool:
         self.startup_timeout = startup_timeout
         self.workers: list[_Worker] = []
         self.info: Optional[ModelInfo] = None
+        self.machine: Optional[Machine] = None  # rank 0's fingerprint (Hello)
         self._ready = False
         self._tmp: Optional[str] = None
         self._run_id = 0
@@ -73,8 +76,9 @@ class WorkerPool:
         init_file = os.path.join(self._tmp, "rendezvous") if self.group else None
         env = dict(os.environ)
         env["PYTHONPATH"] = str(_REPO) + os.pathsep + env.get("PYTHONPATH", "")
-        threads = str(max(1, (os.cpu_count() or 1) // self.world))
-        env.setdefault("OMP_NUM_THREADS", threads)
+        # Exactly the setup's threads, whatever the caller's environment says: a CPU
+        # stage's peak depends on them (Setup.threads, issue 11).
+        env.update(thread_env(self.setup.threads))
         for rank in range(self.world):
             parent_end, child_end = Pipe(duplex=True)
             log = Path(self._tmp) / f"worker{rank}.log"
@@ -114,7 +118,7 @@ class WorkerPool:
                 if hello.error:
                     return f"stage process {rank} could not start: {hello.error}"
                 if rank == 0:
-                    self.info = hello.info
+                    self.info, self.machine = hello.info, hello.machine
         self._ready = True
         return None
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from mcap.core.machine import Machine
 from mcap.core.types import MemoryBreakdown, ModelInfo, Setup
 
 
@@ -39,6 +40,7 @@ class Hello:
     info: Optional[ModelInfo]
     error: Optional[str] = None  # the worker could not get ready (bad user model, ...)
     is_bad_input: bool = False  # error is an McapError (the caller's input), not a crash
+    machine: Optional[Machine] = None  # this process's fingerprint, threads as pinned
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 micro-batch, and reading a device's peak over the measured window."""
 from __future__ import annotations
 
+import gc
 import traceback
 from pathlib import Path
 from typing import Optional, Sequence
@@ -74,13 +75,53 @@ def tag_weights_and_gradients(module: nn.Module) -> None:
             p.register_post_accumulate_grad_hook(hook)
 
 
+def free_blas_workspaces() -> bool:
+    """Free cuBLAS / cuBLASLt workspaces, where this torch exposes a way. True if it did.
+
+    cuBLAS keeps one workspace per (thread, stream) that ran a matmul (32 MiB on Hopper;
+    the forward thread and the autograd thread each get one), allocated through the
+    caching allocator, so it counts in ``memory_allocated``, and ``empty_cache`` leaves it.
+    In a persistent stage process it would carry one run's workspaces into the next
+    (issue 11: the same stage read 144 MiB early in a GPU sweep and 210 MiB later)."""
+    clear = getattr(torch.cuda, "clear_cublas_workspaces", None) \
+        or getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+    if clear is None:
+        return False
+    clear()
+    return True
+
+
+def clean_slate(devices: Sequence[torch.device]) -> None:
+    """Return this process to the state a fresh stage process starts a run in (issue 11).
+
+    Garbage from earlier runs is collected; on CUDA the BLAS workspaces are freed, the
+    cache emptied and the peak statistics reset, so the run pays its workspaces itself,
+    as a real training process does. The CPU needs nothing more: the tracker
+    (:mod:`memtrack`) counts only tensor storages from PyTorch's CPU allocator; oneDNN
+    allocates its workspaces (scratchpads) per call through that allocator and frees them
+    on return, and its primitive cache holds no tensor memory, so nothing counted
+    survives a run (torch exposes no oneDNN cache control either)."""
+    gc.collect()
+    cuda = [d for d in devices if d.type == "cuda"]
+    if not cuda:
+        return
+    for d in cuda:
+        torch.cuda.synchronize(d)
+    free_blas_workspaces()
+    torch.cuda.empty_cache()
+    for d in cuda:
+        torch.cuda.reset_peak_memory_stats(d)
+
+
 class Window:
-    """The measured window of one or more devices of this process: the peak is reset after
-    the stage is built and the optimizer created, and covers both iterations."""
+    """The measured window of one or more devices of this process: the process starts
+    from a clean slate (:func:`clean_slate`), the peak is reset after the stage is built
+    and the optimizer created, and covers both iterations."""
 
     def __init__(self, devices: Sequence[torch.device], capacity: Optional[int]):
         self.devices = list(devices)
         self.cuda = self.devices[0].type == "cuda"
+        clean_slate(self.devices)
         self.capacity = capacity
         self.iteration_peaks: list[list[int]] = []
         # Bytes this process held before the stage was built; 0 when nothing leaked from

@@ -34,10 +34,12 @@ def _start(init):
 
     from mcap.runner import memtrack
     from mcap.runner import pipelining, torchgpipe_engine
+    from mcap.runner.machine import pin_threads
 
     import torch.distributed.pipelining  # noqa: F401  (its import-time tensors stay uncounted)
 
     setup = init.setup
+    pin_threads(setup.threads)  # before any intra-op work (Setup.threads, issue 11)
     if setup.device == "cpu":
         memtrack.install()  # before any model is built (memtrack docstring)
     if setup.engine == "torchgpipe":
@@ -63,6 +65,7 @@ def _run(init, resident, job):
 
 def serve(conn: Connection) -> None:
     from mcap.core.errors import McapError
+    from mcap.runner.machine import collect_here
     from mcap.runner.protocol import Hello, Reply, Stop
 
     init = conn.recv()
@@ -79,7 +82,7 @@ def serve(conn: Connection) -> None:
     # sight, so the collections each run makes take milliseconds, not a third of a second.
     gc.collect()
     gc.freeze()
-    conn.send(Hello(init.rank, os.getpid(), info))
+    conn.send(Hello(init.rank, os.getpid(), info, machine=collect_here(init.setup)))
     while True:
         try:
             job = conn.recv()

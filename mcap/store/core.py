@@ -24,6 +24,7 @@ from mcap.store import records as rec
 from mcap.store.checks import check_run, is_int, layer_diff
 from mcap.store.opening import connect, resolve_path
 from mcap.store.records import Job, RunRecord, Study, StudySummary, Summary
+from mcap.core.machine import Machine
 from mcap.core.types import LayerStats, ModelInfo, Profile, Run, Setup, Sweep
 
 StudyRef = Union[Study, int]
@@ -180,13 +181,15 @@ class Store:
     # --- runs -------------------------------------------------------------------------
 
     def record_run(self, study: StudyRef, run: Run, *, kind: str = "profile",
-                   job: Optional[int] = None) -> int:
-        """Store one finished run (ok, oom or failed) at once; returns its id."""
+                   job: Optional[int] = None, machine: Optional[Machine] = None) -> int:
+        """Store one finished run (ok, oom or failed) at once; returns its id. ``machine``
+        is where it was measured (``Runner.machine``); None records it as unknown."""
         with self._write() as conn:
             study = self._study_row(conn, study)
             if job is not None:
                 job = self._job(conn, job).id
-            return self._insert_run(conn, study, run, kind, job, time.time())
+            return self._insert_run(conn, study, run, kind, job, time.time(),
+                                    self._machine_key(conn, machine))
 
     def runs(self, study: StudyRef, ok_only: bool = False) -> tuple[Run, ...]:
         """Every run of the study in the order they were recorded."""
@@ -211,34 +214,64 @@ class Store:
             rows = conn.execute(sql + " ORDER BY id", args).fetchall()
         return tuple(rec.run_record_from_row(row) for row in rows)
 
-    def find_run(self, study: StudyRef, balance: Sequence[int]) -> Optional[Run]:
-        """The latest finished (ok or oom) run of this balance in the study, or None.
+    def find_run(self, study: StudyRef, balance: Sequence[int],
+                 machine: Optional[Machine] = None) -> Optional[Run]:
+        """The latest finished (ok or oom) run of this balance in the study measured on
+        ``machine``, or None.
 
         A resumed profile reuses it instead of measuring again. Failed runs are never
         returned, so they are retried: a crash or timeout may be transient, while ok and
-        oom are answers about the partitioning itself.
+        oom are answers about the partitioning itself. A run of another machine is never
+        returned (its peaks may differ, mcap.core.machine); ``machine=None`` finds only
+        runs recorded without a fingerprint.
         """
         study_id = study.id if isinstance(study, Study) else int(study)
+        key = None if machine is None else machine.key()
         with self._read() as conn:
             row = conn.execute(
                 f"SELECT {rec.RUN_COLUMNS} FROM runs WHERE study_id = ? AND balance = ? "
-                "AND status IN ('ok', 'oom') ORDER BY id DESC LIMIT 1",
-                (study_id, rec.balance_text(balance))).fetchone()
+                "AND status IN ('ok', 'oom') AND machine IS ? ORDER BY id DESC LIMIT 1",
+                (study_id, rec.balance_text(balance), key)).fetchone()
         return rec.run_record_from_row(row).run if row else None
 
+    def get_machine(self, key: str) -> Optional[Machine]:
+        """The fingerprint stored under ``key`` (``RunRecord.machine``), or None."""
+        with self._read() as conn:
+            return self._machine_row(conn, key)
+
+    def _machine_row(self, conn, key: Optional[str]) -> Optional[Machine]:
+        if key is None:
+            return None
+        row = conn.execute("SELECT record FROM machines WHERE key = ?", (key,)).fetchone()
+        return rec.machine_from_json(row[0]) if row else None
+
+    def _machine_key(self, conn, machine: Optional[Machine]) -> Optional[str]:
+        """The key of ``machine``, its record stored on first use; None stays None."""
+        if machine is None:
+            return None
+        if not isinstance(machine, Machine):
+            raise McapError(f"a run's machine must be a mcap.core.machine.Machine, got "
+                            f"{type(machine).__name__}")
+        key = machine.key()
+        conn.execute("INSERT OR IGNORE INTO machines (key, record, created) VALUES (?, ?, ?)",
+                     (key, rec.machine_to_json(machine), time.time()))
+        return key
+
     def _insert_run(self, conn, study: Study, run: Run, kind: str, job: Optional[int],
-                    created: float) -> int:
+                    created: float, machine: Optional[str] = None) -> int:
         check_run(run, study, kind)
         cur = conn.execute(
             "INSERT INTO runs (study_id, job_id, kind, balance, status, peaks, seconds, "
-            "samples_per_second, error, breakdown, created) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (study.id, job, kind, *rec.run_values(run), created))
+            "samples_per_second, error, breakdown, created, machine) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (study.id, job, kind, *rec.run_values(run), created, machine))
         return cur.lastrowid
 
-    def _reuse_or_insert(self, conn, study: Study, runs: Sequence[Run], kind: str) -> list[int]:
+    def _reuse_or_insert(self, conn, study: Study, runs: Sequence[Run], kind: str,
+                         machine: Optional[str]) -> list[int]:
         """Ids for these runs: an identical run already stored (recorded as it finished)
-        is linked rather than copied, so saving a profile does not duplicate its runs."""
+        on the same machine is linked rather than copied, so saving a profile does not
+        duplicate its runs."""
         ids, used, now = [], set(), time.time()
         for run in runs:
             check_run(run, study, kind)
@@ -246,10 +279,11 @@ class Store:
             found = conn.execute(
                 "SELECT id FROM runs WHERE study_id = ? AND balance = ? AND status = ? "
                 "AND peaks IS ? AND seconds = ? AND samples_per_second IS ? AND error IS ? "
-                "AND breakdown IS ? ORDER BY id", (study.id, *values)).fetchall()
+                "AND breakdown IS ? AND machine IS ? ORDER BY id",
+                (study.id, *values, machine)).fetchall()
             match = next((i for (i,) in found if i not in used), None)
             if match is None:
-                match = self._insert_run(conn, study, run, kind, None, now)
+                match = self._insert_run(conn, study, run, kind, None, now, machine)
             used.add(match)
             ids.append(match)
         return ids
@@ -266,13 +300,14 @@ class Store:
                             f"the model has {n} layers")
         with self._write() as conn:
             study = self._get_or_create_study(conn, profile.model, profile.setup)
-            run_ids = self._reuse_or_insert(conn, study, profile.runs, "profile")
+            machine = self._machine_key(conn, profile.machine)
+            run_ids = self._reuse_or_insert(conn, study, profile.runs, "profile", machine)
             cur = conn.execute(
-                "INSERT INTO profiles (study_id, name, mem_isolated, mem_added, extra, created) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT INTO profiles (study_id, name, mem_isolated, mem_added, extra, created, "
+                "machine) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (study.id, name, rec.dumps(list(stats.mem_isolated)),
                  rec.dumps(list(stats.mem_added)), rec.extra_to_json(profile.extra),
-                 time.time()))
+                 time.time(), machine))
             conn.executemany("INSERT INTO profile_runs (profile_id, position, run_id) "
                              "VALUES (?, ?, ?)",
                              [(cur.lastrowid, i, r) for i, r in enumerate(run_ids)])
@@ -280,14 +315,16 @@ class Store:
 
     def load_profile(self, profile_id: int) -> Profile:
         with self._read() as conn:
-            row = conn.execute("SELECT study_id, mem_isolated, mem_added, extra FROM profiles "
-                               "WHERE id = ?", (int(profile_id),)).fetchone()
+            row = conn.execute("SELECT study_id, mem_isolated, mem_added, extra, machine "
+                               "FROM profiles WHERE id = ?", (int(profile_id),)).fetchone()
             if row is None:
                 raise McapError(f"store {self.path} has no profile {profile_id}")
             study = self._study_row(conn, row[0])
             runs = self._linked_runs(conn, "profile_runs", "profile_id", profile_id)
+            machine = self._machine_row(conn, row[4])
         stats = LayerStats(rec.ints_or_none(row[1]), rec.ints_or_none(row[2]))
-        return Profile(study.model, study.setup, stats, runs, rec.extra_from_json(row[3]))
+        return Profile(study.model, study.setup, stats, runs, rec.extra_from_json(row[3]),
+                       machine=machine)
 
     def list_profiles(self) -> tuple[Summary, ...]:
         return self._summaries("profiles", "profile_runs", "profile_id")
@@ -296,10 +333,12 @@ class Store:
         """Store a sweep (many measured partitionings) in one transaction; returns its id."""
         with self._write() as conn:
             study = self._get_or_create_study(conn, sweep.model, sweep.setup)
-            run_ids = self._reuse_or_insert(conn, study, sweep.runs, "sweep")
-            cur = conn.execute("INSERT INTO sweeps (study_id, name, extra, created) "
-                               "VALUES (?, ?, ?, ?)",
-                               (study.id, name, rec.extra_to_json(sweep.extra), time.time()))
+            machine = self._machine_key(conn, sweep.machine)
+            run_ids = self._reuse_or_insert(conn, study, sweep.runs, "sweep", machine)
+            cur = conn.execute("INSERT INTO sweeps (study_id, name, extra, created, machine) "
+                               "VALUES (?, ?, ?, ?, ?)",
+                               (study.id, name, rec.extra_to_json(sweep.extra), time.time(),
+                                machine))
             conn.executemany("INSERT INTO sweep_runs (sweep_id, position, run_id) "
                              "VALUES (?, ?, ?)",
                              [(cur.lastrowid, i, r) for i, r in enumerate(run_ids)])
@@ -307,13 +346,15 @@ class Store:
 
     def load_sweep(self, sweep_id: int) -> Sweep:
         with self._read() as conn:
-            row = conn.execute("SELECT study_id, extra FROM sweeps WHERE id = ?",
+            row = conn.execute("SELECT study_id, extra, machine FROM sweeps WHERE id = ?",
                                (int(sweep_id),)).fetchone()
             if row is None:
                 raise McapError(f"store {self.path} has no sweep {sweep_id}")
             study = self._study_row(conn, row[0])
             runs = self._linked_runs(conn, "sweep_runs", "sweep_id", sweep_id)
-        return Sweep(study.model, study.setup, runs, rec.extra_from_json(row[1]))
+            machine = self._machine_row(conn, row[2])
+        return Sweep(study.model, study.setup, runs, rec.extra_from_json(row[1]),
+                     machine=machine)
 
     def list_sweeps(self) -> tuple[Summary, ...]:
         return self._summaries("sweeps", "sweep_runs", "sweep_id")
@@ -328,10 +369,12 @@ class Store:
         with self._read() as conn:
             rows = conn.execute(
                 f"SELECT t.id, t.name, s.spec, s.setup, "
-                f"(SELECT COUNT(*) FROM {link} l WHERE l.{column} = t.id), t.created, s.id "
-                f"FROM {table} t JOIN studies s ON s.id = t.study_id ORDER BY t.id").fetchall()
-        return tuple(Summary(i, name, spec, rec.setup_from_json(setup), n, created, sid)
-                     for i, name, spec, setup, n, created, sid in rows)
+                f"(SELECT COUNT(*) FROM {link} l WHERE l.{column} = t.id), t.created, s.id, "
+                f"m.record FROM {table} t JOIN studies s ON s.id = t.study_id "
+                f"LEFT JOIN machines m ON m.key = t.machine ORDER BY t.id").fetchall()
+        return tuple(Summary(i, name, spec, rec.setup_from_json(setup), n, created, sid,
+                             rec.machine_from_json(machine))
+                     for i, name, spec, setup, n, created, sid, machine in rows)
 
     # --- jobs -------------------------------------------------------------------------
 

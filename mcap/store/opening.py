@@ -18,14 +18,21 @@ from mcap.core.errors import StoreError
 # PRAGMA application_id: ASCII "mcap", written in the SQLite header (offset 68) so any
 # tool can tell our files from other applications' databases.
 APPLICATION_ID = 0x6D636170
-# PRAGMA user_version: bumped whenever the tables change shape.
-SCHEMA_VERSION = 1
+# PRAGMA user_version: bumped whenever the tables change shape; a store of an older
+# version is upgraded in place by the steps in _MIGRATIONS when it is opened.
+SCHEMA_VERSION = 2
 # How long a writer waits for another process's write transaction before giving up.
 BUSY_TIMEOUT_S = 30.0
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 _SCHEMA = f"""
+-- Machine fingerprints (mcap.core.machine): a run is reused only on the same machine.
+CREATE TABLE machines (
+    key         TEXT PRIMARY KEY,       -- Machine.key()
+    record      TEXT NOT NULL,          -- JSON of every Machine field
+    created     REAL NOT NULL
+);
 CREATE TABLE studies (
     id          INTEGER PRIMARY KEY,
     key         TEXT NOT NULL UNIQUE,   -- records.study_key(spec, setup)
@@ -60,7 +67,8 @@ CREATE TABLE runs (
     samples_per_second REAL,
     error       TEXT,
     breakdown   TEXT,                   -- JSON list of per-stage breakdowns, or NULL
-    created     REAL NOT NULL
+    created     REAL NOT NULL,
+    machine     TEXT REFERENCES machines(key)  -- Machine.key() it was measured on, NULL: unknown
 );
 CREATE INDEX runs_study_balance ON runs(study_id, balance);
 CREATE INDEX runs_job ON runs(job_id);
@@ -71,14 +79,16 @@ CREATE TABLE profiles (
     mem_isolated TEXT NOT NULL,         -- JSON list of int
     mem_added   TEXT NOT NULL,          -- JSON list of int|null
     extra       TEXT,                   -- JSON of the file's unknown top-level keys
-    created     REAL NOT NULL
+    created     REAL NOT NULL,
+    machine     TEXT REFERENCES machines(key)
 );
 CREATE TABLE sweeps (
     id          INTEGER PRIMARY KEY,
     study_id    INTEGER NOT NULL REFERENCES studies(id),
     name        TEXT,
     extra       TEXT,                   -- JSON of the file's unknown top-level keys
-    created     REAL NOT NULL
+    created     REAL NOT NULL,
+    machine     TEXT REFERENCES machines(key)
 );
 -- The runs of a saved profile or sweep, in the order they were given.
 CREATE TABLE profile_runs (
@@ -96,6 +106,23 @@ CREATE TABLE sweep_runs (
 PRAGMA application_id = {APPLICATION_ID};
 PRAGMA user_version = {SCHEMA_VERSION};
 """
+
+
+# From version v to v + 1: statements run in one transaction with the new user_version,
+# so a store is upgraded completely or not at all. The result must equal _SCHEMA's tables
+# (tests/test_store.py opens a version-1 file and compares).
+_MIGRATIONS = {
+    1: """
+CREATE TABLE machines (
+    key         TEXT PRIMARY KEY,
+    record      TEXT NOT NULL,
+    created     REAL NOT NULL
+);
+ALTER TABLE runs ADD COLUMN machine TEXT REFERENCES machines(key);
+ALTER TABLE profiles ADD COLUMN machine TEXT REFERENCES machines(key);
+ALTER TABLE sweeps ADD COLUMN machine TEXT REFERENCES machines(key);
+""",
+}
 
 
 def default_store_path() -> Path:
@@ -133,6 +160,8 @@ def connect(path: Path) -> sqlite3.Connection:
             raise StoreError(f"store {path} could not switch to WAL journal mode (got {mode!r})")
         conn.execute("PRAGMA synchronous = NORMAL")  # durable across crashes in WAL mode
         conn.execute("PRAGMA foreign_keys = ON")
+        if not new:
+            _migrate(conn, path)
     except sqlite3.DatabaseError as exc:
         conn.close()
         raise StoreError(f"cannot open store {path}: {exc}") from exc
@@ -163,6 +192,33 @@ def _create(conn: sqlite3.Connection, path: Path) -> None:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
+
+
+def _migrate(conn: sqlite3.Connection, path: Path) -> None:
+    """Upgrade a store of an older schema version to SCHEMA_VERSION, one step per
+    transaction; several processes opening it at once upgrade it once (the write lock
+    is taken before the version is read again)."""
+    while conn.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version >= SCHEMA_VERSION:  # another process upgraded it meanwhile
+                conn.execute("ROLLBACK")
+                break
+            for statement in _MIGRATIONS[version].split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {version + 1}")
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise StoreError(f"cannot upgrade store {path} from schema version {version} to "
+                             f"{version + 1}: {exc}; nothing was changed") from exc
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
 
 
 def check_existing(path: Path) -> None:
@@ -223,10 +279,11 @@ def _check_sqlite(path: Path) -> None:
 
 def _check_version(conn: sqlite3.Connection, path: Path) -> None:
     version = conn.execute("PRAGMA user_version").fetchone()[0]
-    if version != SCHEMA_VERSION:
+    if version not in _MIGRATIONS and version != SCHEMA_VERSION:
         newer = " (written by a newer mcap)" if version > SCHEMA_VERSION else ""
         raise StoreError(f"store {path} has schema version {version}{newer}, but this mcap "
-                         f"reads version {SCHEMA_VERSION}; nothing was changed")
+                         f"reads version {SCHEMA_VERSION} (and upgrades versions "
+                         f"{min(_MIGRATIONS)}..{SCHEMA_VERSION - 1}); nothing was changed")
 
 
 def _table_names(conn: sqlite3.Connection) -> list[str]:

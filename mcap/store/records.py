@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from mcap.core.errors import McapError
+from mcap.core.machine import Machine
 from mcap.core.types import Layer, MemoryBreakdown, ModelInfo, Run, Setup
 
 RUN_KINDS = ("profile", "sweep", "measure")
@@ -65,6 +66,7 @@ class RunRecord:
     kind: str  # one of RUN_KINDS
     created: float  # unix seconds, when record_run was called
     run: Run
+    machine: Optional[str] = None  # Machine.key() of where it was measured; None: unknown
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,7 @@ class Summary:
     num_runs: int
     created: float
     study_id: int
+    machine: Optional[Machine] = None  # where its runs were measured; None: unknown
 
 
 @dataclass(frozen=True)
@@ -134,6 +137,17 @@ def study_key(spec: str, setup: Setup) -> str:
     return dumps({"spec": spec, "setup": fields})
 
 
+def machine_to_json(machine: Machine) -> str:
+    return dumps(dataclasses.asdict(machine))
+
+
+def machine_from_json(text: Optional[str]) -> Optional[Machine]:
+    if text is None:
+        return None
+    known = {f.name for f in dataclasses.fields(Machine)}
+    return Machine(**{k: v for k, v in json.loads(text).items() if k in known})
+
+
 def model_to_json(model: ModelInfo) -> str:
     return dumps([{"name": layer.name, "param_bytes": layer.param_bytes,
                    **({"kind": layer.kind} if layer.kind else {})} for layer in model.layers])
@@ -181,7 +195,7 @@ def ints_or_none(text: Optional[str]) -> Optional[tuple]:
 
 STUDY_COLUMNS = "id, key, spec, layers, setup, created"
 RUN_COLUMNS = ("id, study_id, job_id, kind, balance, status, peaks, seconds, "
-               "samples_per_second, error, breakdown, created")
+               "samples_per_second, error, breakdown, created, machine")
 JOB_COLUMNS = ("id, kind, argv, total, done, current, status, error, pid, study_id, "
                 "created, updated")
 
@@ -202,11 +216,11 @@ def run_values(run: Run) -> tuple:
 
 def run_record_from_row(row) -> RunRecord:
     (i, study_id, job_id, kind, balance, status, peaks, seconds, sps, error, breakdown,
-     created) = row
+     created, machine) = row
     run = Run(balance=ints_or_none(balance), status=status,
               peaks=ints_or_none(peaks), seconds=seconds, samples_per_second=sps,
               error=error, breakdown=breakdown_from_json(breakdown))
-    return RunRecord(i, study_id, job_id, kind, created, run)
+    return RunRecord(i, study_id, job_id, kind, created, run, machine)
 
 
 def job_from_row(row) -> Job:

@@ -76,12 +76,26 @@ class Measurer:
     reused: int = 0
     _stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
     _runner: object = None
+    _local: object = None  # this machine as the parent sees it, before any stage process
 
     def __post_init__(self):
         self.study = self.store.study(self.info, self.setup)
 
+    @property
+    def machine(self):
+        """Where the runs are measured (mcap.core.machine): the stage processes' own report
+        once they run; before that the parent's view of this machine with the setup's
+        threads, so stored runs are looked up without starting any process."""
+        if self._runner is not None:
+            return self._runner.machine
+        if self._local is None:
+            from mcap.runner.machine import collect
+            self._local = collect(self.setup)
+        return self._local
+
     def get(self, balance: tuple[int, ...]) -> Run:
-        found = self.store.find_run(self.study, balance)
+        # Only a run of this very machine is reused: another machine's peaks may differ.
+        found = self.store.find_run(self.study, balance, machine=self.machine)
         if found is not None:
             self.reused += 1
             self.bar.advance(balance, measured=False, note=_note(found) + " (stored)")
@@ -90,7 +104,8 @@ class Measurer:
         self.bar.start(balance)
         self._report(balance, current=True)
         run = self._measure(balance)
-        self.store.record_run(self.study, run, kind=self.kind, job=self.job)
+        self.store.record_run(self.study, run, kind=self.kind, job=self.job,
+                              machine=self.machine)
         self.measured += 1
         self.bar.advance(balance, measured=True, note=_note(run))
         self._report(balance)
@@ -213,7 +228,7 @@ def profile(spec: str, setup: Setup, out: Optional[Path], *, store: Store, schem
             stats = extract(used, info.num_layers)
         except McapError as exc:
             raise MissingStatistics(_missing_message(info, used, str(exc))) from None
-        prof = Profile(model=info, setup=setup, stats=stats, runs=used)
+        prof = Profile(model=info, setup=setup, stats=stats, runs=used, machine=m.machine)
         if out is not None:
             jsonio.save(prof, out)
         profile_id = store.save_profile(prof, name=name)
@@ -355,7 +370,7 @@ def sweep(spec: str, setup: Setup, out: Optional[Path], *, store: Store,
     with job_status(store, job, m.study, bar.total), contextlib.closing(m):
         runs = tuple(m.get(b) for b in balances)
         bar.close()
-        result = Sweep(model=info, setup=setup, runs=runs)
+        result = Sweep(model=info, setup=setup, runs=runs, machine=m.machine)
         if out is not None:
             jsonio.save(result, out)
         sweep_id = store.save_sweep(result, name=name)

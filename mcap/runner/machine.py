@@ -1,0 +1,105 @@
+"""Collect this machine's fingerprint (:class:`mcap.core.machine.Machine`) and pin the
+intra-op threads of a stage process (issue 11).
+
+A stage worker calls :func:`pin_threads` before it builds anything and reports
+:func:`collect` in its Hello (``Runner.machine``). The parent may call :func:`collect` too
+(``mcap.workflow.profiling`` looks up stored runs before any stage process starts): the
+threads it records are then the ones the stage processes will be pinned to.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+import re
+from typing import Optional, Sequence
+
+from mcap.core.machine import Machine
+from mcap.core.types import Setup
+
+# The environment of a stage process: OpenMP and MKL read these when they start, before
+# torch.set_num_threads can act, and oneDNN sizes its workspaces by the OpenMP threads.
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def thread_env(threads: int) -> dict[str, str]:
+    return {name: str(int(threads)) for name in THREAD_VARIABLES}
+
+
+def pin_threads(threads: int) -> None:
+    """Run this process's intra-op work on exactly ``threads`` threads."""
+    import torch
+    os.environ.update(thread_env(threads))
+    torch.set_num_threads(int(threads))
+
+
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo`` on Linux), else what ``platform`` knows."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def driver_version() -> Optional[str]:
+    """The NVIDIA driver version (``/proc/driver/nvidia/version``), else the CUDA version
+    the driver supports (``cuDriverGetVersion``), else None."""
+    try:
+        with open("/proc/driver/nvidia/version", encoding="utf-8", errors="replace") as fh:
+            m = re.search(r"Kernel Module\s+(?:for\s+\S+\s+)?([0-9][0-9.]*)", fh.read())
+            if m:
+                return m.group(1)
+    except OSError:
+        pass
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+        version = ctypes.c_int()
+        if lib.cuDriverGetVersion(ctypes.byref(version)) == 0:
+            return f"CUDA {version.value // 1000}.{version.value % 1000 // 10} (driver API)"
+    except (OSError, AttributeError):
+        pass
+    return None
+
+
+def isa() -> str:
+    """torch's CPU capability ("AVX2", "AVX512", ...; ``ATEN_CPU_CAPABILITY`` lowers it),
+    plus oneDNN's ISA cap when the environment sets one: oneDNN picks its convolution
+    kernels, and so their workspaces, by it (measured: ``ONEDNN_MAX_CPU_ISA=AVX`` moves a
+    VGG11 stage of conv1..pool4 by 28.6 MB on an AVX2 machine)."""
+    import torch
+
+    out = str(torch.backends.cpu.get_cpu_capability())
+    cap = os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA")
+    return f"{out}, oneDNN max {cap.upper()}" if cap else out
+
+
+def collect(setup: Setup, devices: Optional[Sequence[int]] = None) -> Machine:
+    """This machine as it runs ``setup``: CPU, ISA, the setup's threads, torch build, and
+    on CUDA the names of the GPUs ``devices`` (default: those the setup's stages use)."""
+    import torch
+
+    gpu = driver = None
+    if setup.device == "cuda" and torch.cuda.is_available():
+        found = torch.cuda.device_count()
+        if devices is None:
+            devices = range(min(setup.stages, found))
+        names = list(dict.fromkeys(torch.cuda.get_device_name(d) for d in devices))
+        gpu = ", ".join(names) or None
+        driver = driver_version()
+    return Machine(device=setup.device, cpu=cpu_model(), isa=isa(),
+                   threads=int(setup.threads), torch=str(torch.__version__),
+                   torch_git=getattr(torch.version, "git_version", None),
+                   cuda=torch.version.cuda, gpu=gpu, driver=driver)
+
+
+def collect_here(setup: Setup) -> Machine:
+    """:func:`collect` from inside a pinned stage process: the threads are the ones torch
+    really uses, so a pin that did not take shows as a different machine."""
+    import dataclasses
+
+    import torch
+    return dataclasses.replace(collect(setup), threads=int(torch.get_num_threads()))

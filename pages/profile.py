@@ -6,7 +6,9 @@ import streamlit as st
 from mcap.app import jobs
 from mcap.core.errors import McapError
 from mcap.models.spec import KNOWN_MODELS, parse_spec
-from mcap.core.types import CHECKPOINTS, ENGINES, OPTIMIZERS, SCHEDULES, Setup
+from mcap.core.setup import check_setup
+from mcap.core.types import CHECKPOINTS, OPTIMIZERS, SCHEDULES, Setup
+from mcap.runner.engines import get as get_engine, names as engine_names
 from pages._jobs import job_output, job_panel, setup_args
 from pages._shared import restore_url, store
 
@@ -51,9 +53,8 @@ with st.form("profile-form"):
     optimizer = b.selectbox("Optimizer", OPTIMIZERS)
     capacity_mib = c.number_input("Capacity per device (MiB, 0 for none)", 0, 10**7, value=0)
     a, b, c = st.columns(3)
-    engine = a.selectbox("Backend (engine)", ENGINES,
-                         help="torch.distributed.pipelining (a process per stage) or torchgpipe "
-                              "(one process, one GPU per stage)")
+    engine = a.selectbox("Engine", engine_names(), format_func=lambda n: get_engine(n).label,
+                         help=" ".join(f"**{n}**: {get_engine(n).help}." for n in engine_names()))
     device = b.selectbox("Device", ("cpu", "cuda") if gpus else ("cpu",))
     sample = c.number_input("Sweep: partitionings to sample (0 = all)", 0, 10**6, value=20)
     submitted = st.form_submit_button("▶️ Start", type="primary", key="profile-start")
@@ -61,13 +62,11 @@ with st.form("profile-form"):
 if submitted:
     try:
         parse_spec(spec)  # unknown model or parameter: McapError naming it
-        if batch % chunks:
-            raise McapError(f"batch size {batch} does not split into {chunks} equal micro-batches")
-        if engine == "torchgpipe" and device != "cuda":
-            raise McapError("the torchgpipe engine needs CUDA devices; use pipelining on the CPU")
         setup = Setup(stages=int(stages), batch_size=int(batch), chunks=int(chunks), schedule=schedule,
                       checkpoint=checkpoint, device=device, engine=engine, optimizer=optimizer,
                       capacity_bytes=int(capacity_mib) * 2**20 or None)
+        check_setup(setup, engine_names())  # the rules the job would apply, before it starts
+        get_engine(engine).check(setup, gpus)
         args = setup_args(spec, setup) + ["--out", job_output(command)]
         if command == "sweep" and sample:
             args += ["--sample", str(int(sample))]

@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 
 from mcap.core.errors import McapError
-from mcap.core.types import CHECKPOINTS, DEVICES, ENGINES, OPTIMIZERS, SCHEDULES, Setup
+from mcap.core.types import CHECKPOINTS, DEVICES, OPTIMIZERS, SCHEDULES, Setup
+from mcap.runner import engines
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9,
           "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
@@ -54,10 +55,11 @@ def add_setup_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--optimizer", choices=OPTIMIZERS, default="sgd")
     p.add_argument("--capacity", type=parse_bytes, default=None, metavar="BYTES",
                    help="memory per device; a stage above it is an oom run")
-    p.add_argument("--engine", "--backend", dest="engine", choices=("auto", *ENGINES),
+    p.add_argument("--engine", "--backend", dest="engine", choices=("auto", *engines.names()),
                    default="auto",
-                   help="pipeline runtime (auto: pipelining, torch.distributed.pipelining); "
-                        "--backend is the old name of this flag")
+                   help="pipeline runtime (auto: the default, pipelining); "
+                        + "; ".join(f"{e.name}: {e.help}" for e in map(engines.get, engines.names()))
+                        + ". --backend is the old name of this flag")
     p.add_argument("--device", choices=DEVICES, default="cpu")
     p.add_argument("--threads", type=_threads, default=1, metavar="N",
                    help="intra-op threads of each stage process (default 1): CPU peaks depend "
@@ -69,7 +71,7 @@ def add_setup_options(p: argparse.ArgumentParser) -> None:
 
 
 def setup_from_args(args) -> Setup:
-    engine = "pipelining" if args.engine == "auto" else args.engine
+    engine = engines.DEFAULT if args.engine == "auto" else args.engine
     return Setup(stages=args.stages, batch_size=args.batch_size, chunks=args.chunks,
                  schedule=args.schedule, checkpoint=args.checkpoint, device=args.device,
                  capacity_bytes=args.capacity, engine=engine, optimizer=args.optimizer,

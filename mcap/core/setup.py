@@ -20,19 +20,20 @@ from mcap.core.types import (
 # The Setup fields that change a measured peak (all but the capacity, which only decides
 # whether a run is oom).
 PEAK_FIELDS = ("stages", "batch_size", "chunks", "schedule", "checkpoint", "device", "engine",
-               "optimizer")
+               "optimizer", "threads")
 # Fields compared between a profile and a sweep: the sweep may use another stage count
 # only if the predictor allows it (it does: nothing in Listing 1.1 depends on G), but the
 # evaluation compares partitionings of the sweep's G, so stages is not compared.
 COMPARED_FIELDS = tuple(f for f in PEAK_FIELDS if f != "stages")
 
 
-def check_setup(setup: Setup, engines: tuple[str, ...] = ("pipelining", "torchgpipe")) -> None:
-    """Reject a setup no engine can run, naming the values."""
+def check_setup(setup: Setup, engines: Optional[tuple[str, ...]] = None) -> None:
+    """Reject a setup no engine can run, naming the values. ``engines``: the registered
+    engine names (``mcap.runner.engines``), checked when given."""
     for name, value, allowed in (("schedule", setup.schedule, SCHEDULES),
                                  ("checkpoint", setup.checkpoint, CHECKPOINTS),
                                  ("optimizer", setup.optimizer, OPTIMIZERS),
-                                 ("engine", setup.engine, engines),
+                                 ("engine", setup.engine, engines or (setup.engine,)),
                                  ("device", setup.device, DEVICES)):
         if value not in allowed:
             raise McapError(f"{name} {value!r} is not one of {', '.join(allowed)}")

@@ -14,7 +14,6 @@ Status = Literal["ok", "oom", "failed"]
 SCHEDULES = ("gpipe", "1f1b")
 CHECKPOINTS = ("except_last", "always", "never")
 OPTIMIZERS = ("sgd", "adam")
-ENGINES = ("pipelining", "torchgpipe")
 DEVICES = ("cpu", "cuda")
 
 

@@ -42,9 +42,9 @@ from typing import Optional, Sequence
 from mcap.core.errors import InvalidPartitioning, McapError
 from mcap.core.machine import Machine
 from mcap.runner.pool import WorkerPool
-from mcap.runner.train import ITERATIONS
+from mcap.runner.protocol import ITERATIONS
 from mcap.core.types import (
-    CHECKPOINTS, DEVICES, ENGINES, OPTIMIZERS, SCHEDULES, MemoryBreakdown, ModelInfo, Run, Setup,
+    MemoryBreakdown, ModelInfo, Run, Setup,
 )
 
 STARTUP_TIMEOUT = 300.0  # seconds for the stage processes to get ready
@@ -55,7 +55,8 @@ __all__ = ["open_runner", "Runner", "check_setup", "check_balance", "ITERATIONS"
 def check_setup(setup: Setup) -> None:
     """Reject a setup no engine can run, naming the values (``mcap.core.setup``)."""
     from mcap.core.setup import check_setup as pure_check
-    pure_check(setup, ENGINES)
+    from mcap.runner import engines
+    pure_check(setup, engines.names())
 
 
 def check_balance(balance: Sequence[int], stages: int, num_layers: int) -> tuple[int, ...]:
@@ -76,15 +77,13 @@ def check_balance(balance: Sequence[int], stages: int, num_layers: int) -> tuple
 
 
 def _check_machine(setup: Setup) -> None:
-    if setup.device != "cuda":
-        return
-    import torch
-    found = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if found == 0:
-        raise McapError("device cuda was asked for but no CUDA device was found; use device cpu")
-    if setup.engine == "torchgpipe":
-        from mcap.runner.torchgpipe_engine import check_devices
-        check_devices(setup, found)
+    """The engine refuses what this machine cannot run (GPUs are counted only for CUDA)."""
+    from mcap.runner import engines
+    gpus = 0
+    if setup.device == "cuda":
+        import torch
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    engines.get(setup.engine).check(setup, gpus)
 
 
 class Runner:
@@ -93,10 +92,10 @@ class Runner:
     def __init__(self, model_spec: str, setup: Setup, *, timeout: float = 300.0):
         from mcap.models.spec import parse_spec  # pure: a bad spec fails before any process
 
+        from mcap.runner import engines
+
         check_setup(setup)
-        if setup.engine == "torchgpipe" and setup.device != "cuda":
-            raise McapError("engine torchgpipe runs on CUDA devices only; use engine "
-                            "pipelining on the CPU")
+        engine = engines.get(setup.engine)
         _check_machine(setup)
         parse_spec(model_spec)
         if timeout <= 0:
@@ -105,9 +104,8 @@ class Runner:
         # Starting may compile memtrack (~20 s once per environment) and build a big model,
         # so it gets its own, longer limit.
         self.startup_timeout = max(STARTUP_TIMEOUT, self.timeout)
-        pipelined = setup.engine == "pipelining"
-        self._pool = WorkerPool(model_spec, setup, world=setup.stages if pipelined else 1,
-                                timeout=self.timeout, group=pipelined and setup.stages > 1,
+        self._pool = WorkerPool(model_spec, setup, world=engine.processes(setup),
+                                timeout=self.timeout, group=engine.group(setup),
                                 startup_timeout=self.startup_timeout)
         self._closed = False
         self._pool.start()

@@ -11,6 +11,8 @@ from typing import Optional
 from mcap.core.machine import Machine
 from mcap.core.types import MemoryBreakdown, ModelInfo, Setup
 
+ITERATIONS = 2  # issue 4: each run trains 2 full iterations after building the stages
+
 
 @dataclass(frozen=True)
 class Init:

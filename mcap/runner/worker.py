@@ -13,7 +13,6 @@ import os
 import signal
 import sys
 import traceback
-from datetime import timedelta
 from multiprocessing.connection import Connection
 
 
@@ -29,11 +28,9 @@ def _die_with_parent() -> None:
 
 
 def _start(init):
-    import torch
-    import torch.distributed as dist
-
-    from mcap.runner import memtrack
-    from mcap.runner import pipelining, torchgpipe_engine
+    """What every engine's worker shares (threads pinned, the CPU tracker installed before
+    any model exists), then the engine's own start (``mcap.runner.engines``)."""
+    from mcap.runner import engines, memtrack
     from mcap.runner.machine import pin_threads
 
     import torch.distributed.pipelining  # noqa: F401  (its import-time tensors stay uncounted)
@@ -42,25 +39,12 @@ def _start(init):
     pin_threads(setup.threads)  # before any intra-op work (Setup.threads, issue 11)
     if setup.device == "cpu":
         memtrack.install()  # before any model is built (memtrack docstring)
-    if setup.engine == "torchgpipe":
-        return torchgpipe_engine.build_resident(init.spec, setup)
-    if setup.device == "cuda":
-        torch.cuda.set_device(pipelining.stage_device(setup, init.rank))
-    if init.init_file:
-        backend = "nccl" if setup.device == "cuda" and not pipelining.shares_gpu(setup) \
-            else "gloo"
-        dist.init_process_group(backend, init_method=f"file://{init.init_file}",
-                                rank=init.rank, world_size=init.world,
-                                timeout=timedelta(seconds=init.pg_timeout))
-    return pipelining.build_resident(init.spec, setup)
+    return engines.get(setup.engine).build(init)
 
 
 def _run(init, resident, job):
-    from mcap.runner import pipelining, torchgpipe_engine
-
-    if init.setup.engine == "torchgpipe":
-        return torchgpipe_engine.run(resident, init.setup, job.balance)
-    return (pipelining.run_stage(resident, init.setup, job.balance, init.rank),)
+    from mcap.runner import engines
+    return engines.get(init.setup.engine).run(resident, init, job.balance)
 
 
 def serve(conn: Connection) -> None:

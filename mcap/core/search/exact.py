@@ -1,4 +1,4 @@
-"""Exact search: a min-max dynamic programme over prefix sums with the sorted-vector tie-break.
+"""Exact search: a min-max dynamic programme with the sorted-vector tie-break (mCAP 3.4).
 
 Why a plain min-max DP is not enough: it finds the lowest peak, but among the many
 partitionings sharing it, it keeps an arbitrary one; mCAP 3.4 wants the one whose
@@ -19,11 +19,19 @@ and strictness means a tie at (g, j) can only come from optimal prefixes. Equal 
 are settled by the smallest balance: keeping at each (g, i) the smallest prefix balance
 among the optimal ones yields the smallest full balance (the last stage is fixed by i).
 The tolerance band is applied to the costs elementwise before the DP, which preserves the
-argument. Negative mem_added is fine: nothing assumes costs grow with the stage.
+argument. Nothing assumes costs grow with the stage (negative mem_added is fine), nor that
+they are additive: ``solve_matrix`` takes any cost matrix, ``solve`` builds the additive
+one of Listing 1.1 from prefix sums (``cost_matrix``).
 
-Speed. cost(i..j) = iso[i] + A[j] - A[i] from prefix sums (Listing 1.1), so a level g is
-one (L x L) numpy pass for the first vector entry (the min-max value); the full vectors are
-compared only for the j where several i tie on it. O(G L^2) time, O(L^2) memory.
+Speed (L=1000, G=64 in well under a second). A level g needs, for every end j, the
+smallest first entry max(best[g-1][i][0], cost(i..j-1)) over i and the set of i reaching
+it. The costs are kept transposed (row j holds every start i contiguously), rows are
+processed in blocks that skip the i >= j triangle, and the tied (j, i) pairs come from
+one flat scan of the equality mask. Only the few columns where several i tie need the
+full vectors: their merged vectors plus balances form one key row per candidate, and a
+vectorised knockout tournament (log2 of the largest tie rounds, each comparing two rows
+at their first differing entry) picks the lexicographic minimum of every column at once.
+O(G L^2) time, O(L^2) memory.
 """
 from __future__ import annotations
 
@@ -31,10 +39,12 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from mcap.core.errors import McapError
 from mcap.core.predict import CostTable
 from mcap.core.search.tiebreak import Band
 
 _INF = np.iinfo(np.int64).max // 4
+_ROWS = 128  # ends j per block: small enough that a block's temporaries stay in cache
 
 
 def cost_matrix(table: CostTable) -> np.ndarray:
@@ -47,56 +57,108 @@ def cost_matrix(table: CostTable) -> np.ndarray:
     return np.where(j > i, c, _INF)
 
 
-def minmax(table: CostTable, stages: int) -> int:
-    """The lowest achievable peak (plain min-max DP), used for the tolerance band."""
-    return minmax_matrix(cost_matrix(table), stages)
-
-
-def minmax_matrix(C: np.ndarray, stages: int) -> int:
-    """:func:`minmax` over a cost matrix C (``cost_matrix``'s shape and meaning)."""
+def _transposed(C, G: int, band: Optional[Band]) -> np.ndarray:
+    """Check C and return CT[j, i] = cost of layers i..j-1 (band applied), _INF where j <= i."""
+    C = np.asarray(C)
+    if C.ndim != 2 or C.shape[0] < 1 or C.shape[1] != C.shape[0] + 1:
+        raise McapError(f"cost matrix must have shape (L, L+1), got {C.shape}")
     L = C.shape[0]
-    f = C[0].copy()  # one stage: layers 0..j-1
-    for g in range(2, stages + 1):
-        f = np.min(np.maximum(f[:L, None], C), axis=0)
-        f[:g] = _INF
-    return int(f[L])
+    if isinstance(G, bool) or not isinstance(G, (int, np.integer)) or not 1 <= G <= L:
+        raise McapError(f"stages must be an integer in 1..{L} (the layer count), got {G!r}")
+    if not np.issubdtype(C.dtype, np.integer):
+        raise McapError(f"cost matrix must hold integer bytes, got dtype {C.dtype}")
+    CT = np.ascontiguousarray(C.T, dtype=np.int64)
+    if band is not None:  # elementwise, before the DP (see the module docstring)
+        CT[(CT >= band.low) & (CT <= band.high)] = band.low
+    invalid = np.arange(L + 1)[:, None] <= np.arange(L)[None, :]
+    CT[invalid] = _INF
+    big = np.flatnonzero(CT[~invalid] >= _INF)
+    if big.size:
+        raise McapError(f"cost matrix entries must be below {_INF}; {big.size} are not")
+    return CT
 
 
-def _keep_min(vals: np.ndarray, jj: np.ndarray) -> np.ndarray:
-    """Mask of the pairs whose value is the smallest within their column group (jj sorted)."""
-    starts = np.flatnonzero(np.r_[True, jj[1:] != jj[:-1]])
-    mins = np.minimum.reduceat(vals, starts)
-    sizes = np.diff(np.r_[starts, len(jj)])
-    return vals == np.repeat(mins, sizes)
+def _row_blocks(lo: int, hi: int):
+    for a in range(lo, hi + 1, _ROWS):
+        yield a, min(a + _ROWS, hi + 1)
 
 
-def _resolve_ties(tie: np.ndarray, cols: np.ndarray, i0: int, vec, bal, C, nvec, nbal) -> None:
-    """For every column j with several tied i, keep the lexicographically smallest merged
-    vector, then the smallest balance -- all columns at once, one vector entry at a time."""
-    jcol, irow = np.nonzero(tie.T)  # pairs ordered by column
-    ii = irow + i0
-    jj = cols[jcol]
-    x = C[ii, jj]
-    P = vec[ii]  # (pairs, g-1), high to low
-    g = P.shape[1] + 1
-    pos = (P > x[:, None]).sum(axis=1)  # where x lands in the merged high-to-low vector
-    for c in range(g):
-        if len(np.unique(jj)) == len(jj):
-            break
-        below = P[:, c - 1] if c > 0 else x
-        same = P[:, c] if c < g - 1 else x
-        val = np.where(c < pos, same, np.where(c == pos, x, below))
-        keep = _keep_min(val, jj)
-        ii, jj, x, P, pos = ii[keep], jj[keep], x[keep], P[keep], pos[keep]
-    B = np.concatenate([bal[ii], (jj - ii)[:, None]], axis=1)
-    for c in range(g):
-        if len(np.unique(jj)) == len(jj):
-            break
-        keep = _keep_min(B[:, c], jj)
-        ii, jj, x, P, pos, B = ii[keep], jj[keep], x[keep], P[keep], pos[keep], B[keep]
-    merged = np.sort(np.concatenate([P, x[:, None]], axis=1), axis=1)[:, ::-1]
-    nvec[jj] = merged
-    nbal[jj] = B
+def _level_min(CT: np.ndarray, first: np.ndarray, lo: int, hi: int, i0: int):
+    """For ends j in lo..hi: f[j] = min over i0 <= i < j of max(first[i], CT[j, i]), and every
+    tied (j, i) pair, ordered by j then i."""
+    f = np.empty(hi + 1 - lo, dtype=np.int64)
+    js, is_ = [], []
+    for a, b in _row_blocks(lo, hi):
+        ie = b - 1  # i <= j - 1 <= b - 2: skip the triangle where every entry is _INF
+        M = np.maximum(CT[a:b, i0:ie], first[None, i0:ie])
+        fb = M.min(axis=1)
+        f[a - lo:b - lo] = fb
+        flat = np.flatnonzero(M == fb[:, None])  # sparse: a few ties per row
+        r, c = np.divmod(flat, ie - i0)
+        js.append(r + a)
+        is_.append(c + i0)
+    return f, np.concatenate(js), np.concatenate(is_)
+
+
+def _lexmin_groups(K: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """Row index of the lexicographically smallest row of K in each group of consecutive rows
+    (``starts``/``sizes``), the first one on equality: a knockout tournament, all groups at once."""
+    n = K.shape[0]
+    gid = np.repeat(np.arange(starts.size), sizes)
+    q = np.arange(n) - starts[gid]  # position within the group
+    size = sizes[gid]
+    win = np.arange(n)
+    step = 1
+    while step < sizes.max():
+        a = np.flatnonzero((q % (2 * step) == 0) & (q + step < size))
+        wa, wb = win[a], win[a + step]
+        Ka, Kb = K[wa], K[wb]
+        d = (Ka != Kb).argmax(axis=1)  # first differing entry (0 when equal: then b < a is false)
+        r = np.arange(a.size)
+        win[a] = np.where(Kb[r, d] < Ka[r, d], wb, wa)
+        step *= 2
+    return win[starts]
+
+
+def solve_matrix(C, stages: int, band: Optional[Band] = None,
+                 progress: Optional[Callable[[int, int], None]] = None) -> tuple[tuple[int, ...], int]:
+    """(balance, transitions considered) of the best partitioning of L layers into ``stages``
+    stages, where ``C[i, j]`` (shape (L, L+1), ``cost_matrix``'s meaning) is the cost of a stage
+    holding layers i..j-1; entries with j <= i are ignored. Any integer costs work: additive
+    or not (non-additive predictors, ``mcap.core.costs``), negative or not."""
+    G = stages
+    CT = _transposed(C, G, band)
+    L = CT.shape[1]
+    js = np.arange(L + 1)
+    vec = CT[:, 0][:, None].copy()  # level 1: layers 0..j-1 on one stage
+    bal = js[:, None].copy()
+    work = L
+    for g in range(2, G + 1):
+        lo, hi = g, L - (G - g)  # prefixes that leave one layer per later stage
+        _, jj, ii = _level_min(CT, vec[:, 0], lo, hi, g - 1)
+        work += (hi - g + 1) * (hi - g + 2) // 2  # sum over j of the (j - g + 1) choices of i
+        # Candidate vectors: the prefix's vector with the last stage's cost inserted in order.
+        # One key row per candidate: merged vector, then balance (the order of tiebreak.key).
+        x = CT[jj, ii]
+        P = vec[ii]
+        at = np.arange(g) == (P > x[:, None]).sum(axis=1)[:, None]  # where x goes, high to low
+        K = np.empty((jj.size, 2 * g), dtype=np.int64)
+        merged, balance = K[:, :g], K[:, g:]
+        merged[at] = x
+        merged[~at] = P.ravel()  # row-major fill: P's entries around x, order kept
+        balance[:, :-1] = bal[ii]
+        balance[:, -1] = jj - ii
+        starts = np.flatnonzero(np.r_[True, jj[1:] != jj[:-1]])
+        sizes = np.diff(np.r_[starts, jj.size])
+        win = _lexmin_groups(K, starts, sizes) if sizes.max() > 1 else starts
+        nvec = np.full((L + 1, g), _INF, dtype=np.int64)
+        nbal = np.zeros((L + 1, g), dtype=np.int64)
+        nvec[jj[win]] = merged[win]
+        nbal[jj[win]] = balance[win]
+        vec, bal = nvec, nbal
+        if progress is not None:
+            progress(g - 1, G - 1)
+    return tuple(int(b) for b in bal[L]), work
 
 
 def solve(table: CostTable, stages: int, band: Optional[Band] = None,
@@ -105,45 +167,24 @@ def solve(table: CostTable, stages: int, band: Optional[Band] = None,
     return solve_matrix(cost_matrix(table), stages, band, progress)
 
 
-def solve_matrix(C: np.ndarray, stages: int, band: Optional[Band] = None,
-                 progress: Optional[Callable[[int, int], None]] = None) -> tuple[tuple[int, ...], int]:
-    """:func:`solve` over any stage-cost matrix C (``cost_matrix``'s shape and meaning), so
-    non-additive predictors (``mcap.core.costs``) are searched exactly too."""
-    L, G = C.shape[0], stages
-    if band is not None:
-        valid = C < _INF
-        C = np.where(valid, band.apply(C), _INF)
-    js = np.arange(L + 1)
-    # Level 1: layers 0..j-1 on one stage.
-    vec = C[0][:, None].copy()  # (L+1, 1)
-    bal = js[:, None].copy()
-    work = L
+def minmax_matrix(C, stages: int) -> int:
+    """:func:`minmax` over a cost matrix C (``cost_matrix``'s shape and meaning)."""
+    G = stages
+    CT = _transposed(C, G, None)
+    L = CT.shape[1]
+    first = CT[:, 0].copy()
     for g in range(2, G + 1):
-        lo_j, hi_j = g, L - (G - g)  # prefixes that leave one layer per later stage
-        i0, i1 = g - 1, hi_j  # i = start of the last stage, g-1 <= i < hi_j
-        # First entry of each candidate vector: max(prefix's worst stage, last stage).
-        M = np.maximum(vec[i0:i1, 0][:, None], C[i0:i1, lo_j:hi_j + 1])  # rows i, cols j
-        f = M.min(axis=0)
-        tie = M == f[None, :]
-        nties = tie.sum(axis=0)
-        work += (hi_j - g + 1) * (hi_j - g + 2) // 2  # sum over j of the (j - g + 1) choices of i
-        nvec = np.full((L + 1, g), _INF, dtype=np.int64)
-        nbal = np.zeros((L + 1, g), dtype=np.int64)
-        cols = np.arange(lo_j, hi_j + 1)
-        one = nties == 1
-        single = cols[one]
-        if single.size:
-            istar = M.argmin(axis=0)[one] + i0
-            merged = np.concatenate([vec[istar], C[istar, single][:, None]], axis=1)
-            nvec[single] = np.sort(merged, axis=1)[:, ::-1]
-            nbal[single, :-1] = bal[istar]
-            nbal[single, -1] = single - istar
-        if not one.all():
-            _resolve_ties(tie[:, ~one], cols[~one], i0, vec, bal, C, nvec, nbal)
-        vec, bal = nvec, nbal
-        if progress is not None:
-            progress(g - 1, G - 1)
-    return tuple(int(x) for x in bal[L]), work
+        lo, hi = g, L - (G - g)
+        f = np.full(L + 1, _INF, dtype=np.int64)
+        for a, b in _row_blocks(lo, hi):
+            f[a:b] = np.maximum(CT[a:b, g - 1:b - 1], first[None, g - 1:b - 1]).min(axis=1)
+        first = f
+    return int(first[L])
+
+
+def minmax(table: CostTable, stages: int) -> int:
+    """The lowest achievable peak (plain min-max DP), used for the tolerance band."""
+    return minmax_matrix(cost_matrix(table), stages)
 
 
 # --- registration ----------------------------------------------------------------------

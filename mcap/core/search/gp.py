@@ -1,7 +1,8 @@
 """The Gaussian-process surrogate of mCAP-BO's tuned settings (numpy + scipy only).
 
-A zero-mean GP on standardised peaks with an isotropic Matern-5/2 kernel over cut points
-scaled to [0, 1] (the kernel ``gp_minimize`` defaults to). Its length scale and noise are
+A zero-mean GP on standardised observations with an isotropic Matern-5/2 kernel (the
+kernel ``gp_minimize`` defaults to) over points scaled to [0, 1]: a stage's (first, last)
+layer, or a partitioning's cut points (``bayes``). Its length scale and noise are
 not fitted by L-BFGS as in scikit-optimize but picked from a fixed grid by the log
 marginal likelihood, rounded: a gradient optimiser's path, and so its answer, moves with
 the last bits of exp/BLAS, which differ between CPUs (AVX2/FMA vs AVX-512 kernels), while a

@@ -3,7 +3,8 @@
 * ``exact``  -- min-max DP over stage costs with the sorted-vector tie-break (exact.py);
   ``evaluated`` counts DP transitions (stage placements), not partitionings.
 * ``bf``     -- the paper's brute force over all C(L-1, G-1) partitionings (bruteforce.py).
-* ``bo``     -- scikit-optimize with the paper's settings (bayes.py); on demand (slow).
+* ``bo``     -- Bayesian optimisation (bayes.py): settings="tuned" (default) or "paper"
+  (scikit-optimize with the paper's settings); on demand.
 * ``uniform``, ``params``, ``time`` -- baselines (uniform.py, params.py, time.py).
 
 The tie-break and the tolerance are documented in ``tiebreak.py``; exact and bf apply the

@@ -251,7 +251,7 @@ def _with_dp_pick(pool, M, S, L: int, G: int, done, optimism: float) -> np.ndarr
     C = np.zeros((L, L + 1), dtype=np.int64)
     a, b = np.triu_indices(L)
     C[a, b + 1] = np.round(opt[a, b] / unit).astype(np.int64)
-    bal, _ = exact.solve_matrix(C, L, G)
+    bal, _ = exact.solve_matrix(C, G)
     cuts = np.cumsum(bal)[:-1]
     if tuple(int(c) for c in cuts) in done:
         return pool

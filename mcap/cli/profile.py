@@ -93,6 +93,10 @@ def register(sub) -> None:
     s.add_argument("--sample", type=int, default=None, metavar="N",
                    help="measure N partitionings drawn uniformly (default: all)")
     s.add_argument("--seed", type=int, default=0, metavar="S")
+    s.add_argument("--no-reuse", dest="reuse", action="store_false",
+                   help="measure every partitioning; by default only a set that covers every "
+                        "distinct stage is measured and the others' per-stage peaks are "
+                        "composed from it (their throughput is then not measured)")
     s.add_argument("--out", required=True, type=Path, metavar="FILE.json")
     s.set_defaults(func=cmd_sweep)
 
@@ -127,7 +131,8 @@ def cmd_profile(args) -> int:
 def cmd_sweep(args) -> int:
     def action(profiling, setup, store):
         result = profiling.sweep(args.model, setup, args.out, store=store, sample=args.sample,
-                                 seed=args.seed, job=args.job, timeout=args.timeout)
+                                 seed=args.seed, job=args.job, timeout=args.timeout,
+                                 reuse=args.reuse)
         print(profiling.summary("sweep", result.tally, args.out, result.sweep_id))
         return 0
     return _run(args, action)

@@ -183,6 +183,7 @@ class Knowledge:
     stages: int
     ok: dict = field(default_factory=dict)    # key -> StageRecord
     oom: dict = field(default_factory=dict)   # key -> balance of the oom run that proved it
+    tried: set = field(default_factory=set)   # keys of oom or failed runs (suspects while unknown)
     _oom_runs: list = field(default_factory=list)
 
     def __post_init__(self):
@@ -203,9 +204,11 @@ class Knowledge:
                 if old is None or int(run.peaks[s]) > old.peak:
                     self.ok[k] = StageRecord(int(run.peaks[s]), bd, tuple(run.balance))
             self._settle()
-        elif run.status == "oom":
-            self._oom_runs.append((tuple(run.balance), keys))
-            self._settle()
+        else:
+            self.tried.update(keys)
+            if run.status == "oom":
+                self._oom_runs.append((tuple(run.balance), keys))
+                self._settle()
 
     def _settle(self) -> None:
         still = []
@@ -242,6 +245,10 @@ class Knowledge:
             breakdown = tuple(r.breakdown for r in records)
         return Run(balance, "ok", tuple(r.peak for r in records), 0.0,
                    breakdown=breakdown, composed=True)
+
+    def suspect_keys(self, balance: Sequence[int]) -> list:
+        """Keys of ``balance`` not known, that were in an oom or failed run."""
+        return [k for k in self.unknown_keys(balance) if k in self.tried]
 
     def unknown_keys(self, balance: Sequence[int]) -> list:
         known = self.ok.keys() | self.oom.keys()

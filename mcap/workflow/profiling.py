@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Iterator, Optional, Sequence, TextIO
 
 from mcap.core.errors import McapError
+from mcap.workflow import reuse as reuse_mod
 from mcap.workflow.progress import ProgressBar
 from mcap.store import Store
 from mcap.core.types import ModelInfo, Profile, Run, Setup, Sweep
@@ -44,6 +45,8 @@ class Tally:
     seconds: float
     runs: tuple[Run, ...] = ()
     fallback: tuple[tuple[int, ...], ...] = ()  # balances added by the oom fallback
+    composed: int = 0  # runs composed from other runs' stages (mcap.core.cover), not measured
+    cover: int = 0     # covering partitionings a reusing sweep chose to measure
 
 
 @dataclass(frozen=True)
@@ -349,10 +352,13 @@ def sweep(spec: str, setup: Setup, out: Optional[Path], *, store: Store,
           sample: Optional[int] = None, seed: int = 0, job: Optional[int] = None,
           stream: Optional[TextIO] = None, timeout: float = DEFAULT_TIMEOUT,
           name: Optional[str] = None,
-          balances: Optional[Sequence[Sequence[int]]] = None) -> SweepResult:
+          balances: Optional[Sequence[Sequence[int]]] = None, reuse: bool = True) -> SweepResult:
     """Measure every partitioning (or a seeded sample, or the given ``balances``) and
     write ``mcap.sweep/1``.
 
+    With ``reuse`` (the default) only a covering set of them is measured and the others'
+    per-stage peaks are composed from it (``mcap.workflow.reuse``; their runs say
+    ``composed`` and have no throughput); ``reuse=False`` measures every one.
     oom and failed runs are records too (the sweep goes on); a failed run is retried when
     the sweep is run again, an ok or oom one is reused."""
     from mcap.io import jsonio
@@ -365,16 +371,27 @@ def sweep(spec: str, setup: Setup, out: Optional[Path], *, store: Store,
         balances = sweep_balances(info.num_layers, setup.stages, sample, seed)
     else:
         balances = [validate(b, info.num_layers).balance for b in balances]
-    bar = ProgressBar(len(balances), "sweep", stream=stream)
+    balances = [tuple(int(n) for n in b) for b in balances]
+    if reuse:
+        know, latest = reuse_mod.stored_knowledge(store, store.study(info, setup), setup)
+        cover = reuse_mod.plan_cover(know, latest, balances, setup.schedule)
+    bar = ProgressBar(len(cover) if reuse else len(balances), "sweep", stream=stream)
     m = Measurer(info.spec, info, setup, store, "sweep", bar, job, timeout)
+    composed = 0
     with job_status(store, job, m.study, bar.total), contextlib.closing(m):
-        runs = tuple(m.get(b) for b in balances)
+        if reuse:
+            found = reuse_mod.sweep_reusing(m, know, latest, cover, balances)
+            runs, composed = found.runs, found.composed
+            m.reused += found.reused
+        else:
+            runs = tuple(m.get(b) for b in balances)
         bar.close()
         result = Sweep(model=info, setup=setup, runs=runs, machine=m.machine)
         if out is not None:
             jsonio.save(result, out)
         sweep_id = store.save_sweep(result, name=name)
-    tally = Tally(m.measured, m.reused, time.monotonic() - started, runs)
+    tally = Tally(m.measured, m.reused, time.monotonic() - started, runs, composed=composed,
+                  cover=len(cover) if reuse else 0)
     return SweepResult(result, sweep_id, tally)
 
 
@@ -384,6 +401,9 @@ def summary(kind: str, tally: Tally, out: Optional[Path], stored_id: int) -> str
     failed = len(tally.runs) - ok - oom
     where = f" -> {out}" if out else ""
     extra = f", {len(tally.fallback)} fallback" if tally.fallback else ""
+    composed = (f", {tally.composed} composed from measured stages"
+                f"{f' ({tally.cover} covering runs)' if tally.cover else ''}"
+                if tally.composed else "")
     return (f"{kind}: {len(tally.runs)} runs ({ok} ok, {oom} oom, {failed} failed{extra}); "
-            f"{tally.measured} measured now, {tally.reused} reused from the store; "
+            f"{tally.measured} measured now, {tally.reused} reused from the store{composed}; "
             f"{tally.seconds:.1f} s{where} (store {kind} id {stored_id})")

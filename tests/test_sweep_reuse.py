@@ -1,0 +1,203 @@
+"""Stage-reuse sweeps (issue 13): the orchestration with a scripted measurer, then end to
+end on the CPU with real stage processes: composed peaks equal direct measurements
+exactly, an interrupted sweep resumes without repeating a run, oom stays oom."""
+from __future__ import annotations
+
+import io
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from mcap.core.cover import Knowledge, distinct_keys, greedy_cover, stage_keys
+from mcap.core.partition import enumerate_all
+from mcap.core.types import Run, Setup
+from mcap.io import jsonio
+from mcap.store import Store
+from mcap.workflow import reuse
+from mcap.workflow.profiling import sweep
+
+
+def every(layers, stages):
+    return [tuple(int(n) for n in row) for chunk in enumerate_all(layers, stages) for row in chunk]
+
+
+# --- the orchestration, with a scripted measurer -------------------------------------
+
+class Bar:
+    def __init__(self):
+        self.total = 0
+
+    def grow(self, n):
+        self.total += n
+
+
+class Scripted:
+    """Stands in for the Measurer: answers from a table of stage peaks, fails on request."""
+
+    def __init__(self, schedule, fail=(), capacity=None):
+        self.schedule, self.fail, self.capacity = schedule, set(fail), capacity
+        self.bar, self.asked = Bar(), []
+
+    def peak(self, key):
+        if key[:2] == (2, 4):  # layers 2..4 in one stage: far more than any other stage
+            return 10**6
+        return 1000 * (key[0] + 1) + key[1] + 1
+
+    def get(self, balance):
+        self.asked.append(balance)
+        if balance in self.fail:
+            return Run(balance, "failed", None, 1.0, error="crashed")
+        peaks = tuple(self.peak(k) for k in stage_keys(balance, self.schedule))
+        if self.capacity is not None and max(peaks) > self.capacity:
+            return Run(balance, "oom", None, 1.0, error="out of memory")
+        return Run(balance, "ok", peaks, 1.0, samples_per_second=1.0)
+
+
+def run_reusing(m, balances, schedule, stages):
+    know = Knowledge(schedule, stages)
+    cover = reuse.plan_cover(know, {}, balances, schedule)
+    return cover, reuse.sweep_reusing(m, know, {}, cover, balances)
+
+
+def test_failed_covering_run_leaves_its_partitionings_to_direct_measurement():
+    balances = every(9, 4)
+    first = greedy_cover(balances, "gpipe")
+
+    def needing(pick):  # the other partitionings that hold a key only this pick covers
+        only = set(stage_keys(pick, "gpipe")) - distinct_keys(
+            [b for b in first if b != pick], "gpipe")
+        return [b for b in balances if b != pick and only & set(stage_keys(b, "gpipe"))]
+
+    bad = max(first, key=lambda p: len(needing(p)))
+    assert needing(bad)
+    m = Scripted("gpipe", fail={bad})
+    cover, result = run_reusing(m, balances, "gpipe", 4)
+    assert cover == first
+    truth = Scripted("gpipe", fail={bad})
+    for b, run in zip(balances, result.runs):
+        expected = truth.get(b)
+        assert (run.status, run.peaks) == (expected.status, expected.peaks), b
+    assert result.runs[balances.index(bad)].status == "failed"  # its own record
+    assert len(m.asked) == len(set(m.asked)) < len(balances)  # nothing twice
+    assert result.direct == m.bar.total >= 1
+    # A stage known only from the failed run is measured, not guessed: at least one
+    # partitioning holding each such stage was measured directly.
+    only = set(stage_keys(bad, "gpipe")) - distinct_keys([b for b in first if b != bad], "gpipe")
+    for key in only:
+        holders = [b for b in balances if key in stage_keys(b, "gpipe") and b != bad]
+        assert not holders or any(b in m.asked for b in holders)
+        for b in holders:
+            assert b in m.asked or result.runs[balances.index(b)].composed
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+def test_capacity_oom_is_composed_for_every_partitioning_holding_the_stage(schedule):
+    balances = every(9, 4)
+    probe = Scripted(schedule)
+    m = Scripted(schedule, capacity=10**5)  # a stage of layers 2..4 does not fit
+    cover, result = run_reusing(m, balances, schedule, 4)
+    assert len(m.asked) == len(set(m.asked)) < len(balances)
+    capped = Scripted(schedule, capacity=10**5)
+    for b, run in zip(balances, result.runs):
+        assert run.status == capped.get(b).status, b
+        if run.status == "ok":
+            assert run.peaks == probe.get(b).peaks
+    assert any(r.composed and r.status == "oom" for r in result.runs)
+
+
+# --- end to end on the CPU -----------------------------------------------------------
+
+MODEL = "gpt:layers=5,hidden=64,heads=4,vocab=256,seq=32"  # 7 layers
+SETUP = Setup(stages=4, batch_size=8, chunks=2)
+ARGS = ["--model", MODEL, "--stages", "4", "--batch-size", "8", "--chunks", "2"]
+BALANCES = every(7, 4)  # 20 partitionings; 10 cover every GPipe stage key
+
+
+@pytest.fixture(scope="module")
+def resumed(tmp_path_factory):
+    """A reusing CLI sweep killed after two runs, then resumed in-process."""
+    tmp = tmp_path_factory.mktemp("reuse")
+    db, out = tmp / "s.sqlite", tmp / "sweep.json"
+    argv = [sys.executable, "-m", "mcap", "sweep", *ARGS, "--store", str(db), "--out", str(out)]
+    child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True)
+    store = Store(db)
+    deadline = time.monotonic() + 120
+    try:
+        while len(store.run_records()) < 2 and time.monotonic() < deadline:
+            assert child.poll() is None, "sweep ended before it was killed"
+            time.sleep(0.05)
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)  # the command and its stage processes
+        child.wait()
+    before = store.run_records()
+    result = sweep(MODEL, SETUP, out, store=store, stream=io.StringIO())
+    return store, before, result, out
+
+
+@pytest.mark.integration
+def test_interrupted_reusing_sweep_resumes_without_repeating_a_run(resumed):
+    store, before, result, out = resumed
+    cover = greedy_cover(BALANCES, "gpipe")
+    k = len(before)
+    assert 2 <= k < len(cover)
+    after = store.run_records()
+    assert after[:k] == before  # nothing finished was measured again
+    measured = [r.run.balance for r in after if not r.run.composed]
+    assert len(measured) == len(set(measured)) == len(cover)
+    assert result.tally.measured == len(cover) - k and result.tally.reused == 0
+    assert result.tally.composed == len(BALANCES) - len(cover) == 10
+    assert [r.balance for r in result.sweep.runs] == BALANCES
+    assert jsonio.load_sweep(out) == result.sweep
+    assert all(r.samples_per_second is None for r in result.sweep.runs if r.composed)
+
+
+@pytest.mark.integration
+def test_composed_peaks_equal_direct_measurements_exactly(resumed):
+    store, _, result, _ = resumed
+    composed = [r for r in result.sweep.runs if r.composed]
+    # The GPipe claim under test: a middle stage measured at one index stands for the
+    # same layers at another index.
+    measured_at = {(a, z, i) for r in result.sweep.runs if not r.composed
+                   for i, (a, z) in enumerate(_bounds(r.balance))}
+    assert any((a, z, i) not in measured_at and 0 < i < 3
+               for r in composed for i, (a, z) in enumerate(_bounds(r.balance)))
+    picked = random.Random(0).sample(composed, 4)
+    direct = sweep(MODEL, SETUP, None, store=store, stream=io.StringIO(), reuse=False,
+                   balances=[r.balance for r in picked])
+    assert direct.tally.measured == 4
+    for c, d in zip(picked, direct.sweep.runs):
+        assert d.status == "ok" and not d.composed
+        assert c.peaks == d.peaks, (c.balance, c.peaks, d.peaks)
+        assert c.breakdown == d.breakdown
+
+
+@pytest.mark.integration
+def test_reusing_sweep_under_a_capacity_keeps_oom_exact(resumed, tmp_path):
+    _, _, free, _ = resumed
+    truth = {r.balance: r.peaks for r in free.sweep.runs}
+    stage_peaks = sorted({p for peaks in truth.values() for p in peaks})
+    capacity = (stage_peaks[-1] + stage_peaks[-2]) // 2  # the largest stage does not fit
+    capped = Setup(stages=4, batch_size=8, chunks=2, capacity_bytes=capacity)
+    store = Store(tmp_path / "c.sqlite")
+    result = sweep(MODEL, capped, tmp_path / "c.json", store=store, stream=io.StringIO())
+    for run in result.sweep.runs:
+        assert run.status == ("oom" if max(truth[run.balance]) > capacity else "ok"), run
+        if run.status == "ok":
+            assert run.peaks == truth[run.balance]
+    assert result.tally.measured < len(BALANCES)
+    again = sweep(MODEL, capped, tmp_path / "c.json", store=store, stream=io.StringIO())
+    assert again.tally.measured == 0 and again.sweep == result.sweep
+
+
+def _bounds(balance):
+    out, start = [], 0
+    for n in balance:
+        out.append((start, start + n - 1))
+        start += n
+    return out

@@ -19,7 +19,7 @@ from mcap.core.types import Run, Setup
 from mcap.io import jsonio
 from mcap.store import Store
 from mcap.workflow import reuse
-from mcap.workflow.profiling import sweep
+from mcap.workflow.profiling import profile, sweep
 
 
 def every(layers, stages):
@@ -150,7 +150,9 @@ def test_interrupted_reusing_sweep_resumes_without_repeating_a_run(resumed):
     assert after[:k] == before  # nothing finished was measured again
     measured = [r.run.balance for r in after if not r.run.composed]
     assert len(measured) == len(set(measured)) == len(cover)
-    assert result.tally.measured == len(cover) - k and result.tally.reused == 0
+    # The killed sweep's runs are known: the resumed one covers only what is left.
+    assert result.tally.measured == result.tally.cover == len(cover) - k
+    assert result.tally.reused == k
     assert result.tally.composed == len(BALANCES) - len(cover) == 10
     assert [r.balance for r in result.sweep.runs] == BALANCES
     assert jsonio.load_sweep(out) == result.sweep
@@ -179,20 +181,41 @@ def test_composed_peaks_equal_direct_measurements_exactly(resumed):
 
 @pytest.mark.integration
 def test_reusing_sweep_under_a_capacity_keeps_oom_exact(resumed, tmp_path):
+    """Real oom runs through the reusing sweep (the inference on them is tested with the
+    scripted measurer above): statuses and peaks as the uncapped truth says, and a
+    resumed sweep measures nothing. A few partitionings only: every oom restarts the
+    stage processes."""
     _, _, free, _ = resumed
     truth = {r.balance: r.peaks for r in free.sweep.runs}
     stage_peaks = sorted({p for peaks in truth.values() for p in peaks})
     capacity = (stage_peaks[-1] + stage_peaks[-2]) // 2  # the largest stage does not fit
+    doomed = [b for b in BALANCES if max(truth[b]) > capacity]
+    picked = doomed[:1] + [b for b in BALANCES if b not in doomed][::4]
     capped = Setup(stages=4, batch_size=8, chunks=2, capacity_bytes=capacity)
     store = Store(tmp_path / "c.sqlite")
-    result = sweep(MODEL, capped, tmp_path / "c.json", store=store, stream=io.StringIO())
+    result = sweep(MODEL, capped, tmp_path / "c.json", store=store, stream=io.StringIO(),
+                   balances=picked)
+    assert [r.balance for r in result.sweep.runs] == picked
     for run in result.sweep.runs:
         assert run.status == ("oom" if max(truth[run.balance]) > capacity else "ok"), run
         if run.status == "ok":
             assert run.peaks == truth[run.balance]
-    assert result.tally.measured < len(BALANCES)
-    again = sweep(MODEL, capped, tmp_path / "c.json", store=store, stream=io.StringIO())
+    again = sweep(MODEL, capped, tmp_path / "c.json", store=store, stream=io.StringIO(),
+                  balances=picked)
     assert again.tally.measured == 0 and again.sweep == result.sweep
+
+
+@pytest.mark.integration
+def test_profile_after_a_sweep_composes_its_runs_and_equals_a_measured_profile(resumed):
+    store, _, _, _ = resumed
+    composed = profile(MODEL, SETUP, None, store=store, stream=io.StringIO())
+    assert composed.tally.measured == 0  # the sweep measured every stage of the plan
+    assert composed.tally.composed >= 1
+    measured = profile(MODEL, SETUP, None, store=store, stream=io.StringIO(), reuse=False)
+    assert measured.tally.composed == 0
+    assert not any(r.composed for r in measured.profile.runs)
+    assert composed.profile.stats == measured.profile.stats
+    assert [r.peaks for r in composed.profile.runs] == [r.peaks for r in measured.profile.runs]
 
 
 def _bounds(balance):

@@ -34,13 +34,17 @@ class ReuseResult:
     reused: int     # measured runs found in the store for requested partitionings
 
 
-def stored_knowledge(store: Store, study, setup: Setup) -> tuple[Knowledge, dict]:
-    """What the store's measured (not composed) runs of ``study`` say about each stage
-    key, and the latest finished (ok/oom) measured run of each balance (as find_run)."""
+def stored_knowledge(store: Store, study, setup: Setup, machine=None) -> tuple[Knowledge, dict]:
+    """What the store's measured (not composed) runs of ``study`` on ``machine`` say about
+    each stage key, and the latest finished (ok/oom) measured run of each balance (as
+    find_run). Runs of other machines are left out: their peaks may differ (a stage's
+    peak is exact only on the machine that measured it, mcap.core.machine)."""
     know = Knowledge(setup.schedule, setup.stages)
     latest: dict = {}
-    for run in store.runs(study):
-        if run.composed:
+    key = None if machine is None else machine.key()
+    for record in store.run_records(study):
+        run = record.run
+        if run.composed or record.machine != key:
             continue
         know.add(run)
         if run.status in ("ok", "oom"):

@@ -4,6 +4,7 @@ exactly, an interrupted sweep resumes without repeating a run, oom stays oom."""
 from __future__ import annotations
 
 import io
+import itertools
 import os
 import random
 import signal
@@ -110,21 +111,60 @@ def test_capacity_oom_is_composed_for_every_partitioning_holding_the_stage(sched
     assert any(r.composed and r.status == "oom" for r in result.runs)
 
 
+# --- profile wiring: every stage known, so nothing is measured --------------------------
+
+def test_profile_composes_runs_whose_every_stage_is_stored_and_starts_no_process(tmp_path):
+    from mcap.core.plan import profiling_plan
+    from mcap.core.stats import extract
+    from mcap.workflow.profiling import model_info
+
+    spec, setup = "vgg11:image_size=32,hidden=64", Setup(stages=4, batch_size=8, chunks=2)
+    info = model_info(spec)
+    store = Store(tmp_path / "s.sqlite")
+    study = store.study(info, setup)
+    scripted = Scripted("gpipe")
+    plan = [tuple(b) for b in profiling_plan(info.num_layers, 4).runs]
+    # Measured runs of other partitionings holding every stage they can (a sweep would
+    # leave these); a plan run with a stage no other partitioning has is stored itself.
+    others = [b for b in every(info.num_layers, 4) if b not in plan]
+    for b in greedy_cover(others, "gpipe"):
+        store.record_run(study, scripted.get(b), kind="sweep")
+    elsewhere = distinct_keys(others, "gpipe")
+    alone = [b for b in plan if not set(stage_keys(b, "gpipe")) <= elsewhere]
+    for b in alone:
+        store.record_run(study, scripted.get(b), kind="profile")
+    result = profile(spec, setup, None, store=store, stream=io.StringIO())
+    made = [r for r in result.profile.runs if r.composed]
+    assert result.tally.measured == 0 and result.tally.reused == len(alone)
+    assert result.tally.composed == len(made) == len(plan) - len(alone) >= 1
+    for r in result.profile.runs:
+        assert r.peaks == scripted.get(r.balance).peaks
+    assert result.profile.stats == extract(result.profile.runs, info.num_layers)
+    stored = store.load_profile(result.profile_id)
+    assert [r.composed for r in stored.runs] == [r.composed for r in result.profile.runs]
+
+
 # --- end to end on the CPU -----------------------------------------------------------
 
-MODEL = "gpt:layers=5,hidden=64,heads=4,vocab=256,seq=32"  # 7 layers
+MODEL = "vgg11:image_size=32,hidden=64"  # 30 distinct layers: a wrong stage shows
 SETUP = Setup(stages=4, batch_size=8, chunks=2)
-ARGS = ["--model", MODEL, "--stages", "4", "--batch-size", "8", "--chunks", "2"]
-BALANCES = every(7, 4)  # 20 partitionings; 10 cover every GPipe stage key
+# The partitionings cutting only at these layers: 10, sharing stages (7 cover them all),
+# a middle stage at index 1 in one and at index 2 in another.
+CUTS = (4, 9, 15, 21, 26)
+BALANCES = [(a, b - a, c - b, 30 - c) for a, b, c in itertools.combinations(CUTS, 3)]
+SWEEP_CODE = ("import io, sys; from mcap.store import Store; from mcap.core.types import Setup; "
+              "from mcap.workflow.profiling import sweep; "
+              f"sweep({MODEL!r}, Setup(stages=4, batch_size=8, chunks=2), None, "
+              "store=Store(sys.argv[1]), stream=io.StringIO(), balances=" + repr(BALANCES) + ")")
 
 
 @pytest.fixture(scope="module")
 def resumed(tmp_path_factory):
-    """A reusing CLI sweep killed after two runs, then resumed in-process."""
+    """A reusing sweep killed after two runs, then resumed."""
     tmp = tmp_path_factory.mktemp("reuse")
     db, out = tmp / "s.sqlite", tmp / "sweep.json"
-    argv = [sys.executable, "-m", "mcap", "sweep", *ARGS, "--store", str(db), "--out", str(out)]
-    child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    child = subprocess.Popen([sys.executable, "-c", SWEEP_CODE, str(db)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                              start_new_session=True)
     store = Store(db)
     deadline = time.monotonic() + 120
@@ -136,7 +176,7 @@ def resumed(tmp_path_factory):
         os.killpg(child.pid, signal.SIGKILL)  # the command and its stage processes
         child.wait()
     before = store.run_records()
-    result = sweep(MODEL, SETUP, out, store=store, stream=io.StringIO())
+    result = sweep(MODEL, SETUP, out, store=store, stream=io.StringIO(), balances=BALANCES)
     return store, before, result, out
 
 
@@ -145,7 +185,7 @@ def test_interrupted_reusing_sweep_resumes_without_repeating_a_run(resumed):
     store, before, result, out = resumed
     cover = greedy_cover(BALANCES, "gpipe")
     k = len(before)
-    assert 2 <= k < len(cover)
+    assert 2 <= k < len(cover) == 7
     after = store.run_records()
     assert after[:k] == before  # nothing finished was measured again
     measured = [r.run.balance for r in after if not r.run.composed]
@@ -153,10 +193,11 @@ def test_interrupted_reusing_sweep_resumes_without_repeating_a_run(resumed):
     # The killed sweep's runs are known: the resumed one covers only what is left.
     assert result.tally.measured == result.tally.cover == len(cover) - k
     assert result.tally.reused == k
-    assert result.tally.composed == len(BALANCES) - len(cover) == 10
+    assert result.tally.composed == len(BALANCES) - len(cover) == 3
     assert [r.balance for r in result.sweep.runs] == BALANCES
     assert jsonio.load_sweep(out) == result.sweep
-    assert all(r.samples_per_second is None for r in result.sweep.runs if r.composed)
+    assert all(r.samples_per_second is None and r.seconds == 0.0
+               for r in result.sweep.runs if r.composed)
 
 
 @pytest.mark.integration
@@ -169,11 +210,10 @@ def test_composed_peaks_equal_direct_measurements_exactly(resumed):
                    for i, (a, z) in enumerate(_bounds(r.balance))}
     assert any((a, z, i) not in measured_at and 0 < i < 3
                for r in composed for i, (a, z) in enumerate(_bounds(r.balance)))
-    picked = random.Random(0).sample(composed, 4)
     direct = sweep(MODEL, SETUP, None, store=store, stream=io.StringIO(), reuse=False,
-                   balances=[r.balance for r in picked])
-    assert direct.tally.measured == 4
-    for c, d in zip(picked, direct.sweep.runs):
+                   balances=[r.balance for r in composed])
+    assert direct.tally.measured == len(composed)
+    for c, d in zip(composed, direct.sweep.runs):
         assert d.status == "ok" and not d.composed
         assert c.peaks == d.peaks, (c.balance, c.peaks, d.peaks)
         assert c.breakdown == d.breakdown
@@ -183,19 +223,23 @@ def test_composed_peaks_equal_direct_measurements_exactly(resumed):
 def test_reusing_sweep_under_a_capacity_keeps_oom_exact(resumed, tmp_path):
     """Real oom runs through the reusing sweep (the inference on them is tested with the
     scripted measurer above): statuses and peaks as the uncapped truth says, and a
-    resumed sweep measures nothing. A few partitionings only: every oom restarts the
-    stage processes."""
+    resumed sweep measures nothing. Two partitionings only: every oom restarts the stage
+    processes."""
     _, _, free, _ = resumed
     truth = {r.balance: r.peaks for r in free.sweep.runs}
     stage_peaks = sorted({p for peaks in truth.values() for p in peaks})
     capacity = (stage_peaks[-1] + stage_peaks[-2]) // 2  # the largest stage does not fit
     doomed = [b for b in BALANCES if max(truth[b]) > capacity]
-    picked = doomed[:1] + [b for b in BALANCES if b not in doomed][::4]
+    # One that fits, then one that does not: measured in this order (equal gains keep the
+    # given order), so the restart an oom causes is the last thing the runner does.
+    picked = [b for b in BALANCES if b not in doomed][:1] + doomed[:1]
+    assert greedy_cover(picked, "gpipe") == picked
     capped = Setup(stages=4, batch_size=8, chunks=2, capacity_bytes=capacity)
     store = Store(tmp_path / "c.sqlite")
     result = sweep(MODEL, capped, tmp_path / "c.json", store=store, stream=io.StringIO(),
                    balances=picked)
     assert [r.balance for r in result.sweep.runs] == picked
+    assert sum(r.status == "oom" for r in result.sweep.runs) >= 1
     for run in result.sweep.runs:
         assert run.status == ("oom" if max(truth[run.balance]) > capacity else "ok"), run
         if run.status == "ok":
@@ -203,19 +247,6 @@ def test_reusing_sweep_under_a_capacity_keeps_oom_exact(resumed, tmp_path):
     again = sweep(MODEL, capped, tmp_path / "c.json", store=store, stream=io.StringIO(),
                   balances=picked)
     assert again.tally.measured == 0 and again.sweep == result.sweep
-
-
-@pytest.mark.integration
-def test_profile_after_a_sweep_composes_its_runs_and_equals_a_measured_profile(resumed):
-    store, _, _, _ = resumed
-    composed = profile(MODEL, SETUP, None, store=store, stream=io.StringIO())
-    assert composed.tally.measured == 0  # the sweep measured every stage of the plan
-    assert composed.tally.composed >= 1
-    measured = profile(MODEL, SETUP, None, store=store, stream=io.StringIO(), reuse=False)
-    assert measured.tally.composed == 0
-    assert not any(r.composed for r in measured.profile.runs)
-    assert composed.profile.stats == measured.profile.stats
-    assert [r.peaks for r in composed.profile.runs] == [r.peaks for r in measured.profile.runs]
 
 
 def _bounds(balance):

@@ -10,6 +10,11 @@ file where every partitioning was measured), how many composed partitionings equ
 direct measurement exactly, stage by stage, and the largest difference. It also prints
 the spread of each stage key's peak inside the direct file (0 where composing is exact).
 ``--compare-only`` skips the sweep and compares an existing ``--out``.
+
+``--replay`` runs no stage process: it replays the reusing sweep on the ``--direct``
+file's measurements under capacities that fit 10 %, 25 %, ... of its partitionings (a run
+is oom when its largest stage is over), and prints how many partitionings were measured
+and whether every composed status and peak equals the file's.
 """
 from __future__ import annotations
 
@@ -62,6 +67,61 @@ def compare(out: Path, direct: Path) -> None:
     print(f"compared {compared} partitionings ({composed} composed): {equal} equal exactly "
           f"on every stage, {status_diff} with another status; largest per-stage difference "
           f"{worst} bytes ({worst_rel:.2%})" + (f" at {list(worst_at)}" if worst_at else ""))
+    # Split by measured / composed, and by stage key: a difference the measured runs show
+    # too, the same for a key in every partitioning, comes from the measuring, not reuse.
+    for label, want in (("measured", False), ("composed", True)):
+        runs = [r for r in ours.runs if r.composed == want and tuple(r.balance) in ref
+                and r.status == "ok" == ref[tuple(r.balance)].status]
+        same = sum(r.peaks == ref[tuple(r.balance)].peaks for r in runs)
+        print(f"  {label}: {same}/{len(runs)} equal exactly")
+    by_key = defaultdict(set)
+    for r in ours.runs:
+        d = ref.get(tuple(r.balance))
+        if d is not None and r.status == "ok" == d.status:
+            for k, a, b in zip(stage_keys(r.balance, schedule), r.peaks, d.peaks):
+                by_key[k].add(a - b)
+    differ = {k: v for k, v in by_key.items() if v != {0}}
+    print(f"  stage keys whose peak differs: {len(differ)} of {len(by_key)}; each key's "
+          f"difference the same in every partitioning: {all(len(v) == 1 for v in differ.values())}; "
+          f"differences seen: {sorted(set().union(*differ.values())) if differ else []}")
+
+
+def replay(direct: Path) -> None:
+    from mcap.core.cover import Knowledge
+    from mcap.core.types import Run
+    from mcap.workflow import reuse
+
+    sweep = jsonio.load_sweep(direct)
+    truth = {tuple(r.balance): r for r in sweep.runs if r.status == "ok"}
+    balances = list(truth)
+    tops = sorted(max(r.peaks) for r in truth.values())
+
+    class Bar:
+        total = 0
+
+        def grow(self, n):
+            self.total += n
+
+    class Replayed:  # the Measurer's one method, answered from the file
+        def __init__(self, capacity):
+            self.capacity, self.bar, self.asked = capacity, Bar(), 0
+
+        def get(self, b):
+            self.asked += 1
+            r = truth[b]
+            return r if max(r.peaks) <= self.capacity else Run(b, "oom", None, 1.0)
+
+    for share in (0.1, 0.25, 0.5, 0.75, 0.9, 1.0):
+        capacity = tops[min(int(len(tops) * share), len(tops) - 1)]
+        m, know = Replayed(capacity), Knowledge(sweep.setup.schedule, sweep.setup.stages)
+        cover = reuse.plan_cover(know, {}, balances, sweep.setup.schedule)
+        result = reuse.sweep_reusing(m, know, {}, cover, balances)
+        right = all(r.status == ("ok" if max(truth[r.balance].peaks) <= capacity else "oom")
+                    and (r.status != "ok" or r.peaks == truth[r.balance].peaks)
+                    for r in result.runs)
+        oom = sum(r.status == "oom" for r in result.runs)
+        print(f"capacity fitting {share:.0%}: {oom} oom of {len(balances)}; measured {m.asked} "
+              f"({len(cover)} cover + {result.direct} direct); every run right: {right}")
 
 
 def main() -> int:
@@ -74,7 +134,13 @@ def main() -> int:
     ap.add_argument("--store", type=Path, default=Path("/tmp/reuse.sqlite"))
     ap.add_argument("--direct", type=Path, default=None)
     ap.add_argument("--compare-only", action="store_true")
+    ap.add_argument("--replay", action="store_true")
     args = ap.parse_args()
+    if args.replay:
+        if not args.direct:
+            ap.error("--replay needs --direct FILE")
+        replay(args.direct)
+        return 0
     if not args.compare_only:
         for p in (args.store, Path(f"{args.store}-wal"), Path(f"{args.store}-shm")):
             p.unlink(missing_ok=True)  # a fresh store: nothing reused from earlier runs

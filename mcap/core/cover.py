@@ -43,7 +43,6 @@ from mcap.core.errors import McapError
 from mcap.core.types import SCHEDULES, MemoryBreakdown, Run
 
 StageKey = tuple  # (first, last, position or index); hashable, ordered
-POSITIONS = ("only", "first", "middle", "last")
 
 
 def _check(schedule: str) -> None:
@@ -184,7 +183,8 @@ class Knowledge:
     ok: dict = field(default_factory=dict)    # key -> StageRecord
     oom: dict = field(default_factory=dict)   # key -> balance of the oom run that proved it
     tried: set = field(default_factory=set)   # keys of oom or failed runs (suspects while unknown)
-    _oom_runs: list = field(default_factory=list)
+    _oom_runs: list = field(default_factory=list)   # (balance, keys) of every oom run
+    _waiting: dict = field(default_factory=dict)    # unknown key -> oom runs that hold it
 
     def __post_init__(self):
         _check(self.schedule)
@@ -203,22 +203,23 @@ class Knowledge:
                 # Where a key's peak varies (CUDA), keep the highest: memory is a limit.
                 if old is None or int(run.peaks[s]) > old.peak:
                     self.ok[k] = StageRecord(int(run.peaks[s]), bd, tuple(run.balance))
-            self._settle()
+                for j in self._waiting.pop(k, ()):  # oom runs that may now name their stage
+                    self._settle(j)
         else:
             self.tried.update(keys)
             if run.status == "oom":
                 self._oom_runs.append((tuple(run.balance), keys))
-                self._settle()
+                j = len(self._oom_runs) - 1
+                for k in self._settle(j):
+                    self._waiting.setdefault(k, []).append(j)
 
-    def _settle(self) -> None:
-        still = []
-        for balance, keys in self._oom_runs:
-            unknown = [k for k in keys if k not in self.ok]
-            if len(unknown) == 1:
-                self.oom.setdefault(unknown[0], balance)
-            elif unknown:
-                still.append((balance, keys))
-        self._oom_runs = still
+    def _settle(self, j: int) -> list:
+        """Prove oom run j's stage if it is its only one not known ok; its unknown keys."""
+        balance, keys = self._oom_runs[j]
+        unknown = [k for k in keys if k not in self.ok]
+        if len(unknown) == 1:
+            self.oom.setdefault(unknown[0], balance)
+        return unknown if len(unknown) > 1 else []
 
     def known(self) -> set:
         return set(self.ok) | set(self.oom)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import io
 import itertools
 import os
-import random
 import signal
 import subprocess
 import sys

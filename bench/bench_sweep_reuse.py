@@ -11,6 +11,9 @@ direct measurement exactly, stage by stage, and the largest difference. It also 
 the spread of each stage key's peak inside the direct file (0 where composing is exact).
 ``--compare-only`` skips the sweep and compares an existing ``--out``.
 
+``--check N`` then measures N composed partitionings (drawn with seed 0) directly, with
+``--no-reuse`` into the same store, and prints how many equal their composed runs exactly.
+
 ``--replay`` runs no stage process: it replays the reusing sweep on the ``--direct``
 file's measurements under capacities that fit 10 %, 25 %, ... of its partitionings (a run
 is oom when its largest stage is over), and prints how many partitionings were measured
@@ -124,6 +127,29 @@ def replay(direct: Path) -> None:
               f"({len(cover)} cover + {result.direct} direct); every run right: {right}")
 
 
+def check(out: Path, store: Path, n: int) -> None:
+    import io
+    import random
+
+    from mcap.store import Store
+    from mcap.workflow.profiling import sweep
+
+    ours = jsonio.load_sweep(out)
+    composed = [r for r in ours.runs if r.composed and r.status == "ok"]
+    picked = random.Random(0).sample(composed, min(n, len(composed)))
+    started = time.monotonic()
+    with Store(store) as st:
+        direct = sweep(ours.model.spec, ours.setup, None, store=st, stream=io.StringIO(),
+                       reuse=False, balances=[r.balance for r in picked])
+    same = sum(c.peaks == d.peaks and c.breakdown == d.breakdown
+               for c, d in zip(picked, direct.sweep.runs))
+    worst = max((max(abs(a - b) for a, b in zip(c.peaks, d.peaks))
+                 for c, d in zip(picked, direct.sweep.runs) if d.status == "ok"), default=0)
+    print(f"{len(picked)} composed partitionings measured directly in "
+          f"{time.monotonic() - started:.0f} s: {same} equal exactly (peaks and breakdowns); "
+          f"largest difference {worst} bytes")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="vgg11:image_size=32,hidden=512")
@@ -135,6 +161,7 @@ def main() -> int:
     ap.add_argument("--direct", type=Path, default=None)
     ap.add_argument("--compare-only", action="store_true")
     ap.add_argument("--replay", action="store_true")
+    ap.add_argument("--check", type=int, default=0, metavar="N")
     args = ap.parse_args()
     if args.replay:
         if not args.direct:
@@ -166,6 +193,8 @@ def main() -> int:
           f"(greedy cover of all of them: {len(cover)}), {len(balances) - len(measured)} composed")
     if args.direct:
         compare(args.out, args.direct)
+    if args.check:
+        check(args.out, args.store, args.check)
     return 0
 
 

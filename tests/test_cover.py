@@ -197,15 +197,15 @@ def test_store_keeps_composed_flag_and_find_run_skips_composed(tmp_path):
     store.close()
 
 
-def test_a_version_1_store_is_upgraded_in_place(tmp_path):
+def test_a_version_2_store_gains_the_composed_column_in_place(tmp_path):
     path = tmp_path / "old.sqlite"
-    old = opening._SCHEMA.replace(
-        ",\n    composed    INTEGER NOT NULL DEFAULT 0 -- 1: composed from other runs "
-        "(mcap.core.cover)", "")
-    assert "composed" not in old
+    line = ("\n    composed    INTEGER NOT NULL DEFAULT 0 -- 1: composed from other runs "
+            "(mcap.core.cover)")
+    v2 = opening._SCHEMA.replace("machines(key), -- Machine", "machines(key) -- Machine")
+    v2 = v2.replace(line, "").replace(f"user_version = {opening.SCHEMA_VERSION}", "user_version = 2")
+    assert "composed" not in v2  # what schema 2 wrote: runs without the column
     conn = sqlite3.connect(path)
-    for statement in old.replace(f"user_version = {opening.SCHEMA_VERSION}",
-                                 "user_version = 1").split(";"):
+    for statement in v2.split(";"):
         if statement.strip():
             conn.execute(statement)
     conn.commit()
@@ -216,5 +216,6 @@ def test_a_version_1_store_is_upgraded_in_place(tmp_path):
     assert store.runs(study)[0].composed is False
     store.close()
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == opening.SCHEMA_VERSION
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == opening.SCHEMA_VERSION == 3
+    assert "composed" in [row[1] for row in conn.execute("PRAGMA table_info(runs)")]
     conn.close()

@@ -118,20 +118,25 @@ def test_profile_composes_runs_whose_every_stage_is_stored_and_starts_no_process
     from mcap.workflow.profiling import model_info
 
     spec, setup = "vgg11:image_size=32,hidden=64", Setup(stages=4, batch_size=8, chunks=2)
+    from mcap.runner.machine import collect
+
     info = model_info(spec)
     store = Store(tmp_path / "s.sqlite")
     study = store.study(info, setup)
+    here = collect(setup)  # runs of this machine only are reused (mcap.core.machine)
     scripted = Scripted("gpipe")
     plan = [tuple(b) for b in profiling_plan(info.num_layers, 4).runs]
     # Measured runs of other partitionings holding every stage they can (a sweep would
     # leave these); a plan run with a stage no other partitioning has is stored itself.
     others = [b for b in every(info.num_layers, 4) if b not in plan]
     for b in greedy_cover(others, "gpipe"):
-        store.record_run(study, scripted.get(b), kind="sweep")
+        store.record_run(study, scripted.get(b), kind="sweep", machine=here)
     elsewhere = distinct_keys(others, "gpipe")
     alone = [b for b in plan if not set(stage_keys(b, "gpipe")) <= elsewhere]
     for b in alone:
-        store.record_run(study, scripted.get(b), kind="profile")
+        store.record_run(study, scripted.get(b), kind="profile", machine=here)
+    # Another machine's run (here: none recorded) must not be reused nor composed from.
+    store.record_run(study, Run(plan[-1], "ok", (1,) * 4, 0.1), kind="measure")
     result = profile(spec, setup, None, store=store, stream=io.StringIO())
     made = [r for r in result.profile.runs if r.composed]
     assert result.tally.measured == 0 and result.tally.reused == len(alone)

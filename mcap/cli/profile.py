@@ -86,15 +86,23 @@ def register(sub) -> None:
     p.add_argument("--scheme", choices=("mcap", "capture"), default="mcap",
                    help="which profiling partitionings (mCAP 3.1, or CAPTURE's Description 1)")
     p.add_argument("--out", required=True, type=Path, metavar="FILE.json")
+    p.add_argument("--no-reuse", dest="reuse", action="store_false",
+                   help="measure every profiling run; by default a run whose every stage was "
+                        "already measured in this setup (e.g. by a sweep) is composed from those")
     p.set_defaults(func=cmd_profile)
 
     s = sub.add_parser("sweep", help="measure every partitioning, or a seeded sample -> mcap.sweep/1",
                        description="Measure all C(L-1, G-1) partitionings (or --sample N of them) "
-                                   "into the store; resumable.")
+                                   "into the store; resumable. By default only a set covering "
+                                   "every distinct stage is measured and the rest composed.")
     add_setup_options(s)
     s.add_argument("--sample", type=int, default=None, metavar="N",
                    help="measure N partitionings drawn uniformly (default: all)")
     s.add_argument("--seed", type=int, default=0, metavar="S")
+    s.add_argument("--no-reuse", dest="reuse", action="store_false",
+                   help="measure every partitioning; by default only a set that covers every "
+                        "distinct stage is measured and the others' per-stage peaks are "
+                        "composed from it (their throughput is then not measured)")
     s.add_argument("--out", required=True, type=Path, metavar="FILE.json")
     s.set_defaults(func=cmd_sweep)
 
@@ -120,7 +128,7 @@ def _run(args, action) -> int:
 def cmd_profile(args) -> int:
     def action(profiling, setup, store):
         result = profiling.profile(args.model, setup, args.out, store=store, scheme=args.scheme,
-                                   job=args.job, timeout=args.timeout)
+                                   job=args.job, timeout=args.timeout, reuse=args.reuse)
         print(profiling.summary("profile", result.tally, args.out, result.profile_id))
         return 0
     return _run(args, action)
@@ -129,7 +137,8 @@ def cmd_profile(args) -> int:
 def cmd_sweep(args) -> int:
     def action(profiling, setup, store):
         result = profiling.sweep(args.model, setup, args.out, store=store, sample=args.sample,
-                                 seed=args.seed, job=args.job, timeout=args.timeout)
+                                 seed=args.seed, job=args.job, timeout=args.timeout,
+                                 reuse=args.reuse)
         print(profiling.summary("sweep", result.tally, args.out, result.sweep_id))
         return 0
     return _run(args, action)

@@ -93,7 +93,11 @@ class MemoryBreakdown:
 
 @dataclass(frozen=True)
 class Run:
-    """One measured partitioning. A failed or OOM run is a record too (optuna's trial states)."""
+    """One measured partitioning. A failed or OOM run is a record too (optuna's trial states).
+
+    ``composed``: the per-stage peaks (or the oom) were not measured on this partitioning
+    but composed from runs of others holding the same stages (``mcap.core.cover``); such
+    a run's ``seconds`` is 0 and its throughput unknown (None)."""
     balance: tuple[int, ...]
     status: Status
     peaks: Optional[tuple[int, ...]]
@@ -101,6 +105,7 @@ class Run:
     samples_per_second: Optional[float] = None
     error: Optional[str] = None
     breakdown: Optional[tuple[MemoryBreakdown, ...]] = None
+    composed: bool = False
 
     @property
     def peak(self) -> Optional[int]:

@@ -10,12 +10,16 @@ Shape of a profile (extra keys allowed)::
                  "driver"},                                       (optional)
      "mem_isolated": [int, ...], "mem_added": [null, int, ...],
      "runs": [{"balance", "status", "peaks", "seconds", "samples_per_second", "error",
-               "breakdown": [{"weights","gradients","optimizer","other"}, ...] | null}]}
+               "breakdown": [{"weights","gradients","optimizer","other"}, ...] | null,
+               "composed": true}]}   # only on composed runs (mcap.core.cover)
 
 A sweep has the same model/setup/runs/machine under ``"schema": "mcap.sweep/1"``. The
 machine (``mcap.core.machine``) is where the runs were measured; files written before it
 existed load with ``machine`` None, "machine unknown", and ``setup.threads`` 1. Unknown
 top-level keys are kept in ``Profile.extra`` / ``Sweep.extra`` and written back.
+A run with ``"composed": true`` was not measured itself: its peaks (or its oom) were
+composed from other runs holding the same stages, and its ``samples_per_second`` is null
+(throughput not measured). Files without the key are measured runs, as before.
 ``save`` is atomic (temp file in the same folder, fsync, rename), so a crash never
 leaves half a file. Every problem raises SchemaError naming the file and what was found.
 """
@@ -60,14 +64,17 @@ def machine_to_dict(machine: Machine) -> dict:
 
 
 def run_to_dict(run: Run) -> dict:
-    return {"balance": [int(b) for b in run.balance],
-            "status": run.status,
-            "peaks": None if run.peaks is None else [int(p) for p in run.peaks],
-            "seconds": float(run.seconds),
-            "samples_per_second": None if run.samples_per_second is None else float(run.samples_per_second),
-            "error": run.error,
-            "breakdown": None if run.breakdown is None else
-            [{k: int(getattr(b, k)) for k in _BREAKDOWN_FIELDS} for b in run.breakdown]}
+    out = {"balance": [int(b) for b in run.balance],
+           "status": run.status,
+           "peaks": None if run.peaks is None else [int(p) for p in run.peaks],
+           "seconds": float(run.seconds),
+           "samples_per_second": None if run.samples_per_second is None else float(run.samples_per_second),
+           "error": run.error,
+           "breakdown": None if run.breakdown is None else
+           [{k: int(getattr(b, k)) for k in _BREAKDOWN_FIELDS} for b in run.breakdown]}
+    if run.composed:
+        out["composed"] = True
+    return out
 
 
 def profile_to_dict(profile: Profile) -> dict:
@@ -239,8 +246,15 @@ def _runs(d, r: _Reader, num_layers: int) -> tuple[Run, ...]:
                        samples_per_second=r.num(x.get("samples_per_second"), f"{w}.samples_per_second",
                                                 nullable=True),
                        error=r.str_(x.get("error"), f"{w}.error", nullable=True),
-                       breakdown=breakdown))
+                       breakdown=breakdown, composed=_flag(x.get("composed", False), r,
+                                                           f"{w}.composed")))
     return tuple(out)
+
+
+def _flag(v, r: _Reader, where: str) -> bool:
+    if not isinstance(v, bool):
+        raise r.fail(where, f"expected true or false, found {_show(v)}")
+    return v
 
 
 def profile_from_dict(d: Any, source: str = "<profile>") -> Profile:

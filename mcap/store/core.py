@@ -223,14 +223,17 @@ class Store:
         returned, so they are retried: a crash or timeout may be transient, while ok and
         oom are answers about the partitioning itself. A run of another machine is never
         returned (its peaks may differ, mcap.core.machine); ``machine=None`` finds only
-        runs recorded without a fingerprint.
+        runs recorded without a fingerprint. Composed runs (``Run.composed``) are never
+        returned either: they are answers derived from other runs, not measurements, so
+        ``sweep --no-reuse`` still measures their partitionings.
         """
         study_id = study.id if isinstance(study, Study) else int(study)
         key = None if machine is None else machine.key()
         with self._read() as conn:
             row = conn.execute(
                 f"SELECT {rec.RUN_COLUMNS} FROM runs WHERE study_id = ? AND balance = ? "
-                "AND status IN ('ok', 'oom') AND machine IS ? ORDER BY id DESC LIMIT 1",
+                "AND status IN ('ok', 'oom') AND machine IS ? AND composed = 0 "
+                "ORDER BY id DESC LIMIT 1",
                 (study_id, rec.balance_text(balance), key)).fetchone()
         return rec.run_record_from_row(row).run if row else None
 
@@ -262,9 +265,9 @@ class Store:
         check_run(run, study, kind)
         cur = conn.execute(
             "INSERT INTO runs (study_id, job_id, kind, balance, status, peaks, seconds, "
-            "samples_per_second, error, breakdown, created, machine) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (study.id, job, kind, *rec.run_values(run), created, machine))
+            "samples_per_second, error, breakdown, created, machine, composed) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (study.id, job, kind, *rec.run_values(run), created, machine, int(run.composed)))
         return cur.lastrowid
 
     def _reuse_or_insert(self, conn, study: Study, runs: Sequence[Run], kind: str,
@@ -279,8 +282,8 @@ class Store:
             found = conn.execute(
                 "SELECT id FROM runs WHERE study_id = ? AND balance = ? AND status = ? "
                 "AND peaks IS ? AND seconds = ? AND samples_per_second IS ? AND error IS ? "
-                "AND breakdown IS ? AND machine IS ? ORDER BY id",
-                (study.id, *values, machine)).fetchall()
+                "AND breakdown IS ? AND machine IS ? AND composed = ? ORDER BY id",
+                (study.id, *values, machine, int(run.composed))).fetchall()
             match = next((i for (i,) in found if i not in used), None)
             if match is None:
                 match = self._insert_run(conn, study, run, kind, None, now, machine)

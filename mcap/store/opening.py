@@ -20,7 +20,8 @@ from mcap.core.errors import StoreError
 APPLICATION_ID = 0x6D636170
 # PRAGMA user_version: bumped whenever the tables change shape; a store of an older
 # version is upgraded in place by the steps in _MIGRATIONS when it is opened.
-SCHEMA_VERSION = 2
+# 2: machine fingerprints; 3: runs.composed (mcap.core.cover).
+SCHEMA_VERSION = 3
 # How long a writer waits for another process's write transaction before giving up.
 BUSY_TIMEOUT_S = 30.0
 
@@ -68,7 +69,8 @@ CREATE TABLE runs (
     error       TEXT,
     breakdown   TEXT,                   -- JSON list of per-stage breakdowns, or NULL
     created     REAL NOT NULL,
-    machine     TEXT REFERENCES machines(key)  -- Machine.key() it was measured on, NULL: unknown
+    machine     TEXT REFERENCES machines(key), -- Machine.key() it was measured on, NULL: unknown
+    composed    INTEGER NOT NULL DEFAULT 0 -- 1: composed from other runs (mcap.core.cover)
 );
 CREATE INDEX runs_study_balance ON runs(study_id, balance);
 CREATE INDEX runs_job ON runs(job_id);
@@ -121,6 +123,9 @@ CREATE TABLE machines (
 ALTER TABLE runs ADD COLUMN machine TEXT REFERENCES machines(key);
 ALTER TABLE profiles ADD COLUMN machine TEXT REFERENCES machines(key);
 ALTER TABLE sweeps ADD COLUMN machine TEXT REFERENCES machines(key);
+""",
+    2: """
+ALTER TABLE runs ADD COLUMN composed INTEGER NOT NULL DEFAULT 0;
 """,
 }
 

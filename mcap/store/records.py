@@ -195,7 +195,7 @@ def ints_or_none(text: Optional[str]) -> Optional[tuple]:
 
 STUDY_COLUMNS = "id, key, spec, layers, setup, created"
 RUN_COLUMNS = ("id, study_id, job_id, kind, balance, status, peaks, seconds, "
-               "samples_per_second, error, breakdown, created, machine")
+               "samples_per_second, error, breakdown, created, machine, composed")
 JOB_COLUMNS = ("id, kind, argv, total, done, current, status, error, pid, study_id, "
                 "created, updated")
 
@@ -216,10 +216,10 @@ def run_values(run: Run) -> tuple:
 
 def run_record_from_row(row) -> RunRecord:
     (i, study_id, job_id, kind, balance, status, peaks, seconds, sps, error, breakdown,
-     created, machine) = row
+     created, machine, composed) = row
     run = Run(balance=ints_or_none(balance), status=status,
               peaks=ints_or_none(peaks), seconds=seconds, samples_per_second=sps,
-              error=error, breakdown=breakdown_from_json(breakdown))
+              error=error, breakdown=breakdown_from_json(breakdown), composed=bool(composed))
     return RunRecord(i, study_id, job_id, kind, created, run, machine)
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Iterator, Optional, Sequence, TextIO
 
 from mcap.core.errors import McapError
+from mcap.workflow import reuse as reuse_mod
 from mcap.workflow.progress import ProgressBar
 from mcap.store import Store
 from mcap.core.types import ModelInfo, Profile, Run, Setup, Sweep
@@ -44,6 +45,8 @@ class Tally:
     seconds: float
     runs: tuple[Run, ...] = ()
     fallback: tuple[tuple[int, ...], ...] = ()  # balances added by the oom fallback
+    composed: int = 0  # runs composed from other runs' stages (mcap.core.cover), not measured
+    cover: int = 0     # covering partitionings a reusing sweep chose to measure
 
 
 @dataclass(frozen=True)
@@ -72,8 +75,12 @@ class Measurer:
     bar: ProgressBar
     job: Optional[int] = None
     timeout: float = DEFAULT_TIMEOUT
+    # Stage keys known from stored runs (mcap.core.cover.Knowledge): a balance whose every
+    # stage is known is composed instead of measured. None: measure everything.
+    knowledge: object = None
     measured: int = 0
     reused: int = 0
+    composed: int = 0
     _stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
     _runner: object = None
     _local: object = None  # this machine as the parent sees it, before any stage process
@@ -101,11 +108,22 @@ class Measurer:
             self.bar.advance(balance, measured=False, note=_note(found) + " (stored)")
             self._report(balance)
             return found
+        if self.knowledge is not None:
+            # Not recorded here: a composed run is no measurement to resume from;
+            # save_profile / save_sweep store it with the result.
+            made = self.knowledge.compose(balance)
+            if made is not None:
+                self.composed += 1
+                self.bar.advance(balance, measured=False, note=_note(made) + " (composed)")
+                self._report(balance)
+                return made
         self.bar.start(balance)
         self._report(balance, current=True)
         run = self._measure(balance)
         self.store.record_run(self.study, run, kind=self.kind, job=self.job,
                               machine=self.machine)
+        if self.knowledge is not None:
+            self.knowledge.add(run)
         self.measured += 1
         self.bar.advance(balance, measured=True, note=_note(run))
         self._report(balance)
@@ -187,9 +205,14 @@ def _check_stages(info: ModelInfo, setup: Setup) -> None:
 
 def profile(spec: str, setup: Setup, out: Optional[Path], *, store: Store, scheme: str = "mcap",
             job: Optional[int] = None, stream: Optional[TextIO] = None,
-            timeout: float = DEFAULT_TIMEOUT, name: Optional[str] = None) -> ProfileResult:
+            timeout: float = DEFAULT_TIMEOUT, name: Optional[str] = None,
+            reuse: bool = True) -> ProfileResult:
     """Profile ``spec`` under ``setup`` (mCAP 3.1), resuming from the store, falling back
     to other partitionings when a profiling run is oom, and write ``mcap.profile/1``.
+
+    With ``reuse``, a profiling run none of whose stage windows is new (every stage key
+    already measured in this study, e.g. by a sweep, ``mcap.core.cover``) is composed
+    from those runs instead of measured; ``reuse=False`` measures every one.
 
     Raises ``MissingStatistics`` naming the layers when no partitioning that would yield
     their statistics fits; every run measured until then stays in the store."""
@@ -203,6 +226,8 @@ def profile(spec: str, setup: Setup, out: Optional[Path], *, store: Store, schem
     plan = profiling_plan(info.num_layers, setup.stages, scheme).runs
     bar = ProgressBar(len(plan), "profile", stream=stream)
     m = Measurer(info.spec, info, setup, store, "profile", bar, job, timeout)
+    if reuse:
+        m.knowledge = reuse_mod.stored_knowledge(store, m.study, setup, m.machine)[0]
     runs: dict[tuple[int, ...], Run] = {}
     fallback: list[tuple[int, ...]] = []
     with job_status(store, job, m.study, bar.total), contextlib.closing(m):
@@ -232,7 +257,8 @@ def profile(spec: str, setup: Setup, out: Optional[Path], *, store: Store, schem
         if out is not None:
             jsonio.save(prof, out)
         profile_id = store.save_profile(prof, name=name)
-    tally = Tally(m.measured, m.reused, time.monotonic() - started, used, tuple(fallback))
+    tally = Tally(m.measured, m.reused, time.monotonic() - started, used, tuple(fallback),
+                  composed=m.composed)
     return ProfileResult(prof, profile_id, tally)
 
 
@@ -349,10 +375,13 @@ def sweep(spec: str, setup: Setup, out: Optional[Path], *, store: Store,
           sample: Optional[int] = None, seed: int = 0, job: Optional[int] = None,
           stream: Optional[TextIO] = None, timeout: float = DEFAULT_TIMEOUT,
           name: Optional[str] = None,
-          balances: Optional[Sequence[Sequence[int]]] = None) -> SweepResult:
+          balances: Optional[Sequence[Sequence[int]]] = None, reuse: bool = True) -> SweepResult:
     """Measure every partitioning (or a seeded sample, or the given ``balances``) and
     write ``mcap.sweep/1``.
 
+    With ``reuse`` (the default) only a covering set of them is measured and the others'
+    per-stage peaks are composed from it (``mcap.workflow.reuse``; their runs say
+    ``composed`` and have no throughput); ``reuse=False`` measures every one.
     oom and failed runs are records too (the sweep goes on); a failed run is retried when
     the sweep is run again, an ok or oom one is reused."""
     from mcap.io import jsonio
@@ -365,16 +394,28 @@ def sweep(spec: str, setup: Setup, out: Optional[Path], *, store: Store,
         balances = sweep_balances(info.num_layers, setup.stages, sample, seed)
     else:
         balances = [validate(b, info.num_layers).balance for b in balances]
-    bar = ProgressBar(len(balances), "sweep", stream=stream)
+    balances = [tuple(int(n) for n in b) for b in balances]
+    bar = ProgressBar(0 if reuse else len(balances), "sweep", stream=stream)
     m = Measurer(info.spec, info, setup, store, "sweep", bar, job, timeout)
+    if reuse:  # what this machine's stored runs already tell, and what is left to measure
+        know, latest = reuse_mod.stored_knowledge(store, m.study, setup, m.machine)
+        cover = reuse_mod.plan_cover(know, latest, balances, setup.schedule)
+        bar.grow(len(cover))
+    composed = 0
     with job_status(store, job, m.study, bar.total), contextlib.closing(m):
-        runs = tuple(m.get(b) for b in balances)
+        if reuse:
+            found = reuse_mod.sweep_reusing(m, know, latest, cover, balances)
+            runs, composed = found.runs, found.composed
+            m.reused += found.reused
+        else:
+            runs = tuple(m.get(b) for b in balances)
         bar.close()
         result = Sweep(model=info, setup=setup, runs=runs, machine=m.machine)
         if out is not None:
             jsonio.save(result, out)
         sweep_id = store.save_sweep(result, name=name)
-    tally = Tally(m.measured, m.reused, time.monotonic() - started, runs)
+    tally = Tally(m.measured, m.reused, time.monotonic() - started, runs, composed=composed,
+                  cover=len(cover) if reuse else 0)
     return SweepResult(result, sweep_id, tally)
 
 
@@ -384,6 +425,9 @@ def summary(kind: str, tally: Tally, out: Optional[Path], stored_id: int) -> str
     failed = len(tally.runs) - ok - oom
     where = f" -> {out}" if out else ""
     extra = f", {len(tally.fallback)} fallback" if tally.fallback else ""
+    composed = (f", {tally.composed} composed from measured stages"
+                f"{f' ({tally.cover} covering runs)' if tally.cover else ''}"
+                if tally.composed else "")
     return (f"{kind}: {len(tally.runs)} runs ({ok} ok, {oom} oom, {failed} failed{extra}); "
-            f"{tally.measured} measured now, {tally.reused} reused from the store; "
+            f"{tally.measured} measured now, {tally.reused} reused from the store{composed}; "
             f"{tally.seconds:.1f} s{where} (store {kind} id {stored_id})")

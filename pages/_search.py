@@ -37,7 +37,7 @@ def run_method(profile, stages: int, method: str, settings: dict, progress=None)
     if method == "balance_by_time":
         import time as _time
         from mcap.core.predict import predict
-        from mcap.runner.timebalance import time_balance
+        from mcap.runner.timebalance import time_balance_isolated as time_balance  # a child
         from mcap.core.types import Recommendation
         setup = profile.setup
         key = (profile.model.spec, int(stages), max(setup.batch_size // setup.chunks, 1),

@@ -14,6 +14,7 @@ import argparse
 import dataclasses
 import json
 
+from mcap.cli import args as argtypes
 from mcap.core.errors import McapError
 from mcap.core.partition import parse_balance
 
@@ -31,11 +32,12 @@ def _fmt_bytes(n: int) -> str:
 
 
 def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    return v
+    return argtypes.positive_int(text)
+
+
+def _trusted_model(text: str):
+    from mcap.models.spec import trusted_model_arg
+    return trusted_model_arg(text)
 
 
 def register(sub) -> None:
@@ -56,10 +58,15 @@ def register(sub) -> None:
     p.add_argument("--profile", required=True, help="a mcap.profile/1 JSON file")
     p.add_argument("--stages", type=_positive_int, required=True, help="number of devices G")
     p.add_argument("--method", choices=METHOD_CHOICES, default="exact")
-    p.add_argument("--seed", type=int, default=0, help="seed for bo")
-    p.add_argument("--iterations", type=_positive_int, default=75, help="bo evaluations (paper: 75)")
-    p.add_argument("--tie-tolerance", type=float, default=0.0,
-                   help="relative band above the lowest peak treated as a tie (default 0)")
+    p.add_argument("--seed", type=argtypes.seed, default=0, help="seed for bo")
+    p.add_argument("--iterations", type=argtypes.positive_int, default=75,
+                   help="bo evaluations (paper: 75)")
+    p.add_argument("--tie-tolerance", type=argtypes.tolerance, default=0.0,
+                   help="relative band above the lowest peak treated as a tie, 0..1 (default 0)")
+    p.add_argument("--model", type=_trusted_model, default=None, metavar="SPEC",
+                   help="for --method time on a profile of a user model (package.module:function): "
+                        "type the profile's spec here to allow running that code; mcap never "
+                        "runs code because a file names it")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_recommend)
 
@@ -127,7 +134,7 @@ def cmd_recommend(args) -> int:
         check_stats(profile.stats)
         if args.stages < 1 or args.stages > profile.model.num_layers:
             raise McapError(f"stages must be between 1 and {profile.model.num_layers}, got {args.stages}")
-        rec = _time_method(profile, args.stages)
+        rec = _time_method(argtypes.allow_model(profile, args.model), args.stages)
     else:
         rec = recommend(profile.stats, args.stages, args.method,
                         layer_params=[l.param_bytes for l in profile.model.layers],

@@ -15,8 +15,10 @@ import dataclasses
 import json
 from pathlib import Path
 
+from mcap.cli import args as argtypes
 from mcap.core.errors import McapError
 from mcap.core.predictors import DEFAULT, PREDICTORS
+from mcap.models.spec import UntrustedCode, trusted_model_arg
 
 
 def register(sub) -> None:
@@ -33,8 +35,12 @@ def register(sub) -> None:
                         "profile's own held-out windows (mcap.core.predictors)")
     p.add_argument("--no-time", action="store_true",
                    help="skip the time method (it imports torch and times the model)")
-    p.add_argument("--seed", type=int, default=0, help="seed for bo")
-    p.add_argument("--bo-iterations", type=int, default=75, metavar="N",
+    p.add_argument("--seed", type=argtypes.seed, default=0, help="seed for bo")
+    p.add_argument("--model", type=trusted_model_arg, default=None, metavar="SPEC",
+                   help="for the time method on a user model (package.module:function): type "
+                        "the profile's spec here to allow running that code; mcap never runs "
+                        "code because a file names it")
+    p.add_argument("--bo-iterations", type=argtypes.positive_int, default=75, metavar="N",
                    help="bo evaluations (paper: 75; skopt needs at least 10)")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.set_defaults(func=cmd_evaluate)
@@ -58,7 +64,9 @@ def register(sub) -> None:
                    help="mcap's profiling runs: under the same capacity (default, as on real "
                         "devices) or without it")
     s.add_argument("--out", type=Path, default=None, metavar="FILE.json",
-                   help="write the mcap.scale/1 result here")
+                   help="write the mcap.scale/1 result here (checked before any run: never the "
+                        "store, a folder or a file of another kind; an existing mcap.scale/1 "
+                        "file is replaced)")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_scale)
 
@@ -72,7 +80,14 @@ def _time_pick(profile, stages: int):
     except ImportError as exc:
         return None, f"time needs torch and torchgpipe, which cannot be imported here: {exc}"
     staged = dataclasses.replace(profile, setup=dataclasses.replace(profile.setup, stages=stages))
-    return recommend_time(staged), ""
+    try:
+        return recommend_time(staged), ""
+    except UntrustedCode:
+        from mcap.models.spec import untrusted_note
+        spec = profile.model.spec
+        return None, untrusted_note(spec, f"python -m mcap evaluate --model {spec} ...")
+    except McapError as exc:  # e.g. a model too large to build here: time is unavailable
+        return None, f"time unavailable: {exc}"
 
 
 def evaluation_json(ev) -> dict:
@@ -129,7 +144,7 @@ def cmd_evaluate(args) -> int:
     if args.no_time:
         unavailable.append(("time", "skipped (--no-time)"))
     else:
-        rec, why = _time_pick(profile, stages)
+        rec, why = _time_pick(argtypes.allow_model(profile, args.model), stages)
         if rec is None:
             unavailable.append(("time", why))
         else:
@@ -150,7 +165,9 @@ def cmd_scale(args) -> int:
     from mcap.workflow import profiling
     from mcap.workflow import scaling
     from mcap.cli.profile import setup_from_args
+    from mcap.io.outputs import OutputError, check_out
     from mcap.store import Store
+    from mcap.store.opening import resolve_path
 
     setup = setup_from_args(args)
     if setup.capacity_bytes is None:
@@ -158,7 +175,10 @@ def cmd_scale(args) -> int:
                         "defined under a memory limit")
     parts = tuple(dict.fromkeys(args.partitioner or scaling.PARTITIONERS))
     grid = scaling.value_grid(args.model, args.vary, args.low, args.high, args.step)
-    store = Store(args.store)
+    store_path = resolve_path(args.store)
+    if args.out is not None:
+        check_out(args.out, scaling.SCALE_SCHEMA, store=store_path)  # before any run
+    store = Store(store_path)
     try:
         with profiling.sigterm_cancels():
             result = scaling.scale(args.model, args.vary, grid, setup, parts, store=store,
@@ -170,7 +190,12 @@ def cmd_scale(args) -> int:
     finally:
         store.close()
     if args.out is not None:
-        scaling.save(result, args.out)
+        try:
+            scaling.save(result, args.out)
+        except OSError as exc:
+            raise OutputError(f"could not write {args.out}: {exc.strerror or exc}. Every run is "
+                              f"kept in the store ({store_path}): run the same command again "
+                              f"to write it; nothing is measured twice") from None
     if args.json:
         print(json.dumps(scaling.to_dict(result)))
     else:

@@ -72,7 +72,10 @@ class WorkerPool:
         self._tmp = tempfile.mkdtemp(prefix="mcap-pool-")
         init_file = os.path.join(self._tmp, "rendezvous") if self.group else None
         env = dict(os.environ)
-        env["PYTHONPATH"] = str(_REPO) + os.pathsep + env.get("PYTHONPATH", "")
+        # The repo first, then the caller's own folder: a user model module there is found as
+        # ``python -m mcap`` finds it (workers run with cwd=repo).
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(_REPO), os.getcwd(), env.get("PYTHONPATH", "")) if p)
         threads = str(max(1, (os.cpu_count() or 1) // self.world))
         env.setdefault("OMP_NUM_THREADS", threads)
         for rank in range(self.world):

@@ -53,6 +53,56 @@ def time_balance(spec: str, stages: int, micro_batch: int, *, timeout: float = D
     return tuple(int(n) for n in balance)
 
 
+def time_balance_isolated(spec: str, stages: int, micro_batch: int, *,
+                          timeout: float = DEFAULT_TIMEOUT, seed: int = 0,
+                          limit_s: float = 600.0) -> tuple[int, ...]:
+    """``time_balance`` in a child process, for the dashboard server: the model is built
+    and timed there, never in the server's own process (a model too large for memory, or
+    a crash in torch, takes down the child only). The spec must be trusted here already:
+    a user spec from a file is refused before any process starts (``UntrustedCode``)."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from mcap.models.spec import check_trusted, is_user_spec
+
+    check_trusted(spec)
+    if is_user_spec(str(spec).strip()):
+        raise McapError(f"time_balance_isolated runs built-in models only, not {spec!r}; "
+                        f"use time_balance in a process that trusts it")
+    repo = str(Path(__file__).resolve().parents[2])
+    argv = [sys.executable, "-m", "mcap.runner.timebalance", json.dumps(
+        {"spec": str(spec), "stages": int(stages), "micro_batch": int(micro_batch),
+         "timeout": float(timeout), "seed": int(seed)})]
+    try:
+        done = subprocess.run(argv, cwd=repo, capture_output=True, text=True, timeout=limit_s,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise McapError(f"time: timing {spec} took more than {limit_s:.0f} s") from None
+    lines = done.stdout.strip().splitlines()
+    try:
+        answer = json.loads(lines[-1]) if lines else {}
+    except ValueError:
+        answer = {}
+    if "balance" in answer:
+        return tuple(int(n) for n in answer["balance"])
+    why = answer.get("error") or (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
+    raise McapError(f"time: {why}")
+
+
+def _child_main(arg: str) -> int:
+    import json
+    try:
+        a = json.loads(arg)
+        balance = time_balance(a["spec"], a["stages"], a["micro_batch"], timeout=a["timeout"],
+                               seed=a["seed"])
+        print(json.dumps({"balance": list(balance)}))
+    except McapError as exc:
+        print(json.dumps({"error": str(exc)}))
+    return 0
+
+
 def recommend_time(profile: Profile, *, timeout: float = DEFAULT_TIMEOUT,
                    device: Optional[str] = None) -> Recommendation:
     """The ``time`` method for ``recommend --method time``: torchgpipe's split of the
@@ -69,3 +119,8 @@ def recommend_time(profile: Profile, *, timeout: float = DEFAULT_TIMEOUT,
     prediction = predict(profile.stats, balance)
     return Recommendation(method="time", balance=balance, predicted_peaks=prediction.peaks,
                           seconds=seconds, evaluated=1)
+
+
+if __name__ == "__main__":
+    import sys
+    sys.exit(_child_main(sys.argv[1]))

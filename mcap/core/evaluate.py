@@ -183,6 +183,11 @@ def evaluate(profile: Profile, sweep: Sweep, picks: Sequence[Recommendation] = (
     if not ok:
         raise McapError(f"the sweep of {sweep.model.spec!r} has no ok run "
                         f"({len(sweep.runs)} runs: {_statuses(sweep.runs)})")
+    zero = [r for r in ok if r.peak <= 0]
+    if zero:  # the error is relative to the measured peak: a 0-byte peak is no measurement
+        raise McapError(f"the sweep of {sweep.model.spec!r} has {len(zero)} ok run(s) with a "
+                        f"measured peak of 0 bytes (e.g. balance "
+                        f"{','.join(map(str, zero[0].balance))}); a real run holds memory")
     pred = make_predictor(profile, predictor)
     points = prediction_errors(pred, ok)
     best = min(ok, key=lambda r: (r.peak, tuple(r.balance)))

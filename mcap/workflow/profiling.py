@@ -318,11 +318,19 @@ def _missing_message(info: ModelInfo, runs: Sequence[Run], why: str) -> str:
 
 # --- sweep -----------------------------------------------------------------------------
 
+MAX_SWEEP_ALL = 10**6  # partitionings a sweep without --sample may list (and measure)
+
+
 def sweep_balances(num_layers: int, stages: int, sample: Optional[int],
                    seed: int) -> list[tuple[int, ...]]:
     """Every partitioning (in enumeration order), or ``sample`` of them drawn with ``seed``."""
     from mcap.core import partition
     if sample is None:
+        count = partition.count(num_layers, stages)
+        if count > MAX_SWEEP_ALL:  # refused before listing (it would not fit in memory)
+            raise McapError(f"a sweep of all partitionings of {num_layers} layers on {stages} "
+                            f"stages would measure {count:,} of them (limit {MAX_SWEEP_ALL:,}); "
+                            f"use --sample N")
         return [tuple(int(n) for n in row)
                 for chunk in partition.enumerate_all(num_layers, stages) for row in chunk]
     if sample < 1:

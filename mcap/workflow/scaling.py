@@ -294,9 +294,9 @@ def from_dict(d, source: str = "<scale>") -> Scaling:
         return Scaling(model=d["model"], vary=d["vary"], setup=setup,
                        grid=tuple(int(v) for v in d["grid"]), results=results,
                        profile_capacity=bool(d.get("profile_capacity", True)))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise SchemaError(f"{source}: not a valid {SCALE_SCHEMA} file ({type(exc).__name__}: {exc})") \
-            from None
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError, RecursionError) as exc:
+        raise SchemaError(f"{source}: not a valid {SCALE_SCHEMA} file ({type(exc).__name__}: "
+                          f"{str(exc)[:200]})") from None
 
 
 def save(s: Scaling, path: Union[str, Path]) -> Path:
@@ -307,11 +307,13 @@ def save(s: Scaling, path: Union[str, Path]) -> Path:
 
 def load(path: Union[str, Path]) -> Scaling:
     try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise SchemaError(f"{path}: cannot read ({exc.strerror or exc})") from None
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SchemaError(f"{path}: cannot read ({getattr(exc, 'strerror', None) or exc})") from None
     try:
         d = json.loads(text)
     except json.JSONDecodeError as exc:
         raise SchemaError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    except (ValueError, RecursionError) as exc:  # huge integers, deep nesting
+        raise SchemaError(f"{path}: not usable JSON ({type(exc).__name__})") from None
     return from_dict(d, str(path))

@@ -279,7 +279,10 @@ def from_dict(d, source: str = "<scale>") -> Scaling:
         found = d.get("schema") if isinstance(d, dict) else type(d).__name__
         raise SchemaError(f"{source}: expected schema {SCALE_SCHEMA!r}, found {found!r}")
     try:
-        setup = Setup(**d["setup"])
+        raw = dict(d["setup"])
+        if "backend" in raw and "device" not in raw:  # files written before device was renamed
+            raw["device"] = raw.pop("backend")
+        setup = Setup(**raw)
         results = tuple(
             ScaleResult(r["partitioner"], r["largest_value"], r["largest_params"],
                         tuple(ScalePoint(p["value"], p["spec"], p["params"],

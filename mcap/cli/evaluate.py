@@ -132,11 +132,12 @@ def print_evaluation(ev) -> None:
 
 
 def cmd_evaluate(args) -> int:
-    from mcap.core.evaluate import check_compatible, evaluate, pure_picks
+    from mcap.core.evaluate import check_compatible, check_measured, evaluate, pure_picks
     from mcap.io.jsonio import load_profile, load_sweep
 
     profile, sweep = load_profile(args.profile), load_sweep(args.sweep)
     check_compatible(profile, sweep)
+    check_measured(sweep)  # before any search: a sweep with nothing to compare exits 2 at once
     stages = sweep.setup.stages
     picks = list(pure_picks(profile, stages, predictor=args.predictor, seed=args.seed,
                             bo_iterations=args.bo_iterations))

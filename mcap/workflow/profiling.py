@@ -159,7 +159,10 @@ def job_status(store: Store, job: Optional[int], study=None, total: int = 0) -> 
 def model_info(spec: str) -> ModelInfo:
     """The model's layers and parameter bytes, built on the meta device (no memory)."""
     from mcap.models import build_model
-    return build_model(spec, device="meta").info
+    from mcap.models.limits import check_parameter_bytes
+    info = build_model(spec, device="meta").info
+    check_parameter_bytes(info.spec, sum(l.param_bytes for l in info.layers))  # before any run
+    return info
 
 
 def _check_stages(info: ModelInfo, setup: Setup) -> None:

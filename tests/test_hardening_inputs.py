@@ -130,6 +130,7 @@ def _profile(**change):
     (_profile(mem_isolated__3=-5), "mem_isolated[3]"),
     (_profile(mem_isolated__3=10**30), "out of range"),
     (_profile(mem_added__3=-(10**30)), "out of range"),
+    (_profile(mem_added__5=-(10**9)), "a real stage's peak is never negative"),
     (_profile(runs__0__peaks__0=-1), "runs[0].peaks"),
     (_profile(runs__0__seconds=1e308 * 10), "runs[0].seconds"),
     (_profile(setup__stages=0), "setup.stages"),

@@ -177,3 +177,34 @@ def test_every_page_shows_the_hostile_dataset_as_data(hostile, monkeypatch, name
         at.button(key="measure-button").click().run()
         assert any("mcap does not run code a file names" in e.value for e in at.error), \
             [e.value for e in at.error]
+
+
+@pytest.mark.app
+def test_profile_page_runs_user_code_only_after_a_confirmation_naming_it(hostile, monkeypatch):
+    """Typed in the dashboard, a user spec starts nothing until the button that names its
+    module and function is pressed; then the job gets it as a TrustedSpec."""
+    from streamlit.testing.v1 import AppTest
+    from mcap.app import jobs
+    from mcap.models.spec import TrustedSpec
+    from mcap.store import Job
+    launched = []
+
+    def fake_launch(store, kind, args, total=0):
+        jobs.check_model_args(args)  # the real gate, without starting a child
+        launched.append((kind, list(args)))
+        return Job(1, kind, tuple(args), 0, 0, None, "done", None, None, None, 0.0, 0.0)
+    monkeypatch.setattr(jobs, "launch", fake_launch)
+    at = AppTest.from_file(str(Path(__file__).resolve().parent.parent / "app.py"), default_timeout=60)
+    at.run()
+    at.switch_page("pages/profile.py")
+    at.run()
+    at.text_input(key="profile-spec").input(SPEC)
+    at.button(key="profile-start").click().run()
+    assert launched == [] and not at.exception
+    warning = " ".join(w.value for w in at.warning)
+    assert f"import the module `{MODULE}`" in warning and "call its function `make`" in warning
+    at.button(key="profile-confirm-run").click().run()
+    assert len(launched) == 1
+    args = launched[0][1]
+    spec = args[args.index("--model") + 1]
+    assert isinstance(spec, TrustedSpec) and spec == SPEC

@@ -249,10 +249,35 @@ def profile_from_dict(d: Any, source: str = "<profile>") -> Profile:
                                   f"and mem_added has {len(added)}")
     if added[0] is not None:
         raise r.fail("mem_added[0]", f"layer 0 has no mem_added (expected null), found {added[0]}")
+    _check_no_negative_stage(iso, added, r)
     extra = {k: v for k, v in d.items() if k not in _PROFILE_KEYS}
     return Profile(model=model, setup=_setup(d, r),
                    stats=LayerStats(mem_isolated=tuple(iso), mem_added=tuple(added)),
                    runs=_runs(d, r, n), extra=extra or None)
+
+
+def _check_no_negative_stage(iso: list, added: list, r: _Reader) -> None:
+    """No stage a..z may be predicted below 0 bytes: mem_isolated[a] + mem_added[a+1..z]
+    (paper 3.3) is a stage's peak, which a real run never has negative. mem_added may be
+    negative (a layer that frees its input), but not so much that a peak would be.
+
+    O(L): with P the prefix sums of mem_added, the lowest peak of a stage starting at a is
+    iso[a] + min over z >= a of (P[z] - P[a]), from the suffix minima of P."""
+    n = len(iso)
+    if any(v is None for v in iso) or any(v is None for v in added[1:]):
+        return  # missing statistics are reported where they are used (check_stats)
+    prefix = [0] * n
+    for i in range(1, n):
+        prefix[i] = prefix[i - 1] + added[i]
+    lowest, at = prefix[n - 1], n - 1  # min of prefix[z] over z >= a, and where
+    for a in range(n - 1, -1, -1):
+        if prefix[a] < lowest:
+            lowest, at = prefix[a], a
+        peak = iso[a] + lowest - prefix[a]
+        if peak < 0:
+            raise r.fail("mem_added", f"layers {a}..{at} would have a predicted peak of {peak:,} "
+                                      f"bytes (mem_isolated[{a}] {iso[a]:,} plus mem_added of layers "
+                                      f"{a + 1}..{at}); a real stage's peak is never negative")
 
 
 def sweep_from_dict(d: Any, source: str = "<sweep>") -> Sweep:

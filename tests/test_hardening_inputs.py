@@ -238,3 +238,17 @@ def test_explained_page_with_more_chunks_than_its_slider(tmp_path, monkeypatch):
     at.switch_page("pages/explained.py")
     at.run()
     assert not at.exception, [e.value for e in at.exception]
+
+
+def test_the_dashboards_timing_child_is_started_again_after_it_dies():
+    """The dashboard times models in a child process (never in the server); a child killed
+    (out of memory, say) is an error for that call and a fresh child for the next."""
+    import os
+    from mcap.runner import timebalance as tb
+    spec = "gpt:layers=4,hidden=16,heads=2,vocab=10,seq=4"
+    first = tb.time_balance_isolated(spec, 2, 2, timeout=0.05)
+    assert tb._CHILD.proc.pid != os.getpid() and sum(first) == 6
+    tb._CHILD.proc.kill()
+    tb._CHILD.proc.wait()
+    again = tb.time_balance_isolated(spec, 3, 2, timeout=0.05)
+    assert len(again) == 3 and sum(again) == 6

@@ -53,53 +53,94 @@ def time_balance(spec: str, stages: int, micro_batch: int, *, timeout: float = D
     return tuple(int(n) for n in balance)
 
 
+class _TimingChild:
+    """One persistent child process that builds and times models for this process (the
+    dashboard server): it imports torch once, answers one JSON request per line, and is
+    started again after it dies (a model too large for memory kills the child only)."""
+
+    def __init__(self):
+        import threading
+        self.proc = None
+        self.lock = threading.Lock()
+
+    def _start(self):
+        import subprocess
+        import sys
+        from pathlib import Path
+        repo = str(Path(__file__).resolve().parents[2])
+        self.proc = subprocess.Popen([sys.executable, "-m", "mcap.runner.timebalance"], cwd=repo,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, text=True, bufsize=1)
+
+    def ask(self, request: dict, limit_s: float) -> dict:
+        import json
+        import threading
+        with self.lock:
+            if self.proc is None or self.proc.poll() is not None:
+                self._start()
+            proc = self.proc
+            timer = threading.Timer(limit_s, proc.kill)  # a hung timing ends the child
+            timer.start()
+            try:
+                proc.stdin.write(json.dumps(request) + "\n")
+                proc.stdin.flush()
+                line = proc.stdout.readline()
+            except (OSError, ValueError):
+                line = ""
+            finally:
+                timer.cancel()
+            if not line:
+                proc.kill()
+                self.proc = None
+                return {"error": f"the timing process ended (exit {proc.wait()}) while timing "
+                                 f"{request['spec']}: out of memory or killed after {limit_s:.0f} s"}
+            try:
+                return json.loads(line)
+            except ValueError:
+                return {"error": f"the timing process answered {line[:200]!r}"}
+
+
+_CHILD = _TimingChild()
+
+
 def time_balance_isolated(spec: str, stages: int, micro_batch: int, *,
                           timeout: float = DEFAULT_TIMEOUT, seed: int = 0,
                           limit_s: float = 600.0) -> tuple[int, ...]:
     """``time_balance`` in a child process, for the dashboard server: the model is built
     and timed there, never in the server's own process (a model too large for memory, or
-    a crash in torch, takes down the child only). The spec must be trusted here already:
-    a user spec from a file is refused before any process starts (``UntrustedCode``)."""
-    import json
-    import subprocess
-    import sys
-    from pathlib import Path
-
+    a crash in torch, takes down the child only; it is started again on the next call).
+    The spec must be trusted here already: a user spec from a file is refused before any
+    process starts (``UntrustedCode``), and the child runs built-in models only."""
     from mcap.models.spec import check_trusted, is_user_spec
 
     check_trusted(spec)
     if is_user_spec(str(spec).strip()):
         raise McapError(f"time_balance_isolated runs built-in models only, not {spec!r}; "
                         f"use time_balance in a process that trusts it")
-    repo = str(Path(__file__).resolve().parents[2])
-    argv = [sys.executable, "-m", "mcap.runner.timebalance", json.dumps(
-        {"spec": str(spec), "stages": int(stages), "micro_batch": int(micro_batch),
-         "timeout": float(timeout), "seed": int(seed)})]
-    try:
-        done = subprocess.run(argv, cwd=repo, capture_output=True, text=True, timeout=limit_s,
-                              stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        raise McapError(f"time: timing {spec} took more than {limit_s:.0f} s") from None
-    lines = done.stdout.strip().splitlines()
-    try:
-        answer = json.loads(lines[-1]) if lines else {}
-    except ValueError:
-        answer = {}
+    answer = _CHILD.ask({"spec": str(spec), "stages": int(stages), "micro_batch": int(micro_batch),
+                         "timeout": float(timeout), "seed": int(seed)}, limit_s)
     if "balance" in answer:
         return tuple(int(n) for n in answer["balance"])
-    why = answer.get("error") or (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
-    raise McapError(f"time: {why}")
+    raise McapError(f"time: {answer.get('error', 'no answer')}")
 
 
-def _child_main(arg: str) -> int:
+def _child_main() -> int:
+    """The child: one JSON request per stdin line, one JSON answer per stdout line. The spec
+    arrives as a plain str, so a user spec is refused here too (data is data)."""
     import json
-    try:
-        a = json.loads(arg)
-        balance = time_balance(a["spec"], a["stages"], a["micro_batch"], timeout=a["timeout"],
-                               seed=a["seed"])
-        print(json.dumps({"balance": list(balance)}))
-    except McapError as exc:
-        print(json.dumps({"error": str(exc)}))
+    import sys
+    for line in sys.stdin:
+        try:
+            a = json.loads(line)
+            balance = time_balance(a["spec"], a["stages"], a["micro_batch"], timeout=a["timeout"],
+                                   seed=a["seed"])
+            answer = {"balance": list(balance)}
+        except McapError as exc:
+            answer = {"error": str(exc)}
+        except Exception as exc:  # reported to the page as an error, never a traceback
+            answer = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"}
+        sys.stdout.write(json.dumps(answer) + "\n")
+        sys.stdout.flush()
     return 0
 
 
@@ -123,4 +164,4 @@ def recommend_time(profile: Profile, *, timeout: float = DEFAULT_TIMEOUT,
 
 if __name__ == "__main__":
     import sys
-    sys.exit(_child_main(sys.argv[1]))
+    sys.exit(_child_main())

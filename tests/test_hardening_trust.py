@@ -96,7 +96,7 @@ def test_recommend_time_model_must_be_the_files_model(hostile, capsys):
 def test_evaluate_reports_time_unavailable_with_the_note(hostile, capsys):
     data, _ = hostile
     code, out, _ = cli(capsys, "evaluate", "--profile", str(data / "hostile.profile.json"),
-                       "--sweep", str(data / "hostile.sweep.json"), "--json")
+                       "--sweep", str(data / "hostile.sweep.json"), "--bo-iterations", "10", "--json")
     assert code == 0
     time_row = next(m for m in json.loads(out)["methods"] if m["method"] == "time")
     assert time_row["balance"] is None and "mcap does not run code a file names" in time_row["note"]

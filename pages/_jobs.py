@@ -2,7 +2,6 @@
 itself is started, followed and cancelled by ``mcap.app.jobs`` (never subprocess here)."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import streamlit as st
 
@@ -29,12 +28,11 @@ def measure_args(profile, balance) -> list[str]:
     return [*setup_args(profile.model.spec, profile.setup), "--balance", ",".join(map(str, balance))]
 
 
-def job_output(kind: str) -> str:
-    """Where a dashboard job writes its JSON: next to the store, named by kind and time."""
-    import time
-    from mcap.store import default_store_path
-    out = Path(default_store_path()).parent / "out"
-    return str(out / f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}.{kind}.json")
+def job_output(s, kind: str) -> str:
+    """Where a dashboard job writes its JSON (``mcap.app.jobs.output_path``: unique per
+    store and job)."""
+    from mcap.app import jobs
+    return str(jobs.output_path(s, kind))
 
 
 def job_panel(s, job_id: int, key: str, every: float = 1.0) -> None:

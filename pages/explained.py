@@ -35,7 +35,9 @@ labels = {"gpipe": "GPipe with checkpointing", "1f1b": "1F1B"}
 sched_default = shared("schedule", "1f1b")  # 1F1B shows the G-i pattern most plainly
 schedule = mid.radio("Schedule", TIMELINE_SCHEDULES, format_func=labels.get, key="tl-schedule",
                      index=TIMELINE_SCHEDULES.index(sched_default) if sched_default in TIMELINE_SCHEDULES else 1)
-chunks = right.number_input("Micro-batches", min_value=1, max_value=32, value=int(setup.chunks),
+# A profile's chunk count may exceed the widget's range: start at the nearest allowed value.
+chunks = right.number_input("Micro-batches", min_value=1, max_value=32,
+                            value=min(max(int(setup.chunks), 1), 32),
                             key="tl-chunks")
 
 try:

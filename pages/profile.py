@@ -5,7 +5,7 @@ import streamlit as st
 
 from mcap.app import jobs
 from mcap.core.errors import McapError
-from mcap.models.spec import KNOWN_MODELS, parse_spec
+from mcap.models.spec import KNOWN_MODELS, parse_spec, trusted, user_target
 from mcap.core.setup import check_setup
 from mcap.core.types import CHECKPOINTS, OPTIMIZERS, SCHEDULES, Setup
 from mcap.runner.engines import get as get_engine, names as engine_names
@@ -67,14 +67,35 @@ if submitted:
                       capacity_bytes=int(capacity_mib) * 2**20 or None)
         check_setup(setup, engine_names())  # the rules the job would apply, before it starts
         get_engine(engine).check(setup, gpus)
-        args = setup_args(spec, setup) + ["--out", job_output(command)]
+        args = setup_args(spec, setup) + ["--out", job_output(s, command)]
         if command == "sweep" and sample:
             args += ["--sample", str(int(sample))]
-        job = jobs.launch(s, command, args)
-        st.session_state["profile-job"] = job.id
-        st.toast(f"Started {command} job {job.id}")
+        if user_target(spec):  # user code: runs only after the confirmation below names it
+            st.session_state["profile-confirm"] = (spec, command, args)
+        else:
+            st.session_state.pop("profile-confirm", None)
+            job = jobs.launch(s, command, args)
+            st.session_state["profile-job"] = job.id
+            st.toast(f"Started {command} job {job.id}")
     except McapError as exc:
         st.error(str(exc))
+
+pending = st.session_state.get("profile-confirm")
+if pending is not None:
+    spec_p, command_p, args_p = pending
+    module, func = user_target(spec_p).split(":")
+    st.warning(f"`{spec_p}` is a user model: mcap will **import the module `{module}` and call "
+               f"its function `{func}`**, running that code on this machine with your rights. "
+               f"Run it only if you wrote it or trust it.")
+    if st.button(f"Run {module}:{func}", key="profile-confirm-run", type="primary"):
+        try:  # confirmed: this spec, and only it, is trusted for this job
+            args_t = [trusted(a) if a == spec_p else a for a in args_p]
+            job = jobs.launch(s, command_p, args_t)
+            st.session_state["profile-job"] = job.id
+            st.session_state.pop("profile-confirm", None)
+            st.toast(f"Started {command_p} job {job.id}")
+        except McapError as exc:
+            st.error(str(exc))
 
 # The job to follow: this session's last, else the newest unfinished one (started earlier,
 # from another tab, or before the page was left).

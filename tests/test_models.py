@@ -103,6 +103,7 @@ def test_bad_values_name_them(spec, message):
 
 
 def test_user_model_contract(tmp_path, monkeypatch):
+    from mcap.models import trusted  # typed by a person: user code may run (issue 12)
     (tmp_path / "mcap_test_user_model.py").write_text(textwrap.dedent("""
         import torch
         from torch import nn
@@ -118,14 +119,14 @@ def test_user_model_contract(tmp_path, monkeypatch):
             return nn.Linear(2, 2)
     """))
     monkeypatch.syspath_prepend(str(tmp_path))
-    built = build_model("mcap_test_user_model:make:width=5")
+    built = build_model(trusted("mcap_test_user_model:make:width=5"))
     assert built.info.num_layers == 3
     assert built.info.layers[0].param_bytes == (3 * 5 + 5) * 4
     x, y = built.example_batch(4)
     built.loss(built.module(x), y).backward()
     with pytest.raises(McapError, match="must return"):
-        build_model("mcap_test_user_model:wrong")
+        build_model(trusted("mcap_test_user_model:wrong"))
     with pytest.raises(UnknownModel, match="no callable 'missing'"):
-        build_model("mcap_test_user_model:missing")
+        build_model(trusted("mcap_test_user_model:missing"))
     with pytest.raises(UnknownModel, match="cannot import"):
-        build_model("no_such_pkg_xyz.mod:make")
+        build_model(trusted("no_such_pkg_xyz.mod:make"))

@@ -14,13 +14,14 @@ import threading
 import pytest
 
 from mcap.core.errors import InvalidPartitioning, McapError, UnknownModel
+from mcap.models.spec import trusted
 from mcap.runner import open_runner
 from mcap.core.types import Setup
 
 pytestmark = pytest.mark.integration
 
 P = 100_000
-EXACT = f"tests.test_runner_models:exact:params={P}"
+EXACT = trusted(f"tests.test_runner_models:exact:params={P}")  # typed, so trusted
 TWO = Setup(stages=2, batch_size=4, chunks=2)
 SMALL_VGG = "vgg11:image_size=32,hidden=64"
 
@@ -47,7 +48,7 @@ def test_stage_peaks_are_exact_bytes_of_known_tensors(runner):
 def test_peaks_grow_by_exactly_the_added_parameter_bytes(runner):
     """Doubling P adds exactly 4P(3n + 1) bytes to a stage of n layers: nothing else moved."""
     small = runner.measure((2, 2))
-    with open_runner(f"tests.test_runner_models:exact:params={2 * P}", TWO, timeout=120) as big_r:
+    with open_runner(trusted(f"tests.test_runner_models:exact:params={2 * P}"), TWO, timeout=120) as big_r:
         big = big_r.measure((2, 2))
     assert small.status == big.status == "ok", (small.error, big.error)
     for a, b in zip(small.peaks, big.peaks):
@@ -172,7 +173,7 @@ def test_bad_setups_are_refused_before_any_process_starts():
 
 def test_a_user_model_that_fails_to_load_is_an_mcap_error():
     with pytest.raises(McapError, match="cannot import"):
-        with open_runner("tests.no_such_module:model", TWO, timeout=120) as r:
+        with open_runner(trusted("tests.no_such_module:model"), TWO, timeout=120) as r:
             r.model_info
 
 

@@ -3,6 +3,7 @@ import pytest
 import torch
 
 from mcap.core.errors import McapError
+from mcap.models.spec import trusted
 from mcap.runner import open_runner
 from mcap.core.types import Setup
 
@@ -10,7 +11,7 @@ pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
 P = 1_000_000
-EXACT = f"tests.test_runner_models:exact:params={P}"
+EXACT = trusted(f"tests.test_runner_models:exact:params={P}")  # typed, so trusted
 
 
 def test_pipelining_stages_on_cuda_read_their_own_allocator():
@@ -37,7 +38,7 @@ def test_cuda_capacity_is_oom_and_the_next_run_works():
 def test_torchgpipe_over_the_gpus_there_are():
     found = torch.cuda.device_count()
     setup = Setup(stages=found, batch_size=4, chunks=2, device="cuda", engine="torchgpipe")
-    spec = f"tests.test_runner_models:exact:params={P},layers={2 * found}"
+    spec = trusted(f"tests.test_runner_models:exact:params={P},layers={2 * found}")
     with open_runner(spec, setup, timeout=120) as r:
         run = r.measure((2,) * found)
     assert run.status == "ok", run.error

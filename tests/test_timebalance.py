@@ -8,6 +8,7 @@ import pytest
 from mcap.core.errors import McapError
 from mcap.core.predict import predict
 from mcap.core.recommend import context_of, recommend
+from mcap.models.spec import trusted
 from mcap.runner.timebalance import time_balance, timer
 from mcap.core.types import LayerStats, Layer, ModelInfo, Profile, Setup
 
@@ -28,7 +29,7 @@ def heavy_first_model(tmp_path, monkeypatch):
             return seq, batch, nn.functional.mse_loss
     """))
     monkeypatch.syspath_prepend(str(tmp_path))
-    return "mcap_test_heavy:make"
+    return trusted("mcap_test_heavy:make")  # as typed on the command line (issue 12)
 
 
 def test_time_balance_gives_the_heavy_layer_its_own_stage(heavy_first_model):

@@ -53,7 +53,35 @@ def command(kind: str, args: Sequence[str], job_id: int) -> list[str]:
 
 
 def log_path(store: Store, job_id: int) -> Path:
-    return Path(store.path).parent / "jobs" / f"{job_id}.log"
+    """``jobs/<store file>-<id>.log`` beside the store: two stores in one folder both have
+    a job 1, and each keeps its own log."""
+    return Path(store.path).parent / "jobs" / f"{Path(store.path).name}-{job_id}.log"
+
+
+def output_path(store: Store, kind: str) -> Path:
+    """Where a dashboard job writes its JSON: ``out/`` beside the store, named by the store,
+    the kind, the time and a random tag, so jobs started in the same second, or for two
+    stores in one folder, never write the same file."""
+    import time
+    import uuid
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    name = f"{Path(store.path).stem}-{kind}-{stamp}-{uuid.uuid4().hex[:8]}.{kind}.json"
+    return Path(store.path).parent / "out" / name
+
+
+def check_model_args(args: Sequence[str]) -> None:
+    """Refuse a ``--model`` that names user code unless it is a ``TrustedSpec``: the
+    dashboard creates one only after the person confirmed that module and function.
+    A spec taken from a file (the Predict page's measure button on a profile of a user
+    model) is data, and the child's command line would otherwise make it trusted."""
+    from mcap.models.spec import check_trusted
+    args = list(args)
+    for i, a in enumerate(args):
+        if a == "--model" and i + 1 < len(args):
+            check_trusted(args[i + 1], "enter the spec on the Profile page and confirm running "
+                                       "its module and function, or type it on the command line")
+        elif isinstance(a, str) and a.startswith("--model="):
+            check_trusted(a.split("=", 1)[1])
 
 
 def launch(store: Store, kind: str, args: Sequence[str], total: int = 0) -> Job:
@@ -61,7 +89,9 @@ def launch(store: Store, kind: str, args: Sequence[str], total: int = 0) -> Job:
 
     The child finds the same store through ``MCAP_STORE``, and reports ``running``, runs
     done and the current balance itself; ``total`` is a first estimate it may correct.
+    A ``--model`` naming user code must be a ``TrustedSpec`` (``check_model_args``).
     """
+    check_model_args(args)
     job_id = store.create_job(kind, [kind, *[str(a) for a in args]], total)
     argv = command(kind, args, job_id)
     log = log_path(store, job_id)
@@ -101,12 +131,84 @@ def is_alive(pid: Optional[int]) -> bool:
         return True
 
 
+# --- process identity: a pid alone may have been reused by an unrelated process ------------
+
+# How long after its job record a child may have started (the record is written just
+# before the child is spawned; a loaded machine can be slow to exec).
+START_WINDOW_S = 30.0
+
+
+def _boot_time() -> Optional[float]:
+    try:
+        for line in Path("/proc/stat").read_text().splitlines():
+            if line.startswith("btime "):
+                return float(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def process_start(pid: int) -> Optional[float]:
+    """When process ``pid`` started (seconds since the epoch), from /proc/PID/stat field 22."""
+    boot = _boot_time()
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        ticks = int(fields[19])  # field 22 overall; fields[0] is field 3 (state)
+    except (OSError, ValueError, IndexError):
+        return None
+    if boot is None:
+        return None
+    return boot + ticks / os.sysconf("SC_CLK_TCK")
+
+
+def process_argv(pid: int) -> Optional[list[str]]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    return [a.decode("utf-8", "replace") for a in raw.split(b"\0") if a]
+
+
+def identity(job: Job) -> tuple[bool, str]:
+    """Whether the process now at ``job.pid`` is this job's child: its command line is
+    ``-m mcap <kind> ... --job <id>`` and it started within START_WINDOW_S of the job's
+    record. (False, why) when it is not, or when that cannot be verified."""
+    child = _CHILDREN.get(job.pid)
+    if child is not None:  # started by this process: the Popen object is the identity
+        return True, ""
+    argv = process_argv(job.pid)
+    started = process_start(job.pid)
+    if argv is None or started is None:
+        return False, f"the identity of process {job.pid} cannot be read from /proc"
+    want = ["-m", "mcap", job.kind]
+    tail = ["--job", str(job.id)]
+    if argv[1:4] != want or argv[-2:] != tail:
+        return False, f"pid {job.pid} is now another program ({' '.join(argv[:4])[:120]})"
+    if not job.created - 2.0 <= started <= job.created + START_WINDOW_S:
+        return False, (f"pid {job.pid} started at {started:.0f}, not when job {job.id} was "
+                       f"launched ({job.created:.0f}): the pid was reused")
+    return True, ""
+
+
+def _mark_lost(store: Store, job: Job, why: str) -> Job:
+    """A job whose pid now belongs to another process: its child is gone; never signal."""
+    return store.update_job(job.id, status="failed", current=None,
+                            error=f"lost: {why}; its process is gone (finished runs are kept)")
+
+
 def cancel(store: Store, job_id: int) -> Job:
-    """SIGTERM to the child; status cancelled. Runs it finished stay in the store."""
+    """SIGTERM to the child; status cancelled. Runs it finished stay in the store.
+
+    The process at the recorded pid is signalled only when it is this job's child
+    (``identity``: command line and start time); a pid reused by another process is
+    never signalled, and the job is marked lost."""
     job = store.job(job_id)
     if job.finished:
         return job
     if job.pid is not None and is_alive(job.pid):
+        ours, why = identity(job)
+        if not ours:
+            return _mark_lost(store, job, why)
         # Only the command itself: it turns SIGTERM into a clean stop that closes its stage
         # processes (mcap.workflow.profiling.sigterm_cancels) instead of recording a half-killed run.
         try:
@@ -119,9 +221,13 @@ def cancel(store: Store, job_id: int) -> Job:
 
 
 def reconcile(store: Store, job: Job) -> Job:
-    """A job whose process has ended without reporting an end becomes done or failed."""
-    if job.finished or job.pid is None or is_alive(job.pid):
+    """A job whose process has ended without reporting an end becomes done or failed; one
+    whose pid now belongs to another process is marked lost."""
+    if job.finished or job.pid is None:
         return job
+    if is_alive(job.pid):
+        ours, why = identity(job)
+        return job if ours else _mark_lost(store, job, why)
     child = _CHILDREN.get(job.pid)
     code = None if child is None else child.returncode
     # ``measure`` exits 1 when its one run was oom or failed: that run is the result, recorded.

@@ -34,23 +34,10 @@ def label(method: str) -> str:
 
 
 def _child_timer(spec: str, stages: int, micro: int, device: str, timeout: float) -> tuple:
-    """balance_by_time in a child process (``python -m mcap.cli.timer``): the dashboard server
-    never imports torch or builds a model itself."""
-    import json
-    import subprocess
-    import sys
-
-    from mcap.app.jobs import REPO_ROOT
-
-    cmd = [sys.executable, "-m", "mcap.cli.timer", spec, str(stages), str(micro), device,
-           str(timeout)]
-    done = subprocess.run(cmd, capture_output=True, text=True, cwd=str(REPO_ROOT),
-                          timeout=600, stdin=subprocess.DEVNULL)
-    if done.returncode != 0:
-        lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
-        raise McapError(lines[-1].removeprefix("mcap: error: ") if lines
-                        else f"timing the model failed (exit {done.returncode})")
-    return tuple(int(n) for n in json.loads(done.stdout)["balance"])
+    """balance_by_time in the server's timing child (``mcap.app.timing``): the dashboard
+    server never imports torch or builds a model itself."""
+    from mcap.app.timing import time_balance_isolated
+    return time_balance_isolated(spec, stages, micro, device=device, timeout=timeout)
 
 
 def _cached_timer(device: str, timeout: float):

@@ -16,17 +16,19 @@ from __future__ import annotations
 import argparse
 import json
 
+from mcap.cli import args as argtypes
 from mcap.core.errors import McapError
 from mcap.core.partition import parse_balance, windows
 from mcap.core.units import fmt_bytes
 
 
 def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    return v
+    return argtypes.positive_int(text)
+
+
+def _trusted_model(text: str):
+    from mcap.models.spec import trusted_model_arg
+    return trusted_model_arg(text)
 
 
 def add_predictor_option(p) -> None:
@@ -59,10 +61,15 @@ def register(sub) -> None:
     p.add_argument("--method", choices=search.names(), default="exact",
                    help="; ".join(f"{m.name}: {m.help}" for m in map(search.get, search.names())))
     add_predictor_option(p)
-    p.add_argument("--seed", type=int, default=0, help="seed for bo")
-    p.add_argument("--iterations", type=_positive_int, default=75, help="bo evaluations (paper: 75)")
-    p.add_argument("--tie-tolerance", type=float, default=0.0,
-                   help="relative band above the lowest peak treated as a tie (default 0)")
+    p.add_argument("--seed", type=argtypes.seed, default=0, help="seed for bo")
+    p.add_argument("--iterations", type=argtypes.positive_int, default=75,
+                   help="bo evaluations (paper: 75)")
+    p.add_argument("--tie-tolerance", type=argtypes.tolerance, default=0.0,
+                   help="relative band above the lowest peak treated as a tie, 0..1 (default 0)")
+    p.add_argument("--model", type=_trusted_model, default=None, metavar="SPEC",
+                   help="for --method time on a profile of a user model (package.module:function): "
+                        "type the profile's spec here to allow running that code; mcap never "
+                        "runs code because a file names it")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_recommend)
 
@@ -127,6 +134,7 @@ def cmd_recommend(args) -> int:
     from mcap.io.jsonio import load_profile
 
     profile = load_profile(args.profile)
+    profile = argtypes.allow_model(profile, args.model)
     rec = recommend(profile, args.stages, args.method, args.predictor,
                     context=search_context(profile, args.method),
                     tie_tolerance=args.tie_tolerance, seed=args.seed, iterations=args.iterations)

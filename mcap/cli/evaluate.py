@@ -14,7 +14,9 @@ import argparse
 import json
 from pathlib import Path
 
+from mcap.cli import args as argtypes
 from mcap.core.errors import McapError
+from mcap.models.spec import UntrustedCode, trusted_model_arg
 
 
 def register(sub) -> None:
@@ -30,8 +32,12 @@ def register(sub) -> None:
     add_predictor_option(p)
     p.add_argument("--no-time", action="store_true",
                    help="skip the time method (it imports torch and times the model)")
-    p.add_argument("--seed", type=int, default=0, help="seed for bo")
-    p.add_argument("--bo-iterations", type=int, default=75, metavar="N",
+    p.add_argument("--seed", type=argtypes.seed, default=0, help="seed for bo")
+    p.add_argument("--model", type=trusted_model_arg, default=None, metavar="SPEC",
+                   help="for the time method on a user model (package.module:function): type "
+                        "the profile's spec here to allow running that code; mcap never runs "
+                        "code because a file names it")
+    p.add_argument("--bo-iterations", type=argtypes.positive_int, default=75, metavar="N",
                    help="bo evaluations (paper: 75; skopt needs at least 10)")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.add_argument("--strict", action="store_true",
@@ -59,7 +65,9 @@ def register(sub) -> None:
                    help="mcap's profiling runs: under the same capacity (default, as on real "
                         "devices) or without it")
     s.add_argument("--out", type=Path, default=None, metavar="FILE.json",
-                   help="write the mcap.scale/1 result here")
+                   help="write the mcap.scale/1 result here (checked before any run: never the "
+                        "store, a folder or a file of another kind; an existing mcap.scale/1 "
+                        "file is replaced)")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_scale)
 
@@ -73,8 +81,12 @@ def _time_pick(profile, stages: int, predictor: str):
     try:
         return recommend(profile, stages, "time", predictor,
                          context=search_context(profile, "time")), ""
-    except McapError as exc:
-        return None, str(exc)
+    except UntrustedCode:
+        from mcap.models.spec import untrusted_note
+        spec = profile.model.spec
+        return None, untrusted_note(spec, f"python -m mcap evaluate --model {spec} ...")
+    except McapError as exc:  # e.g. a model too large to build here: time is unavailable
+        return None, f"time unavailable: {exc}"
 
 
 def evaluation_json(ev) -> dict:
@@ -119,13 +131,14 @@ def print_evaluation(ev) -> None:
 
 
 def cmd_evaluate(args) -> int:
-    from mcap.core.evaluate import evaluate, pure_picks
+    from mcap.core.evaluate import check_measured, evaluate, pure_picks
     from mcap.core.setup import check_compatible
     from mcap.io.jsonio import load_profile, load_sweep
 
     profile, sweep = load_profile(args.profile), load_sweep(args.sweep)
     check_compatible(profile, sweep)
     machines = _machines(profile, sweep, args.strict)
+    check_measured(sweep)  # before any search: a sweep with nothing to compare exits 2 at once
     stages = sweep.setup.stages
     picks = list(pure_picks(profile, stages, predictor=args.predictor, seed=args.seed,
                             bo_iterations=args.bo_iterations))
@@ -133,7 +146,7 @@ def cmd_evaluate(args) -> int:
     if args.no_time:
         unavailable.append(("time", "skipped (--no-time)"))
     else:
-        rec, why = _time_pick(profile, stages, args.predictor)
+        rec, why = _time_pick(argtypes.allow_model(profile, args.model), stages, args.predictor)
         if rec is None:
             unavailable.append(("time", why))
         else:
@@ -169,7 +182,9 @@ def cmd_scale(args) -> int:
     from mcap.workflow import profiling
     from mcap.workflow import scaling
     from mcap.cli.profile import setup_from_args
+    from mcap.io.outputs import OutputError, check_out
     from mcap.store import Store
+    from mcap.store.opening import resolve_path
 
     setup = setup_from_args(args)
     if setup.capacity_bytes is None:
@@ -177,7 +192,10 @@ def cmd_scale(args) -> int:
                         "defined under a memory limit")
     parts = tuple(dict.fromkeys(args.partitioner or scaling.PARTITIONERS))
     grid = scaling.value_grid(args.model, args.vary, args.low, args.high, args.step)
-    store = Store(args.store)
+    store_path = resolve_path(args.store)
+    if args.out is not None:
+        check_out(args.out, scaling.SCALE_SCHEMA, store=store_path)  # before any run
+    store = Store(store_path)
     try:
         with profiling.sigterm_cancels():
             result = scaling.scale(args.model, args.vary, grid, setup, parts, store=store,
@@ -190,7 +208,12 @@ def cmd_scale(args) -> int:
     finally:
         store.close()
     if args.out is not None:
-        scaling.save(result, args.out)
+        try:
+            scaling.save(result, args.out)
+        except OSError as exc:
+            raise OutputError(f"could not write {args.out}: {exc.strerror or exc}. Every run is "
+                              f"kept in the store ({store_path}): run the same command again "
+                              f"to write it; nothing is measured twice") from None
     if args.json:
         print(json.dumps(scaling.to_dict(result)))
     else:

@@ -14,7 +14,8 @@ from mcap.core.errors import McapError
 
 # Command modules, each with register(subparsers). Kept as names so `plan` does not pay
 # for importing torch.
-COMMAND_MODULES = ("mcap.cli.core", "mcap.cli.run", "mcap.cli.profile", "mcap.cli.evaluate")
+COMMAND_MODULES = ("mcap.cli.core", "mcap.cli.run", "mcap.cli.profile", "mcap.cli.evaluate",
+                   "mcap.cli.export")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -38,7 +39,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # usage errors (2) and --help (0) return, for in-process callers
+        return exc.code if isinstance(exc.code, int) else 2
     try:
         return int(args.func(args) or 0)
     except McapError as exc:

@@ -6,30 +6,15 @@ hidden ``--job ID`` the dashboard passes (``mcap.app.jobs.launch``) to report pr
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from pathlib import Path
 
 from mcap.core.errors import McapError
 from mcap.core.types import CHECKPOINTS, DEVICES, OPTIMIZERS, SCHEDULES, Setup
+from mcap.cli import args as argtypes
+from mcap.cli.args import parse_bytes  # noqa: F401  (kept importable from here)
+from mcap.models.spec import trusted_model_arg
 from mcap.runner import engines
-
-_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9,
-          "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
-
-
-def parse_bytes(text: str) -> int:
-    """``123456``, ``512MiB``, ``1.5GB`` -> int bytes."""
-    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*", str(text))
-    unit = m.group(2).lower() if m else None
-    if not m or unit not in _UNITS:
-        raise argparse.ArgumentTypeError(
-            f"capacity {text!r} is not a size: use bytes (123456) or a unit "
-            f"({', '.join(u for u in ('KiB', 'MiB', 'GiB', 'KB', 'MB', 'GB'))})")
-    value = int(float(m.group(1)) * _UNITS[unit])
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"capacity must be positive, got {text!r}")
-    return value
 
 
 def _threads(text: str) -> int:
@@ -44,12 +29,16 @@ def _threads(text: str) -> int:
 
 
 def add_setup_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", required=True, metavar="SPEC",
+    p.add_argument("--model", required=True, metavar="SPEC", type=trusted_model_arg,
                    help="e.g. vgg11:image_size=32, amoebanet-d:layers=6,filters=64, "
-                        "gpt:layers=8,hidden=256, or package.module:function")
-    p.add_argument("--stages", type=int, required=True, metavar="G", help="pipeline stages (devices)")
-    p.add_argument("--batch-size", type=int, default=32, metavar="B")
-    p.add_argument("--chunks", type=int, default=4, metavar="M", help="micro-batches per batch")
+                        "gpt:layers=8,hidden=256, or package.module:function (a user model: "
+                        "its module is imported and its function called; mcap runs user code "
+                        "only when you type it here, never because a file names it)")
+    p.add_argument("--stages", type=argtypes.positive_int, required=True, metavar="G",
+                   help="pipeline stages (devices)")
+    p.add_argument("--batch-size", type=argtypes.positive_int, default=32, metavar="B")
+    p.add_argument("--chunks", type=argtypes.positive_int, default=4, metavar="M",
+                   help="micro-batches per batch")
     p.add_argument("--schedule", choices=SCHEDULES, default="gpipe")
     p.add_argument("--checkpoint", choices=CHECKPOINTS, default="except_last")
     p.add_argument("--optimizer", choices=OPTIMIZERS, default="sgd")
@@ -66,7 +55,7 @@ def add_setup_options(p: argparse.ArgumentParser) -> None:
                         "on them, so they are fixed and recorded with the setup")
     p.add_argument("--store", default=None, metavar="PATH",
                    help="results store (default $MCAP_STORE or .mcap/store.sqlite)")
-    p.add_argument("--timeout", type=float, default=300.0, metavar="S", help="seconds per run")
+    p.add_argument("--timeout", type=argtypes.timeout, default=300.0, metavar="S", help="seconds per run")
     p.add_argument("--job", type=int, default=None, help=argparse.SUPPRESS)
 
 
@@ -78,6 +67,10 @@ def setup_from_args(args) -> Setup:
                  threads=args.threads)
 
 
+OUT_HELP = ("write the mcap.%s/1 JSON here (checked before any run: never the store, an input, "
+            "a folder or a file of another kind; an existing file of the same schema is replaced)")
+
+
 def register(sub) -> None:
     p = sub.add_parser("profile", help="incremental profiling (mCAP 3.1) -> mcap.profile/1 JSON",
                        description="Run the profiling plan with real stage processes, record each "
@@ -85,7 +78,7 @@ def register(sub) -> None:
     add_setup_options(p)
     p.add_argument("--scheme", choices=("mcap", "capture"), default="mcap",
                    help="which profiling partitionings (mCAP 3.1, or CAPTURE's Description 1)")
-    p.add_argument("--out", required=True, type=Path, metavar="FILE.json")
+    p.add_argument("--out", required=True, type=Path, metavar="FILE.json", help=OUT_HELP % "profile")
     p.add_argument("--no-reuse", dest="reuse", action="store_false",
                    help="measure every profiling run; by default a run whose every stage was "
                         "already measured in this setup (e.g. by a sweep) is composed from those")
@@ -96,14 +89,14 @@ def register(sub) -> None:
                                    "into the store; resumable. By default only a set covering "
                                    "every distinct stage is measured and the rest composed.")
     add_setup_options(s)
-    s.add_argument("--sample", type=int, default=None, metavar="N",
+    s.add_argument("--sample", type=argtypes.positive_int, default=None, metavar="N",
                    help="measure N partitionings drawn uniformly (default: all)")
-    s.add_argument("--seed", type=int, default=0, metavar="S")
+    s.add_argument("--seed", type=argtypes.seed, default=0, metavar="S")
     s.add_argument("--no-reuse", dest="reuse", action="store_false",
                    help="measure every partitioning; by default only a set that covers every "
                         "distinct stage is measured and the others' per-stage peaks are "
                         "composed from it (their throughput is then not measured)")
-    s.add_argument("--out", required=True, type=Path, metavar="FILE.json")
+    s.add_argument("--out", required=True, type=Path, metavar="FILE.json", help=OUT_HELP % "sweep")
     s.set_defaults(func=cmd_sweep)
 
 
@@ -112,9 +105,14 @@ def _run(args, action) -> int:
     from mcap.models.spec import parse_spec
     from mcap.store import Store
 
+    from mcap.io.outputs import check_out
+    from mcap.store.opening import resolve_path
+
     parse_spec(args.model)  # a bad spec exits 2 before anything is opened
     setup = setup_from_args(args)
-    store = Store(args.store)
+    store_path = resolve_path(args.store)
+    check_out(args.out, f"mcap.{args.command}/1", store=store_path)  # before any run
+    store = Store(store_path)
     try:
         with profiling.sigterm_cancels():
             return action(profiling, setup, store)
@@ -125,10 +123,18 @@ def _run(args, action) -> int:
         store.close()
 
 
+def _write(obj, out, kind: str, stored_id: int, store) -> None:
+    """The result file, written after the store has it: a failed write names the command
+    that writes it again from the store (``mcap.io.outputs``)."""
+    from mcap.io.outputs import write_or_explain
+    write_or_explain(obj, out, kind, stored_id, store.path)
+
+
 def cmd_profile(args) -> int:
     def action(profiling, setup, store):
-        result = profiling.profile(args.model, setup, args.out, store=store, scheme=args.scheme,
+        result = profiling.profile(args.model, setup, None, store=store, scheme=args.scheme,
                                    job=args.job, timeout=args.timeout, reuse=args.reuse)
+        _write(result.profile, args.out, "profile", result.profile_id, store)
         print(profiling.summary("profile", result.tally, args.out, result.profile_id))
         return 0
     return _run(args, action)
@@ -136,9 +142,10 @@ def cmd_profile(args) -> int:
 
 def cmd_sweep(args) -> int:
     def action(profiling, setup, store):
-        result = profiling.sweep(args.model, setup, args.out, store=store, sample=args.sample,
+        result = profiling.sweep(args.model, setup, None, store=store, sample=args.sample,
                                  seed=args.seed, job=args.job, timeout=args.timeout,
                                  reuse=args.reuse)
+        _write(result.sweep, args.out, "sweep", result.sweep_id, store)
         print(profiling.summary("sweep", result.tally, args.out, result.sweep_id))
         return 0
     return _run(args, action)

@@ -174,10 +174,7 @@ def evaluate(profile: Profile, sweep: Sweep, picks: Sequence[Recommendation] = (
     ``unavailable`` lists (method, why) for methods that could not run here (``time``
     without torch), so the report says so instead of leaving them out silently."""
     check_compatible(profile, sweep)
-    ok = _ok_runs(sweep)
-    if not ok:
-        raise McapError(f"the sweep of {sweep.model.spec!r} has no ok run "
-                        f"({len(sweep.runs)} runs: {_statuses(sweep.runs)})")
+    ok = check_measured(sweep)
     from mcap.core.recommend import costs_of
     from mcap.core.search import names
 
@@ -193,6 +190,21 @@ def evaluate(profile: Profile, sweep: Sweep, picks: Sequence[Recommendation] = (
                       ok=len(ok), best_balance=tuple(best.balance), best_peak=int(best.peak),
                       errors=summarise(points, pred.predictor), picks=tuple(placed[m] for m in order),
                       points=points)
+
+
+def check_measured(sweep: Sweep) -> list[Run]:
+    """The sweep's ok runs; McapError when there is none, or one with a 0-byte peak (the
+    error is relative to the measured peak). Callers check this before searching."""
+    ok = _ok_runs(sweep)
+    if not ok:
+        raise McapError(f"the sweep of {sweep.model.spec!r} has no ok run "
+                        f"({len(sweep.runs)} runs: {_statuses(sweep.runs)})")
+    zero = [r for r in ok if r.peak <= 0]
+    if zero:  # the error is relative to the measured peak: a 0-byte peak is no measurement
+        raise McapError(f"the sweep of {sweep.model.spec!r} has {len(zero)} ok run(s) with a "
+                        f"measured peak of 0 bytes (e.g. balance "
+                        f"{','.join(map(str, zero[0].balance))}); a real run holds memory")
+    return ok
 
 
 def _statuses(runs: Sequence[Run]) -> str:

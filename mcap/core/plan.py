@@ -258,6 +258,11 @@ def _capture_runs(L: int, G: int) -> list[tuple[int, ...]]:
 
 # --- public API ----------------------------------------------------------------------
 
+# Refused above this many layers, before any work (issue 12): the plan search's time grows
+# about as L^3, so a 10^6-layer profile would never finish (and once asked for L x L cells).
+MAX_PLAN_LAYERS = 512
+
+
 def _check(L: int, G: int, scheme: str) -> None:
     if scheme not in SCHEMES:
         raise McapError(f"unknown profiling scheme {scheme!r}; expected one of {', '.join(SCHEMES)}")
@@ -268,6 +273,10 @@ def _check(L: int, G: int, scheme: str) -> None:
     if G == 1:
         raise McapError(f"profiling needs at least 2 stages: with 1 stage every run holds all {L} layers, "
                         f"so no layer can be measured alone")
+    if L > MAX_PLAN_LAYERS:
+        raise McapError(f"the profiling plan is limited to {MAX_PLAN_LAYERS} layers (its search "
+                        f"grows about as L^3: 250 layers take seconds, 500 about a minute); "
+                        f"the model has {L:,}")
     need = minimum_layers(G, scheme)
     if L < need:
         raise McapError(f"the {scheme} scheme needs at least {need} layers on {G} stages, "

@@ -131,7 +131,10 @@ def from_dict(d, source: str = "<scale>") -> Scaling:
         found = d.get("schema") if isinstance(d, dict) else type(d).__name__
         raise SchemaError(f"{source}: expected schema {SCALE_SCHEMA!r}, found {found!r}")
     try:
-        setup = Setup(**d["setup"])
+        raw = dict(d["setup"])
+        if "backend" in raw and "device" not in raw:  # files written before device was renamed
+            raw["device"] = raw.pop("backend")
+        setup = Setup(**raw)
         results = tuple(
             ScaleResult(r["partitioner"], r["largest_value"], r["largest_params"],
                         tuple(ScalePoint(p["value"], p["spec"], p["params"],
@@ -146,6 +149,6 @@ def from_dict(d, source: str = "<scale>") -> Scaling:
         return Scaling(model=d["model"], vary=d["vary"], setup=setup,
                        grid=tuple(int(v) for v in d["grid"]), results=results,
                        profile_capacity=bool(d.get("profile_capacity", True)))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise SchemaError(f"{source}: not a valid {SCALE_SCHEMA} file ({type(exc).__name__}: {exc})") \
-            from None
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError, RecursionError) as exc:
+        raise SchemaError(f"{source}: not a valid {SCALE_SCHEMA} file ({type(exc).__name__}: "
+                          f"{str(exc)[:200]})") from None

@@ -86,8 +86,9 @@ def parse_ref(text: str) -> DatasetRef:
     source, _, rest = str(text).partition(":")
     if source == "store":
         kind, _, key = rest.partition(":")
-        if kind in KINDS and key.isdigit():
-            return DatasetRef("store", kind, key)
+        # ASCII digits only ("²".isdigit() is True) and an id SQLite can hold (< 2**63)
+        if kind in KINDS and key.isascii() and key.isdigit() and len(key) <= 18 and int(key) >= 1:
+            return DatasetRef("store", kind, str(int(key)))
     elif source in ("bundled", "upload") and rest:
         kind = kind_of_file(rest) if source == "bundled" else None
         return DatasetRef(source, kind or "", rest)

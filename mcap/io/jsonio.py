@@ -29,6 +29,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -45,6 +46,12 @@ _SWEEP_KEYS = {"schema", "model", "setup", "runs", "machine"}
 _SETUP_FIELDS = ("stages", "batch_size", "chunks", "schedule", "checkpoint", "device",
                  "capacity_bytes", "engine", "optimizer", "threads")
 _BREAKDOWN_FIELDS = ("weights", "gradients", "optimizer", "other")
+# Bounds on what a file may say (issue 12): byte counts a machine can have (1 PiB per
+# device), counts a run can have, so no number from a file overflows or poisons a sum.
+MAX_BYTES = 2**50
+MAX_COUNT = 2**31
+MAX_SECONDS = 10**9
+MAX_JSON_DEPTH = 64
 
 
 # --- to dict -------------------------------------------------------------------------
@@ -124,19 +131,34 @@ class _Reader:
             raise self.fail(where, f"expected a list, found {_show(v)}")
         return v
 
-    def int_(self, v, where, nullable=False) -> Optional[int]:
+    def int_(self, v, where, nullable=False, low: Optional[int] = None,
+             high: Optional[int] = None) -> Optional[int]:
         if v is None and nullable:
             return None
         if isinstance(v, bool) or not isinstance(v, int):
             raise self.fail(where, f"expected an integer, found {_show(v)}")
+        if (low is not None and v < low) or (high is not None and v > high):
+            lo = "" if low is None else f"{low:,}"
+            hi = "" if high is None else f"{high:,}"
+            raise self.fail(where, f"{_show(v)} is out of range [{lo}, {hi}]")
         return v
+
+    def bytes_(self, v, where, nullable=False, signed=False) -> Optional[int]:
+        """A byte count: 0..1 PiB (``signed``: -1 PiB..1 PiB, e.g. mem_added)."""
+        return self.int_(v, where, nullable, -MAX_BYTES if signed else 0, MAX_BYTES)
 
     def num(self, v, where, nullable=False) -> Optional[float]:
         if v is None and nullable:
             return None
         if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and math.isnan(v)):
             raise self.fail(where, f"expected a number, found {_show(v)}")
-        return float(v)
+        try:
+            f = float(v)
+        except OverflowError:
+            f = math.inf
+        if not 0 <= f <= MAX_SECONDS:
+            raise self.fail(where, f"expected a finite number between 0 and {MAX_SECONDS:,}, found {_show(v)}")
+        return f
 
     def str_(self, v, where, nullable=False) -> Optional[str]:
         if v is None and nullable:
@@ -152,7 +174,10 @@ class _Reader:
 
 
 def _show(v: Any) -> str:
-    text = json.dumps(v) if not isinstance(v, float) or not math.isnan(v) else "NaN"
+    try:
+        text = json.dumps(v) if not isinstance(v, float) or not math.isnan(v) else "NaN"
+    except (ValueError, RecursionError):  # ints beyond str conversion, deep nesting
+        text = f"<{type(v).__name__}>"
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -172,8 +197,8 @@ def _model(d, r: _Reader) -> ModelInfo:
     for i, l in enumerate(r.lst(r.need(m, "layers", "model"), "model.layers")):
         l = r.obj(l, f"model.layers[{i}]")
         layers.append(Layer(name=r.str_(r.need(l, "name", f"model.layers[{i}]"), f"model.layers[{i}].name"),
-                            param_bytes=r.int_(r.need(l, "param_bytes", f"model.layers[{i}]"),
-                                               f"model.layers[{i}].param_bytes"),
+                            param_bytes=r.bytes_(r.need(l, "param_bytes", f"model.layers[{i}]"),
+                                                 f"model.layers[{i}].param_bytes"),
                             kind=r.str_(l.get("kind", ""), f"model.layers[{i}].kind")))
     if not layers:
         raise r.fail("model.layers", "the model has no layers")
@@ -182,17 +207,18 @@ def _model(d, r: _Reader) -> ModelInfo:
 
 def _setup(d, r: _Reader) -> Setup:
     s = r.obj(r.need(d, "setup", "top level"), "setup")
-    kw = {"stages": r.int_(r.need(s, "stages", "setup"), "setup.stages")}
+    kw = {"stages": r.int_(r.need(s, "stages", "setup"), "setup.stages", low=1, high=MAX_COUNT)}
     for k in ("batch_size", "chunks", "threads"):
         if k in s:
-            kw[k] = r.int_(s[k], f"setup.{k}")
+            kw[k] = r.int_(s[k], f"setup.{k}", low=1, high=MAX_COUNT)
     for k in ("schedule", "checkpoint", "device", "engine", "optimizer"):
         if k in s:
             kw[k] = r.str_(s[k], f"setup.{k}")
     if "device" not in s and "backend" in s:  # files written before device was renamed
         kw["device"] = r.str_(s["backend"], "setup.backend")
     if "capacity_bytes" in s:
-        kw["capacity_bytes"] = r.int_(s["capacity_bytes"], "setup.capacity_bytes", nullable=True)
+        kw["capacity_bytes"] = r.int_(s["capacity_bytes"], "setup.capacity_bytes", nullable=True,
+                                      low=1, high=MAX_BYTES)
     return Setup(**kw)
 
 
@@ -219,7 +245,7 @@ def _runs(d, r: _Reader, num_layers: int) -> tuple[Run, ...]:
     for i, x in enumerate(r.lst(d.get("runs", []), "runs")):
         w = f"runs[{i}]"
         x = r.obj(x, w)
-        bal = tuple(r.int_(b, f"{w}.balance") for b in r.lst(r.need(x, "balance", w), f"{w}.balance"))
+        bal = tuple(r.int_(b, f"{w}.balance", low=1, high=MAX_COUNT) for b in r.lst(r.need(x, "balance", w), f"{w}.balance"))
         if not bal or any(b <= 0 for b in bal) or sum(bal) != num_layers:
             raise r.fail(f"{w}.balance", f"balance {list(bal)} is not a partitioning of {num_layers} layers")
         status = r.need(x, "status", w)
@@ -227,7 +253,7 @@ def _runs(d, r: _Reader, num_layers: int) -> tuple[Run, ...]:
             raise r.fail(f"{w}.status", f"expected \"ok\", \"oom\" or \"failed\", found {_show(status)}")
         peaks = x.get("peaks")
         if peaks is not None:
-            peaks = tuple(r.int_(p, f"{w}.peaks") for p in r.lst(peaks, f"{w}.peaks"))
+            peaks = tuple(r.bytes_(p, f"{w}.peaks") for p in r.lst(peaks, f"{w}.peaks"))
             if len(peaks) != len(bal):
                 raise r.fail(f"{w}.peaks", f"{len(peaks)} peaks for {len(bal)} stages")
         if status == "ok" and peaks is None:
@@ -237,8 +263,8 @@ def _runs(d, r: _Reader, num_layers: int) -> tuple[Run, ...]:
             items = []
             for j, b in enumerate(r.lst(breakdown, f"{w}.breakdown")):
                 b = r.obj(b, f"{w}.breakdown[{j}]")
-                items.append(MemoryBreakdown(**{k: r.int_(r.need(b, k, f"{w}.breakdown[{j}]"),
-                                                          f"{w}.breakdown[{j}].{k}")
+                items.append(MemoryBreakdown(**{k: r.bytes_(r.need(b, k, f"{w}.breakdown[{j}]"),
+                                                            f"{w}.breakdown[{j}].{k}", signed=True)
                                                 for k in _BREAKDOWN_FIELDS}))
             breakdown = tuple(items)
         out.append(Run(balance=bal, status=status, peaks=peaks,
@@ -262,19 +288,44 @@ def profile_from_dict(d: Any, source: str = "<profile>") -> Profile:
     d = _check_schema(d, PROFILE_SCHEMA, r)
     model = _model(d, r)
     n = model.num_layers
-    iso = [r.int_(v, f"mem_isolated[{i}]", nullable=True)
+    iso = [r.bytes_(v, f"mem_isolated[{i}]", nullable=True)
            for i, v in enumerate(r.lst(r.need(d, "mem_isolated", "top level"), "mem_isolated"))]
-    added = [r.int_(v, f"mem_added[{i}]", nullable=True)
+    added = [r.bytes_(v, f"mem_added[{i}]", nullable=True, signed=True)
              for i, v in enumerate(r.lst(r.need(d, "mem_added", "top level"), "mem_added"))]
     if len(iso) != n or len(added) != n:
         raise r.fail("top level", f"the model has {n} layers but mem_isolated has {len(iso)} entries "
                                   f"and mem_added has {len(added)}")
     if added[0] is not None:
         raise r.fail("mem_added[0]", f"layer 0 has no mem_added (expected null), found {added[0]}")
+    _check_no_negative_stage(iso, added, r)
     extra = {k: v for k, v in d.items() if k not in _PROFILE_KEYS}
     return Profile(model=model, setup=_setup(d, r),
                    stats=LayerStats(mem_isolated=tuple(iso), mem_added=tuple(added)),
                    runs=_runs(d, r, n), extra=extra or None, machine=_machine(d, r))
+
+
+def _check_no_negative_stage(iso: list, added: list, r: _Reader) -> None:
+    """No stage a..z may be predicted below 0 bytes: mem_isolated[a] + mem_added[a+1..z]
+    (paper 3.3) is a stage's peak, which a real run never has negative. mem_added may be
+    negative (a layer that frees its input), but not so much that a peak would be.
+
+    O(L): with P the prefix sums of mem_added, the lowest peak of a stage starting at a is
+    iso[a] + min over z >= a of (P[z] - P[a]), from the suffix minima of P."""
+    n = len(iso)
+    if any(v is None for v in iso) or any(v is None for v in added[1:]):
+        return  # missing statistics are reported where they are used (check_stats)
+    prefix = [0] * n
+    for i in range(1, n):
+        prefix[i] = prefix[i - 1] + added[i]
+    lowest, at = prefix[n - 1], n - 1  # min of prefix[z] over z >= a, and where
+    for a in range(n - 1, -1, -1):
+        if prefix[a] < lowest:
+            lowest, at = prefix[a], a
+        peak = iso[a] + lowest - prefix[a]
+        if peak < 0:
+            raise r.fail("mem_added", f"layers {a}..{at} would have a predicted peak of {peak:,} "
+                                      f"bytes (mem_isolated[{a}] {iso[a]:,} plus mem_added of layers "
+                                      f"{a + 1}..{at}); a real stage's peak is never negative")
 
 
 def sweep_from_dict(d: Any, source: str = "<sweep>") -> Sweep:
@@ -300,11 +351,31 @@ def _read(path: Union[str, Path]) -> Any:
         raise SchemaError(f"{p}: cannot read it ({exc.__class__.__name__}: {exc})") from None
     if not text.strip():
         raise SchemaError(f"{p}: the file is empty, expected JSON")
+    if "\x00" in text:
+        raise SchemaError(f"{p}: holds NUL characters: a binary or UTF-16 file, expected UTF-8 JSON")
+    _check_depth(text, p)
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise SchemaError(f"{p}: not valid JSON (truncated?) at line {exc.lineno} column {exc.colno}: {exc.msg}") \
             from None
+    except (ValueError, RecursionError) as exc:  # a 5000-digit integer, nesting past the check
+        raise SchemaError(f"{p}: not usable JSON: {str(exc).splitlines()[0][:200]}") from None
+
+
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_BRACKET = re.compile(r"[\[\]{}]")
+
+
+def _check_depth(text: str, p: Path) -> None:
+    """Refuse nesting deeper than MAX_JSON_DEPTH before parsing (the parser would recurse
+    until RecursionError). Brackets inside strings do not count."""
+    depth = 0
+    for m in _BRACKET.finditer(_STRING.sub("", text)):
+        depth += 1 if m.group() in "[{" else -1
+        if depth > MAX_JSON_DEPTH:
+            raise SchemaError(f"{p}: JSON nested deeper than {MAX_JSON_DEPTH} levels; an mcap "
+                              f"file nests 4")
 
 
 def load_profile(path: Union[str, Path]) -> Profile:

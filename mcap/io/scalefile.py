@@ -16,11 +16,13 @@ def save(s: Scaling, path: Union[str, Path]) -> Path:
 
 def load(path: Union[str, Path]) -> Scaling:
     try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise SchemaError(f"{path}: cannot read ({exc.strerror or exc})") from None
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SchemaError(f"{path}: cannot read ({getattr(exc, 'strerror', None) or exc})") from None
     try:
         d = json.loads(text)
     except json.JSONDecodeError as exc:
         raise SchemaError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    except (ValueError, RecursionError) as exc:  # huge integers, deep nesting
+        raise SchemaError(f"{path}: not usable JSON ({type(exc).__name__})") from None
     return from_dict(d, str(path))

@@ -6,16 +6,19 @@ the layers mCAP partitions (ARCHITECTURE.md).
     inputs, targets = built.example_batch(8)
     built.loss(built.module(inputs), targets).backward()
 
-Importing this package does not import torch: spec parsing (``spec``) is pure, so a bad
-spec is refused before anything heavy loads; ``build_model`` and friends (``build``) load
-torch when first used.
+Importing this package does not import torch: spec parsing and trust (``spec``) are pure,
+so a bad or untrusted spec is refused before anything heavy loads; ``build_model`` and
+friends (``build``) load torch when first used. A user spec runs only as a ``TrustedSpec``
+(typed on the command line or confirmed in the dashboard): data is data.
 """
-from mcap.models.spec import KNOWN_MODELS, ModelKind, ModelParam, normalise_spec, parse_spec
+from mcap.models.spec import (KNOWN_MODELS, ModelKind, ModelParam, TrustedSpec, UntrustedCode,
+                              check_trusted, is_user_spec, normalise_spec, parse_spec, trusted)
 
 _LAZY = ("BuiltModel", "build_model", "model_info", "count_parameters")
 
 __all__ = ["BuiltModel", "build_model", "parse_spec", "normalise_spec", "KNOWN_MODELS",
-           "ModelKind", "ModelParam", "model_info", "count_parameters"]
+           "ModelKind", "ModelParam", "model_info", "count_parameters", "TrustedSpec",
+           "UntrustedCode", "check_trusted", "is_user_spec", "trusted"]
 
 
 def __getattr__(name: str):

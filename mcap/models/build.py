@@ -9,11 +9,10 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from mcap.models.spec import KNOWN_MODELS, ModelKind, ModelParam, normalise_spec, parse_spec
+from mcap.core.errors import McapError
 from mcap.core.types import Layer, ModelInfo
-
-__all__ = ["BuiltModel", "build_model", "parse_spec", "normalise_spec", "KNOWN_MODELS",
-           "ModelKind", "ModelParam", "model_info", "count_parameters"]
+from mcap.models.limits import check_allocation, check_parameter_bytes
+from mcap.models.spec import check_trusted, is_user_spec, normalise_spec, parse_spec
 
 
 @dataclass(frozen=True)
@@ -33,6 +32,8 @@ def _generator(seed: int) -> torch.Generator:
 def _image_batch(image_size: int, classes: int) -> Callable[..., tuple]:
     """Random images and labels, like the paper's randomly generated 224x224 data (4.1)."""
     def example_batch(batch_size: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        check_allocation(f"a batch of {batch_size} images of {image_size}x{image_size}",
+                         4 * 3 * batch_size * image_size * image_size)
         g = _generator(seed)
         x = torch.randn(batch_size, 3, image_size, image_size, generator=g)
         return x, torch.randint(0, classes, (batch_size,), generator=g)
@@ -41,6 +42,7 @@ def _image_batch(image_size: int, classes: int) -> Callable[..., tuple]:
 
 def _token_batch(vocab: int, seq: int) -> Callable[..., tuple]:
     def example_batch(batch_size: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        check_allocation(f"a batch of {batch_size} sequences of {seq} tokens", 2 * 8 * batch_size * seq)
         g = _generator(seed)
         ids = torch.randint(0, vocab, (batch_size, seq), generator=g)
         return ids, torch.randint(0, vocab, (batch_size, seq), generator=g)
@@ -71,22 +73,58 @@ def model_info(spec: str, module: nn.Sequential) -> ModelInfo:
     return ModelInfo(spec=spec, layers=layers)
 
 
-def build_model(spec: str, device: Optional[str] = None, seed: int = 0) -> BuiltModel:
+def build_model(spec: str, device: Optional[str] = None, seed: int = 0, *,
+                allow_user_code: bool = False) -> BuiltModel:
     """Build the model a spec names. ``device="meta"`` builds shapes only (no memory),
     for counting parameters of models too large to allocate. Weights are seeded so every
-    stage process builds identical layers; the caller's RNG state is left untouched."""
+    stage process builds identical layers; the caller's RNG state is left untouched.
+
+    A user spec (``package.module:function``) is imported and called only when it is a
+    ``TrustedSpec`` (typed on the command line or confirmed in the dashboard) or the caller
+    passes ``allow_user_code=True``; one read from a file raises ``UntrustedCode`` before
+    anything is imported (issue 12, data is data). On a real device the parameters are
+    first counted on the meta device and a model that cannot fit in host memory is refused
+    (``TooLarge``) before anything is allocated."""
+    if not allow_user_code:
+        check_trusted(spec)
     name, params = parse_spec(spec)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        if device is not None:
-            with torch.device(device):
-                module, example_batch, loss = _build(name, params)
-        else:
-            module, example_batch, loss = _build(name, params)
+    if device != "meta":
+        try:
+            meta = _construct(spec, name, params, "meta", seed)[0]
+        except McapError:
+            if not is_user_spec(str(spec).strip()):
+                raise
+            meta = None  # a user model that cannot be built on meta is counted as it is built
+        if meta is not None:
+            check_parameter_bytes(str(spec), sum(p.numel() * p.element_size() for p in meta.parameters()))
+        del meta
+    module, example_batch, loss = _construct(spec, name, params, device, seed)
     return BuiltModel(module, example_batch, loss, model_info(normalise_spec(spec), module))
 
 
-def count_parameters(spec: str) -> int:
+def _construct(spec: str, name: str, params: dict, device: Optional[str], seed: int):
+    user = is_user_spec(str(spec).strip())
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            if device is not None:
+                with torch.device(device):
+                    return _build(name, params)
+            return _build(name, params)
+    except McapError:
+        raise
+    except Exception as exc:  # sizes torch cannot represent, a user model that raises
+        who = "user model" if user else "model"
+        raise McapError(f"{who} {str(spec)!r} cannot be built: {type(exc).__name__}: "
+                         f"{_first_line(exc)}") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else ""
+
+
+def count_parameters(spec: str, *, allow_user_code: bool = False) -> int:
     """Trainable parameters of a spec, counted on the meta device (allocates nothing)."""
-    module = build_model(spec, device="meta").module
+    module = build_model(spec, device="meta", allow_user_code=allow_user_code).module
     return sum(p.numel() for p in module.parameters() if p.requires_grad)

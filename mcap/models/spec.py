@@ -129,9 +129,86 @@ def _parse_pairs(text: str, spec: str, kind: ModelKind | None) -> dict[str, int 
 
 
 def normalise_spec(spec: str) -> str:
-    """The spec with every parameter spelled out in declared order: equal models, equal strings."""
+    """The spec with every parameter spelled out in declared order: equal models, equal strings.
+    A trusted spec stays trusted (``TrustedSpec``): the same model, spelled out."""
     name, params = parse_spec(spec)
-    if not params:
-        return name
     body = ",".join(f"{k}={v}" for k, v in params.items())
-    return f"{name}:{body}"
+    text = f"{name}:{body}" if params else name
+    return keep_trust(spec, text)
+
+
+# --- trust: data is data (issue 12) -------------------------------------------------------
+#
+# A user spec names a module to import and a function to call: running it runs that code.
+# mcap runs it only when a person asked for it (the ``--model`` argument typed on the
+# command line, or a dashboard confirmation naming the module and function), never because
+# a file (profile, sweep, upload, dataset folder, store) says so. The spec a person typed is
+# carried as a ``TrustedSpec``; a plain ``str`` (what every loader returns) is untrusted.
+# ``mcap.models.build_model`` refuses an untrusted user spec before importing anything, in
+# every process (the stage workers receive the spec pickled, type and all).
+
+
+class TrustedSpec(str):
+    """A model spec a person typed or confirmed; only for user specs does it matter.
+
+    Created by the CLI's ``--model`` parser (``trusted_model_arg``) and by the dashboard
+    after an explicit confirmation; string operations return plain (untrusted) ``str``, so
+    trust never spreads to text built from it by accident (``keep_trust`` does it on purpose)."""
+
+    __slots__ = ()
+
+
+class UntrustedCode(UnknownModel):
+    """A user spec that came from data (a file, an upload, the store), not from a person."""
+
+
+def trusted(spec: str) -> TrustedSpec:
+    """Mark a spec as typed or confirmed by a person (CLI argument, dashboard confirmation)."""
+    return TrustedSpec(spec)
+
+
+def is_trusted(spec: str) -> bool:
+    return isinstance(spec, TrustedSpec) or not is_user_spec(str(spec).strip())
+
+
+def keep_trust(source: str, derived: str) -> str:
+    """``derived`` (a spec built from ``source``: normalised, one parameter changed) is as
+    trusted as ``source`` was, and only if it names the same module and function."""
+    if isinstance(source, TrustedSpec) and user_target(source) == user_target(derived):
+        return TrustedSpec(derived)
+    return derived
+
+
+def user_target(spec: str) -> str | None:
+    """``package.module:function`` of a user spec, None for a built-in one."""
+    spec = str(spec).strip()
+    if not is_user_spec(spec):
+        return None
+    module, func = spec.split(":", 2)[:2]
+    return f"{module}:{func}"
+
+
+def untrusted_note(spec: str, how: str = "") -> str:
+    """What to say when a file names a user spec: mcap does not run it, and how to allow it."""
+    target = user_target(spec) or str(spec)
+    hint = how or f"python -m mcap recommend --method time --model {str(spec).strip()} ..."
+    return (f"the model spec names user code {target} (it came from a file, an upload or the "
+            f"store); mcap does not run code a file names. To run it, type the spec yourself: {hint}")
+
+
+def check_trusted(spec: str, how: str = "") -> None:
+    """Raise ``UntrustedCode`` (an McapError, before any import) for a user spec that is
+    not a ``TrustedSpec``; ``how`` tells the reader how to allow it."""
+    if not is_trusted(spec):
+        raise UntrustedCode(untrusted_note(spec, how))
+
+
+def trusted_model_arg(text: str) -> TrustedSpec:
+    """argparse type of ``--model``: a spec typed on the command line is trusted. A bad spec
+    is an argparse error (exit 2) naming it, before anything is opened."""
+    import argparse
+    try:
+        parse_spec(text)
+    except UnknownModel as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return TrustedSpec(text.strip())

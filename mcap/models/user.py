@@ -20,11 +20,23 @@ def load_user_model(target: str, params: dict) -> tuple[nn.Sequential, Callable,
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise UnknownModel(f"user model {target!r}: cannot import {module_name!r} ({exc})") from exc
+        raise UnknownModel(f"user model {target!r}: cannot import {module_name!r} ({exc}); it is "
+                           f"looked for on sys.path, which includes the folder you run mcap from") from None
+    except Exception as exc:  # the module itself raised while being imported
+        raise UnknownModel(f"user model {target!r}: importing {module_name!r} raised "
+                           f"{type(exc).__name__}: {exc}") from None
     func = getattr(module, func_name, None)
     if not callable(func):
         raise UnknownModel(f"user model {target!r}: {module_name!r} has no callable {func_name!r}")
-    result = func(**params)
+    try:
+        result = func(**params)
+    except TypeError as exc:
+        raise UnknownModel(f"user model {target!r} does not accept the parameters "
+                           f"{', '.join(f'{k}={v}' for k, v in params.items()) or '(none)'}: {exc}") from None
+    except McapError:
+        raise
+    except Exception as exc:
+        raise McapError(f"user model {target!r} raised {type(exc).__name__} while building: {exc}") from None
     if not (isinstance(result, tuple) and len(result) == 3):
         raise McapError(f"user model {target!r} must return (nn.Sequential, example_batch, loss), "
                         f"got {type(result).__name__}")

@@ -90,7 +90,7 @@ class Runner:
     """Persistent stage processes for one model and one setup; see the module docstring."""
 
     def __init__(self, model_spec: str, setup: Setup, *, timeout: float = 300.0):
-        from mcap.models.spec import parse_spec  # pure: a bad spec fails before any process
+        from mcap.models.spec import check_trusted, parse_spec  # pure: fails before any process
 
         from mcap.runner import engines
 
@@ -98,6 +98,7 @@ class Runner:
         engine = engines.get(setup.engine)
         _check_machine(setup)
         parse_spec(model_spec)
+        check_trusted(model_spec)  # user code only when typed or confirmed (the workers check too)
         if timeout <= 0:
             raise McapError(f"timeout must be positive, got {timeout}")
         self.setup, self.timeout = setup, float(timeout)

@@ -75,7 +75,10 @@ class WorkerPool:
         self._tmp = tempfile.mkdtemp(prefix="mcap-pool-")
         init_file = os.path.join(self._tmp, "rendezvous") if self.group else None
         env = dict(os.environ)
-        env["PYTHONPATH"] = str(_REPO) + os.pathsep + env.get("PYTHONPATH", "")
+        # The repo first, then the caller's own folder: a user model module there is found as
+        # ``python -m mcap`` finds it (workers run with cwd=repo).
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(_REPO), os.getcwd(), env.get("PYTHONPATH", "")) if p)
         # Exactly the setup's threads, whatever the caller's environment says: a CPU
         # stage's peak depends on them (Setup.threads, issue 11).
         env.update(thread_env(self.setup.threads))

@@ -146,14 +146,20 @@ def connect(path: Path) -> sqlite3.Connection:
     The connection is in autocommit mode (``isolation_level=None``): the store opens its
     own ``BEGIN IMMEDIATE`` transactions, see ``Store._write``.
     """
-    if path.is_dir():
-        raise StoreError(f"store path {path} is a directory, not a file")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    new = not path.exists() or path.stat().st_size == 0
+    try:
+        if path.is_dir():
+            raise StoreError(f"store path {path} is a directory, not a file")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        new = not path.exists() or path.stat().st_size == 0
+    except OSError as exc:  # under a file, in /proc, no permission: say so, no traceback
+        raise StoreError(f"cannot use {path} as the store: {exc.strerror or exc}") from None
     if not new:
         check_existing(path)
-    conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S, isolation_level=None,
-                           check_same_thread=False)
+    try:
+        conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S, isolation_level=None,
+                               check_same_thread=False)
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot open store {path}: {exc}") from None
     try:
         conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
         if new:
@@ -167,7 +173,7 @@ def connect(path: Path) -> sqlite3.Connection:
         conn.execute("PRAGMA foreign_keys = ON")
         if not new:
             _migrate(conn, path)
-    except sqlite3.DatabaseError as exc:
+    except sqlite3.Error as exc:  # a read-only folder shows here, at the first write
         conn.close()
         raise StoreError(f"cannot open store {path}: {exc}") from exc
     except BaseException:

@@ -192,7 +192,10 @@ def job_status(store: Store, job: Optional[int], study=None, total: int = 0) -> 
 def model_info(spec: str) -> ModelInfo:
     """The model's layers and parameter bytes, built on the meta device (no memory)."""
     from mcap.models import build_model
-    return build_model(spec, device="meta").info
+    from mcap.models.limits import check_parameter_bytes
+    info = build_model(spec, device="meta").info
+    check_parameter_bytes(info.spec, sum(l.param_bytes for l in info.layers))  # before any run
+    return info
 
 
 def _check_stages(info: ModelInfo, setup: Setup) -> None:
@@ -359,11 +362,19 @@ def _missing_message(info: ModelInfo, runs: Sequence[Run], why: str) -> str:
 
 # --- sweep -----------------------------------------------------------------------------
 
+MAX_SWEEP_ALL = 10**6  # partitionings a sweep without --sample may list (and measure)
+
+
 def sweep_balances(num_layers: int, stages: int, sample: Optional[int],
                    seed: int) -> list[tuple[int, ...]]:
     """Every partitioning (in enumeration order), or ``sample`` of them drawn with ``seed``."""
     from mcap.core import partition
     if sample is None:
+        count = partition.count(num_layers, stages)
+        if count > MAX_SWEEP_ALL:  # refused before listing (it would not fit in memory)
+            raise McapError(f"a sweep of all partitionings of {num_layers} layers on {stages} "
+                            f"stages would measure {count:,} of them (limit {MAX_SWEEP_ALL:,}); "
+                            f"use --sample N")
         return [tuple(int(n) for n in row)
                 for chunk in partition.enumerate_all(num_layers, stages) for row in chunk]
     if sample < 1:

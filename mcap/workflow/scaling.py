@@ -47,14 +47,15 @@ STEPS = {("amoebanet-d", "filters"): 4, ("amoebanet-d", "layers"): 3,
 
 def spec_with(spec: str, key: str, value: int) -> str:
     """``spec`` with parameter ``key`` set to ``value``, every parameter spelled out."""
-    from mcap.models.spec import normalise_spec, parse_spec
+    from mcap.models.spec import keep_trust, normalise_spec, parse_spec
 
     name, params = parse_spec(spec)
     if key not in params:
         raise McapError(f"--vary {key}: the model {name!r} has no parameter {key!r}; "
                         f"it has {', '.join(params) or 'none'}")
     params = dict(params, **{key: int(value)})
-    return normalise_spec(f"{name}:" + ",".join(f"{k}={v}" for k, v in params.items()))
+    # The same model with one parameter changed: as trusted as the spec it came from.
+    return keep_trust(spec, normalise_spec(f"{name}:" + ",".join(f"{k}={v}" for k, v in params.items())))
 
 
 def value_grid(spec: str, key: str, low: int, high: int, step: Optional[int] = None) -> tuple[int, ...]:

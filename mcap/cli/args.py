@@ -1,0 +1,111 @@
+"""argparse types that refuse bad numbers with the value named (exit 2, never a traceback).
+
+Shared by every command: counts that must be >= 1, seeds that must be >= 0, timeouts and
+tolerances that must be finite, capacities that must be sizes a machine can have.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import re
+from decimal import Decimal, InvalidOperation
+
+MAX_CAPACITY = 2**50  # 1 PiB per device: far above any accelerator, far below overflow
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9,
+          "gb": 10**9, "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30,
+          "tib": 2**40, "pib": 2**50}
+
+
+def _int(text: str, what: str) -> int:
+    text = str(text).strip()
+    if not re.fullmatch(r"[+-]?[0-9]{1,18}", text):
+        raise argparse.ArgumentTypeError(f"{what} must be an integer, got {text!r}")
+    return int(text)
+
+
+def positive_int(text: str) -> int:
+    """An integer >= 1 (stages, batch size, chunks, iterations, sample size)."""
+    v = _int(text, "expected an integer >= 1;")
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {v}")
+    return v
+
+
+def seed(text: str) -> int:
+    """A seed: an integer 0 .. 2**32 - 1 (numpy's and skopt's range)."""
+    v = _int(text, "the seed")
+    if not 0 <= v < 2**32:
+        raise argparse.ArgumentTypeError(f"the seed must be between 0 and {2**32 - 1}, got {text!r}")
+    return v
+
+
+def _float(text: str, what: str) -> float:
+    try:
+        v = float(text)
+    except (TypeError, ValueError):
+        raise argparse.ArgumentTypeError(f"{what} must be a number, got {text!r}") from None
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"{what} must be a finite number, got {text!r}")
+    return v
+
+
+def timeout(text: str) -> float:
+    """Seconds: finite and > 0 (at most a week)."""
+    v = _float(text, "the timeout")
+    if not 0 < v <= 7 * 86400:
+        raise argparse.ArgumentTypeError(f"the timeout must be > 0 and at most 604800 seconds "
+                                         f"(a week), got {text!r}")
+    return v
+
+
+def tolerance(text: str) -> float:
+    """A relative tie tolerance: finite, 0 <= t <= 1."""
+    v = _float(text, "the tie tolerance")
+    if not 0 <= v <= 1:
+        raise argparse.ArgumentTypeError(f"the tie tolerance is a fraction between 0 and 1 "
+                                         f"(0.05 = 5%), got {text!r}")
+    return v
+
+
+def parse_bytes(text: str) -> int:
+    """``123456``, ``512MiB``, ``1.5GB`` -> int bytes, at most 1 PiB."""
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*", str(text))
+    unit = m.group(2).lower() if m else None
+    if not m or unit not in _UNITS:
+        raise argparse.ArgumentTypeError(
+            f"capacity {text!r} is not a size: use bytes (123456) or a unit "
+            f"({', '.join(u for u in ('KiB', 'MiB', 'GiB', 'TiB', 'KB', 'MB', 'GB'))})")
+    try:
+        value = int(Decimal(m.group(1)) * _UNITS[unit])
+    except (InvalidOperation, OverflowError, ValueError):
+        raise argparse.ArgumentTypeError(f"capacity {text!r} is not a size") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"capacity must be positive, got {text!r}")
+    if value > MAX_CAPACITY:
+        raise argparse.ArgumentTypeError(f"capacity {text!r} is {value:,} bytes, above the limit of "
+                                         f"1 PiB ({MAX_CAPACITY:,} bytes) per device")
+    return value
+
+
+def allow_model(dataset, model):
+    """``dataset`` (a Profile or Sweep) with its model spec trusted when the person typed
+    that same model as ``--model`` (a ``TrustedSpec``); unchanged when ``model`` is None.
+
+    A file that names a user model is data: its code runs only when the spec is typed on
+    the command line too (issue 12). A different model is refused, naming both."""
+    import dataclasses
+
+    from mcap.core.errors import McapError
+    from mcap.models.spec import normalise_spec
+
+    if model is None:
+        return dataset
+    spec = dataset.model.spec
+    try:
+        same = normalise_spec(model) == normalise_spec(spec)
+    except McapError:
+        same = False
+    if not same:
+        raise McapError(f"--model {model!r} is not the file's model {spec!r}; --model only "
+                        f"confirms the model the file names")
+    return dataclasses.replace(dataset, model=dataclasses.replace(dataset.model, spec=model))

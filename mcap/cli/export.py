@@ -1,0 +1,56 @@
+"""``python -m mcap export``: write a stored profile or sweep to a JSON file again.
+
+    python -m mcap export --store .mcap/store.sqlite --profile 3 --out vgg.profile.json
+
+``profile`` and ``sweep`` save their result in the store before writing ``--out``; when
+that final write fails (a full disk, a folder removed meanwhile), their message names this
+command, which writes the same file from the store without measuring anything. ``--out``
+is checked as for every command (``mcap.io.outputs``).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from mcap.cli import args as argtypes
+
+
+def register(sub) -> None:
+    p = sub.add_parser("export", help="write a stored profile or sweep to mcap.profile/1 or "
+                                      "mcap.sweep/1 JSON",
+                       description="Write a profile or sweep saved in the store to a file "
+                                   "(the ids are printed by profile and sweep).")
+    p.add_argument("--store", default=None, metavar="PATH",
+                   help="results store (default $MCAP_STORE or .mcap/store.sqlite)")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--profile", type=argtypes.positive_int, metavar="ID", help="stored profile id")
+    which.add_argument("--sweep", type=argtypes.positive_int, metavar="ID", help="stored sweep id")
+    p.add_argument("--out", required=True, type=Path, metavar="FILE.json",
+                   help="the file to write (never the store, a folder or a file of another "
+                        "kind; an existing file of the same schema is replaced)")
+    p.set_defaults(func=cmd_export)
+
+
+def cmd_export(args) -> int:
+    from mcap.core.errors import McapError
+    from mcap.io import jsonio
+    from mcap.io.outputs import check_out, write_text
+    from mcap.store import Store
+    from mcap.store.opening import resolve_path
+
+    kind = "profile" if args.profile is not None else "sweep"
+    stored_id = args.profile if kind == "profile" else args.sweep
+    store_path = resolve_path(args.store)
+    if not store_path.is_file():
+        raise McapError(f"store {store_path} does not exist")
+    check_out(args.out, f"mcap.{kind}/1", store=store_path)
+    with Store(store_path) as store:
+        obj = store.load_profile(stored_id) if kind == "profile" else store.load_sweep(stored_id)
+    try:
+        write_text(args.out, jsonio.dumps(obj))
+    except OSError as exc:
+        raise McapError(f"could not write {args.out}: {exc.strerror or exc}") from None
+    print(f"{kind} {stored_id} ({obj.model.spec}, {len(obj.runs)} runs) -> {args.out}")
+    return 0
+
+
+__all__ = ["register", "cmd_export"]

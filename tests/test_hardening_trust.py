@@ -142,13 +142,13 @@ def test_dashboard_jobs_refuse_a_spec_from_a_file(hostile, tmp_path):
 
 def test_an_upload_is_data(hostile):
     from mcap.io import datasets
-    from pages._search import run_method
+    from mcap.app.searches import run_method
     data, _ = hostile
     profile = datasets.load_upload("up.profile.json", (data / "hostile.profile.json").read_bytes())
     assert profile.model.spec == SPEC
     with pytest.raises(McapError, match="mcap does not run code a file names"):
-        run_method(profile, 4, "balance_by_time", {})
-    assert run_method(profile, 4, "exact", {}).balance
+        run_method(profile, 4, "time")
+    assert run_method(profile, 4, "exact").balance
 
 
 # --- every page with such a file as its dataset -----------------------------------------

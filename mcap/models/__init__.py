@@ -13,12 +13,13 @@ friends (``build``) load torch when first used. A user spec runs only as a ``Tru
 """
 from mcap.models.spec import (KNOWN_MODELS, ModelKind, ModelParam, TrustedSpec, UntrustedCode,
                               check_trusted, is_user_spec, normalise_spec, parse_spec, trusted)
+from mcap.models.limits import TooLarge
 
 _LAZY = ("BuiltModel", "build_model", "model_info", "count_parameters")
 
 __all__ = ["BuiltModel", "build_model", "parse_spec", "normalise_spec", "KNOWN_MODELS",
            "ModelKind", "ModelParam", "model_info", "count_parameters", "TrustedSpec",
-           "UntrustedCode", "check_trusted", "is_user_spec", "trusted"]
+           "UntrustedCode", "check_trusted", "is_user_spec", "trusted", "TooLarge"]
 
 
 def __getattr__(name: str):

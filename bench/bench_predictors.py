@@ -29,12 +29,13 @@ from mcap.io import jsonio  # noqa: E402
 
 
 def pairs_found() -> list[tuple[Path, Path]]:
-    out = []
+    out, seen = [], set()
     for folder in (ROOT / "data", ROOT.parent / "shared" / "gpu-h100"):
         if not folder.is_dir():
             continue
-        profiles = sorted(folder.glob("*.profile.json"))
-        sweeps = sorted(folder.glob("*.sweep.json"))
+        profiles = sorted(p for p in folder.glob("*.profile.json") if p.name not in seen)
+        sweeps = sorted(s for s in folder.glob("*.sweep.json") if s.name not in seen)
+        seen |= {p.name for p in profiles} | {s.name for s in sweeps}  # bundled copies win
         for p in profiles:
             prof = jsonio.load_profile(p)
             for s in sweeps:

@@ -26,7 +26,7 @@ from mcap.core.costs import AdditiveCosts
 from mcap.core.predictors.base import Fit, Predictor, fit_terms, ok_runs, register
 from mcap.core.types import Profile
 
-WEIGHTS = tuple(k / 4 for k in range(13))  # candidate c: 0, 0.25, ..., 3
+WEIGHTS = tuple(k / 4 for k in range(33))  # candidate c: 0, 0.25, ..., 8
 
 
 def param_term(param_bytes, weight: float) -> Term:

@@ -35,6 +35,9 @@ from mcap.runner.zygote import Zygote
 # "spawn": start every worker as its own process even where a zygote could fork it (for
 # comparison, and a way out should forking ever misbehave somewhere).
 START_ENV = "MCAP_STAGE_START"
+# numpy's OpenBLAS would start a thread pool at import; the zygote must stay single-threaded
+# to fork safely (torch does not use numpy's BLAS).
+ZYGOTE_ENV = {"OPENBLAS_NUM_THREADS": "1"}
 
 # After one stage reports oom/failed, how long the others may still take to answer before
 # the pool is killed (they are usually blocked waiting for that stage).
@@ -180,9 +183,7 @@ class WorkerPool:
                 return None
         if self._zygote is None:
             self._zygote_dir = self._zygote_dir or tempfile.mkdtemp(prefix="mcap-zygote-")
-            # numpy's OpenBLAS would start a thread pool at import; the zygote must stay
-            # single-threaded to fork safely (torch does not use numpy's BLAS).
-            self._zygote = Zygote({**env, "OPENBLAS_NUM_THREADS": "1"}, str(_REPO),
+            self._zygote = Zygote({**env, **ZYGOTE_ENV}, str(_REPO),
                                   os.path.join(self._zygote_dir, "zygote.log"))
         return self._zygote
 

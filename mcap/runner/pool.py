@@ -185,6 +185,7 @@ class WorkerPool:
             self._zygote_dir = self._zygote_dir or tempfile.mkdtemp(prefix="mcap-zygote-")
             self._zygote = Zygote({**env, **ZYGOTE_ENV}, str(_REPO),
                                   os.path.join(self._zygote_dir, "zygote.log"))
+            self._zygote.prepare(self.spec, self.setup)
         return self._zygote
 
     def wait_ready(self, deadline: float) -> Optional[str]:

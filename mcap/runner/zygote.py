@@ -5,15 +5,17 @@ request (issue 13, item 2: worker start-up dominated one-off runs).
 a plain subprocess (so the caller's ``__main__`` is never re-imported), with the setup's
 thread environment. It imports torch, ``torch.distributed.pipelining``, the runner's
 modules and the memtrack extension, and then, single-threaded and without having run a
-single tensor operation, forks a child per :class:`Fork` request. The child closes every
-descriptor of the zygote's and serves as :mod:`mcap.runner.worker` does (it pins its
-threads, installs memtrack and builds the model itself), so what a forked stage counts
-starts at zero exactly as in a fresh process.
+single tensor operation in a parallel region, builds the pool's model once
+(:class:`Prepare`, :func:`mcap.runner.pipelining.prebuild`: on one intra-op thread,
+uncounted, shared copy-on-write by every child), and forks a child per :class:`Fork`
+request. The child closes every descriptor of the zygote's and serves as
+:mod:`mcap.runner.worker` does (it pins its threads and installs memtrack before it builds
+a stage), so what a forked stage counts starts at zero exactly as in a fresh process.
 
 Why each precaution:
-- **No tensor operation in the zygote.** OpenMP's thread pool is not fork-safe (a child of
+- **No parallel region in the zygote.** OpenMP's thread pool is not fork-safe (a child of
   a process whose pool ran may deadlock in its first parallel region); importing torch
-  starts no pool. The zygote checks it is single-threaded before every fork and refuses
+  starts no pool, and the model is built with one intra-op thread. The zygote checks it is single-threaded before every fork and refuses
   (the pool then starts plain processes) if it is not. numpy's OpenBLAS starts a pool at
   import, so the zygote runs with ``OPENBLAS_NUM_THREADS=1`` (torch does not use it).
 - **No CUDA.** A CUDA context does not survive fork; importing torch creates none, and
@@ -26,7 +28,7 @@ Why each precaution:
   and kills stage processes through the zygote, which never signals a pid it has reaped.
 
 Messages (pickled over a socket pair; a Fork's descriptor follows it by SCM_RIGHTS):
-pool -> zygote :class:`Fork`, :class:`Kill`, :class:`Quit`; zygote -> pool :class:`Ready`,
+pool -> zygote :class:`Prepare`, :class:`Fork`, :class:`Kill`, :class:`Quit`; zygote -> pool :class:`Ready`,
 :class:`Forked`, :class:`Exited`.
 """
 from __future__ import annotations
@@ -49,6 +51,13 @@ PRELOAD = ("torch", "torch.distributed", "torch.distributed.pipelining", "mcap.m
 class Fork:
     request: int  # numbers the answer (Forked)
     log: str  # the child's stdout and stderr
+
+
+@dataclass(frozen=True)
+class Prepare:
+    """Build what every child shares before the first fork (the pool's model)."""
+    spec: str
+    setup: object  # mcap.core.types.Setup
 
 
 @dataclass(frozen=True)
@@ -102,6 +111,16 @@ def _preload() -> Optional[str]:
     if _threads() != 1:
         return f"the zygote runs {_threads()} threads after importing torch"
     return None
+
+
+def _prepare(msg: Prepare) -> None:
+    import gc
+
+    if msg.setup.engine == "pipelining":
+        from mcap.runner import pipelining
+        pipelining.prebuild(msg.spec, msg.setup)
+    gc.collect()
+    gc.freeze()
 
 
 def _status(raw: int) -> int:
@@ -173,6 +192,9 @@ def serve(conn: Connection) -> None:
             break
         if isinstance(msg, Quit):
             break
+        if isinstance(msg, Prepare):
+            _prepare(msg)
+            continue
         if isinstance(msg, Kill):
             mine = tuple(p for p in msg.pids if p in children)
             for pid in mine:
@@ -243,6 +265,13 @@ class Zygote:
         self.exited: dict[int, int] = {}  # pid -> exit code (-signal)
         self.dead = False  # the zygote itself is gone (its pipe closed)
         self._requests = 0
+
+    def prepare(self, spec: str, setup) -> None:
+        """Have the model built once, before the forks that follow (Prepare)."""
+        try:
+            self.conn.send(Prepare(spec, setup))
+        except OSError:
+            self.dead = True
 
     def fork(self, child_end: Connection, log: str) -> int:
         """Ask for one stage process serving ``child_end``; returns the request number.

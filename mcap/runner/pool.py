@@ -9,8 +9,9 @@ whole pool killed and a fresh one started at once in the background, so the next
 it (almost) ready.
 
 On CPU setups the workers are forked by a zygote (:mod:`mcap.runner.zygote`) that has
-imported torch once, so a pool's start costs one torch import, not one per stage, and a
-restart costs a fork per stage. CUDA setups (a CUDA context does not survive fork) and
+imported torch once and built the model once, so a pool's start costs one torch import,
+not one per stage, and a restart (after an OOM, a crash, a hang) costs a fork per stage;
+the zygote lives as long as the pool. CUDA setups (a CUDA context does not survive fork) and
 ``MCAP_STAGE_START=spawn`` start each worker as its own ``python -m mcap.runner.worker``.
 """
 from __future__ import annotations
@@ -98,7 +99,11 @@ class _Forked(_Worker):
         return got.pid if got is not None and got.pid else 0
 
     def exit_code(self, timeout: float) -> Optional[int]:
-        z, pid = self.zygote, self.pid
+        """The exit code within ``timeout``; None at once if it was not forked yet."""
+        z = self.zygote
+        z.pump()
+        got = z.forked.get(self.request)
+        pid = got.pid if got is not None else None
         if not pid:
             return None
         z.wait_for(lambda: pid in z.exited, timeout)
@@ -243,9 +248,14 @@ class WorkerPool:
 
     def kill(self) -> None:
         """Kill every worker and reap it; the zygote stays for the next start."""
-        forked = [w.pid for w in self.workers if isinstance(w, _Forked) and w.pid]
-        if forked and self._zygote is not None:
-            self._zygote.kill(forked)
+        forked = [w for w in self.workers if isinstance(w, _Forked)]
+        z = self._zygote
+        if forked and z is not None and not z.dead:
+            z.pump()
+            if all(w.request in z.forked for w in forked):
+                z.kill([w.pid for w in forked if w.pid])
+            else:  # still importing torch or forking: end it (its children die with it)
+                z.close(quit_first=False)
         for w in self.workers:
             w.end()
         self.workers = []

@@ -120,7 +120,7 @@ def _prepare(msg: Prepare) -> None:
         from mcap.runner import pipelining
         pipelining.prebuild(msg.spec, msg.setup)
     gc.collect()
-    gc.freeze()
+    gc.freeze()  # imports and model stay shared with the children, out of the collector's way
 
 
 def _status(raw: int) -> int:
@@ -165,9 +165,6 @@ def serve(conn: Connection) -> None:
     conn.send(Ready(_threads(), why))
     if why:
         return
-    import gc
-    gc.collect()
-    gc.freeze()  # the imports stay shared with the children (no copy-on-write by refcounts)
     children: dict[int, int] = {}  # pid -> pidfd (or -1 where there are no pidfds)
 
     def reap(block_for: tuple[int, ...] = ()) -> None:

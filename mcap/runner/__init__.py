@@ -27,6 +27,11 @@ are those a fresh process of that stage reaches, whatever the stage process ran 
 ``runner.machine`` is the fingerprint the peaks belong to (:mod:`mcap.core.machine`), with
 the stage processes pinned to ``Setup.threads`` intra-op threads.
 
+On the CPU the stage processes are forked by one zygote per runner that has imported torch
+and built the model once (:mod:`mcap.runner.zygote`): a runner starts in about one torch
+import, and a restart is a fork. CUDA stage processes are started as fresh processes
+(a CUDA context does not survive a fork); ``MCAP_STAGE_START=spawn`` does so on the CPU too.
+
 ``timeout`` limits each run (from sending the job to the last stage's answer); starting the
 stage processes has its own limit, ``max(STARTUP_TIMEOUT, timeout)``.
 

@@ -88,6 +88,12 @@ def _load() -> ModuleType:
     return module
 
 
+def load() -> None:
+    """Compile (once per environment) and load the extension without installing it: the
+    zygote (``mcap.runner.zygote``) loads it once for every stage process it forks."""
+    _load()
+
+
 def install() -> None:
     """Route every later CPU tensor allocation of this process through the counter.
 

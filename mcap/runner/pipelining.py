@@ -167,9 +167,37 @@ def _recomputed(mod: nn.Module) -> Recomputed:
     return mod.inner if isinstance(mod, HostStaged) else mod
 
 
+# (spec, batch size, chunks) -> (Resident, ModelInfo) or the exception building raised: built
+# by the zygote before it forks (mcap.runner.zygote), so every forked stage shares one copy.
+_prebuilt: Optional[tuple[tuple, object]] = None
+
+
+def prebuild(spec: str, setup: Setup) -> None:
+    """Build the resident model before forking the stage processes; :func:`build_resident`
+    then returns it in every child. It is built on one intra-op thread, so no OpenMP pool
+    exists to be broken by the fork, and before memtrack is installed, so it is uncounted
+    as it is when a stage process builds it itself (under ``memtrack.suspended()``)."""
+    global _prebuilt
+    torch.set_num_threads(1)
+    key = _resident_key(spec, setup)
+    try:
+        _prebuilt = (key, build_resident(spec, setup))
+    except Exception as exc:  # re-raised in each child, which reports it in its Hello
+        _prebuilt = (key, exc)
+
+
+def _resident_key(spec: str, setup: Setup) -> tuple:
+    return spec, setup.batch_size, setup.chunks
+
+
 def build_resident(spec: str, setup: Setup) -> tuple[Resident, "object"]:
     """Build the model once per process, uncounted; returns it and its ModelInfo."""
     from mcap.models import build_model
+
+    if _prebuilt is not None and _prebuilt[0] == _resident_key(spec, setup):
+        if isinstance(_prebuilt[1], Exception):
+            raise _prebuilt[1]
+        return _prebuilt[1]
 
     with memtrack.suspended() if memtrack.installed() else contextlib.nullcontext():
         built = build_model(spec)

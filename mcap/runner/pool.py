@@ -7,6 +7,12 @@ Reply up to the timeout. Any run that does not end cleanly everywhere — a stag
 memory while its neighbours wait in a receive, a killed process, a hang — ends with the
 whole pool killed and a fresh one started at once in the background, so the next run finds
 it (almost) ready.
+
+On CPU setups the workers are forked by a zygote (:mod:`mcap.runner.zygote`) that has
+imported torch once and built the model once, so a pool's start costs one torch import,
+not one per stage, and a restart (after an OOM, a crash, a hang) costs a fork per stage;
+the zygote lives as long as the pool. CUDA setups (a CUDA context does not survive fork) and
+``MCAP_STAGE_START=spawn`` start each worker as its own ``python -m mcap.runner.worker``.
 """
 from __future__ import annotations
 
@@ -25,6 +31,14 @@ from mcap.runner.protocol import Hello, Init, Job, Reply, StageResult, Stop
 from mcap.core.machine import Machine
 from mcap.core.types import ModelInfo, Setup
 from mcap.runner.machine import thread_env
+from mcap.runner.zygote import Zygote
+
+# "spawn": start every worker as its own process even where a zygote could fork it (for
+# comparison, and a way out should forking ever misbehave somewhere).
+START_ENV = "MCAP_STAGE_START"
+# numpy's OpenBLAS would start a thread pool at import; the zygote must stay single-threaded
+# to fork safely (torch does not use numpy's BLAS).
+ZYGOTE_ENV = {"OPENBLAS_NUM_THREADS": "1"}
 
 # After one stage reports oom/failed, how long the others may still take to answer before
 # the pool is killed (they are usually blocked waiting for that stage).
@@ -33,15 +47,24 @@ _REPO = Path(__file__).resolve().parent.parent.parent
 
 
 class _Worker:
+    """A worker started as its own ``python -m mcap.runner.worker`` (the caller's child)."""
+
     def __init__(self, proc: subprocess.Popen, conn: Connection, log: Path):
         self.proc, self.conn, self.log = proc, conn, log
 
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def exit_code(self, timeout: float) -> Optional[int]:
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
     def describe_exit(self) -> str:
         """Why the process is gone, for a failed run's message: its exit and last stderr line."""
-        try:
-            code = self.proc.wait(timeout=2)
-        except subprocess.TimeoutExpired:
-            code = None
+        code = self.exit_code(2)
         if code is None:
             how = "stopped answering"
         elif code < 0:
@@ -50,6 +73,52 @@ class _Worker:
             how = f"exited with code {code}"
         tail = _last_line(self.log)
         return how + (f": {tail}" if tail else "")
+
+    def end(self) -> None:
+        """Kill (if still running) and reap."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self.conn.close()
+
+
+class _Forked(_Worker):
+    """A worker forked by the pool's zygote: the zygote reaps it and reports its exit."""
+
+    def __init__(self, zygote: Zygote, request: int, conn: Connection, log: Path,
+                 timeout: float):
+        self.zygote, self.request, self.conn, self.log = zygote, request, conn, log
+        self.timeout = timeout
+
+    @property
+    def pid(self) -> int:
+        """Waits for the fork (the zygote may still be importing torch); 0 if none came."""
+        z = self.zygote
+        z.wait_for(lambda: self.request in z.forked, self.timeout)
+        got = z.forked.get(self.request)
+        return got.pid if got is not None and got.pid else 0
+
+    def exit_code(self, timeout: float) -> Optional[int]:
+        """The exit code within ``timeout``; None at once if it was not forked yet."""
+        z = self.zygote
+        z.pump()
+        got = z.forked.get(self.request)
+        pid = got.pid if got is not None else None
+        if not pid:
+            return None
+        z.wait_for(lambda: pid in z.exited, timeout)
+        return z.exited.get(pid)
+
+    def describe_exit(self) -> str:
+        if not self.pid:
+            z = self.zygote
+            why = z.refused or (f"the zygote {'exited' if z.dead else 'did not fork it'}"
+                                f"{': ' + _last_line(Path(z.log)) if z.dead else ''}")
+            return f"was not started: {why}"
+        return super().describe_exit()
+
+    def end(self) -> None:
+        self.conn.close()  # a worker waiting for its next job ends on this by itself
 
 
 class WorkerPool:
@@ -67,10 +136,13 @@ class WorkerPool:
         self._tmp: Optional[str] = None
         self._run_id = 0
         self._starts = 0
+        self._zygote: Optional[Zygote] = None
+        self._zygote_dir: Optional[str] = None
+        self._spawn_only = False  # the zygote refused to fork here: spawn from now on
 
     # ---- life cycle -------------------------------------------------------------------
     def start(self) -> None:
-        """Spawn the workers; returns at once (they import torch and build the model)."""
+        """Start the workers; returns at once (they import torch and build the model)."""
         self._starts += 1
         self._tmp = tempfile.mkdtemp(prefix="mcap-pool-")
         init_file = os.path.join(self._tmp, "rendezvous") if self.group else None
@@ -82,22 +154,47 @@ class WorkerPool:
         # Exactly the setup's threads, whatever the caller's environment says: a CPU
         # stage's peak depends on them (Setup.threads, issue 11).
         env.update(thread_env(self.setup.threads))
+        zygote = self._zygote_for(env)
         for rank in range(self.world):
             parent_end, child_end = Pipe(duplex=True)
             log = Path(self._tmp) / f"worker{rank}.log"
-            with open(log, "wb") as out:
-                proc = subprocess.Popen(
-                    [sys.executable, "-m", "mcap.runner.worker", str(child_end.fileno())],
-                    pass_fds=[child_end.fileno()], stdin=subprocess.DEVNULL, stdout=out,
-                    stderr=subprocess.STDOUT, env=env, cwd=str(_REPO),
-                    start_new_session=True)  # Ctrl-C reaches the runner, which ends them
+            if zygote is not None:
+                request = zygote.fork(child_end, str(log))
+                worker: _Worker = _Forked(zygote, request, parent_end, log,
+                                          self.startup_timeout)
+            else:
+                with open(log, "wb") as out:
+                    proc = subprocess.Popen(
+                        [sys.executable, "-m", "mcap.runner.worker", str(child_end.fileno())],
+                        pass_fds=[child_end.fileno()], stdin=subprocess.DEVNULL, stdout=out,
+                        stderr=subprocess.STDOUT, env=env, cwd=str(_REPO),
+                        start_new_session=True)  # Ctrl-C reaches the runner, which ends them
+                worker = _Worker(proc, parent_end, log)
             child_end.close()
             # The group's own timeout covers the rendezvous (a peer may still be compiling
             # memtrack) and any receive; hung runs are ended by the pool before that.
             parent_end.send(Init(self.spec, self.setup, rank, self.world, init_file,
                                  pg_timeout=max(self.timeout, self.startup_timeout)))
-            self.workers.append(_Worker(proc, parent_end, log))
+            self.workers.append(worker)
         self._ready = False
+
+    def _zygote_for(self, env: dict) -> Optional[Zygote]:
+        """The pool's zygote (started once, kept across restarts), or None to spawn."""
+        if (self.setup.device != "cpu" or not hasattr(os, "fork")
+                or os.environ.get(START_ENV) == "spawn" or self._spawn_only):
+            return None
+        if self._zygote is not None and (self._zygote.dead or self._zygote.refused):
+            self._spawn_only = self._spawn_only or bool(self._zygote.refused)
+            self._zygote.close()
+            self._zygote = None
+            if self._spawn_only:
+                return None
+        if self._zygote is None:
+            self._zygote_dir = self._zygote_dir or tempfile.mkdtemp(prefix="mcap-zygote-")
+            self._zygote = Zygote({**env, **ZYGOTE_ENV}, str(_REPO),
+                                  os.path.join(self._zygote_dir, "zygote.log"))
+            self._zygote.prepare(self.spec, self.setup)
+        return self._zygote
 
     def wait_ready(self, deadline: float) -> Optional[str]:
         """Wait for every Hello. Returns None when ready, else why not (a crash or a hang).
@@ -110,7 +207,16 @@ class WorkerPool:
             if left <= 0:
                 return (f"stage processes {sorted(pending.values())} were not ready within "
                         f"{self.startup_timeout:g} s")
-            for conn in wait(list(pending), timeout=left):
+            zygote = self._zygote if isinstance(self.workers[0], _Forked) else None
+            watched = list(pending) + ([zygote.conn] if zygote and not zygote.dead else [])
+            for conn in wait(watched, timeout=left):
+                if zygote is not None and conn is zygote.conn:
+                    zygote.pump()
+                    if zygote.refused:  # not safe to fork here: start plain processes
+                        self.kill()
+                        self.start()
+                        return self.wait_ready(deadline)
+                    continue
                 rank = pending.pop(conn)
                 try:
                     hello: Hello = conn.recv()
@@ -126,7 +232,7 @@ class WorkerPool:
         return None
 
     def close(self) -> None:
-        """End every worker (politely, then by pid) and remove the pool's files."""
+        """End every worker (politely, then by pid), the zygote, and the pool's files."""
         for w in self.workers:
             try:
                 w.conn.send(Stop())
@@ -134,18 +240,27 @@ class WorkerPool:
                 pass
         end = time.monotonic() + 3
         for w in self.workers:
-            try:
-                w.proc.wait(timeout=max(0.1, end - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
+            w.exit_code(max(0.1, end - time.monotonic()))
         self.kill()
+        if self._zygote is not None:
+            self._zygote.close()  # it reaps its children before it exits
+            self._zygote = None
+        if self._zygote_dir:
+            shutil.rmtree(self._zygote_dir, ignore_errors=True)
+            self._zygote_dir = None
 
     def kill(self) -> None:
+        """Kill every worker and reap it; the zygote stays for the next start."""
+        forked = [w for w in self.workers if isinstance(w, _Forked)]
+        z = self._zygote
+        if forked and z is not None and not z.dead:
+            z.pump()
+            if all(w.request in z.forked for w in forked):
+                z.kill([w.pid for w in forked if w.pid])
+            else:  # still importing torch or forking: end it (its children die with it)
+                z.close(quit_first=False)
         for w in self.workers:
-            if w.proc.poll() is None:
-                w.proc.kill()
-            w.proc.wait()
-            w.conn.close()
+            w.end()
         self.workers = []
         self._ready = False
         if self._tmp:
@@ -158,7 +273,7 @@ class WorkerPool:
 
     @property
     def pids(self) -> list[int]:
-        return [w.proc.pid for w in self.workers]
+        return [w.pid for w in self.workers]
 
     # ---- one run ----------------------------------------------------------------------
     def run(self, balance: tuple[int, ...]) -> tuple[list[StageResult], Optional[str]]:

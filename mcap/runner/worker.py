@@ -1,4 +1,5 @@
-"""A persistent stage worker: ``python -m mcap.runner.worker FD``.
+"""A persistent stage worker: ``python -m mcap.runner.worker FD``, or forked by the
+pool's zygote (:mod:`mcap.runner.zygote`), which calls :func:`serve_fd`.
 
 Started by :mod:`mcap.runner.pool` with one end of a socket pair as file descriptor FD.
 It installs the CPU memory tracker, joins the process group once, builds the model once,
@@ -16,7 +17,7 @@ import traceback
 from multiprocessing.connection import Connection
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """A stage blocked in a receive never reads its pipe; have the kernel kill it when the
     runner process dies instead of leaving it behind (Linux; elsewhere the pipe's EOF)."""
     try:
@@ -80,13 +81,16 @@ def serve(conn: Connection) -> None:
         dist.destroy_process_group()
 
 
-def main(argv: list[str]) -> int:
-    _die_with_parent()
-    conn = Connection(int(argv[1]))
+def serve_fd(fd: int) -> None:
     try:
-        serve(conn)
+        serve(Connection(fd))
     except (EOFError, BrokenPipeError, ConnectionResetError):
         pass  # the runner went away
+
+
+def main(argv: list[str]) -> int:
+    die_with_parent()
+    serve_fd(int(argv[1]))
     return 0
 
 

@@ -58,17 +58,18 @@ def remember(name: str, value) -> None:
         st.query_params[name] = text
 
 
-# The pages, in menu order (app.py runs them through st.navigation). Emoji icons: Material
-# icons would fetch a font from the internet, unreachable offline.
+# The pages, in menu order (app.py runs them through st.navigation). Material icons: their
+# font ships inside Streamlit (static/media), so they draw offline and need no emoji font.
 PAGES = (
-    ("pages/overview.py", "Overview", "🏠", None),  # the default page, served at /
-    ("pages/profile.py", "Profile", "⏱️", "profile"),
-    ("pages/layers.py", "Layers", "🧱", "layers"),
-    ("pages/predict.py", "Predict vs measure", "🎯", "predict"),
-    ("pages/space.py", "Partition space", "🗺️", "space"),
-    ("pages/recommend.py", "Recommend", "🧭", "recommend"),
-    ("pages/scaling.py", "Scaling", "📈", "scaling"),
-    ("pages/explained.py", "Pipeline memory, explained", "🎓", "explained"),
+    ("pages/overview.py", "Overview", ":material/home:", None),  # the default page, served at /
+    ("pages/profile.py", "Profile", ":material/timer:", "profile"),
+    ("pages/layers.py", "Layers", ":material/layers:", "layers"),
+    ("pages/predict.py", "Predict vs measure", ":material/compare_arrows:", "predict"),
+    ("pages/space.py", "Partition space", ":material/scatter_plot:", "space"),
+    ("pages/recommend.py", "Recommend", ":material/explore:", "recommend"),
+    ("pages/scaling.py", "Scaling", ":material/trending_up:", "scaling"),
+    ("pages/explained.py", "Pipeline memory, explained", ":material/school:", "explained"),
+    ("pages/present.py", "Present", ":material/slideshow:", "present"),
 )
 _VIA_APP = "_mcap_navigation"
 

@@ -13,7 +13,7 @@ from pages._shared import (
 )
 
 restore_url()
-st.title("🎓 Pipeline memory, explained")
+st.title("Pipeline memory, explained")
 profile = current("profile")
 st.caption(caption_of(profile))
 setup = profile.setup

@@ -18,7 +18,7 @@ from pages._shared import (
 )
 
 restore_url()
-st.title("🗺️ Partition space")
+st.title("Partition space")
 sweep = current("sweep")
 profile = profile_for(sweep, current("profile"))
 st.caption(caption_of(sweep))

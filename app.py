@@ -4,5 +4,5 @@ import streamlit as st
 
 from pages._shared import navigation
 
-st.set_page_config(page_title="mcap", page_icon=":material/memory:", layout="wide")
+st.set_page_config(page_title="mcap", page_icon="🧮", layout="wide")
 navigation().run()

@@ -58,18 +58,19 @@ def remember(name: str, value) -> None:
         st.query_params[name] = text
 
 
-# The pages, in menu order (app.py runs them through st.navigation). Material icons: their
-# font ships inside Streamlit (static/media), so they draw offline and need no emoji font.
+# The pages, in menu order (app.py runs them through st.navigation). Emoji icons: Material
+# icons make the browser fetch SVGs from fonts.gstatic.com, unreachable offline. Without
+# an emoji font they draw as boxes: bin/test installs fonts-noto-color-emoji for chromium.
 PAGES = (
-    ("pages/overview.py", "Overview", ":material/home:", None),  # the default page, served at /
-    ("pages/profile.py", "Profile", ":material/timer:", "profile"),
-    ("pages/layers.py", "Layers", ":material/layers:", "layers"),
-    ("pages/predict.py", "Predict vs measure", ":material/compare_arrows:", "predict"),
-    ("pages/space.py", "Partition space", ":material/scatter_plot:", "space"),
-    ("pages/recommend.py", "Recommend", ":material/explore:", "recommend"),
-    ("pages/scaling.py", "Scaling", ":material/trending_up:", "scaling"),
-    ("pages/explained.py", "Pipeline memory, explained", ":material/school:", "explained"),
-    ("pages/present.py", "Present", ":material/slideshow:", "present"),
+    ("pages/overview.py", "Overview", "🏠", None),  # the default page, served at /
+    ("pages/profile.py", "Profile", "⏱️", "profile"),
+    ("pages/layers.py", "Layers", "🧱", "layers"),
+    ("pages/predict.py", "Predict vs measure", "🎯", "predict"),
+    ("pages/space.py", "Partition space", "🗺️", "space"),
+    ("pages/recommend.py", "Recommend", "🧭", "recommend"),
+    ("pages/scaling.py", "Scaling", "📈", "scaling"),
+    ("pages/explained.py", "Pipeline memory, explained", "🎓", "explained"),
+    ("pages/present.py", "Present", "📊", "present"),
 )
 _VIA_APP = "_mcap_navigation"
 

@@ -336,7 +336,10 @@ def test_profile_page_runs_a_real_job_with_live_progress(tmp_path):
 @pytest.mark.integration
 def test_predict_measure_button_adds_the_measured_markers(bundled):
     from mcap.core.partition import random_partitionings
-    _, profile, _, sweep = bundled
+    # the sampled pair: the default full sweep measured every partitioning already
+    pref = datasets.parse_ref("bundled:vgg11-cpu4.profile.json")
+    sref = datasets.parse_ref("bundled:vgg11-cpu4-sample300.sweep.json")
+    profile, sweep = datasets.load(pref), datasets.load(sref)
     L, G = profile.model.num_layers, profile.setup.stages
     known = {tuple(r.balance) for r in profile.runs + sweep.runs}
     params = [layer.param_bytes for layer in profile.model.layers]
@@ -346,7 +349,7 @@ def test_predict_measure_button_adds_the_measured_markers(bundled):
         return all(sum(params[a:z]) > 0 for a, z in zip(edges, edges[1:]))
     balance = next(b for b in random_partitionings(L, G, 200, seed=7)
                    if b not in known and every_stage_has_parameters(b))
-    at = page("predict", balance=",".join(map(str, balance)))
+    at = page("predict", balance=",".join(map(str, balance)), profile=pref.param, sweep=sref.param)
     assert metric(at, "measured peak") == "not measured"
     at.button(key="measure-button").click().run()
     deadline = time.monotonic() + 300

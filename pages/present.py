@@ -30,8 +30,9 @@ except McapError as exc:
     st.error(str(exc))
     st.stop()
 figures = fig_story.draw_story(s, name)
+# Built when clicked (a deferred download): the report inlines plotly.js (about 5 MB).
 st.download_button("⬇️ All figures as one HTML report (works offline)",
-                   fig_story.report_html(s, figures, f"mcap: {s.spec} on {s.stages} devices"),
+                   lambda: fig_story.report_html(s, figures, f"mcap: {s.spec} on {s.stages} devices"),
                    file_name="mcap-report.html", mime="text/html", key="present-report")
 left, right = st.columns(2)
 for i, fig in enumerate(figures):

@@ -457,3 +457,25 @@ def test_time_baseline_is_timed_on_demand_in_a_child_process(bundled):
     row = frame(at, "method", "search_seconds").set_index("method").loc["time"]
     balance = tuple(int(n) for n in row["balance"].split("-"))
     assert len(balance) == profile.setup.stages and sum(balance) == profile.model.num_layers
+
+
+def test_no_page_imports_torch_while_it_renders(tmp_path):
+    """Issue 13 item 4: first visits stay fast because no page imports torch (or computes
+    balance_by_time) on its render path; checked in a fresh interpreter."""
+    import subprocess
+    import sys
+    code = (
+        "import sys\n"
+        "from streamlit.testing.v1 import AppTest\n"
+        f"at = AppTest.from_file({APP!r}, default_timeout=120); at.run()\n"
+        "from pages._shared import PAGES\n"
+        "for path, *_ in PAGES[1:]:\n"
+        "    at.switch_page(path); at.run()\n"
+        "    assert not at.exception, (path, [e.value for e in at.exception])\n"
+        "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))\n")
+    root = Path(APP).parent
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root,
+                          env={**__import__("os").environ, "PYTHONPATH": str(root),
+                               "MCAP_STORE": str(tmp_path / "s.sqlite")}, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout[-500:]

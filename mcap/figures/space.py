@@ -183,5 +183,5 @@ def draw_errors(stats: ErrorStats, dataset: str = "") -> go.Figure:
                   annotation_position="bottom right")
     fig.update_layout(xaxis_title="relative error of predicted peak (%)", yaxis_title="partitionings",
                       showlegend=False)
-    return finish(fig, "Prediction error: predicted vs measured peak of the fullest device",
+    return finish(fig, "Prediction error of the fullest device's peak",
                   dataset, legend=False)

@@ -57,5 +57,10 @@ def draw_timeline(t: Timeline, dataset: str = "") -> go.Figure:
     fig.update_xaxes(title_text="time step", row=2, col=1)
     fig.update_layout(barmode="overlay", height=680)
     names = {"gpipe": "GPipe", "1f1b": "1F1B"}
-    return finish(fig, f"One iteration under {names.get(t.schedule, t.schedule)}: schedule and "
-                       f"memory held per device ({'-'.join(map(str, t.balance))})", dataset)
+    finish(fig, f"One iteration under {names.get(t.schedule, t.schedule)}: schedule and "
+                f"memory held per device ({'-'.join(map(str, t.balance))})", dataset)
+    # the subplot titles sit where a top legend would: the devices' legend goes beside the
+    # memory plot instead
+    fig.update_layout(legend=dict(orientation="v", x=1.01, xanchor="left", y=0, yanchor="bottom"),
+                      margin=dict(t=90, r=110))
+    return fig

@@ -479,3 +479,46 @@ def test_no_page_imports_torch_while_it_renders(tmp_path):
                                "MCAP_STORE": str(tmp_path / "s.sqlite")}, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout[-500:]
+
+
+def test_job_panel_stays_when_another_session_cancels_the_job(tmp_path):
+    """A job this page picked up from the store (started elsewhere) keeps its panel, with the
+    cancelled status, when another session cancels it (it used to vanish)."""
+    import os
+    import subprocess
+    from mcap.app import jobs
+    from mcap.store import open_store
+    s = open_store(os.environ["MCAP_STORE"])
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        job_id = s.create_job("sweep", ["sweep", "--model", "vgg11"], 5)
+        s.update_job(job_id, status="running", pid=child.pid)
+        at = page("profile")
+        assert any(f"Job {job_id}" in h.value for h in at.subheader)
+        jobs.cancel(s, job_id)  # what another browser session's Cancel button does
+        child.wait(10)
+        at.run()
+        assert any(f"Job {job_id}" in h.value for h in at.subheader)
+        assert any("was cancelled" in w.value for w in at.warning)
+    finally:
+        child.kill()
+
+
+def test_recommend_keeps_the_seed_across_pages(bundled):
+    at = page("recommend", method="bo", seed=7)
+    assert at.number_input(key="rec-seed").value == 7
+    at.number_input(key="rec-seed").set_value(11).run()
+    at.switch_page("pages/overview.py").run()
+    at.switch_page("pages/recommend.py").run()
+    assert at.number_input(key="rec-seed").value == 11 and at.query_params["seed"] == "11"
+
+
+def test_tables_and_charts_share_one_unit(bundled):
+    import json
+    at = page("space")
+    axis = json.loads(at.get("plotly_chart")[0].proto.spec)["layout"]["xaxis"]["title"]["text"]
+    unit = axis.rsplit("(", 1)[1].rstrip(")")
+    assert unit in ("MiB", "GiB")
+    marks = frame(at, "method", "rank")
+    assert f"predicted_peak ({unit})" in marks.columns and f"measured_peak ({unit})" in marks.columns
+    assert not [c for c in marks.columns if c in ("predicted_peak", "measured_peak")]

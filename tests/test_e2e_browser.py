@@ -183,6 +183,10 @@ def test_every_page_renders_cleanly_and_fast(browser, server):
     clicked = combo.input_value()
     assert clicked == hovered, (clicked, hovered)
     assert "balance=" + clicked.replace("-", ",") in _unquote(page.url)
+    # the ring is drawn on the point just clicked, not on the one before (issue 14 item 4)
+    rings = page.locator(".legendtext", has_text="selected ")
+    rings.first.wait_for(timeout=10_000)
+    assert rings.first.text_content().strip() == f"selected {clicked}"
     option = page.get_by_role("option").nth(2)
     for attempt in range(5):  # the box may be redrawn by a late rerun; open it again then
         _idle(page)
@@ -199,6 +203,7 @@ def test_every_page_renders_cleanly_and_fast(browser, server):
     page.wait_for_timeout(300)
     assert combo.input_value() == chosen != ""
     assert "balance=" + chosen.replace("-", ",") in _unquote(page.url)
+    page.locator(".legendtext", has_text=f"selected {chosen}").first.wait_for(timeout=10_000)
     assert page.locator('[data-testid="stMetric"]').count() >= 4
     page.screenshot(path=str(shots / "space-selected.png"), full_page=True)
     _check_clean(page, errors, "space selection")

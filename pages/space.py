@@ -75,21 +75,25 @@ c[1].metric("ok with throughput", ok)
 c[2].metric("on the Pareto front", int(points["pareto"].sum()))
 c[3].metric("lowest measured peak", fmt_bytes(int(points["peak"].min())) if ok else "-")
 
-# The click is read from the chart's state before the chart is drawn, so the ring and the
-# box below show the point just clicked, not the one before (the chart's identity follows
-# its figure, so a redrawn chart starts with no selection: an empty one re-arms the click).
-selected = shared("balance")
-if selected is not None:
-    selected = selected.replace(",", "-")
+# The selection is settled before anything is drawn: a click (read from the chart's state)
+# or a choice in the box below (read from its state) moves the ring and the bars in the
+# same rerun, never one rerun late. The chart's identity follows its figure, so a redrawn
+# chart starts with no selection: an empty one re-arms the click.
+options = list(points["balance"])
+selected = (shared("balance") or "").replace(",", "-")
+box = st.session_state.get("space-pick")
+if box in options and box != st.session_state.get("space-pick-shown"):
+    selected = box  # chosen in the box since the last run
 clicked = fig_space.clicked_balance(st.session_state.get("space-chart"))
 if clicked is None:
     st.session_state.pop("space-last-click", None)
 elif clicked != st.session_state.get("space-last-click"):
     st.session_state["space-last-click"] = selected = clicked
-    st.session_state["space-pick"] = selected
+if selected not in options:
+    selected = options[0] if options else None
+if selected is not None:
     remember("balance", selected.replace("-", ","))
-chart(fig_space.draw_space(points, selected if selected in set(points["balance"]) else None,
-                           dataset=name),
+chart(fig_space.draw_space(points, selected, dataset=name),
       key="space-chart", name="partition-space", on_select="rerun", selection_mode="points")
 
 table = fig_space.marks_table(marks, sweep.runs, predictions + tuple(
@@ -104,17 +108,9 @@ if len(missing):
 downloads(table, "mcap-recommendations-in-space", "space-marks")
 
 st.subheader("Selected partitioning")
-options = list(points["balance"])
-index = options.index(selected) if selected in options else 0
 if options:
-    if st.session_state.get("space-pick") not in options:
-        st.session_state["space-pick"] = options[index]
-    elif st.session_state["space-pick"] != options[index] and "space-pick-seen" not in st.session_state:
-        st.session_state["space-pick"] = options[index]  # a shared link's partitioning wins
-    st.session_state["space-pick-seen"] = True
+    st.session_state["space-pick"] = st.session_state["space-pick-shown"] = selected
     pick = st.selectbox("Partitioning (or click a point above)", options, key="space-pick")
-    if pick != selected:
-        remember("balance", pick.replace("-", ","))
     balance = tuple(int(n) for n in pick.split("-"))
     bars = fig_dev.device_bars(Prediction(balance, stage_peaks(profile, balance)),
                                measured_for(sweep.runs, balance),

@@ -20,7 +20,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-PAGES = ("overview", "profile", "layers", "predict", "space", "recommend", "explained")
+PAGES = ("overview", "profile", "layers", "predict", "space", "recommend", "scaling", "explained",
+         "present")
 
 
 def main() -> None:

@@ -56,7 +56,8 @@ def job_panel(s, job_id: int, key: str, every: float = 1.0) -> None:
         st.progress(p.fraction, text=f"{job.kind} job {job.id}: **{job.status}** · {job.done} of "
                                      f"{total} runs · now measuring {now}")
         if p.runs:
-            st.dataframe(runs_table(p.runs), hide_index=True, key=f"{key}-runs-{job.id}")
+            from mcap.figures._style import table_view
+            st.dataframe(table_view(runs_table(p.runs), ("peak",)), hide_index=True, key=f"{key}-runs-{job.id}")
         if not job.finished:
             if st.button("⏹️ Cancel", key=f"{key}-cancel-{job.id}"):
                 jobs.cancel(s, job.id)

@@ -11,7 +11,7 @@ from mcap.app import searches
 from mcap.core import predictors
 from mcap.core.search import get, names
 from mcap.io import datasets
-from pages._shared import open_dataset, remember, revision_of, shared, store
+from pages._shared import open_dataset, profile_param, remember, revision_of, shared, store
 
 METHODS = names()  # every registered search method, in registry order
 QUICK = searches.quick_methods()  # what a page may run while it renders
@@ -55,7 +55,7 @@ def _recommend(param: str, revision: tuple, stages: int, method: str, predictor:
 def recommendation(profile, stages: int, method: str, **settings):
     """Cached per dataset content, stage count, method, predictor and settings."""
     predictor = current_predictor()
-    param = shared("profile")
+    param = profile_param()
     if param is None:
         return searches.run_method(profile, stages, method, predictor, settings)
     return _recommend(param, revision_of(datasets.parse_ref(param)), int(stages), method,
@@ -81,14 +81,14 @@ def time_pick(profile, stages: int):
 
 def time_state(profile, stages: int) -> tuple[bool, Optional[str]]:
     """(timing now, last error) of the time baseline for this dataset and stage count."""
-    key = (shared("profile"), int(stages))
+    key = (profile_param(), int(stages))
     thread = _TIMING.get(key)
     return (thread is not None and thread.is_alive()), _TIME_ERRORS.get(key)
 
 
 def start_time(profile, stages: int) -> None:
     """Time the model in the background (a child process does the work)."""
-    key = (shared("profile"), int(stages))
+    key = (profile_param(), int(stages))
     if key in _TIMING and _TIMING[key].is_alive():
         return
     _TIME_ERRORS.pop(key, None)
@@ -113,7 +113,7 @@ def bo_run(profile, stages: int, seed: int, iterations: int, start: bool = False
 
 
 def finished_bo(stages: int):
-    return searches.finished_bo(shared("profile"), stages, current_predictor())
+    return searches.finished_bo(profile_param(), stages, current_predictor())
 
 
 def prediction_of(rec):
@@ -128,7 +128,7 @@ def _sweep_predictions(profile_param: str, sweep_param: str, predictor: str, rev
 
 
 def sweep_predictions(profile, sweep) -> tuple:
-    p, s = shared("profile"), shared("sweep")
+    p, s = profile_param(), shared("sweep")
     if p is None or s is None:
         return searches.sweep_predictions(profile, sweep, current_predictor())
     refs = (datasets.parse_ref(p), datasets.parse_ref(s))

@@ -17,12 +17,17 @@ from mcap.io import datasets
 from mcap.core.setup import mismatch
 from mcap.core.errors import McapError
 from mcap.core.types import Profile, Sweep
+from mcap.figures._style import EXPORT
 
 # The state a copied URL reopens (issue 5, Everywhere).
 SHARED_KEYS = ("profile", "sweep", "stages", "method", "predictor", "seed", "balance", "schedule",
                "scale")
-PLOT_CONFIG = {"displaylogo": False,
-               "toImageButtonOptions": {"format": "png", "scale": 2}}
+PLOT_CONFIG = {"displaylogo": False, "toImageButtonOptions": dict(EXPORT)}
+# What a fresh visit opens: the bundled profile and the full sweep of the same model and
+# setup, so every method's pick is a measured point of the Partition space (a sampled
+# sweep leaves picks unmeasured: no rank, no star).
+DEFAULTS = {"profile": "bundled:vgg11-h512-b8-cpu4.profile.json",
+            "sweep": "bundled:vgg11-h512-b8-cpu4-full.sweep.json"}
 
 
 # --- shareable state --------------------------------------------------------------------
@@ -54,7 +59,8 @@ def remember(name: str, value) -> None:
 
 
 # The pages, in menu order (app.py runs them through st.navigation). Emoji icons: Material
-# icons would fetch a font from the internet, unreachable offline.
+# icons make the browser fetch SVGs from fonts.gstatic.com, unreachable offline. Without
+# an emoji font they draw as boxes: bin/test installs fonts-noto-color-emoji for chromium.
 PAGES = (
     ("pages/overview.py", "Overview", "🏠", None),  # the default page, served at /
     ("pages/profile.py", "Profile", "⏱️", "profile"),
@@ -64,6 +70,7 @@ PAGES = (
     ("pages/recommend.py", "Recommend", "🧭", "recommend"),
     ("pages/scaling.py", "Scaling", "📈", "scaling"),
     ("pages/explained.py", "Pipeline memory, explained", "🎓", "explained"),
+    ("pages/present.py", "Present", "📊", "present"),
 )
 _VIA_APP = "_mcap_navigation"
 
@@ -89,6 +96,7 @@ def restore_url() -> None:
     if not st.session_state.get(_VIA_APP):
         navigation(position="hidden")
         st.rerun()
+    st.session_state.pop(_PAGE_PROFILE, None)  # a page-only profile (profile_for) ends here
     for name, value in st.session_state.get("_shared", {}).items():
         if name in SHARED_KEYS and st.query_params.get(name) != value:
             st.query_params[name] = value
@@ -149,7 +157,8 @@ def revision_of(ref: datasets.DatasetRef) -> tuple:
 
 def choices(kind: str) -> list[datasets.DatasetRef]:
     """Bundled files, then the store's, then this session's uploads, of one kind."""
-    refs = [r for r in datasets.bundled() if r.kind == kind]
+    refs = sorted((r for r in datasets.bundled() if r.kind == kind),
+                  key=lambda r: r.param != DEFAULTS.get(kind))  # the default first
     s = store()
     if s is not None:
         refs += [r for r in datasets.in_store(s) if r.kind == kind]
@@ -205,6 +214,21 @@ def current(kind: str, required: bool = True):
     return data
 
 
+_PAGE_PROFILE = "_page_profile"
+
+
+def profile_param() -> Optional[str]:
+    """The profile this page computes with: the one profile_for chose for this page, else
+    the shared choice."""
+    return st.session_state.get(_PAGE_PROFILE) or shared("profile")
+
+
+def dataset_name(kind: str) -> str:
+    """The chosen dataset's name for figure subtitles: "vgg11-h512-b8-cpu4-full.sweep.json"."""
+    param = shared(kind) or ""
+    return param.split(":", 1)[-1]
+
+
 def caption_of(data) -> str:
     s = data.setup
     return (f"{data.model.spec} · {data.model.num_layers} layers · {s.stages} stages · batch "
@@ -216,8 +240,7 @@ def caption_of(data) -> str:
 
 def chart(fig, key: str, name: str, **kwargs):
     """A plotly chart whose mode bar exports a PNG named after the figure."""
-    config = {**PLOT_CONFIG, "toImageButtonOptions": {**PLOT_CONFIG["toImageButtonOptions"],
-                                                      "filename": f"mcap-{name}"}}
+    config = {**PLOT_CONFIG, "toImageButtonOptions": {**EXPORT, "filename": f"mcap-{name}"}}
     return st.plotly_chart(fig, key=key, config=config, **kwargs)
 
 
@@ -249,8 +272,9 @@ def sweep_for(profile: Profile, sweep: Optional[Sweep]) -> Optional[Sweep]:
 
 def profile_for(sweep: Sweep, profile: Profile) -> Profile:
     """A profile whose predictions can be compared with ``sweep``: the chosen one if it
-    matches, else the first matching one on offer (made the chosen one, with a note).
-    Stops the page with st.error when none matches."""
+    matches, else the first matching one on offer, used on this page only: the chosen
+    profile stays chosen, a note says so and offers the switch. Stops the page with
+    st.error when none matches."""
     if mismatch(profile, sweep) is None:
         return profile
     for ref in choices("profile"):
@@ -259,9 +283,13 @@ def profile_for(sweep: Sweep, profile: Profile) -> Profile:
         except McapError:
             continue
         if isinstance(other, Profile) and mismatch(other, sweep) is None:
-            remember("profile", ref.param)
-            st.info(f"Using the profile {ref}, which was measured on this sweep's model and "
-                    f"setup (the chosen one was not).")
+            st.session_state[_PAGE_PROFILE] = ref.param
+            st.info(f"This page uses the profile {ref}, measured on this sweep's model and setup: "
+                    f"the chosen profile {shared('profile')} was not ({mismatch(profile, sweep)}). "
+                    f"The chosen profile stays chosen on the other pages.")
+            if st.button(f"Make {ref.key} the chosen profile", key="switch-profile"):
+                remember("profile", ref.param)
+                st.rerun()
             return other
     st.error(f"No profile matches this sweep: {mismatch(profile, sweep)}. "
              f"Profile the sweep's model with the same setup, or choose another sweep.")

@@ -4,14 +4,16 @@ import streamlit as st
 
 from mcap.core.errors import McapError
 from mcap.figures import timeline as fig_tl
-from mcap.figures._style import balance_str, fmt_bytes
+from mcap.figures._style import balance_str, fmt_bytes, table_view
 from mcap.core.partition import parse_balance, validate
 from mcap.core.predict import predict
 from mcap.core.timeline import TIMELINE_SCHEDULES, explain, max_in_flight, simulate, stage_memory
-from pages._shared import caption_of, chart, current, downloads, remember, restore_url, shared
+from pages._shared import (
+    caption_of, chart, current, dataset_name, downloads, remember, restore_url, shared,
+)
 
 restore_url()
-st.title("🎓 Pipeline memory, explained")
+st.title("Pipeline memory, explained")
 profile = current("profile")
 st.caption(caption_of(profile))
 setup = profile.setup
@@ -32,9 +34,12 @@ left, mid, right = st.columns([2, 1, 1])
 text = left.text_input("Partitioning (layers per device)", value=default_balance, key="tl-balance",
                        help=f"comma-separated layer counts summing to {layers}, e.g. 3,3,5,19")
 labels = {"gpipe": "GPipe with checkpointing", "1f1b": "1F1B"}
-sched_default = shared("schedule", "1f1b")  # 1F1B shows the G-i pattern most plainly
+# The dataset's own schedule first: the levels are calibrated on it (stage_memory).
+own = setup.schedule if setup.schedule in TIMELINE_SCHEDULES else TIMELINE_SCHEDULES[0]
+sched_default = shared("schedule", own)
 schedule = mid.radio("Schedule", TIMELINE_SCHEDULES, format_func=labels.get, key="tl-schedule",
-                     index=TIMELINE_SCHEDULES.index(sched_default) if sched_default in TIMELINE_SCHEDULES else 1)
+                     index=TIMELINE_SCHEDULES.index(sched_default if sched_default in TIMELINE_SCHEDULES else own),
+                     help=f"the profile was measured with {labels.get(setup.schedule, setup.schedule)}")
 # A profile's chunk count may exceed the widget's range: start at the nearest allowed value.
 chunks = right.number_input("Micro-batches", min_value=1, max_value=32,
                             value=min(max(int(setup.chunks), 1), 32),
@@ -61,7 +66,8 @@ for d, col in enumerate(cols):
 
 for line in explain(tl):
     st.markdown("- " + line)
-chart(fig_tl.draw_timeline(tl), key="timeline-chart", name=f"timeline-{schedule}")
+chart(fig_tl.draw_timeline(tl, dataset=dataset_name("profile")), key="timeline-chart",
+      name=f"timeline-{schedule}")
 
 other = "1f1b" if schedule == "gpipe" else "gpipe"
 st.info(f"Under {labels[other]} the same partitioning would hold "
@@ -76,5 +82,5 @@ with st.expander("How the memory levels are estimated"):
         f"{setup.chunks} micro-batches). The schedule above is exact; the levels are a teaching "
         "approximation that does not separate recomputed activations from kept stage inputs.")
 mem = fig_tl.memory_frame(tl)
-st.dataframe(mem, hide_index=True, key="timeline-table", height=240)
+st.dataframe(table_view(mem, ("memory",)), hide_index=True, key="timeline-table", height=240)
 downloads(mem, f"mcap-timeline-{schedule}", "timeline")

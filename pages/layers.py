@@ -4,11 +4,11 @@ import streamlit as st
 
 from mcap.core.errors import McapError
 from mcap.figures import layers as fig_layers
-from mcap.figures._style import fmt_bytes
-from pages._shared import caption_of, chart, current, downloads, restore_url
+from mcap.figures._style import fmt_bytes, table_view
+from pages._shared import caption_of, chart, current, dataset_name, downloads, restore_url
 
 restore_url()
-st.title("🧱 Layers")
+st.title("Layers")
 profile = current("profile")
 st.caption(caption_of(profile))
 st.markdown(
@@ -28,10 +28,9 @@ c1, c2, c3 = st.columns(3)
 c1.metric("layers", len(table))
 c2.metric("parameters", fmt_bytes(int(table["param_bytes"].sum())))
 c3.metric("largest mem_isolated", fmt_bytes(int(big["mem_isolated"])), help=f"layer {big['layer']} ({big['name']})")
-chart(fig_layers.draw_layers(table), key="layers-chart", name="layers")
-st.dataframe(table, hide_index=True, key="layers-table",
-             column_config={c: st.column_config.NumberColumn(c, format="%d") for c in
-                            ("param_bytes", "mem_isolated", "mem_added")})
+chart(fig_layers.draw_layers(table, dataset_name("profile")), key="layers-chart", name="layers")
+st.dataframe(table_view(table, ("mem_isolated", "mem_added")), hide_index=True, key="layers-table",
+             column_config={"param_bytes": st.column_config.NumberColumn("param_bytes", format="%d")})
 downloads(table, "mcap-layers", "layers")
 
 st.subheader("Breakdown of the profiling runs' peaks")
@@ -42,6 +41,7 @@ if breakdown.empty:
 else:
     st.caption("At the moment of each stage's peak: weights, gradients, optimizer state, and "
                "the rest (activations, communication buffers, workspaces).")
-    chart(fig_layers.draw_breakdown(breakdown), key="breakdown-chart", name="breakdown")
-    st.dataframe(breakdown, hide_index=True, key="breakdown-table")
+    chart(fig_layers.draw_breakdown(breakdown, dataset_name("profile")), key="breakdown-chart", name="breakdown")
+    st.dataframe(table_view(breakdown, ("weights", "gradients", "optimizer", "other", "peak")),
+                 hide_index=True, key="breakdown-table")
     downloads(breakdown, "mcap-breakdown", "breakdown")

@@ -6,11 +6,11 @@ from mcap.figures import overview as fig_over
 from mcap.figures._style import balance_str, fmt_bytes
 from pages._search import prediction_of, recommendations
 from pages._shared import (
-    add_upload, chart, choices, current, json_download, remember, restore_url, shared, sweep_for,
+    add_upload, chart, choices, current, dataset_name, json_download, remember, restore_url, shared, sweep_for,
 )
 
 restore_url()
-st.title("🧮 mcap: memory-centric partitioning")
+st.title("mcap: memory-centric partitioning")
 st.markdown(
     "Pipeline-parallel training splits a model's layers over devices. Splits balanced for "
     "*throughput* leave one device far fuller than the others, so the largest model that fits "
@@ -70,7 +70,7 @@ c[2].metric("vs. an even split", fmt_bytes(even.predicted_peak),
 bars = fig_over.split_bars((("uniform", prediction_of(even)), ("exact", prediction_of(best))))
 st.markdown("**One picture:** the per-device peaks mCAP predicts for an even split of the layers "
             "and for its own memory-balanced split. The fullest device decides what fits.")
-chart(fig_over.draw_split_bars(bars), key="overview-chart", name="overview")
+chart(fig_over.draw_split_bars(bars, dataset_name("profile")), key="overview-chart", name="overview")
 
 if sweep is not None:
     hs = fig_over.headline(sweep)

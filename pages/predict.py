@@ -5,7 +5,7 @@ import streamlit as st
 from mcap.app import jobs
 from mcap.core.errors import McapError
 from mcap.figures import devices as fig_dev
-from mcap.figures._style import balance_str, fmt_bytes
+from mcap.figures._style import balance_str, fmt_bytes, table_view
 from mcap.core.partition import parse_balance, validate
 from mcap.core.types import Prediction
 from pages._jobs import job_panel, measure_args
@@ -14,12 +14,12 @@ from pages._search import (
     stage_peaks, time_pick, uniform_balance,
 )
 from pages._shared import (
-    caption_of, chart, current, downloads, remember, restore_url, shared, shared_int, store,
+    caption_of, chart, current, dataset_name, downloads, remember, restore_url, shared, shared_int, store,
     sweep_for,
 )
 
 restore_url()
-st.title("🎯 Predict vs measure")
+st.title("Predict vs measure")
 profile = current("profile")
 sweep = sweep_for(profile, current("sweep", required=False))
 st.caption(caption_of(profile))
@@ -107,9 +107,9 @@ if data.over_capacity:
     st.error(f"Capacity {fmt_bytes(capacity)} is too small: predicted peaks "
              + ", ".join(f"device {d} {fmt_bytes(prediction.peaks[d])}" for d in data.over_capacity)
              + " exceed it.")
-chart(fig_dev.draw_device_bars(data), key="predict-chart", name=f"devices-{balance_str(balance)}")
+chart(fig_dev.draw_device_bars(data, dataset=dataset_name("profile")), key="predict-chart", name=f"devices-{balance_str(balance)}")
 table = fig_dev.device_table(data)
-st.dataframe(table, hide_index=True, key="predict-table")
+st.dataframe(table_view(table, ("predicted", "measured")), hide_index=True, key="predict-table")
 downloads(table, f"mcap-devices-{balance_str(balance)}", "predict")
 
 st.subheader("Measure this partitioning")

@@ -20,7 +20,7 @@ def gpu_count() -> int:
 
 
 restore_url()
-st.title("⏱️ Profile")
+st.title("Profile")
 s = store()
 if s is None:
     st.stop()
@@ -103,6 +103,8 @@ job_id = st.session_state.get("profile-job")
 if job_id is None:
     running = jobs.active_jobs(s, "profile") + jobs.active_jobs(s, "sweep")
     job_id = running[0].id if running else None
+    if job_id is not None:  # keep following it, even once another session cancels it
+        st.session_state["profile-job"] = job_id
 if job_id is not None:
     st.subheader(f"Job {job_id}")
     job_panel(s, job_id, key="profile")

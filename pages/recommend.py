@@ -6,17 +6,18 @@ from mcap.core.errors import McapError
 from mcap.core.search import get
 from mcap.figures import recommend as fig_rec
 from mcap.figures import snippet
-from mcap.figures._style import balance_str, fmt_bytes
+from mcap.figures._style import balance_str, fmt_bytes, table_view
 from pages._search import (
     METHODS, QUICK, bo_run, measured_runs, method_label, predictor_choice, recommendation,
     start_time, time_pick, time_state,
 )
 from pages._shared import (
-    caption_of, chart, current, downloads, remember, restore_url, shared, shared_int, sweep_for,
+    caption_of, chart, current, dataset_name, downloads, remember, restore_url, shared, shared_int,
+    sweep_for,
 )
 
 restore_url()
-st.title("🧭 Recommend")
+st.title("Recommend")
 profile = current("profile")
 sweep = sweep_for(profile, current("sweep", required=False))
 st.caption(caption_of(profile))
@@ -66,8 +67,15 @@ if method == "bo":
             done = len(run.curve)
             st.progress(done / run.iterations, text=f"bo: {done} of {run.iterations} evaluations"
                         + ("" if run.finished else " (running)"))
+            st.caption(f"{run.elapsed:.1f} s elapsed · {run.rate:.2f} evaluations/s · each "
+                       "evaluation refits a Gaussian process, so later ones are slower"
+                       + ("" if optimum is None else f" · exact optimum {fmt_bytes(optimum)} "
+                          f"({optimum:,} bytes)"))
+            if not run.finished and st.button("⏹️ Stop bo", key="rec-stop"):
+                run.stop()
             if run.curve:
-                chart(fig_rec.draw_curve(fig_rec.curve_frame(tuple(run.curve)), optimum),
+                chart(fig_rec.draw_curve(fig_rec.curve_frame(tuple(run.curve)), optimum,
+                                         dataset=dataset_name("profile")),
                       key="rec-curve", name="bo-curve")
             if run.finished and not st.session_state.get(f"bo-shown-{id(run)}"):
                 st.session_state[f"bo-shown-{id(run)}"] = True
@@ -123,7 +131,7 @@ else:
         start_time(profile, stages)
         st.rerun()
 table = fig_rec.comparison_table(tuple(rows), measured_runs(profile, sweep))
-st.dataframe(table, hide_index=True, key="rec-table",
+st.dataframe(table_view(table, ("predicted_peak", "measured_peak")), hide_index=True, key="rec-table",
              column_config={"search_seconds": st.column_config.NumberColumn(format="%.4f")})
 downloads(table, "mcap-recommendations", "rec")
 

@@ -5,12 +5,12 @@ import streamlit as st
 from mcap.io.datasets import datasets_dir
 from mcap.core.errors import McapError
 from mcap.figures import scaling as fig_scaling
-from mcap.figures._style import fmt_bytes
+from mcap.figures._style import fmt_bytes, table_view
 from mcap.io.scalefile import load
 from pages._shared import chart, downloads, remember, restore_url, shared
 
 restore_url()
-st.title("📈 Scaling")
+st.title("Scaling")
 st.markdown(
     "How large a model trains when each device has a fixed capacity. For each partitioner the "
     "model is grown (here AmoebaNet-D's *filters*) and the largest size whose partitioning "
@@ -61,7 +61,6 @@ for col, row in zip(cols, summary.itertuples()):
 
 points = fig_scaling.scaling_points(result)
 chart(fig_scaling.draw_scaling(points, s.capacity_bytes), key="scaling-chart", name="scaling")
-st.dataframe(points, hide_index=True, key="scaling-table",
-             column_config={c: st.column_config.NumberColumn(c, format="%d")
-                            for c in ("params", "peak", "predicted_peak")})
+st.dataframe(table_view(points, ("peak", "predicted_peak")), hide_index=True, key="scaling-table",
+             column_config={"params": st.column_config.NumberColumn("params", format="%d")})
 downloads(points, "mcap-scaling", "scaling")

@@ -6,21 +6,24 @@ import streamlit as st
 from mcap.core.errors import McapError
 from mcap.figures import devices as fig_dev
 from mcap.figures import space as fig_space
-from mcap.figures._style import fmt_bytes
+from mcap.figures._style import fmt_bytes, table_view
 from mcap.core.types import Prediction
 from pages._search import (
     METHODS, finished_bo, measured_for, method_label, predictor_choice, recommendation,
     stage_peaks, sweep_predictions, time_pick,
 )
 from pages._shared import (
-    caption_of, chart, current, downloads, profile_for, remember, restore_url, shared,
+    caption_of, chart, current, dataset_name, downloads, profile_for, remember, restore_url,
+    shared,
 )
 
 restore_url()
-st.title("🗺️ Partition space")
+st.title("Partition space")
 sweep = current("sweep")
 profile = profile_for(sweep, current("profile"))
 st.caption(caption_of(sweep))
+name = dataset_name("sweep")
+BYTES = ("predicted_peak", "measured_peak", "predicted", "measured")
 predictor_choice(st.sidebar, key="space-predictor")
 
 try:
@@ -72,44 +75,49 @@ c[1].metric("ok with throughput", ok)
 c[2].metric("on the Pareto front", int(points["pareto"].sum()))
 c[3].metric("lowest measured peak", fmt_bytes(int(points["peak"].min())) if ok else "-")
 
-selected = shared("balance")
+# The selection is settled before anything is drawn: a click (read from the chart's state)
+# or a choice in the box below (read from its state) moves the ring and the bars in the
+# same rerun, never one rerun late. The chart's identity follows its figure, so a redrawn
+# chart starts with no selection: an empty one re-arms the click.
+options = list(points["balance"])
+selected = (shared("balance") or "").replace(",", "-")
+box = st.session_state.get("space-pick")
+if box in options and box != st.session_state.get("space-pick-shown"):
+    selected = box  # chosen in the box since the last run
+clicked = fig_space.clicked_balance(st.session_state.get("space-chart"))
+if clicked is None:
+    st.session_state.pop("space-last-click", None)
+elif clicked != st.session_state.get("space-last-click"):
+    st.session_state["space-last-click"] = selected = clicked
+if selected not in options:
+    selected = options[0] if options else None
 if selected is not None:
-    selected = selected.replace(",", "-")
-event = chart(fig_space.draw_space(points, selected if selected in set(points["balance"]) else None),
-              key="space-chart", name="partition-space", on_select="rerun", selection_mode="points")
-picked = [p.get("customdata") for p in (event.selection.points if event else []) if p.get("customdata")]
-picked = [c if isinstance(c, str) else c[0] for c in picked]
-# The chart keeps its selection across reruns: act only when it changes, so a later choice
-# in the box below is not overridden by an old click.
-if picked and picked[0] != st.session_state.get("space-last-click"):
-    st.session_state["space-last-click"] = selected = picked[0]
-    st.session_state["space-pick"] = selected
     remember("balance", selected.replace("-", ","))
+chart(fig_space.draw_space(points, selected, dataset=name),
+      key="space-chart", name="partition-space", on_select="rerun", selection_mode="points")
 
 table = fig_space.marks_table(marks, sweep.runs, predictions + tuple(
     Prediction(m.balance, stage_peaks(profile, m.balance)) for m in marks))
 st.markdown("**Recommendations** (rank: among the sweep's ok runs by measured peak; 1 = lowest)")
-st.dataframe(table, hide_index=True, key="space-marks-table")
+st.dataframe(table_view(table, BYTES), hide_index=True, key="space-marks-table")
+missing = table[table["status"] == fig_space.NOT_SAMPLED]
+if len(missing):
+    st.caption("Not in this sample: " + ", ".join(f"{m} ({b})" for m, b in zip(missing["method"], missing["balance"]))
+               + ". The sweep did not measure these picks, so they have no rank or star; open the "
+                 "full sweep (Overview) or measure them on the Predict page.")
 downloads(table, "mcap-recommendations-in-space", "space-marks")
 
 st.subheader("Selected partitioning")
-options = list(points["balance"])
-index = options.index(selected) if selected in options else 0
 if options:
-    if st.session_state.get("space-pick") not in options:
-        st.session_state["space-pick"] = options[index]
-    elif st.session_state["space-pick"] != options[index] and "space-pick-seen" not in st.session_state:
-        st.session_state["space-pick"] = options[index]  # a shared link's partitioning wins
-    st.session_state["space-pick-seen"] = True
+    st.session_state["space-pick"] = st.session_state["space-pick-shown"] = selected
     pick = st.selectbox("Partitioning (or click a point above)", options, key="space-pick")
-    if pick != selected:
-        remember("balance", pick.replace("-", ","))
     balance = tuple(int(n) for n in pick.split("-"))
     bars = fig_dev.device_bars(Prediction(balance, stage_peaks(profile, balance)),
                                measured_for(sweep.runs, balance),
                                sweep.setup.capacity_bytes)
-    chart(fig_dev.draw_device_bars(bars), key="space-devices", name=f"devices-{pick}")
-    st.dataframe(fig_dev.device_table(bars), hide_index=True, key="space-devices-table")
+    chart(fig_dev.draw_device_bars(bars, dataset=name), key="space-devices", name=f"devices-{pick}")
+    st.dataframe(table_view(fig_dev.device_table(bars), BYTES), hide_index=True,
+                 key="space-devices-table")
 
 st.subheader("Prediction error")
 errors = fig_space.error_stats(sweep.runs, predictions)
@@ -120,7 +128,7 @@ else:
     c[0].metric("partitionings compared", errors.count)
     c[1].metric("90% within", f"±{100 * errors.p90:.1f}%", help="90th percentile of |relative error|")
     c[2].metric("within the paper's ±14%", f"{100 * errors.within_paper:.0f}%")
-    chart(fig_space.draw_errors(errors), key="space-errors", name="prediction-error")
+    chart(fig_space.draw_errors(errors, dataset=name), key="space-errors", name="prediction-error")
     st.caption("Relative error = (predicted − measured) / measured peak of the fullest device. "
                "The paper reports 90% of VGG11's partitionings within 14% (section 4.2).")
 downloads(points, "mcap-partition-space", "space-points")

@@ -24,7 +24,9 @@ TIMEOUT = 30  # torch import is slow (ARCHITECTURE.md, Dashboard)
 
 
 def _bundled(kind):
-    refs = [r for r in datasets.bundled() if r.kind == kind]
+    from pages._shared import DEFAULTS  # what a fresh visit opens
+    refs = sorted((r for r in datasets.bundled() if r.kind == kind),
+                  key=lambda r: r.param != DEFAULTS.get(kind))
     if not refs:
         pytest.fail(f"{datasets.datasets_dir()} has no bundled *.{kind}.json: the dashboard must "
                     f"open on real measured data")
@@ -68,6 +70,11 @@ def frame(at: AppTest, *columns: str) -> pd.DataFrame:
     raise AssertionError(f"no table with columns {columns}; have {[list(d.value.columns) for d in at.dataframe]}")
 
 
+def mib(values) -> list:
+    """Bytes as the dashboard's tables show them (auto unit MiB for the bundled data)."""
+    return [round(int(v) / 2**20, 2) for v in values]
+
+
 def errors(at: AppTest) -> list[str]:
     return [e.value for e in at.error]
 
@@ -108,9 +115,10 @@ def test_overview_uploads_and_store_datasets(bundled, tmp_path):
 def test_layers_table_is_the_profiles_statistics(bundled):
     _, profile, _, _ = bundled
     at = page("layers")
-    shown = frame(at, "mem_isolated", "mem_added")
+    shown = frame(at, "mem_isolated (MiB)", "mem_added (MiB)")
     expected = fig_layers.layer_table(profile.model, profile.stats)
-    pd.testing.assert_frame_equal(shown.reset_index(drop=True), expected, check_dtype=False)
+    assert shown["param_bytes"].tolist() == expected["param_bytes"].tolist()
+    assert shown["mem_isolated (MiB)"].tolist() == mib(expected["mem_isolated"])
     assert metric(at, "layers") == str(profile.model.num_layers)
     assert [b.label for b in at.get("download_button")][:2] == ["⬇️ CSV", "⬇️ JSON"]
 
@@ -124,8 +132,8 @@ def test_predict_typed_partitioning_and_bad_input(bundled):
     pred = Prediction(balance, costs_of(profile).peaks(balance))
     assert metric(at, "partitioning") == balance_str(balance)
     assert metric(at, "predicted peak") == fmt_bytes(pred.peak)
-    table = frame(at, "device", "predicted", "over_capacity")
-    assert table["predicted"].tolist() == list(pred.peaks)
+    table = frame(at, "device", "predicted (MiB)", "over_capacity")
+    assert table["predicted (MiB)"].tolist() == mib(pred.peaks)
     assert at.query_params["balance"] == ",".join(map(str, balance))
 
     at.text_input(key="pick-text").set_value(",".join(map(str, balance[:-1] + (2,)))).run()
@@ -158,7 +166,7 @@ def test_partition_space_points_marks_and_errors(bundled):
     exact = recommend(profile, sweep.setup.stages, "exact")
     marks = frame(at, "method", "rank")
     row = marks[marks["method"] == "exact"].iloc[0]
-    assert row["balance"] == balance_str(exact.balance) and row["predicted_peak"] == exact.predicted_peak
+    assert row["balance"] == balance_str(exact.balance) and row["predicted_peak (MiB)"] == mib([exact.predicted_peak])[0]
     # the scatter's data: every ok run, by balance
     chart = at.get("plotly_chart")[0].proto.spec
     assert all(balance_str(r.balance) in chart for r in ok[:20])
@@ -172,9 +180,9 @@ def test_partition_space_points_marks_and_errors(bundled):
     # selecting a partitioning shows its per-device predicted and measured peaks
     choice = balance_str(ok[3].balance)
     at.selectbox(key="space-pick").set_value(choice).run()
-    bars = frame(at, "device", "predicted", "measured")
-    assert bars["predicted"].tolist() == list(costs_of(profile).peaks(ok[3].balance))
-    assert bars["measured"].tolist() == list(ok[3].peaks)
+    bars = frame(at, "device", "predicted (MiB)", "measured (MiB)")
+    assert bars["predicted (MiB)"].tolist() == mib(costs_of(profile).peaks(ok[3].balance))
+    assert bars["measured (MiB)"].tolist() == mib(ok[3].peaks)
     assert at.query_params["balance"] == choice.replace("-", ",")
 
 
@@ -186,7 +194,7 @@ def test_recommend_table_snippet_and_bo_curve(bundled):
     table = frame(at, "method", "search_seconds")
     assert table["method"].tolist() == ["exact", "bf", "uniform", "params"]
     assert table.set_index("method").loc["exact", "balance"] == balance_str(exact.balance)
-    assert table.set_index("method").loc["bf", "predicted_peak"] == exact.predicted_peak
+    assert table.set_index("method").loc["bf", "predicted_peak (MiB)"] == mib([exact.predicted_peak])[0]
     code = [c.value for c in at.code]
     assert any(f"GPipe(model, balance={list(exact.balance)}" in c for c in code)
     assert any("SplitPoint.BEGINNING" in c for c in code)
@@ -205,19 +213,88 @@ def test_recommend_table_snippet_and_bo_curve(bundled):
     assert frame(at, "method", "search_seconds")["method"].tolist()[2] == "bo"
 
 
-def test_teaching_view_first_stage_holds_most(bundled):
+def _highest_in_chart(at) -> tuple[int, float]:
+    """(device, level) of the highest memory line in the drawn timeline chart's own data."""
+    import json
+    spec = json.loads([c for c in at.get("plotly_chart") if "memory held" in c.proto.spec][0].proto.spec)
+    lines = {t["name"]: max(v for v in t["y"] if v is not None) for t in spec["data"]
+             if t.get("type") == "scatter" and t.get("name", "").startswith("device ")}
+    name = max(lines, key=lines.get)
+    return int(name.split()[1]), lines[name]
+
+
+def test_teaching_view_words_match_its_chart(bundled):
     _, profile, _, _ = bundled
     G = profile.setup.stages
-    at = page("explained", schedule="1f1b")
+    at = page("explained")
+    # the dataset's own schedule by default (the levels are calibrated on it)
+    assert at.radio(key="tl-schedule").value == profile.setup.schedule
     chunks = profile.setup.chunks
-    for d in range(G):
-        assert metric(at, f"device {d}") == f"{min(G - d, chunks)} in flight"
-    assert any("first stage fills up" in m.value for m in at.markdown)
-    at.radio(key="tl-schedule").set_value("gpipe").run()
-    assert all(metric(at, f"device {d}") == f"{chunks} in flight" for d in range(G))
+    for schedule in ("1f1b", "gpipe"):
+        at.radio(key="tl-schedule").set_value(schedule).run()
+        held = [min(G - d, chunks) for d in range(G)] if schedule == "1f1b" else [chunks] * G
+        assert [metric(at, f"device {d}") for d in range(G)] == [f"{h} in flight" for h in held]
+        top, level = _highest_in_chart(at)
+        words = " ".join(m.value for m in at.markdown)
+        assert f"Highest: device {top} at {level:.1f} MiB" in words, words
+        # the parts add up to the peak and the parameter state is named as such
+        assert "weights" in words and "gradients" in words and "optimizer state" in words
+        assert ("first stage fills up" in words) == (schedule == "1f1b" and top == 0)
+    # several partitionings: the words follow the chart every time
+    L = profile.model.num_layers
+    for balance in ((L - G + 1,) + (1,) * (G - 1), (1,) * (G - 1) + (L - G + 1,)):
+        at.text_input(key="tl-balance").set_value(",".join(map(str, balance))).run()
+        top, level = _highest_in_chart(at)
+        assert any(f"Highest: device {top} at {level:.1f} MiB" in m.value for m in at.markdown)
     assert at.query_params["schedule"] == "gpipe"
     at.text_input(key="tl-balance").set_value("1,2").run()
     assert any("sums to 3 but the model has" in e for e in errors(at))
+
+
+def test_every_figure_is_titled_and_has_no_placeholder_text(bundled):
+    """Presentation-ready: every chart on every page has a title and a dataset subtitle,
+    exports at slide size, and contains no plotly "new text" placeholder."""
+    import json
+    for name in ("overview", "layers", "predict", "space", "explained", "present"):
+        at = page(name)
+        charts = at.get("plotly_chart")
+        assert charts, name
+        for c in charts:
+            spec = json.loads(c.proto.spec)
+            title = spec["layout"].get("title", {})
+            assert title.get("text"), (name, "untitled figure")
+            assert title.get("subtitle", {}).get("text"), (name, title)
+            assert "new text" not in c.proto.spec.lower(), name
+            config = json.loads(c.proto.config)
+            assert config["toImageButtonOptions"]["scale"] == 2
+            assert config["toImageButtonOptions"]["width"] >= 1280, name
+
+
+def test_partition_space_default_view_has_no_empty_rank(bundled):
+    at = page("space")
+    marks = frame(at, "method", "rank")
+    assert marks["rank"].notna().all(), marks
+    assert not [c for c in at.caption if "Not in this sample" in c.value]
+    # a sampled sweep says which picks it did not measure
+    sampled = [r for r in datasets.bundled() if r.kind == "sweep" and "sample" in r.key][0]
+    at = page("space", sweep=sampled.param)
+    marks = frame(at, "method", "rank", "status")
+    missing = marks[marks["status"] == fig_space.NOT_SAMPLED]
+    notes = [c.value for c in at.caption if "Not in this sample" in c.value]
+    assert missing.empty or (notes and all(b in notes[0] for b in missing["balance"]))
+
+
+def test_present_page_tells_the_story_and_exports_one_html(bundled):
+    pref, profile, sref, sweep = bundled
+    at = page("present")
+    assert not errors(at)
+    assert len(at.get("plotly_chart")) == 4
+    from mcap.figures import story
+    s = story.story(profile, sweep)
+    table = at.table[0].value
+    assert dict(zip(table["what"], table["value"])) == dict(s.numbers())
+    html = story.report_html(s, story.draw_story(s, "x"), "t")
+    assert '<script src="http' not in html and html.count("Plotly.newPlot") == 4
 
 
 def test_profile_page_form_and_bad_spec(bundled):
@@ -259,7 +336,10 @@ def test_profile_page_runs_a_real_job_with_live_progress(tmp_path):
 @pytest.mark.integration
 def test_predict_measure_button_adds_the_measured_markers(bundled):
     from mcap.core.partition import random_partitionings
-    _, profile, _, sweep = bundled
+    # the sampled pair: the default full sweep measured every partitioning already
+    pref = datasets.parse_ref("bundled:vgg11-cpu4.profile.json")
+    sref = datasets.parse_ref("bundled:vgg11-cpu4-sample300.sweep.json")
+    profile, sweep = datasets.load(pref), datasets.load(sref)
     L, G = profile.model.num_layers, profile.setup.stages
     known = {tuple(r.balance) for r in profile.runs + sweep.runs}
     params = [layer.param_bytes for layer in profile.model.layers]
@@ -269,7 +349,7 @@ def test_predict_measure_button_adds_the_measured_markers(bundled):
         return all(sum(params[a:z]) > 0 for a, z in zip(edges, edges[1:]))
     balance = next(b for b in random_partitionings(L, G, 200, seed=7)
                    if b not in known and every_stage_has_parameters(b))
-    at = page("predict", balance=",".join(map(str, balance)))
+    at = page("predict", balance=",".join(map(str, balance)), profile=pref.param, sweep=sref.param)
     assert metric(at, "measured peak") == "not measured"
     at.button(key="measure-button").click().run()
     deadline = time.monotonic() + 300
@@ -281,10 +361,10 @@ def test_predict_measure_button_adds_the_measured_markers(bundled):
         at.run()
     at.run()
     assert not errors(at), errors(at)
-    table = frame(at, "device", "predicted", "measured")
-    assert table["measured"].notna().all() and (table["measured"] > 0).all()
-    measured = int(table["measured"].max())
-    assert metric(at, "measured peak") == fmt_bytes(measured)
+    table = frame(at, "device", "predicted (MiB)", "measured (MiB)")
+    assert table["measured (MiB)"].notna().all() and (table["measured (MiB)"] > 0).all()
+    # one unit: the table's MiB and the metric's agree to the digit
+    assert metric(at, "measured peak") == f"{table['measured (MiB)'].max():.2f} MiB"
     assert any('"measured"' in c.proto.spec for c in at.get("plotly_chart"))
 
 
@@ -324,12 +404,15 @@ def test_partition_space_switches_to_the_profile_of_the_sweeps_setup(bundled):
     other = _other_setup_profile(sweep)
     at = page("space", profile=other.param)
     assert not errors(at)
-    assert any("Using the profile" in i.value for i in at.info)
-    assert at.query_params["profile"] == pref.param
+    # the matching profile is used on this page only, and the page says so
+    assert any("This page uses the profile" in i.value for i in at.info)
+    assert at.query_params["profile"] == other.param
     # the picks shown are the matching profile's, not the other one's
     exact = recommend(profile, sweep.setup.stages, "exact")
     row = frame(at, "method", "rank").query("method == 'exact'").iloc[0]
-    assert row["predicted_peak"] == exact.predicted_peak
+    assert row["predicted_peak (MiB)"] == mib([exact.predicted_peak])[0]
+    at.button(key="switch-profile").click().run()
+    assert at.query_params["profile"] == pref.param
 
 
 def test_predict_hides_measurements_of_another_setup(bundled):
@@ -374,3 +457,68 @@ def test_time_baseline_is_timed_on_demand_in_a_child_process(bundled):
     row = frame(at, "method", "search_seconds").set_index("method").loc["time"]
     balance = tuple(int(n) for n in row["balance"].split("-"))
     assert len(balance) == profile.setup.stages and sum(balance) == profile.model.num_layers
+
+
+def test_no_page_imports_torch_while_it_renders(tmp_path):
+    """Issue 13 item 4: first visits stay fast because no page imports torch (or computes
+    balance_by_time) on its render path; checked in a fresh interpreter."""
+    import subprocess
+    import sys
+    code = (
+        "import sys\n"
+        "from streamlit.testing.v1 import AppTest\n"
+        f"at = AppTest.from_file({APP!r}, default_timeout=120); at.run()\n"
+        "from pages._shared import PAGES\n"
+        "for path, *_ in PAGES[1:]:\n"
+        "    at.switch_page(path); at.run()\n"
+        "    assert not at.exception, (path, [e.value for e in at.exception])\n"
+        "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))\n")
+    root = Path(APP).parent
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root,
+                          env={**__import__("os").environ, "PYTHONPATH": str(root),
+                               "MCAP_STORE": str(tmp_path / "s.sqlite")}, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout[-500:]
+
+
+def test_job_panel_stays_when_another_session_cancels_the_job(tmp_path):
+    """A job this page picked up from the store (started elsewhere) keeps its panel, with the
+    cancelled status, when another session cancels it (it used to vanish)."""
+    import os
+    import subprocess
+    from mcap.app import jobs
+    from mcap.store import open_store
+    s = open_store(os.environ["MCAP_STORE"])
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        job_id = s.create_job("sweep", ["sweep", "--model", "vgg11"], 5)
+        s.update_job(job_id, status="running", pid=child.pid)
+        at = page("profile")
+        assert any(f"Job {job_id}" in h.value for h in at.subheader)
+        jobs.cancel(s, job_id)  # what another browser session's Cancel button does
+        child.wait(10)
+        at.run()
+        assert any(f"Job {job_id}" in h.value for h in at.subheader)
+        assert any("was cancelled" in w.value for w in at.warning)
+    finally:
+        child.kill()
+
+
+def test_recommend_keeps_the_seed_across_pages(bundled):
+    at = page("recommend", method="bo", seed=7)
+    assert at.number_input(key="rec-seed").value == 7
+    at.number_input(key="rec-seed").set_value(11).run()
+    at.switch_page("pages/overview.py").run()
+    at.switch_page("pages/recommend.py").run()
+    assert at.number_input(key="rec-seed").value == 11 and at.query_params["seed"] == "11"
+
+
+def test_tables_and_charts_share_one_unit(bundled):
+    import json
+    at = page("space")
+    axis = json.loads(at.get("plotly_chart")[0].proto.spec)["layout"]["xaxis"]["title"]["text"]
+    unit = axis.rsplit("(", 1)[1].rstrip(")")
+    assert unit in ("MiB", "GiB")
+    marks = frame(at, "method", "rank")
+    assert f"predicted_peak ({unit})" in marks.columns and f"measured_peak ({unit})" in marks.columns
+    assert not [c for c in marks.columns if c in ("predicted_peak", "measured_peak")]

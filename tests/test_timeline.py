@@ -71,7 +71,7 @@ def test_simulation_matches_closed_form_and_ends_empty(stages, chunks, schedule,
 def test_stage_memory_calibrates_to_predicted_peak():
     params = (10, 20, 30, 40)
     sm = stage_memory((2, 2), params, predicted_peaks=(1000, 2000), profiled_schedule="1f1b", chunks=4)
-    assert sm == (StageMemory(90, (1000 - 90) // 2), StageMemory(210, 2000 - 210))
+    assert sm == (StageMemory(90, (1000 - 90) // 2, 30, 3), StageMemory(210, 2000 - 210, 70, 3))
     t = simulate((2, 2), "1f1b", 4, sm)
     assert t.peaks == (90 + 2 * 455, 2000)
 

@@ -86,6 +86,8 @@ class BoRun:
         self.result: Optional[Recommendation] = None
         self.error: Optional[str] = None
         self.started = time.monotonic()
+        self.ended: Optional[float] = None
+        self._stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True, name="mcap-bo",
                                        args=(profile, stages, seed, iterations, predictor))
         self.thread.start()
@@ -93,16 +95,41 @@ class BoRun:
     def _run(self, profile, stages, seed, iterations, predictor):
         try:
             self.result = recommend(profile, stages, "bo", predictor, seed=seed,
-                                    iterations=iterations,
-                                    on_best=lambda n, best: self.curve.append(best))
+                                    iterations=iterations, on_best=self._on_best)
+        except _Stopped:
+            self.error = f"bo was stopped after {len(self.curve)} of {iterations} evaluations"
         except McapError as exc:
             self.error = str(exc)
         except Exception as exc:  # shown on the page, never a traceback
             self.error = f"bo failed: {type(exc).__name__}: {exc}"
+        finally:
+            self.ended = time.monotonic()
+
+    def _on_best(self, n, best) -> None:
+        if self._stop.is_set():
+            raise _Stopped()
+        self.curve.append(best)
+
+    def stop(self) -> None:
+        """Ask the search to stop at its next evaluation (the curve so far is kept)."""
+        self._stop.set()
+
+    @property
+    def elapsed(self) -> float:
+        return (self.ended or time.monotonic()) - self.started
+
+    @property
+    def rate(self) -> float:
+        """Evaluations per second so far."""
+        return len(self.curve) / self.elapsed if self.elapsed > 0 else 0.0
 
     @property
     def finished(self) -> bool:
         return self.result is not None or self.error is not None
+
+
+class _Stopped(Exception):
+    """Raised inside bo's callback to end a search the user stopped."""
 
 
 # bo runs of this server process, by (dataset, stages, seed, iterations, predictor). A

@@ -31,7 +31,9 @@ TIMELINE_SCHEDULES = ("gpipe", "1f1b")
 class StageMemory:
     """Memory model of one stage for the simulation, in bytes."""
     static: int          # weights, gradients, optimizer state: held the whole iteration
-    per_microbatch: int  # activations kept for each micro-batch in flight on the stage
+    per_microbatch: int  # the rest of the peak, per micro-batch in flight on the stage
+    param_bytes: int = 0  # the stage's parameters: splits ``static`` into its parts
+    state_copies: int = 3  # weights + gradients + optimizer copies of the parameters
 
 
 @dataclass(frozen=True)
@@ -174,15 +176,60 @@ def stage_memory(balance: tuple[int, ...], param_bytes: tuple[int, ...],
         static = state_copies * sum(param_bytes[start:start + n])
         start += n
         rest = max(int(predicted_peaks[s]) - static, 0)
-        out.append(StageMemory(static=min(static, int(predicted_peaks[s])), per_microbatch=rest // held[s]))
+        out.append(StageMemory(static=min(static, int(predicted_peaks[s])), per_microbatch=rest // held[s],
+                               param_bytes=sum(param_bytes[start - n:start]),
+                               state_copies=state_copies))
     return tuple(out)
 
 
+@dataclass(frozen=True)
+class PeakParts:
+    """What one device holds at its highest simulated level, in bytes (sums to ``peak``)."""
+    device: int
+    peak: int
+    held: int               # micro-batches in flight at that moment
+    weights: int
+    gradients: int
+    optimizer: int
+    per_microbatch: int     # the rest, for the micro-batches in flight (held x per micro-batch)
+
+    @property
+    def parameter_state(self) -> int:
+        return self.weights + self.gradients + self.optimizer
+
+
+def peak_parts(timeline: Timeline, device: int) -> PeakParts:
+    """Split a device's simulated peak into weights, gradients, optimizer state (the
+    parameters' copies, held all iteration) and the memory of the micro-batches in flight.
+    The parameter state is never counted as activations: when the calibration clipped it
+    to the predicted peak, the parts are scaled down together."""
+    sm = timeline.stage_memory[device]
+    peak = timeline.peaks[device]
+    held = timeline.max_in_flight[device]
+    copies = max(sm.state_copies, 2)
+    full = copies * sm.param_bytes
+    scale = sm.static / full if full else 0.0
+    weights = gradients = int(sm.param_bytes * scale)
+    optimizer = sm.static - weights - gradients if full else 0
+    rest = peak - sm.static
+    return PeakParts(device, peak, held, weights, gradients, optimizer, rest)
+
+
+def _share(part: int, whole: int) -> str:
+    return f"{100 * part / whole:.0f}%" if whole else "0%"
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB"
+
+
 def explain(timeline: Timeline) -> tuple[str, ...]:
-    """Plain sentences on why the devices' memory differs, using the simulation's counts."""
+    """Plain sentences on why the devices' memory differs, computed from the simulation the
+    chart draws (so the words cannot disagree with it): the schedule's in-flight counts,
+    which device is highest, and what its peak is made of, in bytes and share."""
     g, m = timeline.stages, timeline.chunks
     held = timeline.max_in_flight
-    lines = [f"Each device keeps a micro-batch's activations from its forward until its "
+    lines = [f"Each device keeps what a micro-batch's backward needs from its forward until its "
              f"backward has run there; {m} micro-batches go through {g} stages."]
     if timeline.schedule == "gpipe":
         lines.append(f"GPipe runs all {m} forwards before any backward, so at the end of the "
@@ -193,17 +240,35 @@ def explain(timeline: Timeline) -> tuple[str, ...]:
         lines.append("1F1B starts backwards early: device i runs G-1-i warm-up forwards, so it "
                      "holds at most min(G-i, M) micro-batches: " +
                      ", ".join(f"device {i}: {h}" for i, h in enumerate(held)) + ".")
-        lines.append("The first stage fills up because the backward of a micro-batch reaches it "
-                     "last: the micro-batch must first pass through every later stage and back, "
-                     "and meanwhile the first stage keeps accepting new micro-batches.")
-    per_mb = [sm.per_microbatch for sm in timeline.stage_memory]
-    big = max(range(g), key=lambda i: per_mb[i])
-    if held[big] == max(held) and per_mb[big] > 0:
-        lines.append(f"Device {big} also keeps the most per micro-batch ({per_mb[big] / 2**20:.1f} MiB): "
-                     f"{'its layers see the largest activations, as the first layers of a CNN do on full-resolution images' if big == 0 else 'its layers produce the largest activations'}.")
     top = max(range(g), key=lambda i: timeline.peaks[i])
-    lines.append(f"Highest simulated level: device {top} at {timeline.peaks[top] / 2**20:.1f} MiB "
-                 f"({held[top]} micro-batch{'es' if held[top] != 1 else ''} in flight).")
+    p = peak_parts(timeline, top)
+    lines.append(
+        f"Highest: device {top} at {_mib(p.peak)} ({p.peak:,} bytes), with {p.held} "
+        f"micro-batch{'es' if p.held != 1 else ''} in flight. It holds weights {_mib(p.weights)} "
+        f"({_share(p.weights, p.peak)}), gradients {_mib(p.gradients)} ({_share(p.gradients, p.peak)}), "
+        f"optimizer state {_mib(p.optimizer)} ({_share(p.optimizer, p.peak)}), and "
+        f"{_mib(p.per_microbatch)} ({_share(p.per_microbatch, p.peak)}) for its micro-batches in "
+        "flight (activations kept for the backward and working buffers).")
+    others = [i for i in range(g) if i != top]
+    if others:
+        runner = max(others, key=lambda i: timeline.peaks[i])
+        q = peak_parts(timeline, runner)
+        state_gap = p.parameter_state - q.parameter_state
+        flight_gap = p.per_microbatch - q.per_microbatch
+        if state_gap >= flight_gap:
+            why = (f"mostly its parameter state: weights, gradients and optimizer state take "
+                   f"{_mib(p.parameter_state)} against device {runner}'s {_mib(q.parameter_state)}")
+        elif p.held > q.held:
+            why = (f"mostly the micro-batches in flight: it holds {p.held} against device "
+                   f"{runner}'s {q.held}, {_mib(p.per_microbatch)} against {_mib(q.per_microbatch)}")
+        else:
+            why = (f"mostly what each micro-batch in flight costs there: {_mib(p.per_microbatch)} "
+                   f"for {p.held} against device {runner}'s {_mib(q.per_microbatch)} for {q.held}")
+        lines.append(f"Why device {top} and not device {runner} (next at {_mib(q.peak)}): {why}.")
+        if timeline.schedule == "1f1b" and top == 0 and held[0] > held[runner]:
+            lines.append("The first stage fills up because the backward of a micro-batch reaches "
+                         "it last: the micro-batch must first pass through every later stage and "
+                         "back, and meanwhile the first stage keeps accepting new micro-batches.")
     return tuple(lines)
 
 

@@ -1,30 +1,78 @@
-"""Shared look of the drawings: units and colours (one place, so pages agree)."""
+"""Shared look of the drawings: one unit rule, one palette, one presentation finish (one
+place, so every page, the report and the exported PNGs agree)."""
 from __future__ import annotations
 
+from typing import Iterable, Optional
+
+import pandas as pd
+
+from mcap.core.units import fmt_bytes  # noqa: F401  (the one way to write bytes in text)
+
 MIB = 1024 * 1024
+GIB = 1024 * MIB
 
 # One colour per method/baseline, the same on every page.
 METHOD_COLORS = {
     "exact": "#2ca02c", "bf": "#17becf", "bo": "#9467bd",
     "time": "#d62728", "uniform": "#7f7f7f", "params": "#ff7f0e",
 }
+# One colour per device (stage), the same on every figure that separates devices.
+DEVICE_COLORS = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2",
+                 "#ff9da6", "#9d755d", "#bab0ac", "#eeca3b")
+# What a figure exported from the mode bar looks like on a slide (16:9, twice the pixels).
+EXPORT = {"format": "png", "width": 1280, "height": 720, "scale": 2}
+
+
+def device_color(d: int) -> str:
+    return DEVICE_COLORS[d % len(DEVICE_COLORS)]
 
 
 def mib(n: int | float | None) -> float | None:
-    """Bytes to MiB for axes and tables; None stays None (not measured)."""
+    """Bytes to MiB; None stays None (not measured)."""
     return None if n is None else n / MIB
 
 
-def fmt_bytes(n: int | None) -> str:
-    """Human-readable bytes for captions: '1.23 GiB', '512.0 MiB', '-'."""
-    if n is None:
-        return "-"
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if abs(n) >= size:
-            return f"{n / size:.2f} {unit}"
-    return f"{n} B"
+def unit_for(values: Iterable) -> tuple[str, int]:
+    """The unit a figure or table shows its bytes in: GiB once the largest value reaches
+    2 GiB, else MiB (auto MiB/GiB, one rule everywhere)."""
+    top = max((abs(int(v)) for v in values if v is not None and not pd.isna(v)), default=0)
+    return ("GiB", GIB) if top >= 2 * GIB else ("MiB", MIB)
+
+
+def scaled(values: Iterable, unit: tuple[str, int]) -> list:
+    return [None if v is None or pd.isna(v) else int(v) / unit[1] for v in values]
+
+
+def table_view(frame: pd.DataFrame, columns: Iterable[str]) -> pd.DataFrame:
+    """A table for the screen: the byte ``columns`` in the auto unit (one unit for the whole
+    table), renamed ``"name (MiB)"``. Downloads keep the raw frame, in bytes."""
+    columns = [c for c in columns if c in frame.columns]
+    unit = unit_for(v for c in columns for v in frame[c])
+    out = frame.copy()
+    for c in columns:
+        out[c] = pd.array([None if v is None else round(v, 2) for v in scaled(frame[c], unit)],
+                          dtype="Float64")
+    return out.rename(columns={c: f"{c} ({unit[0]})" for c in columns})
 
 
 def balance_str(balance) -> str:
     """(3, 3, 5, 19) -> '3-3-5-19', as the paper writes partitionings."""
     return "-".join(str(int(n)) for n in balance)
+
+
+def finish(fig, title: str, dataset: Optional[str] = None, legend: bool = True):
+    """Presentation finish: a title saying what the figure shows (and for which dataset, as
+    a subtitle), the legend above the plot and clear of the axis titles, room for both."""
+    fig.update_layout(
+        title=dict(text=title, subtitle=dict(text=dataset or ""), x=0.01, xanchor="left",
+                   y=0.98, yanchor="top"),
+        margin=dict(t=110 if legend else 80, l=70, r=30, b=60),
+        legend=dict(orientation="h", x=0, xanchor="left", y=1.0, yanchor="bottom"),
+        font=dict(size=13))
+    return fig
+
+
+def for_dataset(fig, dataset: str):
+    """Put the dataset's name under the figure's title (pages know which dataset it is)."""
+    fig.update_layout(title_subtitle_text=dataset)
+    return fig

@@ -8,7 +8,7 @@ from typing import Optional
 import plotly.graph_objects as go
 
 from mcap.core.errors import McapError
-from mcap.figures._style import balance_str, mib
+from mcap.figures._style import balance_str, device_color, finish, scaled, unit_for
 from mcap.core.types import Prediction, Run
 
 
@@ -43,22 +43,25 @@ def device_bars(prediction: Prediction, run: Optional[Run] = None,
                       None if run is None else run.status, capacity)
 
 
-def draw_device_bars(data: DeviceBars, title: str = "") -> go.Figure:
+def draw_device_bars(data: DeviceBars, title: str = "", dataset: str = "") -> go.Figure:
+    """Bars in the devices' own colours (the same on every page), measured as diamonds."""
     devices = [f"device {i}" for i in range(len(data.balance))]
+    unit = unit_for([*data.predicted, *(data.measured or ()), data.capacity])
     fig = go.Figure()
-    fig.add_bar(x=devices, y=[mib(p) for p in data.predicted], name="predicted",
+    fig.add_bar(x=devices, y=scaled(data.predicted, unit), name="predicted",
                 customdata=data.layers,
-                hovertemplate="layers %{customdata}<br>predicted %{y:.1f} MiB<extra></extra>")
+                marker_color=[device_color(i) for i in range(len(devices))],
+                hovertemplate="layers %{customdata}<br>predicted %{y:.1f} " + unit[0] + "<extra></extra>")
     if data.measured is not None:
-        fig.add_scatter(x=devices, y=[mib(p) for p in data.measured], name="measured",
+        fig.add_scatter(x=devices, y=scaled(data.measured, unit), name="measured",
                         mode="markers", marker=dict(symbol="diamond", size=14, color="black"),
-                        hovertemplate="measured %{y:.1f} MiB<extra></extra>")
+                        hovertemplate="measured %{y:.1f} " + unit[0] + "<extra></extra>")
     if data.capacity is not None:
-        fig.add_hline(y=mib(data.capacity), line_dash="dash", line_color="red",
-                      annotation_text=f"capacity {mib(data.capacity):.0f} MiB")
-    fig.update_layout(title=title or balance_str(data.balance), yaxis_title="peak memory (MiB)",
-                      legend_orientation="h", margin=dict(t=40))
-    return fig
+        fig.add_hline(y=data.capacity / unit[1], line_dash="dash", line_color="red",
+                      annotation_text=f"capacity {data.capacity / unit[1]:.1f} {unit[0]}")
+    fig.update_layout(yaxis_title=f"peak memory ({unit[0]})")
+    return finish(fig, title or f"Per-device peak memory of partitioning {balance_str(data.balance)}",
+                  dataset)
 
 
 def device_table(data: DeviceBars):

@@ -6,7 +6,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from mcap.core.errors import McapError
-from mcap.figures._style import balance_str, mib
+from mcap.figures._style import balance_str, finish, scaled, unit_for
 from mcap.core.types import LayerStats, ModelInfo, Run
 
 LAYER_COLUMNS = ["layer", "name", "param_bytes", "mem_isolated", "mem_added"]
@@ -37,30 +37,31 @@ def breakdown_table(runs: tuple[Run, ...]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=BREAKDOWN_COLUMNS)
 
 
-def draw_layers(table: pd.DataFrame) -> go.Figure:
+def draw_layers(table: pd.DataFrame, dataset: str = "") -> go.Figure:
     """Grouped bars of mem_isolated and mem_added per layer, parameter bytes as a line;
     layer names on hover."""
+    unit = unit_for([*table["mem_isolated"], *table["param_bytes"]])
     fig = go.Figure()
-    hover = "%{customdata}<br>%{y:.2f} MiB<extra>%{fullData.name}</extra>"
+    hover = "%{customdata}<br>%{y:.2f} " + unit[0] + "<extra>%{fullData.name}</extra>"
     names = table["name"].tolist()
-    fig.add_bar(x=table["layer"], y=[mib(v) for v in table["mem_isolated"]], name="mem_isolated",
+    fig.add_bar(x=table["layer"], y=scaled(table["mem_isolated"], unit), name="mem_isolated",
                 customdata=names, hovertemplate=hover)
-    added = [None if pd.isna(v) else mib(int(v)) for v in table["mem_added"]]
-    fig.add_bar(x=table["layer"], y=added, name="mem_added", customdata=names, hovertemplate=hover)
-    fig.add_scatter(x=table["layer"], y=[mib(v) for v in table["param_bytes"]], name="parameters",
+    fig.add_bar(x=table["layer"], y=scaled(table["mem_added"], unit), name="mem_added",
+                customdata=names, hovertemplate=hover)
+    fig.add_scatter(x=table["layer"], y=scaled(table["param_bytes"], unit), name="parameters",
                     mode="lines+markers", customdata=names, hovertemplate=hover)
-    fig.update_layout(barmode="group", xaxis_title="layer", yaxis_title="MiB",
-                      legend_orientation="h", margin=dict(t=30))
-    return fig
+    fig.update_layout(barmode="group", xaxis_title="layer", yaxis_title=unit[0])
+    return finish(fig, "Per-layer memory statistics (mem_isolated, mem_added) and parameters",
+                  dataset)
 
 
-def draw_breakdown(table: pd.DataFrame) -> go.Figure:
+def draw_breakdown(table: pd.DataFrame, dataset: str = "") -> go.Figure:
     """Stacked bars of where each stage's peak went, per profiled run and stage."""
     x = [f"{b} · s{s}" for b, s in zip(table["balance"], table["stage"])]
+    unit = unit_for(table["peak"])
     fig = go.Figure()
     for part in ("weights", "gradients", "optimizer", "other"):
-        fig.add_bar(x=x, y=[mib(v) for v in table[part]],
+        fig.add_bar(x=x, y=scaled(table[part], unit),
                     name="activations & buffers" if part == "other" else part)
-    fig.update_layout(barmode="stack", xaxis_title="run · stage", yaxis_title="MiB",
-                      legend_orientation="h", margin=dict(t=30))
-    return fig
+    fig.update_layout(barmode="stack", xaxis_title="run · stage", yaxis_title=unit[0])
+    return finish(fig, "Where each profiled stage's peak went", dataset)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from mcap.figures._style import METHOD_COLORS, balance_str, mib
+from mcap.figures._style import METHOD_COLORS, balance_str, finish, scaled, unit_for
 from mcap.core.scaling import Scaling
 
 POINT_COLUMNS = ["partitioner", "value", "params", "balance", "status", "peak",
@@ -44,34 +44,34 @@ def scaling_summary(s: Scaling) -> pd.DataFrame:
     return frame
 
 
-def draw_scaling(points: pd.DataFrame, capacity: int | None = None) -> go.Figure:
+def draw_scaling(points: pd.DataFrame, capacity: int | None = None, dataset: str = "") -> go.Figure:
     """Peak MiB vs parameters (millions): one line of ok sizes per partitioner, sizes that
     did not train as crosses at the capacity, the largest trainable size as a star."""
+    unit = unit_for([*points["peak"], capacity])
     fig = go.Figure()
     for name, group in points.groupby("partitioner", sort=False):
         color = COLORS.get(name, "#1f77b4")
         ok = group[group["status"] == "ok"]
-        fig.add_scatter(x=ok["params"] / 1e6, y=[mib(int(p)) for p in ok["peak"]],
+        fig.add_scatter(x=ok["params"] / 1e6, y=scaled(ok["peak"], unit),
                         mode="lines+markers", name=name, line=dict(color=color),
                         customdata=ok["balance"],
-                        hovertemplate="%{x:.2f}M params<br>%{y:.1f} MiB<br>%{customdata}")
+                        hovertemplate="%{x:.2f}M params<br>%{y:.1f} " + unit[0] + "<br>%{customdata}")
         bad = group[group["status"] != "ok"]
         if len(bad) and capacity:
-            fig.add_scatter(x=bad["params"] / 1e6, y=[mib(capacity)] * len(bad), mode="markers",
+            fig.add_scatter(x=bad["params"] / 1e6, y=[capacity / unit[1]] * len(bad), mode="markers",
                             name=f"{name}: does not train", showlegend=False,
                             marker=dict(symbol="x", size=10, color=color),
                             customdata=bad["status"],
                             hovertemplate="%{x:.2f}M params: %{customdata}")
         top = group[group["largest"]]
         if len(top):
-            fig.add_scatter(x=top["params"] / 1e6, y=[mib(int(p)) for p in top["peak"]],
+            fig.add_scatter(x=top["params"] / 1e6, y=scaled(top["peak"], unit),
                             mode="markers", name=f"{name}: largest trainable",
                             marker=dict(symbol="star", size=16, color=color,
                                         line=dict(width=1, color="black")))
     if capacity:
-        fig.add_hline(y=mib(capacity), line_dash="dash", line_color="black",
+        fig.add_hline(y=capacity / unit[1], line_dash="dash", line_color="black",
                       annotation_text="capacity", annotation_position="top left")
     fig.update_layout(xaxis_title="model size (million trainable parameters)",
-                      yaxis_title="measured peak memory (MiB)", legend_title="partitioner",
-                      margin=dict(t=30))
-    return fig
+                      yaxis_title=f"measured peak memory ({unit[0]})")
+    return finish(fig, "Scaling: measured peak memory vs model size, per partitioner", dataset)

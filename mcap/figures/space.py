@@ -10,10 +10,11 @@ from typing import Optional
 import pandas as pd
 import plotly.graph_objects as go
 
-from mcap.figures._style import METHOD_COLORS, balance_str, mib
+from mcap.figures._style import METHOD_COLORS, balance_str, finish, scaled, unit_for
 from mcap.core.evaluate import percentile
 from mcap.core.types import Prediction, Run
 
+NOT_SAMPLED = "not in this sample"  # a pick the sweep did not measure (a sampled sweep)
 PAPER_ERROR = 0.14  # paper 4.2: 90% of VGG11 partitionings predicted within 14%
 POINT_COLUMNS = ["balance", "peak", "samples_per_second", "pareto", "marks"]
 
@@ -64,7 +65,7 @@ def marks_table(marks: tuple[Mark, ...], runs: tuple[Run, ...],
         measured = run.peak if run is not None and run.status == "ok" else None
         rank = None if measured is None else 1 + sum(1 for p in ranked if p < measured)
         rows.append((m.label, balance_str(m.balance), pred.get(tuple(m.balance)), measured,
-                     None if run is None else run.status, rank))
+                     NOT_SAMPLED if run is None else run.status, rank))
     frame = pd.DataFrame(rows, columns=["method", "balance", "predicted_peak", "measured_peak",
                                         "status", "rank"])
     for col in ("predicted_peak", "measured_peak", "rank"):
@@ -72,34 +73,69 @@ def marks_table(marks: tuple[Mark, ...], runs: tuple[Run, ...],
     return frame
 
 
-def draw_space(points: pd.DataFrame, selected: Optional[str] = None) -> go.Figure:
-    """Scatter (x: peak MiB, y: samples/s), the Pareto front as a line, marks as large symbols.
-    Trace 0 holds every point so a selection's point_index is a row of ``points``."""
+def clicked_balance(state) -> Optional[str]:
+    """The balance of the first point of a plotly chart's selection state (what
+    ``st.plotly_chart(on_select=...)`` keeps), or None when nothing is selected."""
+    try:
+        points = state["selection"]["points"]
+    except (KeyError, TypeError):
+        return None
+    for p in points or ():
+        data = p.get("customdata")
+        if data:
+            return data if isinstance(data, str) else data[0]
+    return None
+
+
+def draw_space(points: pd.DataFrame, selected: Optional[str] = None, dataset: str = "") -> go.Figure:
+    """Scatter (x: peak, y: samples/s), the Pareto front as a line, marks as large symbols.
+    Trace 0 holds every point so a selection's point_index is a row of ``points``.
+
+    Several picks on one partitioning stay visible: each later star is drawn smaller on top
+    of the earlier ones, and every star's hover names all the picks at its spot."""
+    unit = unit_for(points["peak"])
+    x = scaled(points["peak"], unit)
     fig = go.Figure()
-    fig.add_scatter(x=[mib(p) for p in points["peak"]], y=points["samples_per_second"],
+    fig.add_scatter(x=x, y=points["samples_per_second"],
                     mode="markers", name="measured partitionings", customdata=points["balance"],
                     marker=dict(size=7, color="#1f77b4", opacity=0.55),
-                    hovertemplate="%{customdata}<br>%{x:.1f} MiB · %{y:.2f} samples/s<extra></extra>")
+                    hovertemplate="%{customdata}<br>%{x:.1f} " + unit[0]
+                                  + " · %{y:.2f} samples/s<extra></extra>")
     front = points[points["pareto"]].sort_values("peak")
-    fig.add_scatter(x=[mib(p) for p in front["peak"]], y=front["samples_per_second"],
+    fig.add_scatter(x=scaled(front["peak"], unit), y=front["samples_per_second"],
                     mode="lines", name="Pareto front", line=dict(color="#444", dash="dot"),
-                    hoverinfo="skip")
-    for label in sorted({lab for cell in points["marks"] if cell for lab in cell.split(", ")}):
+                    hoverinfo="skip", cliponaxis=False)
+    labels = sorted({lab for cell in points["marks"] if cell for lab in cell.split(", ")})
+    for i, label in enumerate(labels):
         rows = points[points["marks"].str.split(", ").apply(lambda labs: label in labs)]
-        fig.add_scatter(x=[mib(p) for p in rows["peak"]], y=rows["samples_per_second"],
-                        mode="markers", name=label, customdata=rows["balance"],
-                        marker=dict(size=15, symbol="star", color=METHOD_COLORS.get(label, "#000"),
-                                    line=dict(width=1, color="black")),
-                        hovertemplate=f"{label}: " + "%{customdata}<extra></extra>")
+        fig.add_scatter(x=scaled(rows["peak"], unit), y=rows["samples_per_second"],
+                        mode="markers", name=label, customdata=rows[["balance", "marks"]],
+                        cliponaxis=False,
+                        marker=dict(size=max(24 - 4 * i, 8), symbol="star",
+                                    color=METHOD_COLORS.get(label, "#000"),
+                                    line=dict(width=1.5, color="black")),
+                        hovertemplate="%{customdata[0]}: picked by %{customdata[1]}<extra></extra>")
     if selected is not None:
         rows = points[points["balance"] == selected]
-        fig.add_scatter(x=[mib(p) for p in rows["peak"]], y=rows["samples_per_second"],
+        fig.add_scatter(x=scaled(rows["peak"], unit), y=rows["samples_per_second"],
                         mode="markers", name=f"selected {selected}", hoverinfo="skip",
-                        marker=dict(size=20, symbol="circle-open", color="black", line=dict(width=3)))
-    fig.update_layout(xaxis_title="peak memory of the fullest device (MiB)",
-                      yaxis_title="throughput (samples/s)", legend_orientation="h",
-                      margin=dict(t=30), clickmode="event+select")
-    return fig
+                        cliponaxis=False,
+                        marker=dict(size=28, symbol="circle-open", color="black", line=dict(width=3)))
+    _pad(fig, x, list(points["samples_per_second"]))
+    fig.update_layout(xaxis_title=f"peak memory of the fullest device ({unit[0]})",
+                      yaxis_title="throughput (samples/s)", clickmode="event+select")
+    return finish(fig, "Partition space: peak memory vs throughput of every measured "
+                       "partitioning", dataset)
+
+
+def _pad(fig: go.Figure, x: list, y: list) -> None:
+    """Axis ranges with 5% room, so stars and the Pareto line at the edges are not clipped."""
+    for axis, vals in (("xaxis", x), ("yaxis", y)):
+        vals = [v for v in vals if v is not None]
+        if vals:
+            low, high = min(vals), max(vals)
+            room = 0.05 * (high - low or abs(high) or 1)
+            fig.update_layout({f"{axis}_range": [low - room, high + room]})
 
 
 @dataclass(frozen=True)
@@ -131,18 +167,21 @@ def error_stats(runs: tuple[Run, ...], predictions: tuple[Prediction, ...]) -> E
     return ErrorStats(tuple(balances), tuple(errors), p90, within)
 
 
-def draw_errors(stats: ErrorStats) -> go.Figure:
+def draw_errors(stats: ErrorStats, dataset: str = "") -> go.Figure:
     fig = go.Figure()
     fig.add_histogram(x=[100 * e for e in stats.errors], nbinsx=40, name="partitionings",
                       hovertemplate="%{x}%: %{y} partitionings<extra></extra>")
+    # Label only the right-hand line of each pair: a vline given annotation_text=None
+    # draws plotly's "new text" placeholder.
     if stats.p90 is not None:
-        for sign in (-1, 1):
-            fig.add_vline(x=sign * 100 * stats.p90, line_color="black", line_dash="dash",
-                          annotation_text=f"90% within ±{100 * stats.p90:.1f}%" if sign > 0 else None)
-    for sign in (-1, 1):
-        fig.add_vline(x=sign * 100 * stats.paper, line_color="red", line_dash="dot",
-                      annotation_text=f"paper: ±{100 * stats.paper:.0f}%" if sign > 0 else None,
-                      annotation_position="bottom right")
+        fig.add_vline(x=-100 * stats.p90, line_color="black", line_dash="dash")
+        fig.add_vline(x=100 * stats.p90, line_color="black", line_dash="dash",
+                      annotation_text=f"90% within ±{100 * stats.p90:.1f}%")
+    fig.add_vline(x=-100 * stats.paper, line_color="red", line_dash="dot")
+    fig.add_vline(x=100 * stats.paper, line_color="red", line_dash="dot",
+                  annotation_text=f"paper: ±{100 * stats.paper:.0f}%",
+                  annotation_position="bottom right")
     fig.update_layout(xaxis_title="relative error of predicted peak (%)", yaxis_title="partitionings",
-                      margin=dict(t=30), showlegend=False)
-    return fig
+                      showlegend=False)
+    return finish(fig, "Prediction error of the fullest device's peak",
+                  dataset, legend=False)

@@ -6,11 +6,13 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from mcap.figures._style import mib
+from mcap.figures._style import device_color, finish, scaled, unit_for
 from mcap.core.timeline import Timeline
 
-_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
-            "#7f7f7f", "#bcbd22", "#17becf")
+# Micro-batches get greys and pastels so they do not read as devices (devices have the
+# shared DEVICE_COLORS, the same on every page).
+_PALETTE = ("#c7c7c7", "#fdd0a2", "#c7e9c0", "#dadaeb", "#fcbba1", "#c6dbef", "#fde0ef",
+            "#e5d8bd", "#d9d9d9", "#ccebc5")
 
 
 def ops_frame(t: Timeline) -> pd.DataFrame:
@@ -26,7 +28,7 @@ def memory_frame(t: Timeline) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["device", "step", "held", "in_flight", "memory"])
 
 
-def draw_timeline(t: Timeline) -> go.Figure:
+def draw_timeline(t: Timeline, dataset: str = "") -> go.Figure:
     """Top: the schedule, one row per device, a box per op labelled F3/B3 and coloured by
     micro-batch. Bottom: each device's memory level over the same steps."""
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
@@ -42,14 +44,23 @@ def draw_timeline(t: Timeline) -> go.Figure:
                                                     f"steps {o.start}-{o.end}<extra></extra>",
                     row=1, col=1)
     mem = memory_frame(t)
+    unit = unit_for(mem["memory"])
     for d in range(t.stages):
         rows = mem[mem["device"] == d]
-        fig.add_scatter(x=rows["step"], y=[mib(v) for v in rows["memory"]], mode="lines",
+        fig.add_scatter(x=rows["step"], y=scaled(rows["memory"], unit), mode="lines",
                         line_shape="hv", name=f"device {d}", customdata=rows["held"],
-                        hovertemplate=f"device {d}" + " step %{x}: %{y:.1f} MiB<br>holds "
+                        line=dict(color=device_color(d), width=3),
+                        hovertemplate=f"device {d}" + " step %{x}: %{y:.1f} " + unit[0] + "<br>holds "
                                       "micro-batches %{customdata}<extra></extra>", row=2, col=1)
     fig.update_yaxes(autorange="reversed", row=1, col=1)
-    fig.update_yaxes(title_text="MiB", row=2, col=1)
+    fig.update_yaxes(title_text=unit[0], row=2, col=1)
     fig.update_xaxes(title_text="time step", row=2, col=1)
-    fig.update_layout(barmode="overlay", height=620, legend_orientation="h", margin=dict(t=40))
+    fig.update_layout(barmode="overlay", height=680)
+    names = {"gpipe": "GPipe", "1f1b": "1F1B"}
+    finish(fig, f"One iteration under {names.get(t.schedule, t.schedule)}: schedule and "
+                f"memory held per device ({'-'.join(map(str, t.balance))})", dataset)
+    # the subplot titles sit where a top legend would: the devices' legend goes beside the
+    # memory plot instead
+    fig.update_layout(legend=dict(orientation="v", x=1.01, xanchor="left", y=0, yanchor="bottom"),
+                      margin=dict(t=90, r=110))
     return fig

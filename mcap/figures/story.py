@@ -1,0 +1,136 @@
+"""A dataset's story for teammates in four figures (issue 14 item 10): what mCAP's split
+does to the per-device peaks, how close its predictions are to measurements (paper 4.2,
+Fig. 9), and how its pick compares with the baselines (paper 4.3). ``story`` is the data,
+``draw_story`` the figures, ``report_html`` one self-contained HTML file (plotly.js inline,
+no internet needed), which is also the "download all figures" of a dataset."""
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from mcap.core.evaluate import percentile
+from mcap.core.recommend import costs_of, recommend
+from mcap.core.setup import mismatch
+from mcap.core.types import Prediction, Profile, Recommendation, Sweep
+from mcap.core.units import fmt_bytes
+from mcap.figures import overview, space
+from mcap.figures._style import METHOD_COLORS, balance_str, finish, scaled, unit_for
+
+BASELINES = ("exact", "uniform", "params")  # mCAP's pick and the cheap baselines (paper 4.3)
+
+
+@dataclass(frozen=True)
+class Story:
+    spec: str
+    stages: int
+    picks: tuple[Recommendation, ...]          # BASELINES, in order
+    measured: tuple[Optional[int], ...]        # each pick's measured peak in the sweep, if any
+    ranks: tuple[Optional[int], ...]           # its rank among the sweep's ok runs (1 = lowest)
+    pairs: pd.DataFrame                        # balance, predicted, measured per ok sweep run
+    errors: space.ErrorStats
+    p50: Optional[float]                       # median |relative error|
+    worst: Optional[float]                     # largest |relative error|
+
+    def numbers(self) -> list[tuple[str, str]]:
+        """The numbers that matter, as (what, value) lines for the page and the report."""
+        best, rows = self.picks[0], []
+        rows.append(("mCAP's partitioning", balance_str(best.balance)))
+        for rec, meas, rank in zip(self.picks, self.measured, self.ranks):
+            text = f"predicted {fmt_bytes(rec.predicted_peak)}"
+            if meas is not None:
+                text += f", measured {fmt_bytes(meas)} (rank {rank} of {len(self.pairs)})"
+            else:
+                text += ", not in this sample"
+            rows.append((f"{rec.method} {balance_str(rec.balance)}", text))
+        if self.errors.count:
+            rows += [("partitionings compared", f"{self.errors.count}"),
+                     ("median |error|", f"{100 * self.p50:.1f}%"),
+                     ("90% within", f"±{100 * self.errors.p90:.1f}%"),
+                     ("worst |error|", f"{100 * self.worst:.1f}%"),
+                     ("within the paper's ±14%", f"{100 * self.errors.within_paper:.0f}%")]
+        return rows
+
+
+def story(profile: Profile, sweep: Optional[Sweep], predictor: Optional[str] = None) -> Story:
+    """Everything the four figures and the numbers show, from the library's own entries."""
+    g = profile.setup.stages
+    picks = tuple(recommend(profile, g, m, predictor) for m in BASELINES)
+    runs = () if sweep is None or mismatch(profile, sweep) else tuple(
+        r for r in sweep.runs if r.status == "ok" and r.peaks and len(r.balance) == g)
+    costs = costs_of(profile, predictor)
+    predicted = costs.peaks_many(np.asarray([r.balance for r in runs], dtype=np.int64)) if runs else []
+    preds = tuple(Prediction(tuple(r.balance), tuple(int(x) for x in row))
+                  for r, row in zip(runs, predicted))
+    pairs = pd.DataFrame([(balance_str(r.balance), p.peak, r.peak) for r, p in zip(runs, preds)],
+                         columns=["balance", "predicted", "measured"])
+    by_balance = {tuple(r.balance): r.peak for r in runs}
+    ranked = sorted(by_balance.values())
+    measured = tuple(by_balance.get(tuple(p.balance)) for p in picks)
+    ranks = tuple(None if m is None else 1 + sum(1 for x in ranked if x < m) for m in measured)
+    errors = space.error_stats(runs, preds)
+    absolute = [abs(e) for e in errors.errors]
+    return Story(profile.model.spec, g, picks, measured, ranks, pairs, errors,
+                 percentile(absolute, 50) if absolute else None, max(absolute, default=None))
+
+
+def draw_predicted_vs_measured(s: Story, dataset: str = "") -> go.Figure:
+    unit = unit_for([*s.pairs["predicted"], *s.pairs["measured"]])
+    x, y = scaled(s.pairs["measured"], unit), scaled(s.pairs["predicted"], unit)
+    fig = go.Figure()
+    fig.add_scatter(x=x, y=y, mode="markers", name="partitionings", customdata=s.pairs["balance"],
+                    marker=dict(size=6, opacity=0.5, color="#1f77b4"),
+                    hovertemplate="%{customdata}<br>measured %{x:.1f}, predicted %{y:.1f} "
+                                  + unit[0] + "<extra></extra>")
+    if x:
+        lo, hi = min(x + y), max(x + y)
+        fig.add_scatter(x=[lo, hi], y=[lo, hi], mode="lines", name="predicted = measured",
+                        line=dict(color="black", dash="dash"))
+    fig.update_layout(xaxis_title=f"measured peak of the fullest device ({unit[0]})",
+                      yaxis_title=f"predicted ({unit[0]})")
+    return finish(fig, "Predicted vs measured peak, every measured partitioning", dataset)
+
+
+def draw_picks(s: Story, dataset: str = "") -> go.Figure:
+    """The fullest device's peak of mCAP's pick and the baselines: predicted bars, measured
+    diamonds where the sweep measured the pick."""
+    unit = unit_for([*(p.predicted_peak for p in s.picks), *s.measured])
+    names = [f"{p.method}<br>{balance_str(p.balance)}" for p in s.picks]
+    fig = go.Figure()
+    fig.add_bar(x=names, y=scaled([p.predicted_peak for p in s.picks], unit), name="predicted",
+                marker_color=[METHOD_COLORS.get(p.method, "#888") for p in s.picks])
+    fig.add_scatter(x=names, y=scaled(s.measured, unit), mode="markers", name="measured",
+                    marker=dict(symbol="diamond", size=14, color="black"))
+    fig.update_layout(yaxis_title=f"peak of the fullest device ({unit[0]})")
+    return finish(fig, "mCAP's pick vs the baselines: peak of the fullest device", dataset)
+
+
+def draw_story(s: Story, dataset: str = "") -> tuple[go.Figure, ...]:
+    """The four figures, in the order the story is told."""
+    split = overview.split_bars((("uniform", _prediction(s.picks[1])),
+                                 ("exact", _prediction(s.picks[0]))))
+    figs = [overview.draw_split_bars(split, dataset), draw_picks(s, dataset)]
+    if s.errors.count:
+        figs += [draw_predicted_vs_measured(s, dataset), space.draw_errors(s.errors, dataset)]
+    return tuple(figs)
+
+
+def _prediction(rec: Recommendation) -> Prediction:
+    return Prediction(tuple(rec.balance), tuple(rec.predicted_peaks))
+
+
+def report_html(s: Story, figures: tuple[go.Figure, ...], title: str) -> str:
+    """One self-contained HTML page: the numbers and the figures, plotly.js inlined once."""
+    rows = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>"
+                   for k, v in s.numbers())
+    parts = [fig.to_html(full_html=False, include_plotlyjs=(i == 0),
+                         config={"displaylogo": False}, default_width="100%", default_height="520px")
+             for i, fig in enumerate(figures)]
+    return ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>" + html.escape(title)
+            + "</title><style>body{font-family:sans-serif;max-width:1100px;margin:auto}"
+              "td{padding:2px 12px}</style></head><body><h1>" + html.escape(title) + "</h1>"
+            + "<table>" + rows + "</table>" + "".join(parts) + "</body></html>")

@@ -1,0 +1,41 @@
+"""Present: a dataset's story for teammates in four figures with the numbers that matter
+(mCAP's split vs an even one, its pick vs the baselines, predicted vs measured, the error
+histogram), and the same as one self-contained HTML report (mcap.figures.story)."""
+import streamlit as st
+
+from mcap.core.errors import McapError
+from mcap.figures import story as fig_story
+from pages._search import current_predictor
+from pages._shared import (
+    caption_of, chart, current, dataset_name, profile_param, restore_url, sweep_for,
+)
+
+restore_url()
+st.title("Present")
+profile = current("profile")
+sweep = sweep_for(profile, current("sweep", required=False))
+st.caption(caption_of(profile))
+name = dataset_name("profile") + ("" if sweep is None else " · " + dataset_name("sweep"))
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def _story(profile_ref: str, sweep_ref, predictor: str, _profile, _sweep):
+    return fig_story.story(_profile, _sweep, predictor)
+
+
+try:
+    s = _story(profile_param(), None if sweep is None else dataset_name("sweep"),
+               current_predictor(), profile, sweep)
+except McapError as exc:
+    st.error(str(exc))
+    st.stop()
+figures = fig_story.draw_story(s, name)
+# Built when clicked (a deferred download): the report inlines plotly.js (about 5 MB).
+st.download_button("⬇️ All figures as one HTML report (works offline)",
+                   lambda: fig_story.report_html(s, figures, f"mcap: {s.spec} on {s.stages} devices"),
+                   file_name="mcap-report.html", mime="text/html", key="present-report")
+left, right = st.columns(2)
+for i, fig in enumerate(figures):
+    with (left if i % 2 == 0 else right):
+        chart(fig, key=f"present-{i}", name=f"story-{i + 1}")
+st.table({"what": [k for k, _ in s.numbers()], "value": [v for _, v in s.numbers()]})

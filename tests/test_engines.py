@@ -7,12 +7,14 @@ import sys
 
 import pytest
 
+from mcap.models.spec import trusted
+
 from mcap.core.errors import McapError
 from mcap.core.types import Setup
 from mcap.runner import engines, open_runner
 
 P = 50_000
-EXACT = f"tests.test_runner_models:exact:params={P}"
+EXACT = trusted(f"tests.test_runner_models:exact:params={P}")  # as if typed (issue 12)
 
 
 def _gpus() -> int:

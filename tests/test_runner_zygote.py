@@ -6,13 +6,15 @@ import signal
 
 import pytest
 
+from mcap.models.spec import trusted
+
 from mcap.core.types import Setup
 from mcap.runner import open_runner
 
 pytestmark = pytest.mark.integration
 
 P = 100_000
-EXACT = f"tests.test_runner_models:exact:params={P}"
+EXACT = trusted(f"tests.test_runner_models:exact:params={P}")  # as if typed (issue 12)
 TWO = Setup(stages=2, batch_size=4, chunks=2)
 
 

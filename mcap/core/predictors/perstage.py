@@ -43,12 +43,14 @@ def presence_term(param_bytes, weight: float) -> Term:
 
 
 def _presence_weights(runs, param_bytes, base) -> list[float]:
-    """Candidate W: the median under-prediction of held-out windows holding a parameter."""
+    """Candidate W: the median under-prediction of held-out windows holding a parameter,
+    under Listing 1.1 alone (``base`` without its terms): the largest plausible W, since a
+    max term can already absorb part of a workspace."""
     L = len(param_bytes)
     held = held_out(ok_runs(runs, L), L)
     if not held:
         return []
-    costs = costs_of(base, "maxparam")
+    costs = costs_of(Windows(runs, L).score(()), "paper")
     has = np.concatenate([[0], np.cumsum(np.asarray(param_bytes) > 0)])
     under = [p - costs.stage(a, z) for (a, z), p in held
              if has[z + 1] - has[a] > 0 and p > costs.stage(a, z)]

@@ -4,6 +4,7 @@ import streamlit as st
 
 from mcap.core.errors import McapError
 from mcap.core.search import get
+from mcap.models.spec import is_trusted, is_user_spec, untrusted_note
 from mcap.figures import recommend as fig_rec
 from mcap.figures import snippet
 from mcap.figures._style import balance_str, fmt_bytes, table_view
@@ -125,7 +126,12 @@ elif timing:
 else:
     if time_error:
         st.warning(f"time: {time_error}")
-    if st.button("⏱️ Time the model (torchgpipe balance_by_time)", key="rec-time",
+    untrusted = not is_trusted(profile.model.spec) and is_user_spec(profile.model.spec)
+    if untrusted:  # data is data: a file's user model is never built (issue 12)
+        st.warning("time: " + untrusted_note(
+            profile.model.spec, f"python -m mcap recommend --method time --model "
+                                f"{profile.model.spec} --profile FILE --stages {stages}"))
+    elif st.button("⏱️ Time the model (torchgpipe balance_by_time)", key="rec-time",
                  help="the throughput baseline the paper compares with (4.3): times each layer "
                       "of the real model in a child process; a few seconds"):
         start_time(profile, stages)

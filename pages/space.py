@@ -74,6 +74,13 @@ c[0].metric("measured partitionings", len(sweep.runs))
 c[1].metric("ok with throughput", ok)
 c[2].metric("on the Pareto front", int(points["pareto"].sum()))
 c[3].metric("lowest measured peak", fmt_bytes(int(points["peak"].min())) if ok else "-")
+composed = sum(1 for r in sweep.runs if r.status == "ok" and getattr(r, "composed", False))
+if composed:
+    st.caption(f"{composed:,} of these partitionings were composed from the stages of measured "
+               "ones (stage reuse: exact per-stage peaks, no measured throughput). They count in "
+               "the ranks and the error histogram below; the scatter shows the "
+               f"{ok:,} whose throughput was measured, so a pick among the composed ones has "
+               "its rank in the table but no star.")
 
 # The selection is settled before anything is drawn: a click (read from the chart's state)
 # or a choice in the box below (read from its state) moves the ring and the bars in the

@@ -2,7 +2,6 @@
 ``mcap.app.searches`` (which runs them) and the registries (which name them). Not a page."""
 from __future__ import annotations
 
-import threading
 from typing import Optional
 
 import streamlit as st
@@ -68,10 +67,6 @@ def recommendations(profile, stages: int, methods) -> tuple:
 
 # --- the time baseline: timed in a child process, on demand, shown when ready ------------
 
-_TIMING: dict = {}  # (dataset, stages) -> thread timing it now
-_TIME_ERRORS: dict = {}
-
-
 def time_pick(profile, stages: int):
     """``time``'s Recommendation if this server has timed the model, else None."""
     if not searches.time_known(profile, stages):
@@ -81,28 +76,12 @@ def time_pick(profile, stages: int):
 
 def time_state(profile, stages: int) -> tuple[bool, Optional[str]]:
     """(timing now, last error) of the time baseline for this dataset and stage count."""
-    key = (profile_param(), int(stages))
-    thread = _TIMING.get(key)
-    return (thread is not None and thread.is_alive()), _TIME_ERRORS.get(key)
+    return searches.time_state(shared("profile"), stages)
 
 
 def start_time(profile, stages: int) -> None:
-    """Time the model in the background (a child process does the work)."""
-    key = (profile_param(), int(stages))
-    if key in _TIMING and _TIMING[key].is_alive():
-        return
-    _TIME_ERRORS.pop(key, None)
-
-    def work():
-        from mcap.core.errors import McapError
-        try:
-            searches.run_method(profile, stages, "time")
-        except McapError as exc:
-            _TIME_ERRORS[key] = str(exc)
-        except Exception as exc:  # shown on the page, never a traceback
-            _TIME_ERRORS[key] = f"timing failed: {type(exc).__name__}: {exc}"
-    _TIMING[key] = threading.Thread(target=work, daemon=True, name="mcap-time")
-    _TIMING[key].start()
+    """Time the model in the background (the server's timing child does the work)."""
+    searches.start_time(shared("profile"), profile, stages)
 
 
 # --- bo, measured runs, predictions of a sweep --------------------------------------------

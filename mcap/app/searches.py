@@ -74,6 +74,37 @@ def run_method(profile: Profile, stages: int, method: str, predictor: Optional[s
                      **settings)
 
 
+_TIMING: dict = {}  # (dataset, stages) -> thread timing it now (the child does the work)
+_TIME_ERRORS: dict = {}
+
+
+def time_state(dataset: str, stages: int) -> tuple[bool, Optional[str]]:
+    """(timing now, last error) of the time baseline for a dataset and stage count."""
+    key = (dataset, int(stages))
+    thread = _TIMING.get(key)
+    return (thread is not None and thread.is_alive()), _TIME_ERRORS.get(key)
+
+
+def start_time(dataset: str, profile: Profile, stages: int) -> None:
+    """Time the model in a background thread of this server (once at a time per key); the
+    timing itself runs in the server's timing child (``mcap.app.timing``)."""
+    key = (dataset, int(stages))
+    with _TIME_LOCK:
+        if key in _TIMING and _TIMING[key].is_alive():
+            return
+        _TIME_ERRORS.pop(key, None)
+
+        def work():
+            try:
+                run_method(profile, stages, "time")
+            except McapError as exc:
+                _TIME_ERRORS[key] = str(exc)
+            except Exception as exc:  # shown on the page, never a traceback
+                _TIME_ERRORS[key] = f"timing failed: {type(exc).__name__}: {exc}"
+        _TIMING[key] = threading.Thread(target=work, daemon=True, name="mcap-time")
+        _TIMING[key].start()
+
+
 class BoRun:
     """One bo search in a background thread of this server, so the page stays responsive and
     the best-so-far curve can be polled while it grows. Seeded, so a finished run is reused

@@ -40,23 +40,20 @@ with st.expander("Highlighted methods", expanded=False):
                                  "time's once the model was timed there")
 marks, recs = [], []
 for method in chosen:
-    if method == "bo":  # minutes of search: shown once the Recommend page has run it
-        rec = finished_bo(stages)
+    on_demand = {  # minutes of search, or timing the real model: shown once done elsewhere
+        "bo": (finished_bo, "bo has not run for this profile and stage count yet: run it on "
+                            "the Recommend page and its pick appears here."),
+        "time": (lambda g: time_pick(profile, g),
+                 "The model has not been timed for this stage count: press **Time the model** "
+                 "on the Recommend page and time's pick appears here.")}
+    if method in on_demand:
+        done, why = on_demand[method]
+        rec = done(stages)
         if rec is None:
-            st.caption("bo has not run for this profile and stage count yet: run it on the "
-                       "Recommend page and its pick appears here.")
+            st.caption(why)
         else:
             recs.append(rec)
-            marks.append(fig_space.Mark("bo", tuple(rec.balance)))
-        continue
-    if method == "time":  # timed on the real model: shown once the Recommend page did it
-        rec = time_pick(profile, stages)
-        if rec is None:
-            st.caption("The model has not been timed for this stage count: press **Time the "
-                       "model** on the Recommend page and time's pick appears here.")
-        else:
-            recs.append(rec)
-            marks.append(fig_space.Mark("time", tuple(rec.balance)))
+            marks.append(fig_space.Mark(method, tuple(rec.balance)))
         continue
     try:
         rec = recommendation(profile, stages, method)

@@ -109,3 +109,13 @@ def allow_model(dataset, model):
         raise McapError(f"--model {model!r} is not the file's model {spec!r}; --model only "
                         f"confirms the model the file names")
     return dataclasses.replace(dataset, model=dataclasses.replace(dataset.model, spec=model))
+
+
+def add_confirm_model_option(p, command: str) -> None:
+    """``--model SPEC``: the person confirms the file's user model, so its code may run for
+    the ``time`` method (issue 12: mcap never runs code because a file names it)."""
+    from mcap.models.spec import trusted_model_arg
+    p.add_argument("--model", type=trusted_model_arg, default=None, metavar="SPEC",
+                   help=f"for the time method of `{command}` on a user model "
+                        "(package.module:function): type the file's spec here to allow running "
+                        "that code; mcap never runs code because a file names it")

@@ -26,11 +26,6 @@ def _positive_int(text: str) -> int:
     return argtypes.positive_int(text)
 
 
-def _trusted_model(text: str):
-    from mcap.models.spec import trusted_model_arg
-    return trusted_model_arg(text)
-
-
 def add_predictor_option(p) -> None:
     """``--predictor NAME``, choices and help from the registry (shared by every command)."""
     from mcap.core import predictors
@@ -66,10 +61,7 @@ def register(sub) -> None:
                    help="bo evaluations (paper: 75)")
     p.add_argument("--tie-tolerance", type=argtypes.tolerance, default=0.0,
                    help="relative band above the lowest peak treated as a tie, 0..1 (default 0)")
-    p.add_argument("--model", type=_trusted_model, default=None, metavar="SPEC",
-                   help="for --method time on a profile of a user model (package.module:function): "
-                        "type the profile's spec here to allow running that code; mcap never "
-                        "runs code because a file names it")
+    argtypes.add_confirm_model_option(p, "recommend")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_recommend)
 

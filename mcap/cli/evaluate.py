@@ -16,7 +16,7 @@ from pathlib import Path
 
 from mcap.cli import args as argtypes
 from mcap.core.errors import McapError
-from mcap.models.spec import UntrustedCode, trusted_model_arg
+from mcap.models.spec import UntrustedCode
 
 
 def register(sub) -> None:
@@ -33,10 +33,7 @@ def register(sub) -> None:
     p.add_argument("--no-time", action="store_true",
                    help="skip the time method (it imports torch and times the model)")
     p.add_argument("--seed", type=argtypes.seed, default=0, help="seed for bo")
-    p.add_argument("--model", type=trusted_model_arg, default=None, metavar="SPEC",
-                   help="for the time method on a user model (package.module:function): type "
-                        "the profile's spec here to allow running that code; mcap never runs "
-                        "code because a file names it")
+    argtypes.add_confirm_model_option(p, "evaluate")
     p.add_argument("--bo-iterations", type=argtypes.positive_int, default=75, metavar="N",
                    help="bo evaluations (paper: 75; skopt needs at least 10)")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")

@@ -127,6 +127,39 @@ class LayerStats:
 
 
 @dataclass(frozen=True)
+class VariantStats:
+    """mCAP statistics profiled under another batch size (CAPTURE III-A2) or another stage
+    parallelism (III-A1): ``parallel`` is pp, dp or tp and ``degree`` the devices a stage of
+    that kind uses; for dp/tp the statistics are per device (every device of a stage reads
+    the same peak). ``runs`` are the profiling runs they came from (peaks per stage, or per
+    device for dp/tp runs, in device order)."""
+    batch_size: int
+    stats: LayerStats
+    parallel: str = "pp"
+    degree: int = 1
+    runs: tuple[Run, ...] = ()
+
+    @property
+    def key(self) -> tuple[int, str, int]:
+        return (self.batch_size, self.parallel, self.degree)
+
+
+@dataclass(frozen=True)
+class PressStats:
+    """What MPress's planner needs (MPress II-III), measured while profiling.
+
+    Per layer: ``saved_bytes``, the bytes of activations the layer saves for backward per
+    micro-batch (what recomputing or swapping it frees), and ``forward_seconds``, its
+    forward time per micro-batch (what recomputing it costs). Per machine: the measured
+    bandwidth in bytes per second of host swap (device to host, and back) and of
+    device-to-device transfer between two stages' devices."""
+    saved_bytes: tuple[int, ...]
+    forward_seconds: tuple[float, ...]
+    host_bandwidth: float
+    d2d_bandwidth: float
+
+
+@dataclass(frozen=True)
 class Profile:
     """A profiled model: statistics plus the runs they came from (``mcap.profile/1``)."""
     model: ModelInfo
@@ -137,6 +170,18 @@ class Profile:
     extra: Optional[dict] = field(default=None, compare=False, hash=False)
     # Where the runs were measured (mcap.core.machine); None: "machine unknown" (older files).
     machine: Optional[Machine] = None
+    # CAPTURE: statistics at other batch sizes / stage parallelisms (empty: mCAP only).
+    variants: tuple[VariantStats, ...] = ()
+    # MPress: activation bytes, forward times and bandwidths (None: not profiled).
+    press: Optional[PressStats] = None
+
+    def variant(self, batch_size: int, parallel: str = "pp", degree: int = 1
+                ) -> Optional["VariantStats"]:
+        """The statistics profiled at (batch size, parallelism, degree), or None."""
+        for v in self.variants:
+            if v.key == (batch_size, parallel, degree):
+                return v
+        return None
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,8 @@ Shape of a profile (extra keys allowed)::
      "runs": [{"balance", "status", "peaks", "seconds", "samples_per_second", "error",
                "breakdown": [{"weights","gradients","optimizer","other"}, ...] | null,
                "composed": true}]}   # only on composed runs (mcap.core.cover)
+     "variants": [...], "press": {...}   (optional: CAPTURE / MPress statistics,
+                                          mcap.core.extras has their shape)
 
 A sweep has the same model/setup/runs/machine under ``"schema": "mcap.sweep/1"``. The
 machine (``mcap.core.machine``) is where the runs were measured; files written before it
@@ -34,6 +36,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Optional, Union
 
+from mcap.core import extras
 from mcap.core.errors import McapError, SchemaError
 from mcap.core.machine import Machine
 from mcap.core.types import (Layer, LayerStats, MemoryBreakdown, ModelInfo, Profile, Run, Setup,
@@ -41,7 +44,8 @@ from mcap.core.types import (Layer, LayerStats, MemoryBreakdown, ModelInfo, Prof
 
 PROFILE_SCHEMA = "mcap.profile/1"
 SWEEP_SCHEMA = "mcap.sweep/1"
-_PROFILE_KEYS = {"schema", "model", "setup", "mem_isolated", "mem_added", "runs", "machine"}
+_PROFILE_KEYS = {"schema", "model", "setup", "mem_isolated", "mem_added", "runs", "machine",
+                 "variants", "press"}
 _SWEEP_KEYS = {"schema", "model", "setup", "runs", "machine"}
 _SETUP_FIELDS = ("stages", "batch_size", "chunks", "schedule", "checkpoint", "device",
                  "capacity_bytes", "engine", "optimizer", "threads")
@@ -93,6 +97,10 @@ def profile_to_dict(profile: Profile) -> dict:
            "runs": [run_to_dict(r) for r in profile.runs]}
     if profile.machine is not None:
         out["machine"] = machine_to_dict(profile.machine)
+    if profile.variants:
+        out["variants"] = extras.variants_to_json(profile.variants, run_to_dict)
+    if profile.press is not None:
+        out["press"] = extras.press_to_json(profile.press)
     for k, v in (profile.extra or {}).items():
         out.setdefault(k, v)
     return out
@@ -241,9 +249,16 @@ def _machine(d, r: _Reader) -> Optional[Machine]:
 
 
 def _runs(d, r: _Reader, num_layers: int) -> tuple[Run, ...]:
+    return _run_list(d.get("runs", []), r, num_layers, "runs")
+
+
+def _run_list(items, r: _Reader, num_layers: int, where: str,
+              per_device: bool = False) -> tuple[Run, ...]:
+    """Runs from a list. ``per_device``: a hybrid run (dp/tp stages) has one peak per device,
+    at least one per stage."""
     out = []
-    for i, x in enumerate(r.lst(d.get("runs", []), "runs")):
-        w = f"runs[{i}]"
+    for i, x in enumerate(r.lst(items, where)):
+        w = f"{where}[{i}]"
         x = r.obj(x, w)
         bal = tuple(r.int_(b, f"{w}.balance", low=1, high=MAX_COUNT) for b in r.lst(r.need(x, "balance", w), f"{w}.balance"))
         if not bal or any(b <= 0 for b in bal) or sum(bal) != num_layers:
@@ -254,7 +269,7 @@ def _runs(d, r: _Reader, num_layers: int) -> tuple[Run, ...]:
         peaks = x.get("peaks")
         if peaks is not None:
             peaks = tuple(r.bytes_(p, f"{w}.peaks") for p in r.lst(peaks, f"{w}.peaks"))
-            if len(peaks) != len(bal):
+            if len(peaks) != len(bal) and not (per_device and len(peaks) > len(bal)):
                 raise r.fail(f"{w}.peaks", f"{len(peaks)} peaks for {len(bal)} stages")
         if status == "ok" and peaks is None:
             raise r.fail(f"{w}.peaks", "an ok run needs its per-stage peaks")
@@ -301,7 +316,11 @@ def profile_from_dict(d: Any, source: str = "<profile>") -> Profile:
     extra = {k: v for k, v in d.items() if k not in _PROFILE_KEYS}
     return Profile(model=model, setup=_setup(d, r),
                    stats=LayerStats(mem_isolated=tuple(iso), mem_added=tuple(added)),
-                   runs=_runs(d, r, n), extra=extra or None, machine=_machine(d, r))
+                   runs=_runs(d, r, n), extra=extra or None, machine=_machine(d, r),
+                   variants=extras.variants_from_json(
+                       d.get("variants", []), n, r.fail,
+                       lambda items, where: _run_list(items, r, n, where, per_device=True)),
+                   press=extras.press_from_json(d.get("press"), n, r.fail))
 
 
 def _check_no_negative_stage(iso: list, added: list, r: _Reader) -> None:

@@ -309,7 +309,7 @@ class Store:
                 "INSERT INTO profiles (study_id, name, mem_isolated, mem_added, extra, created, "
                 "machine) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (study.id, name, rec.dumps(list(stats.mem_isolated)),
-                 rec.dumps(list(stats.mem_added)), rec.extra_to_json(profile.extra),
+                 rec.dumps(list(stats.mem_added)), rec.profile_extra_to_json(profile),
                  time.time(), machine))
             conn.executemany("INSERT INTO profile_runs (profile_id, position, run_id) "
                              "VALUES (?, ?, ?)",
@@ -326,8 +326,9 @@ class Store:
             runs = self._linked_runs(conn, "profile_runs", "profile_id", profile_id)
             machine = self._machine_row(conn, row[4])
         stats = LayerStats(rec.ints_or_none(row[1]), rec.ints_or_none(row[2]))
-        return Profile(study.model, study.setup, stats, runs, rec.extra_from_json(row[3]),
-                       machine=machine)
+        extra, variants, press = rec.profile_extra_from_json(row[3], study.model.num_layers)
+        return Profile(study.model, study.setup, stats, runs, extra, machine=machine,
+                       variants=variants, press=press)
 
     def list_profiles(self) -> tuple[Summary, ...]:
         return self._summaries("profiles", "profile_runs", "profile_id")

@@ -184,6 +184,55 @@ def extra_from_json(text: Optional[str]) -> Optional[dict]:
     return None if text is None else json.loads(text)
 
 
+# A profile's CAPTURE / MPress statistics ride in the extra column under these keys
+# (mcap.core.extras has their shape); the JSON is only ever parsed, never evaluated.
+_VARIANTS, _PRESS = "__mcap_variants__", "__mcap_press__"
+
+
+def _plain_run(run: Run) -> dict:
+    return {"balance": list(run.balance), "status": run.status,
+            "peaks": None if run.peaks is None else list(run.peaks),
+            "seconds": float(run.seconds), "samples_per_second": run.samples_per_second,
+            "error": run.error}
+
+
+def _run_from_plain(d: dict) -> Run:
+    return Run(balance=tuple(int(b) for b in d["balance"]), status=str(d["status"]),
+               peaks=None if d.get("peaks") is None else tuple(int(p) for p in d["peaks"]),
+               seconds=float(d.get("seconds", 0.0)),
+               samples_per_second=d.get("samples_per_second"), error=d.get("error"))
+
+
+def profile_extra_to_json(profile) -> Optional[str]:
+    """The extra column of a profile: unknown file keys plus its variants and press stats."""
+    from mcap.core import extras
+    extra = dict(profile.extra or {})
+    if profile.variants:
+        extra[_VARIANTS] = extras.variants_to_json(profile.variants, _plain_run)
+    if profile.press is not None:
+        extra[_PRESS] = extras.press_to_json(profile.press)
+    return extra_to_json(extra or None)
+
+
+def profile_extra_from_json(text: Optional[str], num_layers: int):
+    """(extra, variants, press) back from the extra column."""
+    from mcap.core import extras
+    extra = extra_from_json(text) or {}
+
+    def fail(where, msg):
+        return McapError(f"store profile: {where}: {msg}")
+
+    def runs(items, where):
+        try:
+            return tuple(_run_from_plain(x) for x in items)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise fail(where, f"unreadable run ({exc})") from None
+
+    variants = extras.variants_from_json(extra.pop(_VARIANTS, []), num_layers, fail, runs)
+    press = extras.press_from_json(extra.pop(_PRESS, None), num_layers, fail)
+    return extra or None, variants, press
+
+
 def ints_or_none(text: Optional[str]) -> Optional[tuple]:
     """A JSON list column back to a tuple (None stays None; null entries stay None)."""
     if text is None:

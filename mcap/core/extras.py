@@ -1,0 +1,130 @@
+"""The JSON form of a profile's CAPTURE and MPress statistics (``Profile.variants``,
+``Profile.press``), shared by the profile file (``mcap.io.jsonio``) and the store. Pure.
+
+    "variants": [{"batch_size": 8, "parallel": "dp", "degree": 2,
+                  "mem_isolated": [int, ...], "mem_added": [null, int, ...], "runs": [...]}],
+    "press": {"saved_bytes": [int, ...], "forward_seconds": [float, ...],
+              "host_bandwidth": float, "d2d_bandwidth": float}
+
+Reading checks every value (a file is data: types, ranges, lengths) and raises through the
+caller's ``fail(where, message)`` so the message names the file and the key. Runs are read
+by the caller's ``read_runs(list, where)`` (the profile's own run reader).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Optional
+
+from mcap.core.types import LayerStats, PressStats, Run, VariantStats
+
+PARALLEL = ("pp", "dp", "tp")
+MAX_BYTES = 2**50
+MAX_DEGREE = 2**16
+MAX_BATCH = 2**31
+MAX_RATE = 1e15  # bytes per second
+MAX_SECONDS = 1e9
+
+
+def variants_to_json(variants, run_to_dict: Callable[[Run], dict]) -> list[dict]:
+    return [{"batch_size": int(v.batch_size), "parallel": v.parallel, "degree": int(v.degree),
+             "mem_isolated": [int(x) for x in v.stats.mem_isolated],
+             "mem_added": [None if x is None else int(x) for x in v.stats.mem_added],
+             "runs": [run_to_dict(r) for r in v.runs]} for v in variants]
+
+
+def press_to_json(press: PressStats) -> dict:
+    return {"saved_bytes": [int(x) for x in press.saved_bytes],
+            "forward_seconds": [float(x) for x in press.forward_seconds],
+            "host_bandwidth": float(press.host_bandwidth),
+            "d2d_bandwidth": float(press.d2d_bandwidth)}
+
+
+def _show(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _int(v, where, fail, low, high, nullable=False):
+    if v is None and nullable:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise fail(where, f"expected an integer, found {_show(v)}")
+    if not low <= v <= high:
+        raise fail(where, f"{_show(v)} is out of range [{low:,}, {high:,}]")
+    return v
+
+
+def _num(v, where, fail, high):
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise fail(where, f"expected a number, found {_show(v)}")
+    f = float(v)
+    if math.isnan(f) or not 0 <= f <= high:
+        raise fail(where, f"expected a finite number between 0 and {high:g}, found {_show(v)}")
+    return f
+
+
+def _list(v, where, fail, length: Optional[int] = None) -> list:
+    if not isinstance(v, list):
+        raise fail(where, f"expected a list, found {_show(v)}")
+    if length is not None and len(v) != length:
+        raise fail(where, f"expected {length} entries (one per layer), found {len(v)}")
+    return v
+
+
+def _obj(v, where, fail) -> dict:
+    if not isinstance(v, dict):
+        raise fail(where, f"expected an object, found {_show(v)}")
+    return v
+
+
+def _need(d: dict, key: str, where: str, fail):
+    if key not in d:
+        raise fail(where, f"missing key {key!r}")
+    return d[key]
+
+
+def variants_from_json(x: Any, num_layers: int, fail, read_runs) -> tuple[VariantStats, ...]:
+    out, seen = [], set()
+    for i, v in enumerate(_list(x, "variants", fail)):
+        w = f"variants[{i}]"
+        v = _obj(v, w, fail)
+        batch = _int(_need(v, "batch_size", w, fail), f"{w}.batch_size", fail, 1, MAX_BATCH)
+        parallel = v.get("parallel", "pp")
+        if parallel not in PARALLEL:
+            raise fail(f"{w}.parallel", f"expected one of {', '.join(PARALLEL)}, found "
+                                        f"{_show(parallel)}")
+        degree = _int(v.get("degree", 1), f"{w}.degree", fail, 1, MAX_DEGREE)
+        if (parallel == "pp") != (degree == 1):
+            raise fail(w, f"parallel {parallel} with degree {degree}: pp has degree 1 and "
+                          "dp/tp at least 2")
+        iso = tuple(_int(b, f"{w}.mem_isolated[{j}]", fail, 0, MAX_BYTES, nullable=True)
+                    for j, b in enumerate(_list(_need(v, "mem_isolated", w, fail),
+                                                f"{w}.mem_isolated", fail, num_layers)))
+        added = tuple(_int(b, f"{w}.mem_added[{j}]", fail, -MAX_BYTES, MAX_BYTES, nullable=True)
+                      for j, b in enumerate(_list(_need(v, "mem_added", w, fail),
+                                                  f"{w}.mem_added", fail, num_layers)))
+        if added and added[0] is not None:
+            raise fail(f"{w}.mem_added[0]", f"layer 0 has no mem_added (expected null), found "
+                                            f"{added[0]}")
+        key = (batch, parallel, degree)
+        if key in seen:
+            raise fail(w, f"batch size {batch}, {parallel} degree {degree} appears twice")
+        seen.add(key)
+        runs = read_runs(_list(v.get("runs", []), f"{w}.runs", fail), f"{w}.runs")
+        out.append(VariantStats(batch, LayerStats(iso, added), parallel, degree, tuple(runs)))
+    return tuple(out)
+
+
+def press_from_json(x: Any, num_layers: int, fail) -> Optional[PressStats]:
+    if x is None:
+        return None
+    x = _obj(x, "press", fail)
+    saved = tuple(_int(b, f"press.saved_bytes[{j}]", fail, 0, MAX_BYTES)
+                  for j, b in enumerate(_list(_need(x, "saved_bytes", "press", fail),
+                                              "press.saved_bytes", fail, num_layers)))
+    fwd = tuple(_num(b, f"press.forward_seconds[{j}]", fail, MAX_SECONDS)
+                for j, b in enumerate(_list(_need(x, "forward_seconds", "press", fail),
+                                            "press.forward_seconds", fail, num_layers)))
+    host = _num(_need(x, "host_bandwidth", "press", fail), "press.host_bandwidth", fail, MAX_RATE)
+    d2d = _num(_need(x, "d2d_bandwidth", "press", fail), "press.d2d_bandwidth", fail, MAX_RATE)
+    return PressStats(saved, fwd, host, d2d)

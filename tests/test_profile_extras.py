@@ -1,0 +1,58 @@
+"""A profile's CAPTURE variants and MPress statistics survive the file and the store, and a
+file that says something impossible about them is refused naming the key."""
+import dataclasses
+import json
+
+import pytest
+
+from mcap.core.errors import SchemaError
+from mcap.core.types import LayerStats, PressStats, Run, VariantStats
+from mcap.io import jsonio
+from mcap.store import Store
+
+DATA = "data/vgg11-h512-b8-cpu4.profile.json"
+
+
+def _profile():
+    p = jsonio.load_profile(DATA)
+    n = p.model.num_layers
+    v = VariantStats(4, LayerStats(p.stats.mem_isolated, p.stats.mem_added), "dp", 2,
+                     (Run(balance=(n - 1, 1), status="ok", peaks=(10, 20, 30), seconds=1.5),))
+    w = VariantStats(2, LayerStats(p.stats.mem_isolated, p.stats.mem_added))
+    press = PressStats(tuple(range(n)), tuple(0.25 for _ in range(n)), 1.5e9, 3e9)
+    return dataclasses.replace(p, variants=(v, w), press=press)
+
+
+def test_round_trip_file_and_store(tmp_path):
+    q = _profile()
+    jsonio.save(q, tmp_path / "x.profile.json")
+    r = jsonio.load_profile(tmp_path / "x.profile.json")
+    assert r.variants == q.variants and r.press == q.press
+    assert r.variant(4, "dp", 2).runs[0].peaks == (10, 20, 30)
+    assert r.variant(8) is None
+    with Store(tmp_path / "s.db") as s:
+        t = s.load_profile(s.save_profile(q))
+    assert t.variants == q.variants and t.press == q.press and t.extra == q.extra
+
+
+def test_older_files_have_none():
+    p = jsonio.load_profile(DATA)
+    assert p.variants == () and p.press is None
+
+
+@pytest.mark.parametrize("patch, words", [
+    (lambda d: d["variants"][0].update(parallel="pp"), "pp has degree 1"),
+    (lambda d: d["variants"][0].update(parallel="__import__('os')"), "expected one of"),
+    (lambda d: d["variants"][0].update(batch_size=-3), "variants[0].batch_size"),
+    (lambda d: d["variants"][0]["mem_isolated"].pop(), "one per layer"),
+    (lambda d: d["variants"].append(dict(d["variants"][0])), "appears twice"),
+    (lambda d: d["press"].update(host_bandwidth="fast"), "press.host_bandwidth"),
+    (lambda d: d["press"]["saved_bytes"].__setitem__(0, -1), "press.saved_bytes[0]"),
+])
+def test_bad_values_are_refused(tmp_path, patch, words):
+    d = jsonio.to_dict(_profile())
+    patch(d)
+    path = tmp_path / "bad.profile.json"
+    path.write_text(json.dumps(d))
+    with pytest.raises(SchemaError, match=words.replace("[", r"\[").replace("(", r"\(")):
+        jsonio.load_profile(path)

@@ -56,3 +56,27 @@ def test_bad_values_are_refused(tmp_path, patch, words):
     path.write_text(json.dumps(d))
     with pytest.raises(SchemaError, match=words.replace("[", r"\[").replace("(", r"\(")):
         jsonio.load_profile(path)
+
+
+def test_press_plan_round_trip_and_refusals():
+    from mcap.core.errors import McapError
+    from mcap.core.pressplan import LayerAction, keep_all, plan_from_json, plan_to_json
+    plan = keep_all("vgg11:image_size=32", (2, 3))
+    stages = (plan.stages[0], (LayerAction(2, "d2d", 0), LayerAction(3, "recompute"),
+                               LayerAction(4, "swap")))
+    plan = dataclasses.replace(plan, stages=stages, predicted_peaks=(5, 6))
+    d = plan_to_json(plan)
+    assert plan_from_json(json.loads(json.dumps(d))) == plan
+    assert plan.counts() == {"keep": 2, "recompute": 1, "swap": 1, "d2d": 1}
+    bad = json.loads(json.dumps(d))
+    bad["plan"][1][0]["target"] = 1
+    with pytest.raises(McapError, match="target 1 is the layer's own stage"):
+        plan_from_json(bad)
+    bad = json.loads(json.dumps(d))
+    bad["plan"][1][1]["layer"] = 7
+    with pytest.raises(McapError, match="must be layer 3, found 7"):
+        plan_from_json(bad)
+    bad = json.loads(json.dumps(d))
+    bad["plan"][0][0]["action"] = "exec"
+    with pytest.raises(McapError, match="expected one of keep"):
+        plan_from_json(bad)

@@ -4,6 +4,8 @@ bars of a selected point, and the prediction-error histogram (Fig. 9)."""
 import streamlit as st
 
 from mcap.core.errors import McapError
+from mcap.io import agreement
+from mcap.io.datasets import datasets_dir
 from mcap.figures import devices as fig_dev
 from mcap.figures import space as fig_space
 from mcap.figures._style import fmt_bytes, table_view
@@ -136,3 +138,27 @@ else:
     st.caption("Relative error = (predicted − measured) / measured peak of the fullest device. "
                "The paper reports 90% of VGG11's partitionings within 14% (section 4.2).")
 downloads(points, "mcap-partition-space", "space-points")
+
+st.subheader("CPU as a stand-in for a GPU")
+stand_ins = agreement.bundled(datasets_dir())
+if sweep.setup.device == "cpu":
+    st.markdown(
+        "This sweep was measured in **CPU stage processes**: exact allocated bytes, but a "
+        "GPU pays different workspaces (cuBLAS, cuDNN) and frees at different times, so the "
+        "**order** of partitionings on a GPU can differ. How far, measured on the same "
+        "partitionings:")
+for a in stand_ins:
+    r, rev = a["stats"], a["reverse"]
+    lo, hi = rev.best_ranks
+    st.markdown(
+        f"- **{a['model']}**, {a['setup']} ({r.n:,} partitionings): Spearman "
+        f"**{r.spearman:.2f}**, Kendall {r.kendall:.2f}. The CPU's lowest-peak "
+        f"partitioning ranks {r.best_ranks[0]:,} on the GPU ({r.best_ratios[0]:.3f}x its "
+        f"best); the GPU's best ranks {lo:,}–{hi:,} on the CPU ({rev.best_ratios[0]:.2f}x); "
+        f"the two top-{r.top} lists share {r.top_shared}.")
+    st.caption(f"A: {a['a']}. B: {a['b']}. {a['note']} (`{a['command']}`)")
+if not stand_ins:
+    st.caption("No rank-agreement figures are bundled (`bench/bench_cpu_vs_gpu.py --out`).")
+else:
+    st.caption("Use CPU runs to learn and teach how pipeline memory behaves and to check "
+               "the predictor; before committing a GPU plan, measure its top picks on the GPU.")

@@ -54,8 +54,9 @@ def mcap(*args: str) -> str:
     return done.stdout
 
 
-def spread(runs) -> tuple[float, tuple]:
-    """The largest (max - min) / min of one stage key's peaks across the runs."""
+def spread(runs) -> tuple[float, tuple, int]:
+    """The largest (max - min) / min of one stage key's peaks across the runs, that key
+    (with its count), and how many keys were measured more than once."""
     seen = defaultdict(list)
     for r in runs:
         if r.status != "ok" or not r.peaks:
@@ -64,10 +65,11 @@ def spread(runs) -> tuple[float, tuple]:
         for i, ((a, z), p) in enumerate(zip(windows(r.balance), r.peaks)):
             seen[(a, z, "first" if i == 0 else "last" if i == G - 1 else "middle")].append(p)
     worst, key = 0.0, None
-    for k, v in seen.items():
-        if len(v) > 1 and (max(v) - min(v)) / min(v) > worst:
+    repeated = [(k, v) for k, v in seen.items() if len(v) > 1]
+    for k, v in repeated:
+        if key is None or (max(v) - min(v)) / min(v) > worst:
             worst, key = (max(v) - min(v)) / min(v), (k, len(v))
-    return worst, key
+    return worst, key, len(repeated)
 
 
 def main(argv=None) -> int:
@@ -101,7 +103,7 @@ def main(argv=None) -> int:
                         tuple(out["peaks"]) if out["peaks"] else None, out["seconds"]))
     wall = time.perf_counter() - t0
 
-    worst, key = spread(runs + list(profile.runs))
+    worst, key, repeated = spread(runs + list(profile.runs))
     costs = costs_of(profile)
     ok = [r for r in runs if r.status == "ok" and r.peaks]
     overall = [abs(max(costs.peaks(r.balance)) - max(r.peaks)) / max(r.peaks) for r in ok]
@@ -110,8 +112,9 @@ def main(argv=None) -> int:
     print(f"\ndevice {args.device}, machine: {sweep.machine}")
     print(f"wall time {wall:.0f} s for the profile, {len(sweep.runs)} sampled partitionings "
           f"and the pick")
-    print(f"largest same-stage spread: {100 * worst:.3f}%" +
-          (f" (stage {key[0]}, measured {key[1]} times)" if key else " (no stage measured twice)"))
+    print(f"largest same-stage spread: {100 * worst:.3f}% over the {repeated} stages measured "
+          f"more than once" + (f" (worst: stage {key[0]}, measured {key[1]} times)" if key
+                               else " (none: raise --sample)"))
     print(f"default predictor ({costs.predictor}) over {len(ok)} ok runs: overall p50 "
           f"{100 * percentile(overall, 50):.2f}% p90 {100 * percentile(overall, 90):.2f}% max "
           f"{100 * max(overall):.2f}%; per stage p90 {100 * percentile(stage, 90):.2f}% max "

@@ -3,6 +3,7 @@ its Pareto front, the recommendations highlighted (paper 4.2, Fig. 10), the per-
 bars of a selected point, and the prediction-error histogram (Fig. 9)."""
 import streamlit as st
 
+from mcap.core import throughput
 from mcap.core.errors import McapError
 from mcap.io import agreement
 from mcap.io.datasets import datasets_dir
@@ -66,20 +67,35 @@ for method in chosen:
     marks.append(fig_space.Mark(method, tuple(rec.balance)))
 marks = tuple(marks)
 
-points = fig_space.space_points(sweep.runs, marks)
+estimate = throughput.from_json((sweep.extra or {}).get("throughput_estimate"))
+show_estimates = estimate is not None and st.sidebar.checkbox(
+    "Estimated throughput for composed partitionings", value=False, key="space-estimates",
+    help="Stage reuse composes peaks exactly but never times a composed partitioning; its "
+         "throughput is then estimated from per-layer times (mcap.core.throughput).")
+points = fig_space.space_points(sweep.runs, marks, estimate if show_estimates else None)
 ok = len(points)
 c = st.columns(4)
 c[0].metric("measured partitionings", len(sweep.runs))
-c[1].metric("ok with throughput", ok)
+c[1].metric("ok with throughput", ok - int(points["estimated"].sum()))
 c[2].metric("on the Pareto front", int(points["pareto"].sum()))
 c[3].metric("lowest measured peak", fmt_bytes(int(points["peak"].min())) if ok else "-")
 composed = sum(1 for r in sweep.runs if r.status == "ok" and getattr(r, "composed", False))
 if composed:
-    st.caption(f"{composed:,} of these partitionings were composed from the stages of measured "
-               "ones (stage reuse: exact per-stage peaks, no measured throughput). They count in "
-               "the ranks and the error histogram below; the scatter shows the "
-               f"{ok:,} whose throughput was measured, so a pick among the composed ones has "
-               "its rank in the table but no star.")
+    if show_estimates:
+        st.caption(f"{composed:,} of these partitionings were composed from the stages of "
+                   "measured ones (stage reuse: exact per-stage peaks). Their throughput is "
+                   "**estimated** (hollow points) from per-layer times through GPipe's bubble "
+                   f"model, scaled on the {estimate.n:,} measured runs; on those it is off by "
+                   f"{100 * estimate.p50:.0f}% (median) and {100 * estimate.p90:.0f}% (p90), "
+                   "so read their height as a rough guide, their peak as exact.")
+    else:
+        st.caption(f"{composed:,} of these partitionings were composed from the stages of "
+                   "measured ones (stage reuse: exact per-stage peaks, no measured throughput). "
+                   "They count in the ranks and the error histogram below; the scatter shows "
+                   f"the {ok:,} whose throughput was measured, so a pick among the composed "
+                   "ones has its rank in the table but no star."
+                   + (" The sidebar can add them with an estimated throughput."
+                      if estimate is not None else ""))
 
 # The selection is settled before anything is drawn: a click (read from the chart's state)
 # or a choice in the box below (read from its state) moves the ring and the bars in the

@@ -546,3 +546,18 @@ def test_partition_space_states_how_cpu_stands_in_for_a_gpu(bundled):
     text = " ".join(m.value for m in at.markdown)
     r = files[0]["stats"]
     assert f"Spearman **{r.spearman:.2f}**" in text and f"Kendall {r.kendall:.2f}" in text
+
+
+def test_partition_space_can_show_composed_points_with_estimated_throughput(bundled):
+    _, _, _, sweep = bundled
+    composed = sum(1 for r in sweep.runs if r.status == "ok" and r.composed)
+    if not composed or "throughput_estimate" not in (sweep.extra or {}):
+        pytest.skip("the default sweep has no composed runs with an estimate")
+    at = page("space")
+    measured = metric(at, "ok with throughput")
+    assert not [c for c in at.caption if "estimated" in c.value and "hollow" in c.value]
+    at.sidebar.checkbox(key="space-estimates").check().run()
+    assert not errors(at)
+    assert metric(at, "ok with throughput") == measured  # estimates are not measurements
+    assert any("hollow points" in c.value for c in at.caption)
+    assert "circle-open" in at.get("plotly_chart")[0].proto.spec

@@ -295,3 +295,44 @@ def recommend_mesh(profile: Profile, mesh: Mesh, method: str = "exact", prune: b
     return MeshRecommendation(method, mesh, res.plan, tuple(int(p) for p in res.peaks),
                               res.seconds, res.explored, found, prune if method == "enumerate"
                               else False, name, missing)
+
+
+@dataclass(frozen=True)
+class BatchFit:
+    """One stage's batch-size line (III-B2): its predicted peaks at two profiled batch sizes
+    and the line's value at the target."""
+    first: int
+    last: int
+    sizes: tuple[int, int]
+    peaks: tuple[int, int]
+    target: int
+
+    @property
+    def at_target(self) -> int:
+        return int(round(batch_line(self.peaks[0], self.sizes[0], self.peaks[1], self.sizes[1],
+                                    self.target)))
+
+
+def pp_batch_sizes(profile: Profile) -> tuple[int, ...]:
+    """Batch sizes the profile has pipeline-only statistics at, besides its target."""
+    return tuple(sorted({v.batch_size for v in profile.variants
+                         if v.parallel == "pp" and v.degree == 1} - {profile.setup.batch_size}))
+
+
+def batch_fit(profile: Profile, first: int, last: int, predictor: Optional[str] = None) -> BatchFit:
+    """The line through pp stage ``first..last``'s predicted peaks at the two profiled batch
+    sizes nearest the target (``profile --capture``: B/4 and B/2); refused naming them."""
+    from mcap.core.recommend import costs_of
+    sizes = pp_batch_sizes(profile)
+    target = profile.setup.batch_size
+    if len(sizes) < 2:
+        raise McapError(f"the batch-size line needs pipeline-only statistics at two batch sizes "
+                        f"besides the target {target}; the profile has "
+                        f"{', '.join(map(str, sizes)) or 'none'}. Profile with --capture "
+                        f"(batch sizes {target // 4} and {target // 2})")
+    two = sorted(sorted(sizes, key=lambda b: (abs(b - target), b))[:2])
+    peaks = []
+    for b in two:
+        v = next(v for v in profile.variants if v.key == (b, "pp", 1))
+        peaks.append(costs_of(variant_profile(profile, v), predictor).stage(first, last))
+    return BatchFit(first, last, (two[0], two[1]), (peaks[0], peaks[1]), target)

@@ -71,7 +71,7 @@ try:
 except McapError as exc:
     st.error(f"{exc}. Showing the recommended plan {rec.plan.text} instead.")
 
-c = st.columns(4)
+c = st.columns([3, 2]) + st.columns([3, 2])  # plan texts are long: two metrics a row
 c[0].metric("recommended plan", rec.plan.text)
 c[1].metric("its predicted peak", fmt_bytes(rec.peak))
 c[2].metric("shown plan", plan.text)

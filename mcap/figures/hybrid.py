@@ -52,7 +52,8 @@ def draw_mesh(frame: pd.DataFrame, mesh: Mesh, title: str, dataset: str = "") ->
                           fillcolor=color, line=dict(color="white", width=2), layer="below")
         fig.add_scatter(
             x=part["slot"] + 0.5, y=mesh.nodes - 1 - part["node"] + 0.5, mode="text",
-            text=[_label(r) for r in part.itertuples()], textfont=dict(color="white", size=12),
+            text=[f"{_label(r)}<br>{r.predicted / unit[1]:.1f} {unit[0]}" for r in part.itertuples()],
+            textfont=dict(color="white", size=12),
             name=f"stage {stage}", showlegend=False,
             customdata=scaled(part["predicted"], unit),
             hovertemplate="%{text}<br>predicted %{customdata:.1f} " + unit[0]

@@ -12,10 +12,14 @@ from mcap.core.types import Profile
 
 def measure_plan_args(profile: Profile, plan: HybridPlan) -> list[str]:
     """``measure --model M --batch-size B --chunks C --plan TEXT --json`` (issue 15's
-    contract) under the profile's model, batch size and micro-batches."""
+    contract) under the profile's setup, so the measured peaks answer the predicted ones:
+    also its device, schedule, checkpointing and optimizer (the engine, one process per
+    device, follows from ``--plan``)."""
     s = profile.setup
     return ["--model", profile.model.spec, "--batch-size", str(s.batch_size),
-            "--chunks", str(s.chunks), "--plan", plan.text, "--json"]
+            "--chunks", str(s.chunks), "--device", s.device, "--schedule", s.schedule,
+            "--checkpoint", s.checkpoint, "--optimizer", s.optimizer,
+            "--plan", plan.text, "--json"]
 
 
 def plan_result(log_text: str) -> Optional[dict]:

@@ -3,6 +3,10 @@
     python -m mcap plan --layers 30 --stages 4 [--scheme mcap|capture] [--json]
     python -m mcap predict --profile FILE --balance 3,3,5,19 [--predictor NAME] [--json]
     python -m mcap recommend --profile FILE --stages 4 [--method NAME] [--predictor NAME] [--json]
+    python -m mcap recommend --profile FILE --mesh 2x4 [--method exact|enumerate] [--json]
+    python -m mcap predict --profile FILE --plan 3,3,10:tp2 [--json]
+
+``--mesh`` and ``--plan`` are hybrid plans (CAPTURE III; ``mcap.cli.mesh``).
 
 Method and predictor choices come from their registries (``mcap.core.search``,
 ``mcap.core.predictors``).

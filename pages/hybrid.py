@@ -88,7 +88,7 @@ measured, result = None, None
 job_state = st.session_state.get("hybrid-job")
 if s is not None and job_state is not None and job_state[1] == plan.text:
     try:
-        result = app_hybrid.plan_result(jobs.progress(s, job_state[0]).log_tail)
+        result = app_hybrid.job_result(s, job_state[0])
     except McapError:
         result = None
     if result and result.get("peaks") and len(result["peaks"]) == plan.devices:

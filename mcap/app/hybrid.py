@@ -35,3 +35,11 @@ def plan_result(log_text: str) -> Optional[dict]:
             if isinstance(out, dict) and "status" in out:
                 return out
     return None
+
+
+def job_result(store, job_id: int) -> Optional[dict]:
+    """A ``measure --plan --json`` job's printed result, read from the end of its log (wide
+    enough for a JSON line with a breakdown per device, which a 2,000-character tail cuts)."""
+    from mcap.app import jobs
+    jobs.reconcile(store, store.job(job_id))
+    return plan_result(jobs.tail_of(jobs.log_path(store, job_id), 256_000))

@@ -107,3 +107,24 @@ def test_without_variants_the_mesh_gets_pipeline_only_plans():
     assert rec.plan.balance == recommend(p, 4, "exact").balance
     with pytest.raises(McapError, match="the model has 12 layers; mesh 4x4 needs at least 16"):
         recommend_mesh(p, Mesh(4, 4))
+
+
+def test_a_variant_with_per_device_runs_is_fitted_like_a_profile():
+    """The runs path: a dp2 variant whose runs give a peak per device is fitted by the
+    default predictor exactly as a pipeline profile with those (per-stage) runs."""
+    import dataclasses
+    from mcap.io import datasets
+    base = datasets.load(datasets.parse_ref("bundled:gpt-l8-h256-cpu4.profile.json"))
+    runs = tuple(dataclasses.replace(r, peaks=tuple(int(0.8 * p) for p in r.peaks))
+                 for r in base.runs if r.status == "ok")
+    per_device = tuple(dataclasses.replace(r, peaks=tuple(p - k for p in r.peaks for k in (0, 7)))
+                       for r in runs)
+    scaled = LayerStats(tuple(int(0.8 * x) for x in base.stats.mem_isolated),
+                                (None,) + tuple(int(0.8 * x) for x in base.stats.mem_added[1:]))
+    v = VariantStats(base.setup.batch_size, scaled, "dp", 2, per_device)
+    hc = HybridCosts(dataclasses.replace(base, variants=(v,)))
+    want = costs_of(dataclasses.replace(base, stats=scaled, runs=runs, variants=()))
+    L = base.model.num_layers
+    got = [hc.stage(a, z, "dp", 2) for a in range(L) for z in range(a, L)]
+    assert got == [want.stage(a, z) for a in range(L) for z in range(a, L)]
+    assert hc.costs("dp", 2).predictor == "perstage"

@@ -54,7 +54,8 @@ def profile_command(profile: Profile) -> str:
     """The command that adds the dp/tp statistics this profile lacks."""
     s = profile.setup
     return (f"python -m mcap profile --model {profile.model.spec} --stages {s.stages} "
-            f"--batch-size {s.batch_size} --chunks {s.chunks} --parallel dp,tp")
+            f"--batch-size {s.batch_size} --chunks {s.chunks}"
+            + (f" --device {s.device}" if s.device != "cpu" else "") + " --parallel dp,tp")
 
 
 def per_stage_runs(variant: VariantStats) -> tuple[Run, ...]:

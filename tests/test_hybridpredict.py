@@ -10,7 +10,6 @@ from mcap.core.hybrid import Mesh, batch_line, log_degree, parse_mesh, parse_pla
 from mcap.core.hybridpredict import (
     HybridCosts, log_fit, per_stage_runs, recommend_mesh,
 )
-from mcap.core.meshsearch import enumerate_plans
 from mcap.core.recommend import costs_of
 from mcap.core.types import Layer, LayerStats, ModelInfo, Profile, Run, Setup, VariantStats
 

@@ -31,7 +31,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from mcap.core.costs import INF, StageCosts
+from mcap.core.costs import StageCosts
 from mcap.core.errors import McapError
 from mcap.core.hybrid import HybridPlan, Mesh, batch_line, check_plan
 from mcap.core.meshsearch import MeshResult, configs, enumerate_plans, exact_plan
@@ -253,8 +253,8 @@ def searchable(costs: HybridCosts, mesh: Mesh) -> tuple[tuple[str, ...], tuple[s
     """The kinds every degree 2..K of which can be predicted, and why the others cannot."""
     kinds, missing = [], []
     for k in KINDS:
-        why = next((costs.why_not(kd, d) for kd, d in configs(mesh, (k,))
-                    if kd == k and costs.why_not(kd, d)), None)
+        whys = [costs.why_not(k, d) for kind, d in configs(mesh, (k,)) if kind == k]
+        why = next((w for w in whys if w is not None), None)
         if why is None:
             kinds.append(k)
         else:
@@ -290,12 +290,10 @@ def recommend_mesh(profile: Profile, mesh: Mesh, method: str = "exact", prune: b
 
     res: MeshResult = (exact_plan(L, mesh, cost, kinds=found) if method == "exact" else
                        enumerate_plans(L, mesh, cost, prune=prune, kinds=found))
-    if res.peak >= INF:
-        raise McapError(f"no plan places {L} layers on mesh {mesh.text}")
-    name = hc.pp_costs().predictor
     return MeshRecommendation(method, mesh, res.plan, tuple(int(p) for p in res.peaks),
-                              res.seconds, res.explored, found, prune if method == "enumerate"
-                              else False, name, missing)
+                              res.seconds, res.explored, found,
+                              prune=prune and method == "enumerate",  # the DP never prunes
+                              predictor=hc.pp_costs().predictor, missing=missing)
 
 
 @dataclass(frozen=True)

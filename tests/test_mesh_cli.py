@@ -96,10 +96,11 @@ def test_predict_plan_peaks_per_device_in_stage_order(capsys, hybrid):
     (["recommend", "--stages", "4", "--method", "enumerate"], "--method enumerate searches a mesh"),
     (["recommend"], "--stages G .* or --mesh NxK"),
     (["recommend", "--mesh", "4x4"], "12 layers; mesh 4x4 needs at least 16"),
+    (["recommend", "--mesh", "8x1024"], "mesh 8x1024 with 12 layers means up to .* over the cap"),
 ])
 def test_bad_input_exits_2_naming_the_numbers(capsys, tmp_path, argv, message):
     path = save(tmp_path, ())
-    if "4x4" not in argv:
+    if "4x4" not in argv:  # the pipeline-only profile: 16 devices need 16 layers
         path = save(tmp_path, VARIANTS, "h.json")
     code, out, err = run(capsys, argv[0], "--profile", path, *argv[1:])
     assert code == 2 and out == ""

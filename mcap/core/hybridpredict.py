@@ -32,12 +32,15 @@ from typing import Optional, Sequence
 import numpy as np
 
 from mcap.core.costs import StageCosts
-from mcap.core.errors import McapError
+from mcap.core.errors import McapError, SearchTooLarge
 from mcap.core.hybrid import HybridPlan, Mesh, batch_line, check_plan
 from mcap.core.meshsearch import MeshResult, configs, enumerate_plans, exact_plan
 from mcap.core.types import Profile, Run, VariantStats
 
 KINDS = ("dp", "tp")
+# The DP's stage placements are at most L(L+1)/2 x devices x configs: 2x4 with 30 layers is
+# 18,600; past this cap (seconds of pure Python) a mesh is refused before anything is fitted.
+MAX_PLACEMENTS = 2_000_000
 METHODS = ("exact", "enumerate")  # the DP first: exact and faster (BENCHMARKS.md, "Mesh")
 
 
@@ -283,6 +286,11 @@ def recommend_mesh(profile: Profile, mesh: Mesh, method: str = "exact", prune: b
         raise McapError(f"the model has {L} layers; mesh {mesh.text} needs at least "
                         f"{mesh.devices if not found else mesh.nodes} (pipeline-only plans put "
                         f"one layer group on every device)")
+    placements = L * (L + 1) // 2 * mesh.devices * len(configs(mesh, found))
+    if placements > MAX_PLACEMENTS:
+        raise SearchTooLarge(f"mesh {mesh.text} with {L} layers means up to {placements:,} stage "
+                             f"placements, over the cap of {MAX_PLACEMENTS:,}; choose a smaller "
+                             "mesh (or merge layers)")
     tables = hc.tables(mesh, found)
 
     def cost(i: int, z: int, par: str, d: int) -> int:

@@ -60,14 +60,14 @@ def fits(text) -> bool:
 # A plan kept from another mesh or model does not fit this one: start from the recommendation.
 start = shared("plan") if shared("plan") and fits(shared("plan")) else rec.plan.text
 typed = right.text_input(
-    "Your plan", value=start, key=f"hybrid-plan-{mesh.text}-{layers}",
+    "Your plan", value=start, key=f"hybrid-plan-{mesh.text}-{shared('profile')}-{predictor}",
     help=f"comma-separated stages: N for N layers on one device, N:dpK or N:tpK for N layers on "
          f"K devices; the layers sum to {layers} and the degrees fill the {mesh.text} mesh")
 plan, peaks = rec.plan, rec.peaks
 try:
     mine = check_plan(parse_plan(typed), layers, mesh)
     plan, peaks = mine, costs.peaks(mine)
-    remember("plan", mine.text)
+    remember("plan", None if mine == rec.plan else mine.text)  # the URL keeps a typed plan only
 except McapError as exc:
     st.error(f"{exc}. Showing the recommended plan {rec.plan.text} instead.")
 

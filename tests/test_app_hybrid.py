@@ -168,3 +168,12 @@ def test_the_measured_peaks_of_a_finished_job_are_drawn_beside_the_prediction(da
     col = next(c for c in table.columns if c.startswith("measured"))
     assert [float(v) for v in table[col]] == [1.0, 2.0, 3.0, 4.0]
     assert any("Measured peak 4.00 MiB" in s.value for s in at.success)
+
+
+def test_a_shared_url_reopens_the_typed_plan_and_a_stale_one_falls_back(data):
+    at = page("hybrid", profile="bundled:hybrid.profile.json", mesh="2x4",
+              plan="2,2,2:tp2,1,2:dp2,1")
+    assert metric(at, "shown plan") == "2,2,2:tp2,1,2:dp2,1"
+    at = page("hybrid", profile="bundled:hybrid.profile.json", mesh="1x4",
+              plan="2,2,2:tp2,1,2:dp2,1")  # 8 devices on a 1x4 mesh: the recommendation instead
+    assert metric(at, "shown plan") == metric(at, "recommended plan") and not at.error

@@ -3,6 +3,10 @@
     python -m mcap plan --layers 30 --stages 4 [--scheme mcap|capture] [--json]
     python -m mcap predict --profile FILE --balance 3,3,5,19 [--predictor NAME] [--json]
     python -m mcap recommend --profile FILE --stages 4 [--method NAME] [--predictor NAME] [--json]
+    python -m mcap recommend --profile FILE --mesh 2x4 [--method exact|enumerate] [--json]
+    python -m mcap predict --profile FILE --plan 3,3,10:tp2 [--json]
+
+``--mesh`` and ``--plan`` are hybrid plans (CAPTURE III; ``mcap.cli.mesh``).
 
 Method and predictor choices come from their registries (``mcap.core.search``,
 ``mcap.core.predictors``).
@@ -35,6 +39,7 @@ def add_predictor_option(p) -> None:
 
 
 def register(sub) -> None:
+    from mcap.cli import mesh
     from mcap.core import search
     p = sub.add_parser("plan", help="print the profiling partitionings for L layers on G stages")
     p.add_argument("--layers", type=_positive_int, required=True, help="number of layers L")
@@ -45,15 +50,16 @@ def register(sub) -> None:
 
     p = sub.add_parser("predict", help="predict a partitioning's per-stage peaks from a profile")
     p.add_argument("--profile", required=True, help="a mcap.profile/1 JSON file")
-    p.add_argument("--balance", required=True, help="layer counts per stage, e.g. 3,3,5,19")
+    p.add_argument("--balance", help="layer counts per stage, e.g. 3,3,5,19")
     add_predictor_option(p)
     p.add_argument("--json", action="store_true")
+    mesh.add_predict_options(p)  # --plan / --mesh: hybrid plans (mcap.cli.mesh)
     p.set_defaults(func=cmd_predict)
 
     p = sub.add_parser("recommend", help="recommend the partitioning with the lowest predicted peak")
     p.add_argument("--profile", required=True, help="a mcap.profile/1 JSON file")
-    p.add_argument("--stages", type=_positive_int, required=True, help="number of devices G")
-    p.add_argument("--method", choices=search.names(), default="exact",
+    p.add_argument("--stages", type=_positive_int, help="number of devices G")
+    p.add_argument("--method", choices=(*search.names(), *mesh.ONLY_MESH_METHODS), default=None,
                    help="; ".join(f"{m.name}: {m.help}" for m in map(search.get, search.names())))
     add_predictor_option(p)
     p.add_argument("--seed", type=argtypes.seed, default=0, help="seed for bo")
@@ -63,6 +69,7 @@ def register(sub) -> None:
                    help="relative band above the lowest peak treated as a tie, 0..1 (default 0)")
     argtypes.add_confirm_model_option(p, "recommend")
     p.add_argument("--json", action="store_true")
+    mesh.add_recommend_options(p)  # --mesh / --no-prune: hybrid plans (mcap.cli.mesh)
     p.set_defaults(func=cmd_recommend)
 
 
@@ -86,8 +93,11 @@ def cmd_plan(args) -> int:
 
 def cmd_predict(args) -> int:
     from mcap.core.recommend import costs_of
+    from mcap.cli import mesh
     from mcap.io.jsonio import load_profile
 
+    if mesh.wants_plan(args):
+        return mesh.cmd_predict_plan(args)
     profile = load_profile(args.profile)
     costs = costs_of(profile, args.predictor)
     peaks = costs.peaks(parse_balance(args.balance))
@@ -123,8 +133,11 @@ def search_context(profile, method: str):
 
 def cmd_recommend(args) -> int:
     from mcap.core.recommend import recommend
+    from mcap.cli import mesh
     from mcap.io.jsonio import load_profile
 
+    if mesh.wants_mesh(args):
+        return mesh.cmd_recommend_mesh(args)
     profile = load_profile(args.profile)
     profile = argtypes.allow_model(profile, args.model)
     rec = recommend(profile, args.stages, args.method, args.predictor,

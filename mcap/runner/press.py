@@ -27,10 +27,14 @@ uses to attribute ``saved_bytes``, so nothing is counted twice) decides what hap
   target allocates the buffer on its GPU and the sender copies into it through a CUDA IPC
   handle (peer copy, NVLink where present).
 
-What cannot be freed by any action (measured, not hidden): the stage's input and output
-micro-batches are held by the pipeline schedule until backward whatever the plan says
-(``PipelineStage.fwd_cache``), and a recompute segment's input is kept by the checkpoint.
-Parameters and buffers are saved by reference and never moved (they are not activations).
+What no action can free, and so is left in place: the stage's input and output
+micro-batches, which the pipeline schedule holds until backward whatever the plan says
+(``PipelineStage.fwd_cache``): a storage of the input is never moved, and one of the output
+that a layer moved (a ReLU saves its result) is read from the original again and its copy
+released as soon as the forward returns. A recompute segment's input is kept by the
+checkpoint. Parameters and buffers are saved by reference and never moved (they are not
+activations). So a plan frees less than ``PressStats.saved_bytes`` of a stage's first and
+last layers say; ``measure --press`` shows how much.
 """
 from __future__ import annotations
 
@@ -71,7 +75,16 @@ class _Moved:
         if self.pending <= 0:
             self._restored = None
 
+    def keep(self, storage: torch.UntypedStorage) -> None:
+        """Undo the move: the original stays alive anyway (the schedule holds it), so the
+        saved views read it and the copy is released."""
+        self._restored = storage
+        self._release()
+
     def _fetch(self) -> torch.UntypedStorage:
+        raise NotImplementedError
+
+    def _release(self) -> None:
         raise NotImplementedError
 
 
@@ -92,8 +105,11 @@ class _HostCopy(_Moved):
     def _fetch(self) -> torch.UntypedStorage:
         back = torch.empty(self.nbytes, dtype=torch.uint8, device=self.device)  # counted
         back.copy_(self.host, non_blocking=self.device.type == "cuda")
-        self.host = self.array = None  # swapped in: the host copy is no longer needed
+        self._release()  # swapped in: the host copy is no longer needed
         return back.untyped_storage()
+
+    def _release(self) -> None:
+        self.host = self.array = None
 
 
 class _PeerCopy(_Moved):
@@ -103,12 +119,18 @@ class _PeerCopy(_Moved):
         channel.put(key, _as_bytes(storage))
 
     def _fetch(self) -> torch.UntypedStorage:
-        return self.channel.get(self.key, self.nbytes, self.device).untyped_storage()
+        back = self.channel.get(self.key, self.nbytes, self.device)
+        self.channel = None
+        return back.untyped_storage()
+
+    def _release(self) -> None:
+        if self.channel is not None:
+            self.channel.drop(self.key)
+            self.channel = None
 
     def __del__(self):  # saved but never unpacked (a graph freed without backward)
         try:
-            if self._restored is None and self.channel is not None:
-                self.channel.drop(self.key)
+            self._release()
         except Exception:
             pass
 
@@ -203,6 +225,11 @@ class PressStage(nn.Module):
                 or not torch.is_grad_enabled():
             return self.layers(x)
         saver = Saver(self)
+        # The schedule holds the stage's input until backward (PipelineStage.fwd_cache): a
+        # copy of it would free nothing, so it stays (module docstring).
+        for a in args:
+            if isinstance(a, torch.Tensor):
+                saver.records[a.untyped_storage().data_ptr()] = _KEPT
         with torch.autograd.graph.saved_tensors_hooks(saver.pack, saver.unpack):
             for first, last in self.segments:
                 saver.layer = first
@@ -211,6 +238,14 @@ class PressStage(nn.Module):
                     x = checkpoint(self._run, first, last, *xs, use_reentrant=False)
                 else:
                     x = self.layers[first](x)
+        # ... and its output too: a storage of it that was moved (a ReLU saves its result)
+        # is read from the original again, and the copy released.
+        for t in (x if isinstance(x, tuple) else (x,)):
+            if isinstance(t, torch.Tensor):
+                storage = t.untyped_storage()
+                rec = saver.records.get(storage.data_ptr())
+                if isinstance(rec, _Moved) and rec.origin() is storage:
+                    rec.keep(storage)
         return x
 
 

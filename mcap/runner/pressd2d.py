@@ -182,8 +182,16 @@ class _Channel:
                                        f"{CONNECT_SECONDS:g} s") from None
                 time.sleep(0.01)
         self.remote: dict[int, torch.Tensor] = {}  # CUDA: the peer's buffers, opened by IPC
+        # Drops are sent before the next request, never in the middle of one (a drop may
+        # come from a finalizer at any moment).
+        self.drops: list[int] = []
+
+    def _flush(self) -> None:
+        while self.drops:
+            self.conn.send(("drop", self.drops.pop(), 0))
 
     def put(self, key: int, data: torch.Tensor) -> None:
+        self._flush()
         self.conn.send(("put", key, data.numel()))
         status, handle = self.conn.recv()
         if status != "ok":
@@ -193,17 +201,22 @@ class _Channel:
             peer = rebuild(*args)
             peer.copy_(data)  # device to device
             torch.cuda.synchronize(data.device)
+            torch.cuda.synchronize(peer.device)
             self.remote[key] = peer
         else:
             self.conn.send_bytes(memoryview(data.numpy()))
 
     def get(self, key: int, nbytes: int, device: torch.device) -> torch.Tensor:
         back = torch.empty(nbytes, dtype=torch.uint8, device=device)  # counted here again
+        self._flush()
         self.conn.send(("get", key, nbytes))
         if self.device.type == "cuda":
             self.conn.recv()
-            back.copy_(self.remote.pop(key))
+            peer = self.remote.pop(key)
+            back.copy_(peer)
             torch.cuda.synchronize(device)
+            torch.cuda.synchronize(peer.device)
+            del peer
             self.conn.send("copied")
         else:
             self.conn.recv_bytes_into(memoryview(back.numpy()))
@@ -211,7 +224,7 @@ class _Channel:
 
     def drop(self, key: int) -> None:
         self.remote.pop(key, None)
-        self.conn.send(("drop", key, 0))
+        self.drops.append(key)
 
     def close(self) -> None:
         self.remote.clear()

@@ -33,19 +33,44 @@ def _with(plan: PressPlan, stage: int, action: str, target=None) -> PressPlan:
 
 
 @pytest.fixture(scope="module")
-def measured():
+def measured(tmp_path_factory):
+    import contextlib
+    import io
+
+    from mcap.cli.main import main
+    from mcap.core.types import Run
+    from mcap.io.planfile import save_plan
+    from mcap.models import build_model
     from mcap.runner import open_runner
     from mcap.runner.pressstats import saved_bytes
-    from mcap.models import build_model
+    from mcap.store import Store
 
     keep = keep_all(SPEC, BALANCE)
     plans = {"keep": keep, "recompute": _with(keep, 0, "recompute"),
-             "swap": _with(keep, 0, "swap"), "d2d": _with(keep, 0, "d2d", 1)}
+             "swap": _with(keep, 0, "swap")}
     with open_runner(SPEC, SETUP) as runner:
         runs = {"plain": runner.measure(BALANCE)}
         runs.update({name: runner.measure(BALANCE, press=p) for name, p in plans.items()})
         with pytest.raises(McapError, match="balance 15,15 but the run measures balance 14,16"):
             runner.measure((14, 16), press=keep)
+    # d2d through the command line (its own stage processes; peaks are history-free)
+    d2d = _with(keep, 0, "d2d", 1)
+    tmp = tmp_path_factory.mktemp("press")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(["measure", "--model", SPEC, "--balance", "15,15", "--batch-size", "8",
+                     "--chunks", "4", "--checkpoint", "never", "--store", str(tmp / "s.sqlite"),
+                     "--press", str(save_plan(d2d, tmp / "d2d.json")), "--json"])
+    assert code == 0, out.getvalue()
+    printed = json.loads(out.getvalue())
+    assert printed["press"]["actions"]["d2d"] == 15 and printed["samples_per_second"] > 0
+    runs["d2d"] = Run(BALANCE, printed["status"], tuple(printed["peaks"]), printed["seconds"])
+    with Store(tmp / "s.sqlite") as store:  # stored under the plan's own study only
+        info = build_model(SPEC, device="meta").info
+        assert store.find_study(SPEC, SETUP) is None
+        keyed = dataclasses.replace(SETUP, press=press_code(d2d))
+        assert store.runs(store.find_study(SPEC, keyed))[0].peaks == runs["d2d"].peaks
+        assert info.num_layers == 30
     built = build_model(SPEC)
     x, _ = built.example_batch(SETUP.batch_size // SETUP.chunks)
     saved = saved_bytes(built.module, x)

@@ -4,6 +4,12 @@
 
 The number of stages is the length of ``--balance``. The run is recorded in the store (kind
 "measure") whatever its status; an oom or failed run exits 1, bad input exits 2.
+
+``--press PLAN.json`` applies an MPress plan (``mcap.press/1``; ``mcap.runner.press``) and
+needs ``--checkpoint never``; a plan of another model or balance exits 2 naming both. Its
+run is stored under a setup that names the plan (``Setup.press``), so it is never reused
+as a plain run of that balance. ``--json`` adds ``press`` (the plan file, its action counts
+and code) to the usual status, peaks, seconds and samples_per_second.
 """
 from __future__ import annotations
 

@@ -6,7 +6,8 @@
 One runner (checkpoint never) measures the plain run and three plans of the same balance,
 interleaved ``--repeats`` times: keep-all (must read the plain peaks exactly), every layer
 recompute, every layer host swap, and stage 0's layers d2d to the last stage. Prints each
-stage's peak (median; peaks are history-free, so every repeat reads the same bytes), the
+stage's peak (history-free: every repeat reads the same bytes, except a d2d target's, shown
+as its range), the
 added time (median window of the slowest stage, 2 iterations, minus plain's), and the
 press statistics: per stage the saved bytes x micro-batches vs the plain run's ``other``
 at its peak, and the bandwidths.
@@ -60,9 +61,14 @@ def main(argv=None) -> int:
                 runs[name].append(run)
     window = {k: statistics.median(ITERATIONS * args.batch_size / r.samples_per_second
                                    for r in v) for k, v in runs.items()}
-    peaks = {k: v[0].peaks for k, v in runs.items()}
-    for k, v in runs.items():
-        assert all(r.peaks == v[0].peaks for r in v), f"{k}: peaks differ between repeats"
+    # Peaks are history-free, so every repeat reads the same bytes, except a d2d target's:
+    # the moved bytes live there on the sender's clock (from its forward until its backward
+    # fetches them), so how many are resident at the target's own peak varies run to run.
+    low = {k: [min(r.peaks[s] for r in v) for s in range(G)] for k, v in runs.items()}
+    high = {k: [max(r.peaks[s] for r in v) for s in range(G)] for k, v in runs.items()}
+    for k in runs:
+        assert k == "d2d0" or low[k] == high[k], f"{k}: peaks differ between repeats"
+    peaks = low
     bounds, first = [], 0
     for n in balance:
         bounds.append((first, first + n))
@@ -70,6 +76,9 @@ def main(argv=None) -> int:
     saved = [args.chunks * sum(stats.saved_bytes[a:b]) for a, b in bounds]
     other = [b.other for b in runs["plain"][0].breakdown]
     mib = lambda n: f"{n / 2**20:.2f}"  # noqa: E731
+
+    def cell(k, s):
+        return mib(low[k][s]) + ("" if low[k][s] == high[k][s] else f"-{mib(high[k][s])}")
     print(f"model {args.model}, balance {args.balance}, batch {args.batch_size}, chunks "
           f"{args.chunks}, checkpoint never, {args.repeats} repeats")
     print(f"host swap {stats.host_bandwidth / 1e9:.2f} GB/s, d2d {stats.d2d_bandwidth / 1e9:.2f}"
@@ -79,13 +88,13 @@ def main(argv=None) -> int:
     print("|---|---|---|---|---|---|---|---|")
     for s in range(G):
         print(f"| {s} | {mib(saved[s])} | {mib(other[s])} | " + " | ".join(
-            mib(peaks[k][s]) for k in plans) + " |")
+            cell(k, s) for k in plans) + " |")
     print("| time (s, 2 iterations) | | | " + " | ".join(
         f"{window[k]:.2f}" + ("" if k == "plain" else f" ({window[k] - window['plain']:+.2f})")
         for k in plans) + " |")
     if args.json:
         args.json.write_text(json.dumps({
-            "peaks": peaks, "window_seconds": window, "saved_times_chunks": saved,
+            "peaks": {k: [r.peaks for r in v] for k, v in runs.items()}, "window_seconds": window, "saved_times_chunks": saved,
             "plain_other": other, "press": dataclasses.asdict(stats)}, indent=1))
     return 0
 

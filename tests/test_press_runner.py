@@ -103,7 +103,12 @@ def test_d2d_moves_the_bytes_into_the_target_stage(measured):
     stage0 = SETUP.chunks * sum(saved[:BALANCE[0]])
     plain, d2d = runs["plain"].peaks, runs["d2d"].peaks
     assert d2d[0] == runs["swap"].peaks[0]  # out of stage 0 exactly as a host swap
-    assert 0.8 * stage0 <= d2d[1] - plain[1] <= 1.3 * stage0, (d2d[1] - plain[1], stage0)
+    # The bytes live in stage 1 on stage 0's clock (put in its forward, fetched in its
+    # backward), so how many are there at stage 1's own peak depends on the interleaving;
+    # the last micro-batch's are there for sure: stage 0 fetches them only after stage 1's
+    # last backward has sent it their gradient.
+    rise = d2d[1] - plain[1]
+    assert 0.8 * stage0 / SETUP.chunks <= rise <= 1.3 * stage0, (rise, stage0)
 
 
 def _grads(model: nn.Sequential, stage, x, y):

@@ -216,3 +216,21 @@ def test_a_plan_run_is_stored_apart_from_plain_runs():
                          kind="measure")
         assert store.find_run(store.study(info, SETUP), BALANCE) is None
         assert store.find_run(store.study(info, keyed), BALANCE).peaks == (1, 2)
+
+
+def test_profile_press_stores_the_statistics_with_the_profile(tmp_path):
+    from mcap.cli.main import main
+    from mcap.io import jsonio
+    from mcap.store import Store
+
+    model = "gpt:layers=2,hidden=32,heads=2,vocab=64,seq=16"
+    out = tmp_path / "p.json"
+    code = main(["profile", "--model", model, "--stages", "2", "--batch-size", "4",
+                 "--chunks", "2", "--checkpoint", "never", "--press", "--store",
+                 str(tmp_path / "s.sqlite"), "--out", str(out)])
+    assert code == 0
+    prof = jsonio.load_profile(out)
+    assert prof.press is not None and len(prof.press.saved_bytes) == prof.model.num_layers
+    assert prof.press.saved_bytes[0] > 0  # the embedding's output, saved by the first block
+    with Store(tmp_path / "s.sqlite") as store:
+        assert store.load_profile(store.list_profiles()[-1].id).press == prof.press

@@ -79,6 +79,10 @@ def register(sub) -> None:
     p.add_argument("--scheme", choices=("mcap", "capture"), default="mcap",
                    help="which profiling partitionings (mCAP 3.1, or CAPTURE's Description 1)")
     p.add_argument("--out", required=True, type=Path, metavar="FILE.json", help=OUT_HELP % "profile")
+    p.add_argument("--press", action="store_true",
+                   help="also measure MPress's costs: per layer the activation bytes saved "
+                        "for backward and the forward time per micro-batch, and this "
+                        "machine's host-swap and device-to-device bandwidths")
     p.add_argument("--no-reuse", dest="reuse", action="store_false",
                    help="measure every profiling run; by default a run whose every stage was "
                         "already measured in this setup (e.g. by a sweep) is composed from those")
@@ -133,7 +137,8 @@ def _write(obj, out, kind: str, stored_id: int, store) -> None:
 def cmd_profile(args) -> int:
     def action(profiling, setup, store):
         result = profiling.profile(args.model, setup, None, store=store, scheme=args.scheme,
-                                   job=args.job, timeout=args.timeout, reuse=args.reuse)
+                                   job=args.job, timeout=args.timeout, reuse=args.reuse,
+                                   press=args.press)
         _write(result.profile, args.out, "profile", result.profile_id, store)
         print(profiling.summary("profile", result.tally, args.out, result.profile_id))
         return 0

@@ -4,12 +4,20 @@
 
 The number of stages is the length of ``--balance``. The run is recorded in the store (kind
 "measure") whatever its status; an oom or failed run exits 1, bad input exits 2.
+
+``--press PLAN.json`` applies an MPress plan (``mcap.press/1``; ``mcap.runner.press``) and
+needs ``--checkpoint never``; a plan of another model or balance exits 2 naming both. Its
+run is stored under a setup that names the plan (``Setup.press``), so it is never reused
+as a plain run of that balance. ``--json`` adds ``press`` (the plan file, its action counts
+and code) to the usual status, peaks, seconds and samples_per_second.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
+from pathlib import Path
 
 from mcap.cli.profile import add_setup_options, setup_from_args
 from mcap.core.errors import InvalidPartitioning, McapError
@@ -32,6 +40,10 @@ def register(sub) -> None:
     add_setup_options(p)
     p.add_argument("--balance", type=parse_balance, required=True, metavar="N,N,...",
                    help="layers per stage, e.g. 3,3,5,19 (its length is the number of stages)")
+    p.add_argument("--press", type=Path, default=None, metavar="PLAN.json",
+                   help="apply an MPress plan (mcap.press/1, from `mcap press --out`) of this "
+                        "model and balance: per layer keep, recompute, host swap or d2d swap; "
+                        "needs --checkpoint never. The run is stored apart from plain runs")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     for action in p._actions:  # --stages is implied by --balance here
         if action.dest == "stages":
@@ -71,6 +83,13 @@ def cmd_measure(args) -> int:
     args.stages = len(balance)
     parse_spec(args.model)
     setup = setup_from_args(args)
+    plan = None
+    if args.press is not None:  # checked before any process starts (exit 2 naming values)
+        from mcap.core.setup import press_code
+        from mcap.io.planfile import load_plan
+        from mcap.runner.pressplans import check_plan
+        plan = load_plan(args.press)
+        check_plan(plan, args.model, setup, balance)
     # A dashboard job (--job ID, mcap.app.jobs.launch) sees running -> done/failed/cancelled,
     # the balance being measured, and the run linked to it, as profile and sweep report.
     store = Store(args.store)
@@ -80,8 +99,10 @@ def cmd_measure(args) -> int:
                 store.update_job(args.job, current=balance)
             with open_runner(args.model, setup, timeout=args.timeout) as runner:
                 info, machine = runner.model_info, runner.machine
-                run = runner.measure(balance)
-            store.record_run(store.study(info, setup), run, kind="measure", job=args.job,
+                run = runner.measure(balance, press=plan)
+            # A plan's run is a study of its own (Setup.press): never reused as a plain run.
+            keyed = setup if plan is None else dataclasses.replace(setup, press=press_code(plan))
+            store.record_run(store.study(info, keyed), run, kind="measure", job=args.job,
                              machine=machine)
             if args.job is not None:
                 store.update_job(args.job, done=1)
@@ -91,7 +112,11 @@ def cmd_measure(args) -> int:
     finally:
         store.close()
     if args.json:
-        print(json.dumps(run_json(run)))
+        out = run_json(run)
+        if plan is not None:
+            out["press"] = {"plan": str(args.press), "actions": plan.counts(),
+                            "code": press_code(plan)}
+        print(json.dumps(out))
     else:
         print(f"{run.status}: balance {','.join(map(str, run.balance))} in {run.seconds:.2f} s")
         if run.peaks:

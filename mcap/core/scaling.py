@@ -110,7 +110,9 @@ def report(s: Scaling) -> str:
 
 def to_dict(s: Scaling) -> dict:
     return {"schema": SCALE_SCHEMA, "model": s.model, "vary": s.vary,
-            "setup": dataclasses.asdict(s.setup), "grid": list(s.grid),
+            # Setup.press (a measured MPress plan) only when set: files stay as before.
+            "setup": {k: v for k, v in dataclasses.asdict(s.setup).items()
+                      if k != "press" or v}, "grid": list(s.grid),
             "profile_capacity": s.profile_capacity,
             "results": [{"partitioner": r.partitioner, "largest_value": r.largest_value,
                          "largest_params": r.largest_params, "at_high": r.at_high,

@@ -143,17 +143,22 @@ class Runner:
         """Process ids of the stage processes now serving (one per stage for pipelining)."""
         return self._pool.pids
 
-    def measure(self, balance: Sequence[int]) -> Run:
-        """Measure one partitioning; a failure is a Run with status "oom" or "failed"."""
+    def measure(self, balance: Sequence[int], press=None) -> Run:
+        """Measure one partitioning; a failure is a Run with status "oom" or "failed".
+        ``press``: an MPress plan (``mcap.core.pressplan.PressPlan``) of this balance to
+        apply (``mcap.runner.press``)."""
         if self._closed:
             raise McapError("this runner is closed; open a new one with open_runner()")
         balance = check_balance(balance, self.setup.stages, self.model_info.num_layers)
+        if press is not None:
+            from mcap.runner.pressplans import check_plan
+            check_plan(press, self.model_info.spec, self.setup, balance)
         why = self._pool.wait_ready(time.monotonic() + self.startup_timeout)
         if why:
             self._pool.restart()
             return Run(balance, "failed", None, 0.0, error=why)
         start = time.monotonic()
-        results, why = self._pool.run(balance)
+        results, why = self._pool.run(balance, press)
         seconds = time.monotonic() - start
         bad = [r for r in results if r.status != "ok"]
         if not bad and not why and len(results) == self.setup.stages:

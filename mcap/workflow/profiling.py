@@ -209,13 +209,14 @@ def _check_stages(info: ModelInfo, setup: Setup) -> None:
 def profile(spec: str, setup: Setup, out: Optional[Path], *, store: Store, scheme: str = "mcap",
             job: Optional[int] = None, stream: Optional[TextIO] = None,
             timeout: float = DEFAULT_TIMEOUT, name: Optional[str] = None,
-            reuse: bool = True) -> ProfileResult:
+            reuse: bool = True, press: bool = False) -> ProfileResult:
     """Profile ``spec`` under ``setup`` (mCAP 3.1), resuming from the store, falling back
     to other partitionings when a profiling run is oom, and write ``mcap.profile/1``.
 
     With ``reuse``, a profiling run none of whose stage windows is new (every stage key
     already measured in this study, e.g. by a sweep, ``mcap.core.cover``) is composed
     from those runs instead of measured; ``reuse=False`` measures every one.
+    ``press`` also measures MPress's statistics (``Profile.press``, mcap.workflow.press).
 
     Raises ``MissingStatistics`` naming the layers when no partitioning that would yield
     their statistics fits; every run measured until then stays in the store."""
@@ -257,6 +258,9 @@ def profile(spec: str, setup: Setup, out: Optional[Path], *, store: Store, schem
         except McapError as exc:
             raise MissingStatistics(_missing_message(info, used, str(exc))) from None
         prof = Profile(model=info, setup=setup, stats=stats, runs=used, machine=m.machine)
+        if press:  # MPress costs (mcap.workflow.press), measured after the runs
+            from mcap.workflow.press import with_press
+            prof = with_press(spec, prof)
         if out is not None:
             jsonio.save(prof, out)
         profile_id = store.save_profile(prof, name=name)

@@ -19,6 +19,8 @@ that is the solver's business, this module does no I/O itself.
 """
 from __future__ import annotations
 
+import warnings
+
 from mcap.core.errors import McapError
 from mcap.core.press.model import Problem, outcome, smallest_capacity, unreachable
 from mcap.core.pressplan import LayerAction
@@ -42,9 +44,9 @@ def _solve(p: Problem, bound: float, time_limit: float):
         opts = [("keep", None), ("recompute", None), ("swap", None)] + \
                [("d2d", t) for t in range(p.stages) if t != s]
         for a, t in opts:
-            x[l, a, t] = pulp.LpVariable(f"x_{l}_{a}_{'' if t is None else t}", cat="Binary")
+            x[l, a, t] = prob.add_variable(f"x_{l}_{a}_{'' if t is None else t}", cat="Binary")
         prob += pulp.lpSum(x[l, a, t] for a, t in opts) == 1
-    T = [pulp.LpVariable(f"T_{s}", lowBound=0) for s in range(p.stages)]
+    T = [prob.add_variable(f"T_{s}", lowBound=0) for s in range(p.stages)]
     for l in range(len(p.saved)):
         prob += T[stage[l]] >= (p.saved[l] / UNIT) * (1 - x[l, "keep", None])
     for s in range(p.stages):
@@ -56,7 +58,9 @@ def _solve(p: Problem, bound: float, time_limit: float):
                               for l in range(len(p.saved)) if stage[l] != s)) <= bound
     prob += pulp.lpSum(v * (0.0 if a == "keep" else SCALE * (p.costs[l][a] + TIE * (2 if a == "d2d" else 1)))
                        for (l, a, t), v in x.items())
-    status = prob.solve(pulp.PULP_CBC_CMD(msg=False, gapRel=0, timeLimit=time_limit))
+    with warnings.catch_warnings():  # PuLP 3.3 marks its bundled CBC for removal in 4.0 (pinned)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        status = prob.solve(pulp.PULP_CBC_CMD(msg=False, gapRel=0, timeLimit=time_limit))
     if pulp.LpStatus[status] != "Optimal":
         return None, pulp.LpStatus[status]
     acts = []

@@ -9,9 +9,10 @@
    layers). No D2D yet: spare peer memory is scarce and kept for step 2.
 2. **Iterative replacement** (III-D, "gradually replacing ... with D2D swap"): the reduced
    layers are visited by their penalty, highest first (the emulator's "most extra
-   overhead"; here the model's), and two replacements are tried: moving the layer to D2D
-   swap on the peer with the most spare memory that can hold it, or keeping it and
-   covering the stage again cheapest-first with D2D allowed. A replacement is accepted
+   overhead"; here the model's), and three replacements are tried: moving the layer to D2D
+   swap on a peer (a peer without the room makes it, cheapest first), keeping it and
+   covering the stage again cheapest-first with D2D allowed, or reducing one other layer
+   of the stage instead. A replacement is accepted
    only if every device still fits and the added time drops; the search ends when a full
    pass improves nothing. Step 3 drops any reduction no longer needed (most costly first).
 
@@ -107,14 +108,15 @@ def plan(p: Problem, capacity: int) -> list[LayerAction]:
             s, a = stage[l], acts[l]
             trials = []
             if a.action != "d2d" and p.costs[l]["d2d"] < p.costs[l][a.action]:
-                o = outcome(p, acts)
-                spare = sorted((t for t in range(p.stages) if t != s),
-                               key=lambda t: o.peaks[t])
-                for t in spare:
+                for t in range(p.stages):
+                    if t == s:
+                        continue
                     trial = list(acts)
                     trial[l] = LayerAction(l, "d2d", t)
-                    trials.append(trial)
-                    break
+                    # a peer without the room makes it, cheapest first (itself d2d or not)
+                    trial = _cover(p, trial, t, capacity, d2d=True)
+                    if trial is not None:
+                        trials.append(trial)
             kept = list(acts)
             kept[l] = LayerAction(l)
             covered = _cover(p, kept, s, capacity, d2d=True, skip=(l,))

@@ -95,3 +95,26 @@ def test_refusals_name_the_cause(capsys, prof, tmp_path):
     assert code == 2 and "checkpoint 'except_last'" in err and "--checkpoint never" in err
     code, _, err = run(capsys, "press", "--profile", DATA, "--balance", BAL, "--capacity", "1GiB")
     assert code == 2 and "--press" in err
+
+
+def test_recommend_press_returns_the_fastest_that_fits(capsys, prof):
+    code, out, err = run(capsys, "recommend", "--profile", str(prof), "--stages", "4",
+                         "--capacity", "62000000", "--press", "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert max(d["predicted_peaks"]) <= 62000000 and sum(d["balance"]) == 30
+    fits = [c["added_seconds"] for c in d["candidates"] if c["added_seconds"] is not None]
+    assert d["predicted_added_seconds"] == pytest.approx(min(fits))
+    # partitioning alone does not fit this capacity: the plan is what makes it fit
+    code, out, _ = run(capsys, "recommend", "--profile", str(prof), "--stages", "4", "--json")
+    assert json.loads(out)["predicted_peak"] > 62000000
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--press"], "needs --capacity"),
+    (["--press", "--capacity", "10MiB"], "smallest capacity that can be met is"),
+    (["--press", "--capacity", "1GiB", "--method", "bf"], "drop --method bf"),
+])
+def test_recommend_press_refusals(capsys, prof, argv, words):
+    code, _, err = run(capsys, "recommend", "--profile", str(prof), "--stages", "4", *argv)
+    assert code == 2 and words in err

@@ -3,6 +3,7 @@
     python -m mcap plan --layers 30 --stages 4 [--scheme mcap|capture] [--json]
     python -m mcap predict --profile FILE --balance 3,3,5,19 [--predictor NAME] [--json]
     python -m mcap recommend --profile FILE --stages 4 [--method NAME] [--predictor NAME] [--json]
+    python -m mcap recommend --profile FILE --stages 4 --capacity C --press   (mcap.cli.press)
 
 Method and predictor choices come from their registries (``mcap.core.search``,
 ``mcap.core.predictors``).
@@ -62,6 +63,8 @@ def register(sub) -> None:
     p.add_argument("--tie-tolerance", type=argtypes.tolerance, default=0.0,
                    help="relative band above the lowest peak treated as a tie, 0..1 (default 0)")
     argtypes.add_confirm_model_option(p, "recommend")
+    from mcap.cli.press import add_joint_options
+    add_joint_options(p)  # --capacity, --press (MPress: partitioning + plan)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_recommend)
 
@@ -127,6 +130,9 @@ def cmd_recommend(args) -> int:
 
     profile = load_profile(args.profile)
     profile = argtypes.allow_model(profile, args.model)
+    if args.press:
+        from mcap.cli.press import cmd_joint
+        return cmd_joint(args, profile)
     rec = recommend(profile, args.stages, args.method, args.predictor,
                     context=search_context(profile, args.method),
                     tie_tolerance=args.tie_tolerance, seed=args.seed, iterations=args.iterations)

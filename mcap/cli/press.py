@@ -83,3 +83,48 @@ def cmd_press(args) -> int:
         if args.out is not None:
             print(f"wrote {args.out}")
     return 0
+
+
+# --- recommend --capacity C --press (partitioning + plan) --------------------------------
+
+def add_joint_options(p) -> None:
+    from mcap.core.press import METHODS
+    p.add_argument("--capacity", type=argtypes.parse_bytes, default=None, metavar="BYTES",
+                   help="memory per device (with --press): bytes or a unit (512MiB)")
+    p.add_argument("--press", action="store_true",
+                   help="search partitionings and MPress plans together and return the "
+                        "fastest that fits --capacity (needs a profile with press statistics)")
+    p.add_argument("--press-method", choices=tuple(METHODS), default="milp",
+                   help="the plan of each candidate partitioning (default milp, exact)")
+    p.add_argument("--press-candidates", type=argtypes.positive_int, default=4,
+                   help="partitionings planned: this many by lowest peak and by lowest "
+                        "floor (default 4 each)")
+
+
+def cmd_joint(args, profile) -> int:
+    from mcap.core.errors import McapError
+    from mcap.core.press import joint
+
+    if args.capacity is None:
+        raise McapError("recommend --press needs --capacity BYTES: a plan saves memory to fit "
+                        "a capacity")
+    if args.method != "exact":
+        raise McapError(f"recommend --press ranks partitionings itself (by predicted peak and "
+                        f"floor); drop --method {args.method}")
+    j = joint(profile, args.stages, args.capacity, args.press_method, args.predictor,
+              args.press_candidates)
+    if args.json:
+        d = plan_json(j.plan, j.peaks_before)
+        d.update(method="press", press_method=j.plan.method, predictor=args.predictor,
+                 candidates=[{"balance": list(c.balance), "peak_before": c.peak_before,
+                              "smallest_capacity": c.floor, "added_seconds": c.added_seconds}
+                             for c in j.candidates])
+        print(json.dumps(d))
+        return 0
+    print_plan(j.plan, j.peaks_before)
+    print(f"{len(j.candidates)} partitionings planned:")
+    for c in j.candidates:
+        added = "does not fit" if c.added_seconds is None else f"+{c.added_seconds:.4f} s"
+        print(f"  {','.join(map(str, c.balance)):<16} keep-all {fmt_bytes(c.peak_before):>12}  "
+              f"floor {fmt_bytes(c.floor):>12}  {added}")
+    return 0

@@ -38,3 +38,10 @@ def solve(p: Problem, capacity: int, method: str = "mpress") -> PressPlan:
 def plan_profile(profile, balance: Sequence[int], capacity: int, method: str = "mpress",
                  predictor: Optional[str] = None) -> PressPlan:
     return solve(problem(profile, balance, capacity, predictor), capacity, method)
+
+
+def joint(profile, stages: int, capacity: int, method: str = "milp",
+          predictor: Optional[str] = None, top: int = 4):
+    """Partitioning + plan, the fastest that fits (``joint.py``)."""
+    from mcap.core.press.joint import joint as run
+    return run(profile, stages, capacity, method, predictor, top)

@@ -151,14 +151,7 @@ def problem(profile: Profile, balance: Sequence[int], capacity: Optional[int] = 
             predictor: Optional[str] = None) -> Problem:
     """The planning problem of ``balance`` from a profile with MPress statistics."""
     from mcap.core.recommend import costs_of
-    if profile.press is None:
-        raise McapError(f"the profile of {profile.model.spec} has no MPress statistics (saved "
-                        "activation bytes, forward times, bandwidths); add them with "
-                        "`python -m mcap profile ... --checkpoint never --press`")
-    if profile.setup.checkpoint != "never":
-        raise McapError(f"the profile was measured with checkpoint {profile.setup.checkpoint!r}: "
-                        "its stages already recompute their activations, so a per-layer plan "
-                        "does not describe them; profile with --checkpoint never")
+    check_profile(profile)
     if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, int)
                                  or capacity <= 0):
         raise McapError(f"capacity must be a positive number of bytes, got {capacity!r}")
@@ -168,6 +161,18 @@ def problem(profile: Profile, balance: Sequence[int], capacity: Optional[int] = 
                         profile.setup.chunks, profile.press.saved_bytes,
                         profile.press.forward_seconds, profile.press.host_bandwidth,
                         profile.press.d2d_bandwidth, capacity)
+
+
+def check_profile(profile: Profile) -> None:
+    """Refuse a profile a plan cannot be made from, naming what to run instead."""
+    if profile.press is None:
+        raise McapError(f"the profile of {profile.model.spec} has no MPress statistics (saved "
+                        "activation bytes, forward times, bandwidths); add them with "
+                        "`python -m mcap profile ... --checkpoint never --press`")
+    if profile.setup.checkpoint != "never":
+        raise McapError(f"the profile was measured with checkpoint {profile.setup.checkpoint!r}: "
+                        "its stages already recompute their activations, so a per-layer plan "
+                        "does not describe them; profile with --checkpoint never")
 
 
 def problem_from(model: str, balance, base, schedule: str, chunks: int, saved, forward,

@@ -6,7 +6,7 @@ device fits its capacity at the least added time. Pure (no torch, no files).
     best = press.joint(profile, 4, capacity)           # partitioning + plan, fastest that fits
 
 ``model.py`` is the memory/time model (read its docstring first), ``mpress.py`` the
-approximated search of III-D, ``milp.py`` the exact MILP beside it, ``joint.py`` the joint
+approximated search of III-D, ``milp.py`` the exact MILP beside it, ``jointsearch.py`` the joint
 partition + plan search.
 """
 from __future__ import annotations
@@ -42,6 +42,6 @@ def plan_profile(profile, balance: Sequence[int], capacity: int, method: str = "
 
 def joint(profile, stages: int, capacity: int, method: str = "milp",
           predictor: Optional[str] = None, top: int = 4):
-    """Partitioning + plan, the fastest that fits (``joint.py``)."""
-    from mcap.core.press.joint import joint as run
+    """Partitioning + plan, the fastest that fits (``jointsearch.py``)."""
+    from mcap.core.press.jointsearch import joint as run
     return run(profile, stages, capacity, method, predictor, top)

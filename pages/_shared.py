@@ -69,6 +69,7 @@ PAGES = (
     ("pages/space.py", "Partition space", "🗺️", "space"),
     ("pages/recommend.py", "Recommend", "🧭", "recommend"),
     ("pages/scaling.py", "Scaling", "📈", "scaling"),
+    ("pages/savers.py", "Memory savers", "🗜️", "savers"),
     ("pages/explained.py", "Pipeline memory, explained", "🎓", "explained"),
     ("pages/present.py", "Present", "📊", "present"),
 )

@@ -126,3 +126,27 @@ def test_profile_checks_checkpoint_mode_and_statistics():
     ok = dataclasses.replace(prof, setup=dataclasses.replace(prof.setup, checkpoint="never"))
     p = problem(ok, (13, 3, 1, 13))
     assert p.held == (4, 4, 4, 4) and len(p.base) == 4
+
+
+def test_joint_floor_is_the_least_over_every_partitioning_and_scale_search():
+    from mcap.core.partition import enumerate_all
+    from mcap.core.press import joint, problem
+    from mcap.core.press import scale as pscale
+    from mcap.core.press.jointsearch import floor_of
+    from tests.test_press_cli import press_profile
+    prof = press_profile()
+    L = prof.model.num_layers
+    every = [tuple(int(x) for x in b) for chunk in enumerate_all(L, 3) for b in chunk]
+    floors = {b: smallest_capacity(problem(prof, b)) for b in every[::7]}
+    peak, floor = floor_of(prof, 3)
+    assert floor <= min(floors.values()) and floor < peak
+    j = joint(prof, 3, floor)  # the floor is reachable, one byte less is not
+    assert max(j.plan.predicted_peaks) <= floor
+    with pytest.raises(McapError, match=f"smallest capacity that can be met is {floor:,}"):
+        joint(prof, 3, floor - 1)
+    # scale: sizes 1..10 whose keep-all peak and floor grow; capacity between them
+    pts = {v: pscale.PressPoint(v, f"m:{v}", 100 * v, 10 * v, 7 * v) for v in range(1, 11)}
+    alone, pressed = pscale.search(range(1, 11), pts.__getitem__, 56)
+    s = pscale.PressScaling("m", "v", 56, tuple(pts.values()), alone, pressed)
+    assert (alone, pressed, s.ratio) == (5, 8, 8 / 5)
+    assert pscale.to_dict(s)["ratio"] == 1.6 and "1.60x" in pscale.report(s)

@@ -128,3 +128,33 @@ def cmd_joint(args, profile) -> int:
         print(f"  {','.join(map(str, c.balance)):<16} keep-all {fmt_bytes(c.peak_before):>12}  "
               f"floor {fmt_bytes(c.floor):>12}  {added}")
     return 0
+
+
+# --- scale --press ---------------------------------------------------------------------
+
+def cmd_scale_press(args, setup) -> int:
+    import sys
+
+    from mcap.core.errors import McapError
+    from mcap.core.press import scale as pscale
+    from mcap.store import Store
+    from mcap.store.opening import resolve_path
+    from mcap.workflow import profiling, scaling
+
+    if args.out is not None:
+        raise McapError("scale --press prints its result (--json); --out writes mcap.scale/1 "
+                        "files of measured scaling only")
+    grid = scaling.value_grid(args.model, args.vary, args.low, args.high, args.step)
+    store = Store(resolve_path(args.store))
+    try:
+        with profiling.sigterm_cancels():
+            result = scaling.scale_press(args.model, args.vary, grid, setup, store=store,
+                                         timeout=args.timeout, stream=sys.stderr,
+                                         predictor=args.predictor)
+    except profiling.Cancelled:
+        print("mcap: scale cancelled; finished runs are kept in the store", file=sys.stderr)
+        return 143
+    finally:
+        store.close()
+    print(json.dumps(pscale.to_dict(result)) if args.json else pscale.report(result))
+    return 0

@@ -150,3 +150,12 @@ def test_joint_floor_is_the_least_over_every_partitioning_and_scale_search():
     s = pscale.PressScaling("m", "v", 56, tuple(pts.values()), alone, pressed)
     assert (alone, pressed, s.ratio) == (5, 8, 8 / 5)
     assert pscale.to_dict(s)["ratio"] == 1.6 and "1.60x" in pscale.report(s)
+
+
+def test_cpu_stages_do_not_overlap_swaps():
+    kw = dict(model="toy", balance=(1, 1), base=(100, 100), schedule="gpipe", chunks=2,
+              saved=[10, 10], forward=[1.0, 1.0], host_bandwidth=10.0, d2d_bandwidth=20.0)
+    hidden, synchronous = problem_from(**kw), problem_from(**kw, overlap=False)
+    assert hidden.costs[0]["swap"] == 0.0  # stage 0's live intervals hide 2 s transfers
+    assert synchronous.costs[0]["swap"] == pytest.approx(2 * 2.0)  # 2 micro-batches x 2 s
+    assert synchronous.costs[0]["d2d"] == pytest.approx(2 * 1.0)

@@ -28,7 +28,10 @@ own penalty, and a swap is free when its live interval hides it):
 * swap / d2d: per micro-batch, ``2 * saved / bandwidth`` (out after forward, back before
   backward; host or device-to-device bandwidth) minus the layer's *live interval* for that
   micro-batch (from the end of its forward to the start of its backward, footnote 1),
-  at least 0 (footnote 2).
+  at least 0 (footnote 2). The overlap needs a copy engine beside the compute (CUDA side
+  streams, MPress III-E); on CPU stage processes the saved-tensor hooks copy on the
+  compute thread, so nothing overlaps and a swap costs its whole transfer
+  (``overlap=False``, what :func:`problem` chooses for ``Setup.device == "cpu"``).
 
 Live intervals come from the schedule (:func:`op_times`): ``mcap.core.timeline``'s op
 order and dependencies with each stage's forward = the sum of its layers'
@@ -160,7 +163,8 @@ def problem(profile: Profile, balance: Sequence[int], capacity: Optional[int] = 
     return problem_from(profile.model.spec, part.balance, base, profile.setup.schedule,
                         profile.setup.chunks, profile.press.saved_bytes,
                         profile.press.forward_seconds, profile.press.host_bandwidth,
-                        profile.press.d2d_bandwidth, capacity)
+                        profile.press.d2d_bandwidth, capacity,
+                        overlap=profile.setup.device == "cuda")
 
 
 def check_profile(profile: Profile) -> None:
@@ -177,8 +181,9 @@ def check_profile(profile: Profile) -> None:
 
 def problem_from(model: str, balance, base, schedule: str, chunks: int, saved, forward,
                  host_bandwidth: float, d2d_bandwidth: float,
-                 capacity: Optional[int] = None) -> Problem:
-    """The problem from bare numbers (tests, benchmarks, scaling)."""
+                 capacity: Optional[int] = None, overlap: bool = True) -> Problem:
+    """The problem from bare numbers (tests, benchmarks, scaling); ``overlap``: transfers
+    may hide in live intervals (a device with copy engines, module docstring)."""
     balance = tuple(int(n) for n in balance)
     if len(saved) != sum(balance) or len(forward) != sum(balance):
         raise McapError(f"{len(saved)} saved sizes and {len(forward)} forward times for "
@@ -189,6 +194,8 @@ def problem_from(model: str, balance, base, schedule: str, chunks: int, saved, f
         raise McapError(f"bandwidths must be > 0 bytes/s, got host {host_bandwidth!r}, "
                         f"d2d {d2d_bandwidth!r}")
     live = live_intervals(balance, schedule, chunks, forward)
+    if not overlap:
+        live = tuple(tuple(0.0 for _ in per) for per in live)
     costs = tuple({"recompute": forward[l] * chunks,
                    "swap": swap_penalty(saved[l], host_bandwidth, live[l]),
                    "d2d": swap_penalty(saved[l], d2d_bandwidth, live[l])}

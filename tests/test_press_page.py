@@ -48,7 +48,13 @@ def test_plan_bars_grid_and_measure_button(stored):
     assert (table["after (MiB)"] <= 60000000 / 2**20 + 0.01).all()
     assert (table["before (MiB)"] > 60000000 / 2**20).any()
     assert metric(at, "peak before") == "72.33 MiB" and metric(at, "layers reduced") != "0 of 30"
-    assert len(at.get("plotly_chart")) == 2
+    charts = at.get("plotly_chart")
+    assert len(charts) == 2
+    import json
+    for c in charts:  # presentation-ready like every page's figures (test_app_pages)
+        title = json.loads(c.proto.spec)["layout"]["title"]
+        assert title["text"] and title["subtitle"]["text"] and "new text" not in c.proto.spec.lower()
+    assert '"freed by host swap"' in charts[0].proto.spec
     at.button(key="savers-measure").click().run()
     s = Store(path)
     job = s.job(at.session_state["savers-job"])

@@ -159,3 +159,19 @@ def test_cpu_stages_do_not_overlap_swaps():
     assert hidden.costs[0]["swap"] == 0.0  # stage 0's live intervals hide 2 s transfers
     assert synchronous.costs[0]["swap"] == pytest.approx(2 * 2.0)  # 2 micro-batches x 2 s
     assert synchronous.costs[0]["d2d"] == pytest.approx(2 * 1.0)
+
+
+def test_savers_figure_data_adds_up():
+    from mcap.figures import press as fig_press
+    p, cap = case(3)
+    plan = solve(p, cap, "milp")
+    t = fig_press.savers_table(p, plan)
+    freed = t["recompute"] + t["swap"] + t["d2d"]
+    assert list(t["before"] - freed + t["transient"] + t["received"]) == list(plan.predicted_peaks)
+    assert t["received"].sum() == t["d2d"].sum()  # what d2d frees, a peer holds
+    grid = fig_press.plan_grid(plan)
+    assert grid.shape == (p.stages, len(p.saved))
+    assert sum(v not in ("", "keep") for v in grid.to_numpy().ravel()) == \
+        len(p.saved) - plan.counts()["keep"]
+    fig_press.draw_savers(t, cap, p.balance)
+    fig_press.draw_plan_grid(plan)

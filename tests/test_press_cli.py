@@ -112,6 +112,7 @@ def test_recommend_press_returns_the_fastest_that_fits(capsys, prof):
 
 @pytest.mark.parametrize("argv, words", [
     (["--press"], "needs --capacity"),
+    (["--capacity", "1GiB"], "add --press"),
     (["--press", "--capacity", "10MiB"], "smallest capacity that can be met is"),
     (["--press", "--capacity", "1GiB", "--method", "bf"], "drop --method bf"),
 ])

@@ -130,7 +130,7 @@ def cmd_recommend(args) -> int:
 
     profile = load_profile(args.profile)
     profile = argtypes.allow_model(profile, args.model)
-    if args.press:
+    if args.press or args.capacity is not None:  # --capacity alone: refused there, named
         from mcap.cli.press import cmd_joint
         return cmd_joint(args, profile)
     rec = recommend(profile, args.stages, args.method, args.predictor,

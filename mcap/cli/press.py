@@ -105,6 +105,9 @@ def cmd_joint(args, profile) -> int:
     from mcap.core.errors import McapError
     from mcap.core.press import joint
 
+    if not args.press:
+        raise McapError(f"recommend --capacity {args.capacity}: the lowest-peak partitioning "
+                        "does not depend on a capacity; add --press to fit it with an MPress plan")
     if args.capacity is None:
         raise McapError("recommend --press needs --capacity BYTES: a plan saves memory to fit "
                         "a capacity")

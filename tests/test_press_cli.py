@@ -119,3 +119,14 @@ def test_recommend_press_returns_the_fastest_that_fits(capsys, prof):
 def test_recommend_press_refusals(capsys, prof, argv, words):
     code, _, err = run(capsys, "recommend", "--profile", str(prof), "--stages", "4", *argv)
     assert code == 2 and words in err
+
+
+def test_press_never_imports_torch(prof):
+    import subprocess
+    import sys
+    code = ("import sys; from mcap.cli.main import main; "
+            f"rc = main(['press', '--profile', {str(prof)!r}, '--balance', '{BAL}', "
+            "'--capacity', '60000000', '--json']); "
+            "assert rc == 0 and 'torch' not in sys.modules, sorted(m for m in sys.modules if 'torch' in m)[:3]")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr

@@ -8,6 +8,7 @@ every other stage t, exactly one of them 1; for every stage a continuous transie
     minimise   sum_l cost_l(action)            (+ 1e-7 s per reduced layer, 2e-7 per d2d:
                                                on ties keep, then spare the peers)
     subject to T_s >= saved_l * (1 - keep_l)                      for l in stage s
+               T_s >= saved_l (1 - keep_l) + saved_l-1 (1 - keep_l-1)   for adjacent l-1, l in s
                base_s - held_s * sum_{l in s} saved_l (1 - keep_l) + T_s
                  + sum_{l not in s} held_{s(l)} saved_l d2d_{l->s}  <= capacity   per stage
 
@@ -49,6 +50,9 @@ def _solve(p: Problem, bound: float, time_limit: float):
     T = [prob.add_variable(f"T_{s}", lowBound=0) for s in range(p.stages)]
     for l in range(len(p.saved)):
         prob += T[stage[l]] >= (p.saved[l] / UNIT) * (1 - x[l, "keep", None])
+        if l > 0 and stage[l - 1] == stage[l]:  # two adjacent reduced layers (model.py)
+            prob += T[stage[l]] >= (p.saved[l] / UNIT) * (1 - x[l, "keep", None]) \
+                + (p.saved[l - 1] / UNIT) * (1 - x[l - 1, "keep", None])
     for s in range(p.stages):
         mine = p.layers(s)
         prob += (p.base[s] / UNIT

@@ -11,15 +11,24 @@ for every micro-batch in flight on the stage (MPress II-C, Fig. 1; ``held[s]``: 
 ``chunks``, 1F1B ``min(chunks, stages - s)``, ``mcap.core.timeline.max_in_flight``). Then
 
     peak[s] = base[s] - held[s] * sum(saved of s's non-keep layers)      (freed)
-              + max(saved of s's non-keep layers)                         (transient)
+              + max(saved of two adjacent non-keep layers of s)           (transient)
               + sum(held[t] * saved of layers of other stages t with d2d -> s)   (received)
 
 *freed*: recompute drops them, swap moves them to host memory, d2d to the target stage;
-*transient*: in its backward a layer's activations are back (recomputed or swapped in) for
-one micro-batch at a time, one layer at a time (per-layer checkpoint / unpack hooks);
+*transient*: in backward a reduced layer's activations are back (recomputed or swapped in)
+for one micro-batch; measured on GPT, two adjacent reduced layers are back together (a
+storage a layer shares with its neighbour is restored at the neighbour's backward and kept
+until its own: BENCHMARKS.md, "Real plans"), so the transient is the largest sum of
+saved bytes over one reduced layer or two adjacent reduced layers of the stage;
 *received*: a d2d target holds the source's copies for all the source's micro-batches in
 flight (MPress III-C: D2D swap spends the peer's spare memory). The model is additive in
 the actions except the transient (a max), which both planners handle exactly.
+
+Not modelled (measured, BENCHMARKS.md): a stage's input and output micro-batches are held
+by the pipeline schedule whatever the plan says, but ``saved_bytes`` counts them in the
+first / last layer that saves them, so reducing a stage's first or last layer frees up to
+one boundary tensor per micro-batch in flight less than predicted (about 1% of the peak on
+GPT). Closing it needs the profile to record those boundary bytes per layer.
 
 **Time** (seconds per training iteration, MPress III-D's cost model: each optimisation's
 own penalty, and a swap is free when its live interval hides it):
@@ -226,7 +235,8 @@ def outcome(p: Problem, actions: Sequence[LayerAction]) -> Outcome:
             continue
         s = stage[l]
         freed[s][a.action] += p.held[s] * p.saved[l]
-        transient[s] = max(transient[s], p.saved[l])
+        pair = p.saved[l - 1] if l > 0 and stage[l - 1] == s and actions[l - 1].action != "keep" else 0
+        transient[s] = max(transient[s], p.saved[l] + pair)
         if a.action == "d2d":
             if a.target is None or not 0 <= a.target < p.stages or a.target == s:
                 raise McapError(f"layer {l} on stage {s}: d2d target {a.target!r} is not "
@@ -242,12 +252,13 @@ def smallest_capacity(p: Problem) -> int:
     """The smallest capacity any plan can meet: every stage swaps every layer (nothing
     frees more than swap, and d2d only adds to the target; proof in the tests' check
     against the exact solver), so each stage keeps its base minus all its activations plus
-    its largest transient."""
+    its largest transient (reducing a layer adds at most its saved bytes to the transient
+    and frees ``held`` >= 1 times them, so reducing more never raises a stage's peak)."""
     out = 0
     for s in range(p.stages):
-        ls = p.layers(s)
-        saved = [p.saved[l] for l in ls]
-        out = max(out, p.base[s] - p.held[s] * sum(saved) + max(saved, default=0))
+        saved = [p.saved[l] for l in p.layers(s)]
+        pairs = [a + b for a, b in zip(saved, saved[1:])] or saved
+        out = max(out, p.base[s] - p.held[s] * sum(saved) + max(pairs, default=0))
     return out
 
 

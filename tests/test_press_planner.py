@@ -137,9 +137,9 @@ def test_joint_floor_is_the_least_over_every_partitioning_and_scale_search():
     prof = press_profile()
     L = prof.model.num_layers
     every = [tuple(int(x) for x in b) for chunk in enumerate_all(L, 3) for b in chunk]
-    floors = {b: smallest_capacity(problem(prof, b)) for b in every[::7]}
+    floors = {b: smallest_capacity(problem(prof, b)) for b in every}
     peak, floor = floor_of(prof, 3)
-    assert floor <= min(floors.values()) and floor < peak
+    assert floor == min(floors.values()) and floor < peak  # the vectorised floor is the model's
     j = joint(prof, 3, floor)  # the floor is reachable, one byte less is not
     assert max(j.plan.predicted_peaks) <= floor
     with pytest.raises(McapError, match=f"smallest capacity that can be met is {floor:,}"):

@@ -50,10 +50,15 @@ def _floors(balances: np.ndarray, costs, held, saved) -> tuple[np.ndarray, np.nd
     s = np.asarray(saved, dtype=np.int64)
     pre = np.concatenate([[0], np.cumsum(s)])
     L = len(s)
-    rmax = np.zeros((L, L), dtype=np.int64)  # rmax[a, z] = max(saved[a..z])
+    # the transient with every layer reduced (model.smallest_capacity): the largest sum of
+    # two adjacent layers of the window, or its one layer's bytes
+    pair = np.concatenate([[0], s[1:] + s[:-1]])  # pair[l] = saved[l-1] + saved[l]
+    tmax = np.zeros((L, L), dtype=np.int64)
     for a in range(L):
-        rmax[a, a:] = np.maximum.accumulate(s[a:])
-    floor = peaks - np.asarray(held)[None, :] * (pre[last + 1] - pre[first]) + rmax[first, last]
+        tmax[a, a] = s[a]
+        if a + 1 < L:
+            tmax[a, a + 1:] = np.maximum.accumulate(pair[a + 1:])
+    floor = peaks - np.asarray(held)[None, :] * (pre[last + 1] - pre[first]) + tmax[first, last]
     return peaks.max(axis=1), floor.max(axis=1)
 
 

@@ -29,7 +29,7 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-back
 # (url path, heading); the default page lives at /
 PAGES = [("", "mcap: memory-centric partitioning"), ("profile", "Profile"),
          ("layers", "Layers"), ("predict", "Predict vs measure"), ("space", "Partition space"),
-         ("recommend", "Recommend"), ("scaling", "Scaling"),
+         ("recommend", "Recommend"), ("hybrid", "Hybrid plans"), ("scaling", "Scaling"),
          ("savers", "Memory savers"), ("explained", "Pipeline memory, explained"),
          ("present", "Present")]
 

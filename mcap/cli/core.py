@@ -3,7 +3,11 @@
     python -m mcap plan --layers 30 --stages 4 [--scheme mcap|capture] [--json]
     python -m mcap predict --profile FILE --balance 3,3,5,19 [--predictor NAME] [--json]
     python -m mcap recommend --profile FILE --stages 4 [--method NAME] [--predictor NAME] [--json]
+    python -m mcap recommend --profile FILE --mesh 2x4 [--method exact|enumerate] [--json]
+    python -m mcap predict --profile FILE --plan 3,3,10:tp2 [--json]
     python -m mcap recommend --profile FILE --stages 4 --capacity C --press   (mcap.cli.press)
+
+``--mesh`` and ``--plan`` are hybrid plans (CAPTURE III; ``mcap.cli.mesh``).
 
 Method and predictor choices come from their registries (``mcap.core.search``,
 ``mcap.core.predictors``).
@@ -36,6 +40,7 @@ def add_predictor_option(p) -> None:
 
 
 def register(sub) -> None:
+    from mcap.cli import mesh
     from mcap.core import search
     p = sub.add_parser("plan", help="print the profiling partitionings for L layers on G stages")
     p.add_argument("--layers", type=_positive_int, required=True, help="number of layers L")
@@ -46,15 +51,16 @@ def register(sub) -> None:
 
     p = sub.add_parser("predict", help="predict a partitioning's per-stage peaks from a profile")
     p.add_argument("--profile", required=True, help="a mcap.profile/1 JSON file")
-    p.add_argument("--balance", required=True, help="layer counts per stage, e.g. 3,3,5,19")
+    p.add_argument("--balance", help="layer counts per stage, e.g. 3,3,5,19")
     add_predictor_option(p)
     p.add_argument("--json", action="store_true")
+    mesh.add_predict_options(p)  # --plan / --mesh: hybrid plans (mcap.cli.mesh)
     p.set_defaults(func=cmd_predict)
 
     p = sub.add_parser("recommend", help="recommend the partitioning with the lowest predicted peak")
     p.add_argument("--profile", required=True, help="a mcap.profile/1 JSON file")
-    p.add_argument("--stages", type=_positive_int, required=True, help="number of devices G")
-    p.add_argument("--method", choices=search.names(), default="exact",
+    p.add_argument("--stages", type=_positive_int, help="number of devices G")
+    p.add_argument("--method", choices=(*search.names(), *mesh.ONLY_MESH_METHODS), default=None,
                    help="; ".join(f"{m.name}: {m.help}" for m in map(search.get, search.names())))
     add_predictor_option(p)
     p.add_argument("--seed", type=argtypes.seed, default=0, help="seed for bo")
@@ -66,6 +72,7 @@ def register(sub) -> None:
     from mcap.cli.press import add_joint_options
     add_joint_options(p)  # --capacity, --press (MPress: partitioning + plan)
     p.add_argument("--json", action="store_true")
+    mesh.add_recommend_options(p)  # --mesh / --no-prune: hybrid plans (mcap.cli.mesh)
     p.set_defaults(func=cmd_recommend)
 
 
@@ -89,8 +96,11 @@ def cmd_plan(args) -> int:
 
 def cmd_predict(args) -> int:
     from mcap.core.recommend import costs_of
+    from mcap.cli import mesh
     from mcap.io.jsonio import load_profile
 
+    if mesh.wants_plan(args):
+        return mesh.cmd_predict_plan(args)
     profile = load_profile(args.profile)
     costs = costs_of(profile, args.predictor)
     peaks = costs.peaks(parse_balance(args.balance))
@@ -126,13 +136,16 @@ def search_context(profile, method: str):
 
 def cmd_recommend(args) -> int:
     from mcap.core.recommend import recommend
+    from mcap.cli import mesh
     from mcap.io.jsonio import load_profile
 
+    if args.press or args.capacity is not None:  # MPress (mcap.cli.press); --capacity alone: refused there
+        from mcap.cli.press import cmd_joint
+        return cmd_joint(args)
+    if mesh.wants_mesh(args):
+        return mesh.cmd_recommend_mesh(args)
     profile = load_profile(args.profile)
     profile = argtypes.allow_model(profile, args.model)
-    if args.press or args.capacity is not None:  # --capacity alone: refused there, named
-        from mcap.cli.press import cmd_joint
-        return cmd_joint(args, profile)
     rec = recommend(profile, args.stages, args.method, args.predictor,
                     context=search_context(profile, args.method),
                     tie_tolerance=args.tie_tolerance, seed=args.seed, iterations=args.iterations)

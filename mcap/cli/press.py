@@ -101,19 +101,26 @@ def add_joint_options(p) -> None:
                         "floor (default 4 each)")
 
 
-def cmd_joint(args, profile) -> int:
+def cmd_joint(args) -> int:
     from mcap.core.errors import McapError
     from mcap.core.press import joint
+    from mcap.io.jsonio import load_profile
 
+    if getattr(args, "mesh", None) is not None:
+        raise McapError(f"recommend --press plans a pipeline over --stages G; --mesh {args.mesh} "
+                        "(hybrid plans) has no MPress plan")
+    if args.stages is None:
+        raise McapError("recommend --press needs --stages G")
     if not args.press:
         raise McapError(f"recommend --capacity {args.capacity}: the lowest-peak partitioning "
                         "does not depend on a capacity; add --press to fit it with an MPress plan")
     if args.capacity is None:
         raise McapError("recommend --press needs --capacity BYTES: a plan saves memory to fit "
                         "a capacity")
-    if args.method != "exact":
+    if args.method not in (None, "exact"):
         raise McapError(f"recommend --press ranks partitionings itself (by predicted peak and "
                         f"floor); drop --method {args.method}")
+    profile = argtypes.allow_model(load_profile(args.profile), args.model)
     j = joint(profile, args.stages, args.capacity, args.press_method, args.predictor,
               args.press_candidates)
     if args.json:

@@ -421,7 +421,10 @@ def sweep(spec: str, setup: Setup, out: Optional[Path], *, store: Store,
         else:
             runs = tuple(m.get(b) for b in balances)
         bar.close()
-        result = Sweep(model=info, setup=setup, runs=runs, machine=m.machine)
+        from mcap.workflow.estimate import KEY, estimate
+        est = estimate(info, setup, runs, stream=stream) if composed else None
+        result = Sweep(model=info, setup=setup, runs=runs, machine=m.machine,
+                       extra={KEY: est} if est else None)
         if out is not None:
             jsonio.save(result, out)
         sweep_id = store.save_sweep(result, name=name)

@@ -24,6 +24,23 @@ def press_profile(checkpoint="never"):
                                press=PressStats(saved, fwd, 2e9, 8e9))
 
 
+def capacities():
+    """(CAP, JOINT_CAP, keep-all peak of BAL): a capacity halfway between what any plan of
+    BAL reaches and its keep-all peak, and one halfway between the lowest floor over every
+    partitioning and the lowest keep-all peak (computed, so a predictor change keeps them
+    meaningful)."""
+    from mcap.core.partition import parse_balance
+    from mcap.core.press import problem, smallest_capacity
+    from mcap.core.press.jointsearch import floor_of
+    p = press_profile()
+    prob = problem(p, parse_balance(BAL))
+    peak, floor = floor_of(p, 4)
+    return ((smallest_capacity(prob) + max(prob.base)) // 2, (floor + peak) // 2, max(prob.base))
+
+
+CAP, JOINT_CAP, TOP = capacities()
+
+
 @pytest.fixture
 def prof(tmp_path):
     path = tmp_path / "p.json"
@@ -41,12 +58,12 @@ def run(capsys, *argv):
 def test_contract_keys_and_plan_file(capsys, prof, tmp_path, method):
     out_file = tmp_path / "plan.json"
     code, out, err = run(capsys, "press", "--profile", str(prof), "--balance", BAL,
-                         "--capacity", "60000000", "--method", method, "--json",
+                         "--capacity", str(CAP), "--method", method, "--json",
                          "--out", str(out_file))
     assert code == 0, err
     d = json.loads(out)
     assert {"plan", "predicted_peaks", "predicted_added_seconds"} <= set(d)
-    assert max(d["predicted_peaks"]) <= 60000000 < max(d["peaks_before"])
+    assert max(d["predicted_peaks"]) <= CAP < max(d["peaks_before"]) == TOP
     assert [len(s) for s in d["plan"]] == [13, 3, 1, 13]
     actions = {a["action"] for s in d["plan"] for a in s}
     assert actions - {"keep"} and actions <= {"keep", "recompute", "swap", "d2d"}
@@ -55,7 +72,7 @@ def test_contract_keys_and_plan_file(capsys, prof, tmp_path, method):
     assert plan.method == method and list(plan.predicted_peaks) == d["predicted_peaks"]
     # the table form and a re-run replacing its own earlier file
     code, out, _ = run(capsys, "press", "--profile", str(prof), "--balance", BAL,
-                       "--capacity", "57.3MiB", "--out", str(out_file))
+                       "--capacity", f"{CAP / 2**20:.1f}MiB", "--out", str(out_file))
     assert code == 0 and "predicted added time" in out and "wrote" in out
 
 
@@ -99,15 +116,15 @@ def test_refusals_name_the_cause(capsys, prof, tmp_path):
 
 def test_recommend_press_returns_the_fastest_that_fits(capsys, prof):
     code, out, err = run(capsys, "recommend", "--profile", str(prof), "--stages", "4",
-                         "--capacity", "62000000", "--press", "--json")
+                         "--capacity", str(JOINT_CAP), "--press", "--json")
     assert code == 0, err
     d = json.loads(out)
-    assert max(d["predicted_peaks"]) <= 62000000 and sum(d["balance"]) == 30
+    assert max(d["predicted_peaks"]) <= JOINT_CAP and sum(d["balance"]) == 30
     fits = [c["added_seconds"] for c in d["candidates"] if c["added_seconds"] is not None]
     assert d["predicted_added_seconds"] == pytest.approx(min(fits))
     # partitioning alone does not fit this capacity: the plan is what makes it fit
     code, out, _ = run(capsys, "recommend", "--profile", str(prof), "--stages", "4", "--json")
-    assert json.loads(out)["predicted_peak"] > 62000000
+    assert json.loads(out)["predicted_peak"] > JOINT_CAP
 
 
 @pytest.mark.parametrize("argv, words", [
@@ -126,7 +143,7 @@ def test_press_never_imports_torch(prof):
     import sys
     code = ("import sys; from mcap.cli.main import main; "
             f"rc = main(['press', '--profile', {str(prof)!r}, '--balance', '{BAL}', "
-            "'--capacity', '60000000', '--json']); "
+            f"'--capacity', '{CAP}', '--json']); "
             "assert rc == 0 and 'torch' not in sys.modules, sorted(m for m in sys.modules if 'torch' in m)[:3]")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

@@ -8,7 +8,7 @@ from streamlit.testing.v1 import AppTest
 
 from mcap.core.pressplan import plan_from_json
 from mcap.store import Store
-from tests.test_press_cli import press_profile
+from tests.test_press_cli import CAP, TOP, press_profile
 
 pytestmark = pytest.mark.app
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
@@ -42,12 +42,14 @@ def metric(at, label):
 def test_plan_bars_grid_and_measure_button(stored):
     path, ref = stored
     at = page(profile=ref, balance="13,3,1,13")
-    at.number_input(key="savers-capacity").set_value(60000000 / 2**20).run()
+    at.number_input(key="savers-capacity").set_value(round(CAP / 2**20, 2)).run()
+    cap = int(round(CAP / 2**20, 2) * 2**20)
     assert not at.error, [e.value for e in at.error]
     table = next(d.value for d in at.dataframe if "after (MiB)" in d.value.columns)
-    assert (table["after (MiB)"] <= 60000000 / 2**20 + 0.01).all()
-    assert (table["before (MiB)"] > 60000000 / 2**20).any()
-    assert metric(at, "peak before") == "72.33 MiB" and metric(at, "layers reduced") != "0 of 30"
+    assert (table["after (MiB)"] <= cap / 2**20 + 0.01).all()
+    assert (table["before (MiB)"] > cap / 2**20).any()
+    assert metric(at, "peak before") == f"{TOP / 2**20:.2f} MiB"
+    assert metric(at, "layers reduced") != "0 of 30"
     charts = at.get("plotly_chart")
     assert len(charts) == 2
     import json
@@ -63,7 +65,7 @@ def test_plan_bars_grid_and_measure_button(stored):
     assert argv[0] == "measure" and "--press" in argv and argv[argv.index("--balance") + 1] == "13,3,1,13"
     import json
     plan = plan_from_json(json.loads(Path(argv[argv.index("--press") + 1]).read_text()))
-    assert plan.balance == (13, 3, 1, 13) and plan.capacity_bytes == int(60000000 / 2**20 * 2**20)
+    assert plan.balance == (13, 3, 1, 13) and plan.capacity_bytes == cap
 
 
 def test_without_press_statistics_names_the_command(stored):

@@ -89,8 +89,8 @@ else:
                                    key="savers-measure"):
         try:
             path = write_plan(s, plan)
-            job = jobs.launch(s, "measure", measure_plan_args(measure_args(profile, balance), path),
-                              total=1)
+            args = measure_plan_args(measure_args(profile, balance), path, capacity)
+            job = jobs.launch(s, "measure", args, total=1)
             st.session_state["savers-job"] = job.id
         except (McapError, OSError) as exc:
             st.error(f"Could not start the measurement: {exc}")

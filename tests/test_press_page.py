@@ -63,6 +63,7 @@ def test_plan_bars_grid_and_measure_button(stored):
     s.close()
     argv = list(job.argv)
     assert argv[0] == "measure" and "--press" in argv and argv[argv.index("--balance") + 1] == "13,3,1,13"
+    assert argv.count("--capacity") == 1 and argv[argv.index("--capacity") + 1] == str(cap)
     import json
     plan = plan_from_json(json.loads(Path(argv[argv.index("--press") + 1]).read_text()))
     assert plan.balance == (13, 3, 1, 13) and plan.capacity_bytes == cap

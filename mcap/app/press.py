@@ -18,6 +18,11 @@ def write_plan(store: Store, plan: PressPlan) -> Path:
     return save(plan, path)
 
 
-def measure_plan_args(measure_args: list, plan_path: Path) -> list:
-    """``measure ... --balance B`` (the page's setup flags) + ``--press PLAN --json``."""
-    return [*measure_args, "--press", str(plan_path), "--json"]
+def measure_plan_args(measure_args: list, plan_path: Path, capacity: int) -> list:
+    """``measure ... --balance B`` (the page's setup flags) + ``--press PLAN --json``, under
+    the plan's capacity (replacing the profile's), so the run says whether it really fits."""
+    args = list(measure_args)
+    if "--capacity" in args:
+        i = args.index("--capacity")
+        del args[i:i + 2]
+    return [*args, "--capacity", str(int(capacity)), "--press", str(plan_path), "--json"]

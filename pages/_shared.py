@@ -70,6 +70,7 @@ PAGES = (
     ("pages/recommend.py", "Recommend", "🧭", "recommend"),
     ("pages/hybrid.py", "Hybrid plans", "🧩", "hybrid"),
     ("pages/scaling.py", "Scaling", "📈", "scaling"),
+    ("pages/savers.py", "Memory savers", "🗜️", "savers"),
     ("pages/explained.py", "Pipeline memory, explained", "🎓", "explained"),
     ("pages/present.py", "Present", "📊", "present"),
 )

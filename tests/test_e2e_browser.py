@@ -30,7 +30,8 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-back
 PAGES = [("", "mcap: memory-centric partitioning"), ("profile", "Profile"),
          ("layers", "Layers"), ("predict", "Predict vs measure"), ("space", "Partition space"),
          ("recommend", "Recommend"), ("hybrid", "Hybrid plans"), ("scaling", "Scaling"),
-         ("explained", "Pipeline memory, explained"), ("present", "Present")]
+         ("savers", "Memory savers"), ("explained", "Pipeline memory, explained"),
+         ("present", "Present")]
 
 pytestmark = pytest.mark.e2e
 ROUNDS = 3

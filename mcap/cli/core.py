@@ -5,6 +5,7 @@
     python -m mcap recommend --profile FILE --stages 4 [--method NAME] [--predictor NAME] [--json]
     python -m mcap recommend --profile FILE --mesh 2x4 [--method exact|enumerate] [--json]
     python -m mcap predict --profile FILE --plan 3,3,10:tp2 [--json]
+    python -m mcap recommend --profile FILE --stages 4 --capacity C --press   (mcap.cli.press)
 
 ``--mesh`` and ``--plan`` are hybrid plans (CAPTURE III; ``mcap.cli.mesh``).
 
@@ -68,6 +69,8 @@ def register(sub) -> None:
     p.add_argument("--tie-tolerance", type=argtypes.tolerance, default=0.0,
                    help="relative band above the lowest peak treated as a tie, 0..1 (default 0)")
     argtypes.add_confirm_model_option(p, "recommend")
+    from mcap.cli.press import add_joint_options
+    add_joint_options(p)  # --capacity, --press (MPress: partitioning + plan)
     p.add_argument("--json", action="store_true")
     mesh.add_recommend_options(p)  # --mesh / --no-prune: hybrid plans (mcap.cli.mesh)
     p.set_defaults(func=cmd_recommend)
@@ -136,6 +139,9 @@ def cmd_recommend(args) -> int:
     from mcap.cli import mesh
     from mcap.io.jsonio import load_profile
 
+    if args.press or args.capacity is not None:  # MPress (mcap.cli.press); --capacity alone: refused there
+        from mcap.cli.press import cmd_joint
+        return cmd_joint(args)
     if mesh.wants_mesh(args):
         return mesh.cmd_recommend_mesh(args)
     profile = load_profile(args.profile)

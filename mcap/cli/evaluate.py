@@ -65,6 +65,9 @@ def register(sub) -> None:
                    help="write the mcap.scale/1 result here (checked before any run: never the "
                         "store, a folder or a file of another kind; an existing mcap.scale/1 "
                         "file is replaced)")
+    s.add_argument("--press", action="store_true",
+                   help="largest size with partitioning + an MPress plan vs partitioning "
+                        "alone, from predictions (profiles each size with --press)")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_scale)
 
@@ -187,6 +190,9 @@ def cmd_scale(args) -> int:
     if setup.capacity_bytes is None:
         raise McapError("scale needs --capacity BYTES: the largest trainable size is only "
                         "defined under a memory limit")
+    if args.press:
+        from mcap.cli.press import cmd_scale_press
+        return cmd_scale_press(args, setup)
     parts = tuple(dict.fromkeys(args.partitioner or scaling.PARTITIONERS))
     grid = scaling.value_grid(args.model, args.vary, args.low, args.high, args.step)
     store_path = resolve_path(args.store)

@@ -182,3 +182,50 @@ def scale(model: str, vary: str, grid: Sequence[int], setup: Setup,
 
 # --- report and JSON (mcap.scale/1) ------------------------------------------------------
 
+
+
+# --- scale --press: partitioning + MPress plan vs partitioning alone, from predictions ----
+
+def scale_press(model: str, vary: str, grid: Sequence[int], setup: Setup, *, store,
+                timeout: float = 300.0, stream: Optional[TextIO] = None,
+                predictor: Optional[str] = None, method: str = "milp"):
+    """The largest ``vary`` that trains with partitioning alone and with partitioning + an
+    MPress plan (``mcap.core.press.scale``): each size is profiled once with MPress's
+    statistics (``profile --press``, no capacity: a plan is what lets a size fit) and
+    decided from its predictions."""
+    import inspect
+
+    from mcap.core.press import joint
+    from mcap.core.press import scale as pscale
+    from mcap.core.press.jointsearch import floor_of
+    from mcap.models import count_parameters
+    from mcap.workflow import profiling
+
+    if setup.capacity_bytes is None:
+        raise McapError("scale --press needs --capacity BYTES")
+    if "press" not in inspect.signature(profiling.profile).parameters:
+        raise McapError("scale --press needs profiling with MPress statistics "
+                        "(profile --press), which this installation does not have")
+    cap, points = setup.capacity_bytes, {}
+    unbounded = dataclasses.replace(setup, capacity_bytes=None)
+
+    def point_at(value: int):
+        if value not in points:
+            spec = spec_with(model, vary, value)
+            prof = profiling.profile(spec, unbounded, None, store=store, stream=stream,
+                                     timeout=timeout, name=f"scale --press {spec}",
+                                     press=True).profile
+            peak, floor = floor_of(prof, setup.stages, predictor)
+            bal = added = None
+            if floor <= cap:
+                j = joint(prof, setup.stages, cap, method, predictor)
+                bal, added = j.plan.balance, j.plan.predicted_added_seconds
+            points[value] = pscale.PressPoint(value, spec, count_parameters(spec), peak, floor,
+                                              bal, added)
+            if stream is not None:
+                print(f"scale --press: {vary}={value}: keep-all {peak:,} B, floor {floor:,} B "
+                      f"(capacity {cap:,} B)", file=stream, flush=True)
+        return points[value]
+
+    alone, press = pscale.search(grid, point_at, cap)
+    return pscale.PressScaling(model, vary, cap, tuple(points.values()), alone, press)

@@ -39,7 +39,7 @@ def measured(tmp_path_factory):
 
     from mcap.cli.main import main
     from mcap.core.types import Run
-    from mcap.io.planfile import save_plan
+    from mcap.io.pressfile import save as save_plan
     from mcap.models import build_model
     from mcap.runner import open_runner
     from mcap.runner.pressstats import saved_bytes
@@ -174,7 +174,7 @@ def test_plan_code_names_every_layer_action():
 
 def _cli(tmp_path, plan, *extra):
     from mcap.cli.main import main
-    from mcap.io.planfile import save_plan
+    from mcap.io.pressfile import save as save_plan
     path = save_plan(plan, tmp_path / "plan.json")
     return main(["measure", "--model", SPEC, "--balance", "15,15", "--batch-size", "8",
                  "--chunks", "4", "--store", str(tmp_path / "s.sqlite"), "--press",

@@ -86,7 +86,7 @@ def cmd_measure(args) -> int:
     plan = None
     if args.press is not None:  # checked before any process starts (exit 2 naming values)
         from mcap.core.setup import press_code
-        from mcap.io.planfile import load_plan
+        from mcap.io.pressfile import load as load_plan
         from mcap.runner.pressplans import check_plan
         plan = load_plan(args.press)
         check_plan(plan, args.model, setup, balance)

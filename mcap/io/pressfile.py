@@ -1,14 +1,15 @@
-"""Reading and writing ``mcap.press/1`` plan files (``mcap.core.pressplan``; atomic writes,
-like every mcap JSON). ``press --out`` writes them, ``measure --press`` reads them."""
+"""Reading and writing ``mcap.press/1`` plan files (``mcap.core.pressplan``): read with the
+hardened JSON reader (size and depth limits) and every value checked, written atomically,
+like every mcap JSON. ``press --out`` writes them, ``measure --press`` reads them."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 from typing import Union
 
-from mcap.core.errors import SchemaError
+from mcap.core.errors import McapError
 from mcap.core.pressplan import PressPlan, plan_from_json, plan_to_json
-from mcap.io.jsonio import write_text_atomic
+from mcap.io.jsonio import _read, write_text_atomic
 
 
 def save(plan: PressPlan, path: Union[str, Path]) -> Path:
@@ -16,14 +17,9 @@ def save(plan: PressPlan, path: Union[str, Path]) -> Path:
 
 
 def load(path: Union[str, Path]) -> PressPlan:
+    """The plan in ``path``; McapError naming the file and the value when it is not one."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SchemaError(f"{path}: cannot read ({getattr(exc, 'strerror', None) or exc})") from None
-    try:
-        d = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SchemaError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
-    except (ValueError, RecursionError) as exc:
-        raise SchemaError(f"{path}: not usable JSON ({type(exc).__name__})") from None
-    return plan_from_json(d)
+        return plan_from_json(_read(path))
+    except McapError as exc:
+        text = str(exc)
+        raise type(exc)(text if text.startswith(str(path)) else f"{path}: {text}") from None

@@ -89,22 +89,26 @@ def bench_merge(full_path, sweep_path, targets, merged_paths) -> int:
           f"full profile {len(full.runs)} runs, {sum(r.seconds for r in full.runs):.1f} s of runs")
     print(HEADER)
     name = predictors.DEFAULT
-    _row(f"L={L} (no merging)", costs_of(full, name), ok, sweep.runs)
-    cases = [(f"Lm={lm} (merged stats)", merging.merge_profile(
+    _row(f"L={L} {name}", costs_of(full, name), ok, sweep.runs)
+    _row(f"L={L} paper", costs_of(full, "paper"), ok, sweep.runs)
+    # Merged by III-A3's formulas from the full profile: Listing 1.1 only (no runs).
+    cases = [(f"Lm={lm} formula, paper", "paper", merging.merge_profile(
         full, merging.merge_sizes(full.stats, lm))) for lm in targets]
-    cases += [(f"{Path(p).name}", load_profile(p)) for p in merged_paths]
-    for label, prof in cases:
+    cases += [(f"{Path(p).name[:22]} {name}", name, load_profile(p)) for p in merged_paths]
+    for label, pred, prof in cases:
         sizes = merging.sizes_of(prof)
         aligned = [Run(merging.contract(r.balance, sizes), r.status, r.peaks, r.seconds)
                    for r in ok if merging.contract_run(r, sizes) is not None]
         if not aligned:
             print(f"  {label}: no sweep partitioning falls on merged boundaries")
             continue
-        _row(label, costs_of(prof, name), aligned, sweep.runs,
+        _row(label, costs_of(prof, pred), aligned, sweep.runs,
              expand=lambda b, s=sizes: merging.expand(b, s))
-        runs = prof.runs or (batchscale.pp_variants(prof)[-1].runs if prof.variants else ())
-        print(f"  {'':<28} sizes {','.join(map(str, sizes))}; profiling at this batch size on "
-              f"merged layers: {len(runs)} runs, {sum(r.seconds for r in runs):.1f} s of runs")
+        print(f"  {'':<28} merged sizes {','.join(map(str, sizes))}")
+        for v in batchscale.pp_variants(prof):
+            print(f"  {'':<28} batch {v.batch_size} on merged layers: {len(v.runs)} runs, "
+                  f"{sum(r.seconds for r in v.runs if not r.composed):.1f} s of measured runs "
+                  f"({sum(r.composed for r in v.runs)} composed)")
     return 0
 
 

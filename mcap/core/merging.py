@@ -120,16 +120,15 @@ def merge_sizes(stats: LayerStats, target: int) -> tuple[int, ...]:
 
 def merge_profile(profile: Profile, sizes: Sequence[int]) -> Profile:
     """``profile`` over the merged layers of ``sizes`` (module docstring): statistics by
-    III-A3's formulas, the runs whose stage boundaries fall between merged layers, every
-    pp variant merged the same way."""
+    III-A3's formulas, every pp variant merged the same way, and no runs: the runs of the
+    real layers do not give the merged statistics (most stage boundaries fall inside a
+    merged layer), so only Listing 1.1 (predictor ``paper``) predicts from this profile;
+    ``profile --merge-to`` profiles the merged layers for the predictors that fit runs."""
     sizes = tuple(int(s) for s in sizes)
-    def runs(rs):
-        return tuple(r for r in (contract_run(r, sizes) for r in rs) if r is not None)
     variants = tuple(VariantStats(v.batch_size, _merge_stats(v.stats, sizes), v.parallel,
-                                  v.degree, runs(v.runs))
-                     for v in profile.variants if v.parallel == "pp")
+                                  v.degree) for v in profile.variants if v.parallel == "pp")
     extra = dict(profile.extra or {})
     extra[EXTRA_KEY] = {"sizes": list(sizes), "layers": sum(sizes)}
     return dataclasses.replace(profile, model=merged_model(profile.model, sizes),
-                               stats=_merge_stats(profile.stats, sizes), runs=runs(profile.runs),
+                               stats=_merge_stats(profile.stats, sizes), runs=(),
                                variants=variants, extra=extra, press=None)

@@ -5,10 +5,11 @@ one profile whose target is the training batch size, optionally on merged layers
     profile(spec, setup, sizes=(8, 16), merge_to=12, store=...)
 
 Each batch size is an ordinary ``mcap.workflow.profiling.profile`` (resumable, stored, with
-the oom fallback) under the same setup but that batch size. The first (smallest) is
-profiled on the model's layers; with ``merge_to`` the merger (``mcap.core.merging``) then
-groups them from those statistics, and every later batch size is profiled on the merged
-layers only (Lm - G + 1 runs instead of L - G + 1: what the merger saves). The result's
+the oom fallback) under the same setup but that batch size. With ``merge_to`` the smallest
+is first profiled on the model's layers, the merger (``mcap.core.merging``) groups them
+from those statistics, and then every batch size is profiled on the merged layers only
+(Lm - G + 1 runs instead of L - G + 1, at the first size mostly composed from the stages
+already measured: what the merger saves is the later sizes' runs). The result's
 statistics at the target come from the batch line (``mcap.core.batchscale``) unless the
 target is one of the profiled sizes.
 """
@@ -37,21 +38,27 @@ def profile(spec: str, setup: Setup, out: Optional[Path], *, store, sizes: Seque
     sizes = batchscale.check_sizes(sizes, setup.batch_size, setup.chunks)
     check_merge_to(spec, setup, merge_to)
     results: dict[int, ProfileResult] = {}
-    groups = None
-    for i, b in enumerate(sizes):
+    groups, basis = None, []
+    options = dict(store=store, scheme=scheme, job=job, stream=stream, timeout=timeout,
+                   reuse=reuse)
+    if merge_to is not None:
+        # The merger needs M_i and M_a of every layer (III-A3: after the pipeline profiling
+        # pass): the smallest batch size on all layers, the cheapest runs.
+        at = dataclasses.replace(setup, batch_size=sizes[0])
+        first = profiling.profile(spec, at, None, name=f"{name or 'capture'}: batch size "
+                                  f"{sizes[0]} before merging", **options)
+        basis.append(first)
+        groups = merging.merge_sizes(first.profile.stats, merge_to)
+    for b in sizes:
+        # With merging every size, the first too, is profiled on the merged layers, so each
+        # predictor fits its own runs; at the first size most of those runs' stages were
+        # measured by the pass before and are composed from the store, not measured again.
         at = dataclasses.replace(setup, batch_size=b)
         results[b] = profiling.profile(
-            spec, at, None, store=store, scheme=scheme, job=job, stream=stream, timeout=timeout,
-            name=f"{name or 'capture'}: batch size {b} of {setup.batch_size}", reuse=reuse,
-            groups=groups)
-        if i == 0 and merge_to is not None:
-            first = results[b].profile
-            groups = merging.merge_sizes(first.stats, merge_to)
+            spec, at, None, name=f"{name or 'capture'}: batch size {b} of {setup.batch_size}",
+            groups=groups, **options)
     machine = results[sizes[-1]].profile.machine
     profiles = {b: r.profile for b, r in results.items()}
-    if groups is not None:  # the first size was profiled on all layers: merge it too
-        first = profiles[sizes[0]]
-        profiles[sizes[0]] = merging.merge_profile(first, groups)
     variants = tuple(VariantStats(b, p.stats, "pp", 1, p.runs) for b, p in profiles.items())
     last = profiles[sizes[-1]]
     base = Profile(model=last.model, setup=setup, stats=last.stats, machine=machine,
@@ -65,7 +72,7 @@ def profile(spec: str, setup: Setup, out: Optional[Path], *, store, sizes: Seque
     if out is not None:
         jsonio.save(prof, out)
     profile_id = store.save_profile(prof, name=name)
-    tallies = [r.tally for r in results.values()]
+    tallies = [r.tally for r in basis + list(results.values())]
     tally = Tally(sum(t.measured for t in tallies), sum(t.reused for t in tallies),
                   time.monotonic() - started, tuple(r for t in tallies for r in t.runs),
                   tuple(b for t in tallies for b in t.fallback),
@@ -104,16 +111,22 @@ def sizes_from_args(target: int, explicit: Optional[Sequence[int]], capture: boo
 
 def profile_merged(spec: str, setup: Setup, out: Optional[Path], *, store, merge_to: int,
                    name: Optional[str] = None, **options) -> ProfileResult:
-    """mCAP's profile at ``setup.batch_size`` on all layers, then merged to ``merge_to``
-    layers (III-A3). With one batch size nothing is left to profile on the merged layers,
-    so this saves no profiling; prediction and search run on ``merge_to`` layers."""
+    """mCAP's profile at ``setup.batch_size`` on all layers, then the same batch size on
+    the ``merge_to`` merged layers (III-A3), whose runs are mostly composed from the first
+    pass's stages. With one batch size this saves no profiling; prediction and search run
+    on the merged layers. The merged profile is the result."""
     from mcap.io import jsonio
 
     check_merge_to(spec, setup, merge_to)
-    result = profiling.profile(spec, setup, None, store=store,
-                               name=f"{name or 'merge'}: before merging", **options)
-    full = result.profile
-    prof = merging.merge_profile(full, merging.merge_sizes(full.stats, merge_to))
+    started = time.monotonic()
+    full = profiling.profile(spec, setup, None, store=store,
+                             name=f"{name or 'merge'}: before merging", **options)
+    groups = merging.merge_sizes(full.profile.stats, merge_to)
+    merged = profiling.profile(spec, setup, None, store=store, name=name, groups=groups,
+                               **options)
     if out is not None:
-        jsonio.save(prof, out)
-    return ProfileResult(prof, store.save_profile(prof, name=name), result.tally)
+        jsonio.save(merged.profile, out)
+    a, b = full.tally, merged.tally
+    tally = Tally(a.measured + b.measured, a.reused + b.reused, time.monotonic() - started,
+                  a.runs + b.runs, a.fallback + b.fallback, composed=a.composed + b.composed)
+    return ProfileResult(merged.profile, merged.profile_id, tally)

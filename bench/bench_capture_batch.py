@@ -105,7 +105,13 @@ def bench_merge(full_path, sweep_path, targets, merged_paths) -> int:
         _row(label, costs_of(prof, pred), aligned, sweep.runs,
              expand=lambda b, s=sizes: merging.expand(b, s))
         print(f"  {'':<28} merged sizes {','.join(map(str, sizes))}")
-        for v in batchscale.pp_variants(prof):
+        variants = batchscale.pp_variants(prof)
+        if variants:  # profile --merge-to: one pass on all layers at the smallest size first
+            total = len(full.runs) + sum(len(v.runs) for v in variants)
+            print(f"  {'':<28} profiling runs: {len(full.runs)} on all layers + "
+                  f"{total - len(full.runs)} on merged = {total} (without merging: "
+                  f"{len(full.runs) * len(variants)})")
+        for v in variants:
             print(f"  {'':<28} batch {v.batch_size} on merged layers: {len(v.runs)} runs, "
                   f"{sum(r.seconds for r in v.runs if not r.composed):.1f} s of measured runs "
                   f"({sum(r.composed for r in v.runs)} composed)")

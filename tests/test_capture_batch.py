@@ -162,3 +162,14 @@ def test_merge_to_profiles_the_second_size_on_merged_layers(tmp_path, capsys):
     capsys.readouterr()
     assert main(["recommend", "--profile", str(out), "--stages", "2", "--json"]) == 0
     assert sum(json.loads(capsys.readouterr().out)["balance"]) == 4  # real layers
+
+
+def test_scale_file_says_how_mcap_profiled():
+    from mcap.core.scaling import Scaling, from_dict, report, to_dict
+    setup = Setup(stages=4, batch_size=16, chunks=4, capacity_bytes=40 * 2**20)
+    for capture, words in ((True, "a quarter and a half"), ((8, 12), "batch sizes 8,12"),
+                           (False, None)):
+        s = Scaling("amoebanet-d:layers=6", "filters", setup, (16, 24), (), capture=capture)
+        back = from_dict(to_dict(s))
+        assert back.capture == capture
+        assert (words in report(back)) if words else "batch size" not in report(back)

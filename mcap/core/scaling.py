@@ -125,7 +125,7 @@ def to_dict(s: Scaling) -> dict:
             # Setup.press (a measured MPress plan) only when set: files stay as before.
             "setup": {k: v for k, v in dataclasses.asdict(s.setup).items()
                       if k != "press" or v}, "grid": list(s.grid),
-            "profile_capacity": s.profile_capacity, "capture": s.capture,
+            "profile_capacity": s.profile_capacity, "capture": list(s.capture) if isinstance(s.capture, (tuple, list)) else bool(s.capture),
             "results": [{"partitioner": r.partitioner, "largest_value": r.largest_value,
                          "largest_params": r.largest_params, "at_high": r.at_high,
                          "ratio_to_time": s.ratio(r.partitioner),
@@ -140,7 +140,7 @@ def _point_dict(p: ScalePoint) -> dict:
 
 
 def _capture_of(v):
-    if isinstance(v, list) and all(isinstance(b, int) and not isinstance(b, bool) for b in v):
+    if isinstance(v, (list, tuple)) and all(isinstance(b, int) and not isinstance(b, bool) for b in v):
         return tuple(v)
     return v is True
 

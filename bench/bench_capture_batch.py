@@ -3,13 +3,15 @@
     # batch-size scaling (III-A2/B2): a profile at B/4 and B/2 (profile --capture) and one
     # profiled at B, both against a sweep measured at B
     python bench/bench_capture_batch.py batch CAPTURE.profile.json DIRECT.profile.json SWEEP.json
+    python bench/bench_capture_batch.py batch CAPTURE.profile.json DIRECT.profile.json -
 
     # the layer merger (III-A3): merged profiles against the full sweep of the real layers
     python bench/bench_capture_batch.py merge FULL.profile.json SWEEP.json Lm [MERGED.profile.json ...]
 
 ``batch`` prints, per predictor, the p50/p90/max error of every ok partitioning's predicted
 peak (the batch-scaled profile's at B, and the one profiled at B) and exact's pick: its
-measured peak and its ratio to the best measured. ``merge`` merges FULL (``--merge-to``'s
+measured peak and its ratio to the best measured; with ``-`` for the sweep, the batch line's
+error on the direct profile's own runs (measured at B), per peak and per stage. ``merge`` merges FULL (``--merge-to``'s
 rule, ``mcap.core.merging``) to each Lm and prints the same figures over the sweep's
 partitionings whose stage boundaries fall between merged layers (the only ones a merged
 profile can place), plus the profiling runs and their measured seconds after merging; a
@@ -55,8 +57,32 @@ HEADER = (f"  {'':<28} {'points':>6} {'p50':>7} {'p90':>7} {'max':>7}  {'exact p
           f"{'MiB':>8} {'best':>8} {'ratio':>6}")
 
 
+def _per_stage(costs, runs) -> list[float]:
+    """|predicted - measured| / measured of every stage of every ok run."""
+    out = []
+    for r in _ok(runs):
+        out += [abs(p - m) / m for p, m in zip(costs.peaks(r.balance), r.peaks)]
+    return out
+
+
 def bench_batch(capture_path, direct_path, sweep_path) -> int:
-    cap, direct, sweep = load_profile(capture_path), load_profile(direct_path), load_sweep(sweep_path)
+    cap, direct = load_profile(capture_path), load_profile(direct_path)
+    if sweep_path == "-":  # no sweep: the direct profile's own runs, measured at the target
+        why = mismatch(cap, direct, ("capture profile", "direct profile"))
+        if why:
+            print(f"refused: {why}")
+            return 2
+        print(f"{cap.model.spec}, batch {cap.setup.batch_size}: the batch line's predictions "
+              f"against the {len(direct.runs)} profiling runs measured at the target")
+        for name in predictors.names():
+            costs = costs_of(cap, name)
+            err = [abs(p.error) for p in prediction_errors(costs, direct.runs)]
+            st = _per_stage(costs, direct.runs)
+            print(f"  {name:<10} peak: p50 {100 * percentile(err, 50):.2f}% p90 "
+                  f"{100 * percentile(err, 90):.2f}% max {100 * max(err):.2f}%; per stage: p90 "
+                  f"{100 * percentile(st, 90):.2f}% max {100 * max(st):.2f}%")
+        return 0
+    sweep = load_sweep(sweep_path)
     for p, what in ((cap, "capture profile"), (direct, "direct profile")):
         why = mismatch(p, sweep, (what, "sweep"))
         if why:

@@ -126,9 +126,18 @@ def cmd_predict(args) -> int:
                           "predicted_peaks": list(peaks), "predicted_peak": max(peaks)}))
         return 0
     print(f"balance {','.join(map(str, balance))}: predicted peak {fmt_bytes(max(peaks))} "
-          f"({max(peaks)} bytes; predictor {costs.predictor})")
+          f"({max(peaks)} bytes; predictor {costs.predictor}{_line_note(costs)})")
     _stage_table(balance, peaks)
     return 0
+
+
+def _line_note(costs) -> str:
+    """Where the batch line came from (CAPTURE III-B2), when it did."""
+    line = (costs.details or {}).get("batch_line")
+    if not line:
+        return ""
+    return (f"; at batch size {line['target']} on the line through batch sizes "
+            f"{line['from'][0]} and {line['from'][1]}")
 
 
 def _stage_table(balance, peaks) -> None:

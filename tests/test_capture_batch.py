@@ -116,6 +116,8 @@ def test_cli_refuses_bad_sizes_before_any_run(tmp_path, capsys):
     assert "two different" in capsys.readouterr().err
     assert main(base + ["--chunks", "2", "--capture", "--merge-to", "9"]) == 2
     assert "--merge-to 9" in capsys.readouterr().err
+    assert main(base + ["--chunks", "2", "--capture", "--press"]) == 2
+    assert "cannot be combined with --capture" in capsys.readouterr().err
     assert not (tmp_path / "p.json").exists()
 
 

@@ -125,7 +125,8 @@ def to_dict(s: Scaling) -> dict:
             # Setup.press (a measured MPress plan) only when set: files stay as before.
             "setup": {k: v for k, v in dataclasses.asdict(s.setup).items()
                       if k != "press" or v}, "grid": list(s.grid),
-            "profile_capacity": s.profile_capacity, "capture": list(s.capture) if isinstance(s.capture, (tuple, list)) else bool(s.capture),
+            "profile_capacity": s.profile_capacity,
+            "capture": list(s.capture) if isinstance(s.capture, (tuple, list)) else bool(s.capture),
             "results": [{"partitioner": r.partitioner, "largest_value": r.largest_value,
                          "largest_params": r.largest_params, "at_high": r.at_high,
                          "ratio_to_time": s.ratio(r.partitioner),

@@ -69,12 +69,15 @@ def test_space_points_marks_and_front():
             run((3, 1), (7, 2), sps=12.0), run((1, 1), None, "oom"))
     marks = (space.Mark("exact", (2, 2)), space.Mark("bf", (2, 2)), space.Mark("uniform", (3, 1)))
     pts = space.space_points(runs, marks)
-    assert pts.values.tolist() == [["2-2", 6, 8.0, True, "exact, bf"], ["3-1", 7, 12.0, True, "uniform"],
-                                   ["1-3", 9, 10.0, False, ""]]
+    assert pts.values.tolist() == [["2-2", 6, 8.0, True, "exact, bf", False],
+                                   ["3-1", 7, 12.0, True, "uniform", False],
+                                   ["1-3", 9, 10.0, False, "", False]]
     fig = space.draw_space(pts, selected="3-1")
     names = [tr.name for tr in fig.data]
     assert names == ["measured partitionings", "Pareto front", "bf", "exact", "uniform", "selected 3-1"]
-    assert list(fig.data[0].customdata) == ["2-2", "3-1", "1-3"]
+    assert [c[0] for c in fig.data[0].customdata] == ["2-2", "3-1", "1-3"]
+    assert space.clicked_balance({"selection": {"points": [
+        {"customdata": list(fig.data[0].customdata[1])}]}}) == "3-1"
 
 
 def test_marks_table_rank_and_unmeasured():

@@ -97,12 +97,14 @@ def stage_group(groups: dict, plan: HybridPlan, stage: int, backend: Optional[st
 
 
 def device_mesh(groups: dict, group, device_type: str):
-    """The stage's DeviceMesh, made once per sub-group and kept: making one leaves a small
-    tensor behind (8 bytes seen), so a first run would otherwise differ from the next."""
+    """The stage's DeviceMesh, made once per sub-group, kept and uncounted (as the process
+    group is): it holds a small tensor (8 bytes seen) that would otherwise count in every
+    later run of this process, whatever stage it runs."""
     from torch.distributed.device_mesh import DeviceMesh
     key = ("mesh", id(group), device_type)
     if key not in groups:
-        groups[key] = DeviceMesh.from_group(group, device_type)
+        with memtrack.suspended() if memtrack.installed() else contextlib.nullcontext():
+            groups[key] = DeviceMesh.from_group(group, device_type)
     return groups[key]
 
 

@@ -59,6 +59,14 @@ def add_setup_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--job", type=int, default=None, help=argparse.SUPPRESS)
 
 
+def _parallel_kinds(text: str) -> tuple[str, ...]:
+    from mcap.workflow.hybrid import parse_kinds
+    try:
+        return parse_kinds(text)
+    except McapError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def setup_from_args(args) -> Setup:
     engine = engines.DEFAULT if args.engine == "auto" else args.engine
     return Setup(stages=args.stages, batch_size=args.batch_size, chunks=args.chunks,
@@ -78,6 +86,10 @@ def register(sub) -> None:
     add_setup_options(p)
     p.add_argument("--scheme", choices=("mcap", "capture"), default="mcap",
                    help="which profiling partitionings (mCAP 3.1, or CAPTURE's Description 1)")
+    p.add_argument("--parallel", type=_parallel_kinds, default=(), metavar="dp,tp",
+                   help="also profile 2- and 4-way data- (dp) / tensor-parallel (tp) stages on "
+                        "engine hybrid (CAPTURE III-A1): degree k when --stages holds at least "
+                        "2 groups of k devices")
     p.add_argument("--out", required=True, type=Path, metavar="FILE.json", help=OUT_HELP % "profile")
     p.add_argument("--no-reuse", dest="reuse", action="store_false",
                    help="measure every profiling run; by default a run whose every stage was "
@@ -133,7 +145,8 @@ def _write(obj, out, kind: str, stored_id: int, store) -> None:
 def cmd_profile(args) -> int:
     def action(profiling, setup, store):
         result = profiling.profile(args.model, setup, None, store=store, scheme=args.scheme,
-                                   job=args.job, timeout=args.timeout, reuse=args.reuse)
+                                   job=args.job, timeout=args.timeout, reuse=args.reuse,
+                                   parallel=args.parallel)
         _write(result.profile, args.out, "profile", result.profile_id, store)
         print(profiling.summary("profile", result.tally, args.out, result.profile_id))
         return 0

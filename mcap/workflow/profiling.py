@@ -209,13 +209,16 @@ def _check_stages(info: ModelInfo, setup: Setup) -> None:
 def profile(spec: str, setup: Setup, out: Optional[Path], *, store: Store, scheme: str = "mcap",
             job: Optional[int] = None, stream: Optional[TextIO] = None,
             timeout: float = DEFAULT_TIMEOUT, name: Optional[str] = None,
-            reuse: bool = True) -> ProfileResult:
+            reuse: bool = True, parallel: Sequence[str] = ()) -> ProfileResult:
     """Profile ``spec`` under ``setup`` (mCAP 3.1), resuming from the store, falling back
     to other partitionings when a profiling run is oom, and write ``mcap.profile/1``.
 
     With ``reuse``, a profiling run none of whose stage windows is new (every stage key
     already measured in this study, e.g. by a sweep, ``mcap.core.cover``) is composed
     from those runs instead of measured; ``reuse=False`` measures every one.
+
+    ``parallel`` (dp, tp): also profile 2- and 4-way data- / tensor-parallel stages into
+    ``Profile.variants`` (CAPTURE III-A1, ``mcap.workflow.hybrid``).
 
     Raises ``MissingStatistics`` naming the layers when no partitioning that would yield
     their statistics fits; every run measured until then stays in the store."""
@@ -226,6 +229,9 @@ def profile(spec: str, setup: Setup, out: Optional[Path], *, store: Store, schem
     started = time.monotonic()
     info = model_info(spec)
     _check_stages(info, setup)
+    if parallel:  # refused before any run, naming the values
+        from mcap.workflow.hybrid import check_parallel
+        check_parallel(parallel, setup)
     plan = profiling_plan(info.num_layers, setup.stages, scheme).runs
     bar = ProgressBar(len(plan), "profile", stream=stream)
     m = Measurer(info.spec, info, setup, store, "profile", bar, job, timeout)
@@ -257,6 +263,11 @@ def profile(spec: str, setup: Setup, out: Optional[Path], *, store: Store, schem
         except McapError as exc:
             raise MissingStatistics(_missing_message(info, used, str(exc))) from None
         prof = Profile(model=info, setup=setup, stats=stats, runs=used, machine=m.machine)
+        if parallel:
+            from mcap.workflow import hybrid
+            m.close()  # the pipeline stage processes make way for the hybrid ones
+            prof = hybrid.add_parallel_variants(prof, spec, store, parallel, scheme,
+                                                timeout=timeout, stream=stream)
         if out is not None:
             jsonio.save(prof, out)
         profile_id = store.save_profile(prof, name=name)

@@ -53,6 +53,8 @@ def register(sub) -> None:
                             "N:tpK on K devices with data / tensor parallelism), run on engine "
                             "hybrid with one process per device")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    from mcap.cli.nodes import add_node_options
+    add_node_options(p)
     for action in p._actions:  # --stages is implied by --balance here
         if action.dest == "stages":
             action.required, action.default = False, None
@@ -84,6 +86,10 @@ def cmd_measure(args) -> int:
     from mcap.runner import open_runner
     from mcap.store import Store
 
+    if args.nnodes is not None:  # through torchrun, across nodes (mcap.cli.nodes)
+        from mcap.cli.nodes import launch_measure
+        return launch_measure(args, args.plan.devices if args.plan is not None
+                              else len(args.balance))
     if args.plan is not None:
         from mcap.cli.hybrid import cmd_measure_plan
         return cmd_measure_plan(args)

@@ -154,8 +154,11 @@ def test_measure_plan_json_and_store(tmp_path, capsys):
     from mcap.store import Store
 
     store = tmp_path / "s.sqlite"
+    with Store(store) as s:  # as the dashboard launches it (mcap.app.jobs)
+        job = s.create_job("measure", ["--plan", "2,2:tp2"], total=1)
     code, out, err = _mcap(capsys, "measure", "--model", GPT, "--plan", "2,2:tp2",
-                           "--batch-size", "8", "--chunks", "2", "--json", "--store", store)
+                           "--batch-size", "8", "--chunks", "2", "--json", "--store", store,
+                           "--job", job)
     assert code == 0, err
     got = json.loads(out)
     assert got["status"] == "ok" and len(got["peaks"]) == 3
@@ -165,6 +168,8 @@ def test_measure_plan_json_and_store(tmp_path, capsys):
         studies = s.list_studies()
         assert [st.setup.engine for st in studies] == ["hybrid:pp,tp2"]
         (run,) = s.runs(studies[0].id)
+        assert s.job(job).status == "done" and s.job(job).done == 1
+        assert [r.run for r in s.job_runs(job)] == [run]
     assert run.balance == (2, 2)
     assert run.peaks == (got["peaks"][0], max(got["peaks"][1:]))  # one per stage
 

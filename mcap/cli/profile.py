@@ -149,6 +149,9 @@ def cmd_profile(args) -> int:
                                    parallel=args.parallel)
         _write(result.profile, args.out, "profile", result.profile_id, store)
         print(profiling.summary("profile", result.tally, args.out, result.profile_id))
+        for v in result.profile.variants:  # --parallel (mcap.workflow.hybrid)
+            print(f"  {v.parallel}{v.degree}: {len(v.runs)} runs on {args.stages // v.degree} "
+                  f"sub-meshes of {v.degree} devices")
         return 0
     return _run(args, action)
 

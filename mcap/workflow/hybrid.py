@@ -11,8 +11,8 @@ Description 1) are run with every stage k-way data- or tensor-parallel, on engin
 the degree is bounded by ``--stages`` alone.
 
 Per-device statistics: every device of a stage holds the same layers, and a stage's peak
-is the highest of its devices (equal for dp; for tp the devices differ only by what the
-sharding leaves replicated). mem_isolated and mem_added then follow from those per-stage
+is the highest of its devices (equal for dp; on a tp stage device 0 also sends and
+receives the stage's activations and gradients, so it can read a little more). mem_isolated and mem_added then follow from those per-stage
 peaks exactly as for pipeline stages (``mcap.core.stats.extract``, mCAP 3.1). The runs are
 kept with their per-device peaks in ``Profile.variants`` and recorded in the store in the
 ``hybrid:<layout>`` study of their plan (``mcap.core.hybrid.store_engine``), so an

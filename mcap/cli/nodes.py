@@ -81,7 +81,7 @@ def launch_measure(args, devices: int) -> int:
 
 
 def _record(args, run) -> None:
-    from mcap.cli.hybrid import stored_run
+    from mcap.cli.measure_plan import stored_run
     from mcap.cli.profile import setup_from_args
     from mcap.core.hybrid import store_engine
     from mcap.store import Store

@@ -91,7 +91,7 @@ def cmd_measure(args) -> int:
         return launch_measure(args, args.plan.devices if args.plan is not None
                               else len(args.balance))
     if args.plan is not None:
-        from mcap.cli.hybrid import cmd_measure_plan
+        from mcap.cli.measure_plan import cmd_measure_plan
         return cmd_measure_plan(args)
     balance = args.balance
     if args.stages is not None and args.stages != len(balance):

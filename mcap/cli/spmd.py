@@ -114,7 +114,7 @@ def _measure_plan(args, rank: int, world: int) -> int:
     import torch.distributed as dist
     import torch.distributed.pipelining  # noqa: F401  (import-time tensors stay uncounted)
 
-    from mcap.cli.hybrid import plan_json, plan_setup
+    from mcap.cli.measure_plan import plan_json, plan_setup
     from mcap.core.hybrid import check_plan
     from mcap.core.types import Run
     from mcap.runner import ITERATIONS, check_setup, memtrack

@@ -285,15 +285,12 @@ class _Links:
         mine = dict(self._holders(self.me.stage)).get(self.rank)
         if mine is not None:
             recvs = []
-            for p in self._devices(self.me.stage + 1):
-                for holder, rows in self._holders(self.me.stage + 1):
-                    if holder != p.start + p.local:
-                        continue
-                    part = self._overlap(mine, rows)
-                    if part:
-                        a, b = part[0] - self.need[0], part[1] - self.need[0]
-                        recvs += [(holder, g[a:b], _tag_of(mb, i, True))
-                                  for i, g in enumerate(grads) if g is not None]
+            for holder, rows in self._holders(self.me.stage + 1):
+                part = self._overlap(mine, rows)
+                if part:
+                    a, b = part[0] - self.need[0], part[1] - self.need[0]
+                    recvs += [(holder, g[a:b], _tag_of(mb, i, True))
+                              for i, g in enumerate(grads) if g is not None]
             # Slices of the gradient are views; gloo receives into contiguous buffers
             # only, so receive into fresh ones and copy.
             bufs = [(src, torch.empty_like(v), tag, v) for src, v, tag in recvs]
@@ -329,8 +326,7 @@ def run_device(res: Resident, setup: Setup, plan, rank: int, groups: dict,
     s = pl.stage
     is_first, is_last = s == 0, s == len(plan.stages) - 1
     device = stage_device(setup, rank, local_device)
-    backend = None  # the world's backend
-    group = stage_group(groups, plan, s, backend)
+    group = stage_group(groups, plan, s, None)  # None: the world's backend
     micro = check_micro_batches(plan, setup.batch_size, setup.chunks)
     links = _Links(plan, rank, micro, device, res)
     mesh = None

@@ -21,7 +21,7 @@ from mcap.figures._style import EXPORT
 
 # The state a copied URL reopens (issue 5, Everywhere).
 SHARED_KEYS = ("profile", "sweep", "stages", "method", "predictor", "seed", "balance", "schedule",
-               "scale")
+               "scale", "mesh", "plan")
 PLOT_CONFIG = {"displaylogo": False, "toImageButtonOptions": dict(EXPORT)}
 # What a fresh visit opens: the bundled profile and the full sweep of the same model and
 # setup, so every method's pick is a measured point of the Partition space (a sampled
@@ -68,7 +68,9 @@ PAGES = (
     ("pages/predict.py", "Predict vs measure", "🎯", "predict"),
     ("pages/space.py", "Partition space", "🗺️", "space"),
     ("pages/recommend.py", "Recommend", "🧭", "recommend"),
+    ("pages/hybrid.py", "Hybrid plans", "🧩", "hybrid"),
     ("pages/scaling.py", "Scaling", "📈", "scaling"),
+    ("pages/savers.py", "Memory savers", "🗜️", "savers"),
     ("pages/explained.py", "Pipeline memory, explained", "🎓", "explained"),
     ("pages/present.py", "Present", "📊", "present"),
 )

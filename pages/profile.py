@@ -57,6 +57,13 @@ with st.form("profile-form"):
                          help=" ".join(f"**{n}**: {get_engine(n).help}." for n in engine_names()))
     device = b.selectbox("Device", ("cpu", "cuda") if gpus else ("cpu",))
     sample = c.number_input("Sweep: partitionings to sample (0 = all)", 0, 10**6, value=20)
+    a, b = st.columns(2)  # CAPTURE (III-A): a profile that predicts other batch sizes and hybrid stages
+    capture = a.checkbox("CAPTURE: profile at a quarter and a half of the batch size (--capture)",
+                         key="profile-capture", help="the runs fit where the target batch size "
+                         "would not; predictions at the target come from the line (III-A2)")
+    parallel = b.checkbox("CAPTURE: add 2- and 4-way dp and tp stages (--parallel dp,tp)",
+                          key="profile-parallel", help="the statistics the Hybrid plans page "
+                          "needs for data- and tensor-parallel stages (III-A1)")
     submitted = st.form_submit_button("▶️ Start", type="primary", key="profile-start")
 
 if submitted:
@@ -68,6 +75,9 @@ if submitted:
         check_setup(setup, engine_names())  # the rules the job would apply, before it starts
         get_engine(engine).check(setup, gpus)
         args = setup_args(spec, setup) + ["--out", job_output(s, command)]
+        if (capture or parallel) and command != "profile":
+            raise McapError("the CAPTURE options add profiling runs: choose the command profile")
+        args += ["--capture"] * capture + ["--parallel", "dp,tp"] * parallel
         if command == "sweep" and sample:
             args += ["--sample", str(int(sample))]
         if user_target(spec):  # user code: runs only after the confirmation below names it

@@ -3,7 +3,10 @@ its Pareto front, the recommendations highlighted (paper 4.2, Fig. 10), the per-
 bars of a selected point, and the prediction-error histogram (Fig. 9)."""
 import streamlit as st
 
+from mcap.core import throughput
 from mcap.core.errors import McapError
+from mcap.io import agreement
+from mcap.io.datasets import datasets_dir
 from mcap.figures import devices as fig_dev
 from mcap.figures import space as fig_space
 from mcap.figures._style import fmt_bytes, table_view
@@ -64,20 +67,35 @@ for method in chosen:
     marks.append(fig_space.Mark(method, tuple(rec.balance)))
 marks = tuple(marks)
 
-points = fig_space.space_points(sweep.runs, marks)
+estimate = throughput.from_json((sweep.extra or {}).get("throughput_estimate"))
+show_estimates = estimate is not None and st.sidebar.checkbox(
+    "Estimated throughput for composed partitionings", value=False, key="space-estimates",
+    help="Stage reuse composes peaks exactly but never times a composed partitioning; its "
+         "throughput is then estimated from per-layer times (mcap.core.throughput).")
+points = fig_space.space_points(sweep.runs, marks, estimate if show_estimates else None)
 ok = len(points)
 c = st.columns(4)
 c[0].metric("measured partitionings", len(sweep.runs))
-c[1].metric("ok with throughput", ok)
+c[1].metric("ok with throughput", ok - int(points["estimated"].sum()))
 c[2].metric("on the Pareto front", int(points["pareto"].sum()))
 c[3].metric("lowest measured peak", fmt_bytes(int(points["peak"].min())) if ok else "-")
 composed = sum(1 for r in sweep.runs if r.status == "ok" and getattr(r, "composed", False))
 if composed:
-    st.caption(f"{composed:,} of these partitionings were composed from the stages of measured "
-               "ones (stage reuse: exact per-stage peaks, no measured throughput). They count in "
-               "the ranks and the error histogram below; the scatter shows the "
-               f"{ok:,} whose throughput was measured, so a pick among the composed ones has "
-               "its rank in the table but no star.")
+    if show_estimates:
+        st.caption(f"{composed:,} of these partitionings were composed from the stages of "
+                   "measured ones (stage reuse: exact per-stage peaks). Their throughput is "
+                   "**estimated** (hollow points) from per-layer times through GPipe's bubble "
+                   f"model, scaled on the {estimate.n:,} measured runs; on those it is off by "
+                   f"{100 * estimate.p50:.0f}% (median) and {100 * estimate.p90:.0f}% (p90), "
+                   "so read their height as a rough guide, their peak as exact.")
+    else:
+        st.caption(f"{composed:,} of these partitionings were composed from the stages of "
+                   "measured ones (stage reuse: exact per-stage peaks, no measured throughput). "
+                   "They count in the ranks and the error histogram below; the scatter shows "
+                   f"the {ok:,} whose throughput was measured, so a pick among the composed "
+                   "ones has its rank in the table but no star."
+                   + (" The sidebar can add them with an estimated throughput."
+                      if estimate is not None else ""))
 
 # The selection is settled before anything is drawn: a click (read from the chart's state)
 # or a choice in the box below (read from its state) moves the ring and the bars in the
@@ -136,3 +154,27 @@ else:
     st.caption("Relative error = (predicted − measured) / measured peak of the fullest device. "
                "The paper reports 90% of VGG11's partitionings within 14% (section 4.2).")
 downloads(points, "mcap-partition-space", "space-points")
+
+st.subheader("CPU as a stand-in for a GPU")
+stand_ins = agreement.bundled(datasets_dir())
+if sweep.setup.device == "cpu":
+    st.markdown(
+        "This sweep was measured in **CPU stage processes**: exact allocated bytes, but a "
+        "GPU pays different workspaces (cuBLAS, cuDNN) and frees at different times, so the "
+        "**order** of partitionings on a GPU can differ. How far, measured on the same "
+        "partitionings:")
+for a in stand_ins:
+    r, rev = a["stats"], a["reverse"]
+    lo, hi = rev.best_ranks
+    st.markdown(
+        f"- **{a['model']}**, {a['setup']} ({r.n:,} partitionings): Spearman "
+        f"**{r.spearman:.2f}**, Kendall {r.kendall:.2f}. The CPU's lowest-peak "
+        f"partitioning ranks {r.best_ranks[0]:,} on the GPU ({r.best_ratios[0]:.3f}x its "
+        f"best); the GPU's best ranks {lo:,}–{hi:,} on the CPU ({rev.best_ratios[0]:.2f}x); "
+        f"the two top-{r.top} lists share {r.top_shared}.")
+    st.caption(f"A: {a['a']}. B: {a['b']}. {a['note']} (`{a['command']}`)")
+if not stand_ins:
+    st.caption("No rank-agreement figures are bundled (`bench/bench_cpu_vs_gpu.py --out`).")
+else:
+    st.caption("Use CPU runs to learn and teach how pipeline memory behaves and to check "
+               "the predictor; before committing a GPU plan, measure its top picks on the GPU.")

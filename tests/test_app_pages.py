@@ -534,3 +534,30 @@ def test_tables_and_charts_share_one_unit(bundled):
     marks = frame(at, "method", "rank")
     assert f"predicted_peak ({unit})" in marks.columns and f"measured_peak ({unit})" in marks.columns
     assert not [c for c in marks.columns if c in ("predicted_peak", "measured_peak")]
+
+
+def test_partition_space_states_how_cpu_stands_in_for_a_gpu(bundled):
+    from mcap.io import agreement
+    from mcap.io.datasets import datasets_dir
+    files = agreement.bundled(datasets_dir())
+    assert files, "data/ bundles the CPU vs H100 rank agreement"
+    at = page("space")
+    assert not errors(at)
+    text = " ".join(m.value for m in at.markdown)
+    r = files[0]["stats"]
+    assert f"Spearman **{r.spearman:.2f}**" in text and f"Kendall {r.kendall:.2f}" in text
+
+
+def test_partition_space_can_show_composed_points_with_estimated_throughput(bundled):
+    _, _, _, sweep = bundled
+    composed = sum(1 for r in sweep.runs if r.status == "ok" and r.composed)
+    if not composed or "throughput_estimate" not in (sweep.extra or {}):
+        pytest.skip("the default sweep has no composed runs with an estimate")
+    at = page("space")
+    measured = metric(at, "ok with throughput")
+    assert not [c for c in at.caption if "estimated" in c.value and "hollow" in c.value]
+    at.sidebar.checkbox(key="space-estimates").check().run()
+    assert not errors(at)
+    assert metric(at, "ok with throughput") == measured  # estimates are not measurements
+    assert any("hollow points" in c.value for c in at.caption)
+    assert "circle-open" in at.get("plotly_chart")[0].proto.spec

@@ -29,8 +29,9 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-back
 # (url path, heading); the default page lives at /
 PAGES = [("", "mcap: memory-centric partitioning"), ("profile", "Profile"),
          ("layers", "Layers"), ("predict", "Predict vs measure"), ("space", "Partition space"),
-         ("recommend", "Recommend"), ("scaling", "Scaling"),
-         ("explained", "Pipeline memory, explained"), ("present", "Present")]
+         ("recommend", "Recommend"), ("hybrid", "Hybrid plans"), ("scaling", "Scaling"),
+         ("savers", "Memory savers"), ("explained", "Pipeline memory, explained"),
+         ("present", "Present")]
 
 pytestmark = pytest.mark.e2e
 ROUNDS = 3

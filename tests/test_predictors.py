@@ -168,3 +168,41 @@ def test_bad_requests_name_the_values():
         recommend(prof, 13, "exact", "maxparam")
     with pytest.raises(McapError, match="needs the profile's runs"):
         recommend(prof.stats, G, "exact", "maxparam")
+
+
+# Two equal-weight layers of one kind whose workspace is 5x their weight while a third of the
+# same kind and weight pays 2x: CPU oneDNN picks a convolution's backward by its shape (VGG11
+# at 32x32: conv4_2 about 2x, conv5_1 and conv5_2 about 5x; BENCHMARKS.md).
+SHAPED = (40, 0, 90, 0, 90, 0, 90, 0, 10, 0, 20, 0)
+SHAPED_C = (2, 0, 2, 0, 5, 0, 5, 0, 2, 0, 2, 0)
+
+
+def truth_shaped(a: int, z: int) -> int:
+    return 3 * sum(SHAPED[a:z + 1]) + max(c * p for c, p in zip(SHAPED_C[a:z + 1], SHAPED[a:z + 1])) \
+        + ACT[a] + 1
+
+
+def _shaped_profile():
+    plan = profiling_plan(L, G).runs
+    measured = tuple(Run(tuple(b), "ok", tuple(truth_shaped(a, z) for a, z in stage_windows(b)),
+                         1.0) for b in plan)
+    model = ModelInfo("toy", tuple(Layer(f"l{i}", p, "Conv2d" if p else "ReLU")
+                                   for i, p in enumerate(SHAPED)))
+    return Profile(model, Setup(stages=G), extract(measured, L), measured)
+
+
+def _shaped_errors(pred):
+    bals = all_balances()
+    got = pred.peaks_many(bals).max(axis=1)
+    want = np.array([max(truth_shaped(a, z) for a, z in stage_windows(b)) for b in bals])
+    return np.abs(got - want) / want
+
+
+def test_perstage_recovers_a_workspace_that_differs_between_equal_layers(monkeypatch):
+    from mcap.core.predictors import perstage
+    prof = _shaped_profile()
+    refined = make(prof, "perstage")
+    assert _shaped_errors(refined).max() < 0.005
+    assert refined.details["largest parameter tensor, per layer"]["l4"] == 5.0
+    monkeypatch.setattr(perstage, "MAX_REFINED_LAYERS", 0)  # one c per kind only
+    assert _shaped_errors(make(prof, "perstage")).max() > 0.05

@@ -202,6 +202,13 @@ def test_interrupted_reusing_sweep_resumes_without_repeating_a_run(resumed):
     assert jsonio.load_sweep(out) == result.sweep
     assert all(r.samples_per_second is None and r.seconds == 0.0
                for r in result.sweep.runs if r.composed)
+    # ... but the sweep carries an estimate for them, scaled on the measured runs, in the
+    # file and in the store
+    from mcap.core import throughput
+    est = throughput.from_json(result.sweep.extra["throughput_estimate"])
+    assert est.n == sum(1 for r in result.sweep.runs if not r.composed)
+    assert all(est.samples_per_second(r.balance) > 0 for r in result.sweep.runs if r.composed)
+    assert jsonio.load_sweep(out).extra == result.sweep.extra
 
 
 @pytest.mark.integration

@@ -3,6 +3,11 @@
     python -m mcap plan --layers 30 --stages 4 [--scheme mcap|capture] [--json]
     python -m mcap predict --profile FILE --balance 3,3,5,19 [--predictor NAME] [--json]
     python -m mcap recommend --profile FILE --stages 4 [--method NAME] [--predictor NAME] [--json]
+    python -m mcap recommend --profile FILE --mesh 2x4 [--method exact|enumerate] [--json]
+    python -m mcap predict --profile FILE --plan 3,3,10:tp2 [--json]
+    python -m mcap recommend --profile FILE --stages 4 --capacity C --press   (mcap.cli.press)
+
+``--mesh`` and ``--plan`` are hybrid plans (CAPTURE III; ``mcap.cli.mesh``).
 
 Method and predictor choices come from their registries (``mcap.core.search``,
 ``mcap.core.predictors``).
@@ -34,7 +39,20 @@ def add_predictor_option(p) -> None:
                         + "; ".join(f"{n}: {predictors.get(n).help}" for n in predictors.names()))
 
 
+def add_batch_size_option(p) -> None:
+    p.add_argument("--batch-size", type=argtypes.positive_int, default=None, metavar="B",
+                   help="predict at this batch size (default: the profile's); another one needs "
+                        "a CAPTURE profile with two batch sizes (profile --capture)")
+
+
+def _costs(profile, args):
+    """The profile's stage costs at ``--batch-size`` (``mcap.core.batchscale``)."""
+    from mcap.core.recommend import costs_at
+    return costs_at(profile, args.batch_size, args.predictor)
+
+
 def register(sub) -> None:
+    from mcap.cli import mesh
     from mcap.core import search
     p = sub.add_parser("plan", help="print the profiling partitionings for L layers on G stages")
     p.add_argument("--layers", type=_positive_int, required=True, help="number of layers L")
@@ -45,15 +63,17 @@ def register(sub) -> None:
 
     p = sub.add_parser("predict", help="predict a partitioning's per-stage peaks from a profile")
     p.add_argument("--profile", required=True, help="a mcap.profile/1 JSON file")
-    p.add_argument("--balance", required=True, help="layer counts per stage, e.g. 3,3,5,19")
+    p.add_argument("--balance", help="layer counts per stage, e.g. 3,3,5,19")
     add_predictor_option(p)
+    add_batch_size_option(p)
     p.add_argument("--json", action="store_true")
+    mesh.add_predict_options(p)  # --plan / --mesh: hybrid plans (mcap.cli.mesh)
     p.set_defaults(func=cmd_predict)
 
     p = sub.add_parser("recommend", help="recommend the partitioning with the lowest predicted peak")
     p.add_argument("--profile", required=True, help="a mcap.profile/1 JSON file")
-    p.add_argument("--stages", type=_positive_int, required=True, help="number of devices G")
-    p.add_argument("--method", choices=search.names(), default="exact",
+    p.add_argument("--stages", type=_positive_int, help="number of devices G")
+    p.add_argument("--method", choices=(*search.names(), *mesh.ONLY_MESH_METHODS), default=None,
                    help="; ".join(f"{m.name}: {m.help}" for m in map(search.get, search.names())))
     add_predictor_option(p)
     p.add_argument("--seed", type=argtypes.seed, default=0, help="seed for bo")
@@ -61,8 +81,12 @@ def register(sub) -> None:
                    help="bo evaluations (paper: 75)")
     p.add_argument("--tie-tolerance", type=argtypes.tolerance, default=0.0,
                    help="relative band above the lowest peak treated as a tie, 0..1 (default 0)")
+    add_batch_size_option(p)
     argtypes.add_confirm_model_option(p, "recommend")
+    from mcap.cli.press import add_joint_options
+    add_joint_options(p)  # --capacity, --press (MPress: partitioning + plan)
     p.add_argument("--json", action="store_true")
+    mesh.add_recommend_options(p)  # --mesh / --no-prune: hybrid plans (mcap.cli.mesh)
     p.set_defaults(func=cmd_recommend)
 
 
@@ -85,21 +109,35 @@ def cmd_plan(args) -> int:
 
 
 def cmd_predict(args) -> int:
-    from mcap.core.recommend import costs_of
+    from mcap.cli import mesh
+    from mcap.core import merging
     from mcap.io.jsonio import load_profile
 
+    if mesh.wants_plan(args):
+        return mesh.cmd_predict_plan(args)
     profile = load_profile(args.profile)
-    costs = costs_of(profile, args.predictor)
-    peaks = costs.peaks(parse_balance(args.balance))
+    costs = _costs(profile, args)
     balance = tuple(parse_balance(args.balance))
+    sizes = merging.sizes_of(profile)
+    # A merged profile predicts over its merged layers; the user speaks in real layers.
+    peaks = costs.peaks(balance if sizes is None else merging.contract(balance, sizes))
     if args.json:
         print(json.dumps({"predictor": costs.predictor, "balance": list(balance),
                           "predicted_peaks": list(peaks), "predicted_peak": max(peaks)}))
         return 0
     print(f"balance {','.join(map(str, balance))}: predicted peak {fmt_bytes(max(peaks))} "
-          f"({max(peaks)} bytes; predictor {costs.predictor})")
+          f"({max(peaks)} bytes; predictor {costs.predictor}{_line_note(costs)})")
     _stage_table(balance, peaks)
     return 0
+
+
+def _line_note(costs) -> str:
+    """Where the batch line came from (CAPTURE III-B2), when it did."""
+    line = (costs.details or {}).get("batch_line")
+    if not line:
+        return ""
+    return (f"; at batch size {line['target']} on the line through batch sizes "
+            f"{line['from'][0]} and {line['from'][1]}")
 
 
 def _stage_table(balance, peaks) -> None:
@@ -123,13 +161,28 @@ def search_context(profile, method: str):
 
 def cmd_recommend(args) -> int:
     from mcap.core.recommend import recommend
+    from mcap.cli import mesh
     from mcap.io.jsonio import load_profile
 
+    if args.press or args.capacity is not None:  # MPress (mcap.cli.press); --capacity alone: refused there
+        from mcap.cli.press import cmd_joint
+        return cmd_joint(args)
+    if mesh.wants_mesh(args):
+        return mesh.cmd_recommend_mesh(args)
     profile = load_profile(args.profile)
     profile = argtypes.allow_model(profile, args.model)
-    rec = recommend(profile, args.stages, args.method, args.predictor,
-                    context=search_context(profile, args.method),
+    source, context = profile, search_context(profile, args.method)
+    if args.batch_size is not None:
+        from dataclasses import replace
+        source = _costs(profile, args)
+        context = replace(context, micro_batch=max(args.batch_size // profile.setup.chunks, 1))
+    rec = recommend(source, args.stages, args.method, args.predictor, context=context,
                     tie_tolerance=args.tie_tolerance, seed=args.seed, iterations=args.iterations)
+    from mcap.core import merging
+    sizes = merging.sizes_of(profile)
+    if sizes is not None:  # a balance over merged layers -> over the model's real layers
+        from dataclasses import replace
+        rec = replace(rec, balance=merging.expand(rec.balance, sizes))
     if args.json:
         print(json.dumps({"method": rec.method, "predictor": rec.predictor,
                           "balance": list(rec.balance), "predicted_peaks": list(rec.predicted_peaks),

@@ -61,10 +61,18 @@ def register(sub) -> None:
     s.add_argument("--profile-capacity", choices=("same", "none"), default="same",
                    help="mcap's profiling runs: under the same capacity (default, as on real "
                         "devices) or without it")
+    s.add_argument("--capture", action="store_true",
+                   help="mcap profiles at a quarter and a half of --batch-size and predicts at "
+                        "it on the batch line (CAPTURE III-A2), so its profiling fits the cap")
+    s.add_argument("--profile-batch-sizes", default=None, metavar="B1,B2",
+                   help="like --capture, at these batch sizes (each a multiple of --chunks)")
     s.add_argument("--out", type=Path, default=None, metavar="FILE.json",
                    help="write the mcap.scale/1 result here (checked before any run: never the "
                         "store, a folder or a file of another kind; an existing mcap.scale/1 "
                         "file is replaced)")
+    s.add_argument("--press", action="store_true",
+                   help="largest size with partitioning + an MPress plan vs partitioning "
+                        "alone, from predictions (profiles each size with --press)")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_scale)
 
@@ -173,6 +181,16 @@ def _machines(profile, sweep, strict: bool) -> dict:
 
 # --- scale ---------------------------------------------------------------------------
 
+def _sizes(text):
+    if text is None:
+        return None
+    try:
+        return tuple(int(t) for t in text.split(","))
+    except ValueError:
+        raise McapError(f"--profile-batch-sizes {text!r}: expected batch sizes separated by "
+                        "commas, e.g. 8,12") from None
+
+
 def cmd_scale(args) -> int:
     import sys
 
@@ -187,6 +205,12 @@ def cmd_scale(args) -> int:
     if setup.capacity_bytes is None:
         raise McapError("scale needs --capacity BYTES: the largest trainable size is only "
                         "defined under a memory limit")
+    if args.press:
+        from mcap.cli.press import cmd_scale_press
+        return cmd_scale_press(args, setup)
+    from mcap.workflow.capture import sizes_from_args
+    sizes = sizes_from_args(args.batch_size, _sizes(args.profile_batch_sizes), args.capture)
+    capture = False if sizes is None else (True if args.capture else sizes)
     parts = tuple(dict.fromkeys(args.partitioner or scaling.PARTITIONERS))
     grid = scaling.value_grid(args.model, args.vary, args.low, args.high, args.step)
     store_path = resolve_path(args.store)
@@ -198,7 +222,7 @@ def cmd_scale(args) -> int:
             result = scaling.scale(args.model, args.vary, grid, setup, parts, store=store,
                                    timeout=args.timeout, stream=sys.stderr,
                                    profile_capacity=args.profile_capacity == "same",
-                                   predictor=args.predictor)
+                                   predictor=args.predictor, capture=capture)
     except profiling.Cancelled:
         print("mcap: scale cancelled; finished runs are kept in the store", file=sys.stderr)
         return 143

@@ -91,9 +91,22 @@ def register(sub) -> None:
                         "engine hybrid (CAPTURE III-A1): degree k when --stages holds at least "
                         "2 groups of k devices")
     p.add_argument("--out", required=True, type=Path, metavar="FILE.json", help=OUT_HELP % "profile")
+    p.add_argument("--press", action="store_true",
+                   help="also measure MPress's costs: per layer the activation bytes saved "
+                        "for backward and the forward time per micro-batch, and this "
+                        "machine's host-swap and device-to-device bandwidths")
     p.add_argument("--no-reuse", dest="reuse", action="store_false",
                    help="measure every profiling run; by default a run whose every stage was "
                         "already measured in this setup (e.g. by a sweep) is composed from those")
+    p.add_argument("--profile-batch-sizes", type=_batch_sizes, default=None, metavar="B1,B2",
+                   help="CAPTURE (III-A2): run the profiling plan at these batch sizes (each a "
+                        "multiple of --chunks) and predict at --batch-size from the line "
+                        "through them")
+    p.add_argument("--capture", action="store_true",
+                   help="CAPTURE batch-size scaling at a quarter and a half of --batch-size")
+    p.add_argument("--merge-to", type=argtypes.positive_int, default=None, metavar="Lm",
+                   help="CAPTURE's layer merger (III-A3): merge adjacent layers until Lm remain; "
+                        "profiling after the first batch size and prediction run on them")
     p.set_defaults(func=cmd_profile)
 
     s = sub.add_parser("sweep", help="measure every partitioning, or a seeded sample -> mcap.sweep/1",
@@ -142,11 +155,45 @@ def _write(obj, out, kind: str, stored_id: int, store) -> None:
     write_or_explain(obj, out, kind, stored_id, store.path)
 
 
+def _batch_sizes(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(t) for t in text.split(","))
+    except ValueError:
+        sizes = ()
+    if len(sizes) < 2 or any(b < 1 for b in sizes):
+        raise argparse.ArgumentTypeError(f"expected two or more batch sizes >= 1 separated by "
+                                         f"commas (e.g. 8,16), got {text!r}")
+    return sizes
+
+
 def cmd_profile(args) -> int:
+    from mcap.workflow import capture
+    sizes = capture.sizes_from_args(args.batch_size, args.profile_batch_sizes, args.capture)
+    if sizes is not None:
+        from mcap.core.batchscale import check_sizes
+        check_sizes(sizes, args.batch_size, args.chunks)  # exit 2 before anything runs
+    if args.press and (sizes is not None or args.merge_to is not None):
+        raise McapError("--press measures MPress statistics at one batch size on the real "
+                        "layers; it cannot be combined with --capture, --profile-batch-sizes "
+                        "or --merge-to (profile twice)")
+
+    if args.parallel and (sizes is not None or args.merge_to is not None or args.press):
+        raise McapError("--parallel profiles data/tensor-parallel stages at the target batch "
+                        "size on the real layers; it cannot be combined with --capture, "
+                        "--profile-batch-sizes, --merge-to or --press yet (profile twice)")
+
     def action(profiling, setup, store):
-        result = profiling.profile(args.model, setup, None, store=store, scheme=args.scheme,
-                                   job=args.job, timeout=args.timeout, reuse=args.reuse,
-                                   parallel=args.parallel)
+        options = dict(store=store, scheme=args.scheme, job=args.job, timeout=args.timeout,
+                       reuse=args.reuse)
+        if sizes is not None:
+            result = capture.profile(args.model, setup, None, sizes=sizes,
+                                     merge_to=args.merge_to, **options)
+        elif args.merge_to is not None:
+            result = capture.profile_merged(args.model, setup, None, merge_to=args.merge_to,
+                                            **options)
+        else:
+            result = profiling.profile(args.model, setup, None, press=args.press,
+                                       parallel=args.parallel, **options)
         _write(result.profile, args.out, "profile", result.profile_id, store)
         print(profiling.summary("profile", result.tally, args.out, result.profile_id))
         for v in result.profile.variants:  # --parallel (mcap.workflow.hybrid)

@@ -9,12 +9,20 @@ in stage order, and ``plan`` names the stages. The run is recorded in the store 
 "measure") whatever its status; an oom or failed run exits 1, bad input exits 2. A plan's
 run is recorded in the study of engine ``hybrid:<layout>`` (``mcap.core.hybrid.store_engine``)
 with one peak per stage (the highest of its devices), never in a pipeline-only study.
+
+``--press PLAN.json`` applies an MPress plan (``mcap.press/1``; ``mcap.runner.press``) and
+needs ``--checkpoint never``; a plan of another model or balance exits 2 naming both. Its
+run is stored under a setup that names the plan (``Setup.press``), so it is never reused
+as a plain run of that balance. ``--json`` adds ``press`` (the plan file, its action counts
+and code) to the usual status, peaks, seconds and samples_per_second.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
+from pathlib import Path
 
 from mcap.cli.profile import add_setup_options, setup_from_args
 from mcap.core.errors import InvalidPartitioning, McapError
@@ -52,6 +60,10 @@ def register(sub) -> None:
                        help="a hybrid plan, e.g. 3,3,10:tp2 (N layers on one device, N:dpK / "
                             "N:tpK on K devices with data / tensor parallelism), run on engine "
                             "hybrid with one process per device")
+    p.add_argument("--press", type=Path, default=None, metavar="PLAN.json",
+                   help="apply an MPress plan (mcap.press/1, from `mcap press --out`) of this "
+                        "model and balance: per layer keep, recompute, host swap or d2d swap; "
+                        "needs --checkpoint never. The run is stored apart from plain runs")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     from mcap.cli.nodes import add_node_options
     add_node_options(p)
@@ -86,6 +98,9 @@ def cmd_measure(args) -> int:
     from mcap.runner import open_runner
     from mcap.store import Store
 
+    if args.press is not None and (args.plan is not None or args.nnodes is not None):
+        raise McapError("--press applies an MPress plan to a --balance on this machine; it "
+                        "does not combine with --plan or --nnodes")
     if args.nnodes is not None:  # through torchrun, across nodes (mcap.cli.nodes)
         from mcap.cli.nodes import launch_measure
         return launch_measure(args, args.plan.devices if args.plan is not None
@@ -100,6 +115,13 @@ def cmd_measure(args) -> int:
     args.stages = len(balance)
     parse_spec(args.model)
     setup = setup_from_args(args)
+    plan = None
+    if args.press is not None:  # checked before any process starts (exit 2 naming values)
+        from mcap.core.setup import press_code
+        from mcap.io.pressfile import load as load_plan
+        from mcap.runner.pressplans import check_plan
+        plan = load_plan(args.press)
+        check_plan(plan, args.model, setup, balance)
     # A dashboard job (--job ID, mcap.app.jobs.launch) sees running -> done/failed/cancelled,
     # the balance being measured, and the run linked to it, as profile and sweep report.
     store = Store(args.store)
@@ -109,8 +131,10 @@ def cmd_measure(args) -> int:
                 store.update_job(args.job, current=balance)
             with open_runner(args.model, setup, timeout=args.timeout) as runner:
                 info, machine = runner.model_info, runner.machine
-                run = runner.measure(balance)
-            store.record_run(store.study(info, setup), run, kind="measure", job=args.job,
+                run = runner.measure(balance, press=plan)
+            # A plan's run is a study of its own (Setup.press): never reused as a plain run.
+            keyed = setup if plan is None else dataclasses.replace(setup, press=press_code(plan))
+            store.record_run(store.study(info, keyed), run, kind="measure", job=args.job,
                              machine=machine)
             if args.job is not None:
                 store.update_job(args.job, done=1)
@@ -120,7 +144,11 @@ def cmd_measure(args) -> int:
     finally:
         store.close()
     if args.json:
-        print(json.dumps(run_json(run)))
+        out = run_json(run)
+        if plan is not None:
+            out["press"] = {"plan": str(args.press), "actions": plan.counts(),
+                            "code": press_code(plan)}
+        print(json.dumps(out))
     else:
         print(f"{run.status}: balance {','.join(map(str, run.balance))} in {run.seconds:.2f} s")
         if run.peaks:

@@ -212,3 +212,63 @@ def _statuses(runs: Sequence[Run]) -> str:
     for r in runs:
         counts[r.status] = counts.get(r.status, 0) + 1
     return ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "none"
+
+
+@dataclass(frozen=True)
+class RankAgreement:
+    """How two sweeps of the same partitionings (say CPU stage processes and a GPU) rank
+    them by measured peak (the partitioning's fullest device)."""
+    n: int                 # partitionings ok in both
+    spearman: float        # rank correlation (ties get their average rank)
+    kendall: float         # Kendall's tau-b
+    best_ties: int         # partitionings sharing A's lowest peak
+    best_ranks: tuple[int, int]        # the best and worst B rank among them (1 = B's lowest)
+    best_ratios: tuple[float, float]   # their B peaks over B's lowest, best and worst
+    top: int               # the size of the top lists compared
+    top_shared: int        # partitionings in both top lists
+
+
+def _ranks(x: np.ndarray) -> np.ndarray:
+    order = np.argsort(x, kind="stable")
+    ranks = np.empty(len(x), dtype=float)
+    ranks[order] = np.arange(1, len(x) + 1)
+    _, inverse, counts = np.unique(x, return_inverse=True, return_counts=True)
+    sums = np.bincount(inverse, weights=ranks)
+    return (sums / counts)[inverse]
+
+
+def _kendall_b(x: np.ndarray, y: np.ndarray, chunk: int = 512) -> float:
+    """tau-b = (concordant - discordant) / sqrt((n0 - ties_x)(n0 - ties_y)), over all pairs."""
+    conc = ties_x = ties_y = 0
+    n = len(x)
+    for s in range(0, n, chunk):
+        dx = np.sign(x[s:s + chunk, None] - x[None, :])
+        dy = np.sign(y[s:s + chunk, None] - y[None, :])
+        upper = np.arange(s, min(s + chunk, n))[:, None] < np.arange(n)[None, :]
+        conc += int((dx * dy)[upper].sum())
+        ties_x += int((dx == 0)[upper].sum())
+        ties_y += int((dy == 0)[upper].sum())
+    n0 = n * (n - 1) // 2
+    den = ((n0 - ties_x) * (n0 - ties_y)) ** 0.5
+    return float(conc / den) if den else float("nan")
+
+
+def rank_agreement(a: Sequence[Run], b: Sequence[Run], top: int = 36) -> RankAgreement:
+    """Rank agreement of two sweeps over the partitionings both measured ok (mCAP ranks
+    partitionings by peak; a stand-in device is only as good as the order it gives)."""
+    pa = {tuple(r.balance): max(r.peaks) for r in a if r.status == "ok" and r.peaks}
+    pb = {tuple(r.balance): max(r.peaks) for r in b if r.status == "ok" and r.peaks}
+    common = sorted(set(pa) & set(pb))
+    if len(common) < 3:
+        raise McapError(f"the two sweeps share {len(common)} ok partitionings; rank agreement "
+                        "needs at least 3")
+    x = np.asarray([pa[k] for k in common], dtype=float)
+    y = np.asarray([pb[k] for k in common], dtype=float)
+    rx, ry = _ranks(x), _ranks(y)
+    spearman = float(np.corrcoef(rx, ry)[0, 1])
+    tied = y[x == x.min()]  # A cannot tell these apart: report the range B gives them
+    ranks = [int((y < v).sum()) + 1 for v in (tied.min(), tied.max())]
+    top = min(top, len(common))
+    shared = len(set(np.argsort(x, kind="stable")[:top]) & set(np.argsort(y, kind="stable")[:top]))
+    return RankAgreement(len(common), spearman, _kendall_b(x, y), len(tied), tuple(ranks),
+                         (float(tied.min() / y.min()), float(tied.max() / y.min())), top, shared)

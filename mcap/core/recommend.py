@@ -30,8 +30,22 @@ Source = Union[Profile, StageCosts, LayerStats]
 
 @lru_cache(maxsize=16)
 def _fit(profile: Profile, name: str) -> StageCosts:
-    from mcap.core import predictors
+    from mcap.core import batchscale, predictors
+    if batchscale.extrapolated(profile):
+        # CAPTURE (III-B2): a profile extrapolated to its batch size predicts per stage on
+        # the line through its two profiled sizes; each variant is fitted as a profile.
+        return batchscale.costs_at(profile, None, name, _fit)
     return predictors.fit(profile, name)
+
+
+def costs_at(profile: Profile, batch_size: Optional[int], predictor: Optional[str] = None
+             ) -> StageCosts:
+    """The profile's stage costs at ``batch_size`` (None: its own), through batch-size
+    scaling where that differs from what was profiled (``mcap.core.batchscale``)."""
+    from mcap.core import batchscale, predictors
+    name = predictor or predictors.DEFAULT
+    predictors.get(name)
+    return batchscale.costs_at(profile, batch_size, name, _fit)
 
 
 def costs_of(source: Source, predictor: Optional[str] = None) -> StageCosts:

@@ -50,6 +50,9 @@ class Scaling:
     grid: tuple[int, ...]
     results: tuple[ScaleResult, ...]
     profile_capacity: bool = True  # mcap profiled under the capacity (else without it)
+    # mcap profiled at other batch sizes and predicted at B (CAPTURE III-A2): True for B/4
+    # and B/2, a list for the sizes given, False for mCAP's profiling at B.
+    capture: object = False
 
     def result(self, partitioner: str) -> Optional[ScaleResult]:
         return next((r for r in self.results if r.partitioner == partitioner), None)
@@ -96,7 +99,8 @@ def report(s: Scaling) -> str:
     cap = s.setup.capacity_bytes
     lines = [f"largest trainable {s.model} by {s.vary} on {s.setup.stages} stages under "
              f"{cap / 2**20:.2f} MiB per stage (mcap profiled "
-             f"{'under the capacity' if s.profile_capacity else 'without the capacity'}):"]
+             f"{'under the capacity' if s.profile_capacity else 'without the capacity'}"
+             f"{_capture_words(s.capture)}):"]
     for r in s.results:
         if r.largest_value is None:
             lines.append(f"  {r.partitioner:<8} none: {s.vary}={s.grid[0]} already does not train")
@@ -108,10 +112,21 @@ def report(s: Scaling) -> str:
     return "\n".join(lines)
 
 
+def _capture_words(capture) -> str:
+    if capture is True:
+        return ", at a quarter and a half of the batch size"
+    if capture:
+        return f", at batch sizes {','.join(map(str, capture))}"
+    return ""
+
+
 def to_dict(s: Scaling) -> dict:
     return {"schema": SCALE_SCHEMA, "model": s.model, "vary": s.vary,
-            "setup": dataclasses.asdict(s.setup), "grid": list(s.grid),
+            # Setup.press (a measured MPress plan) only when set: files stay as before.
+            "setup": {k: v for k, v in dataclasses.asdict(s.setup).items()
+                      if k != "press" or v}, "grid": list(s.grid),
             "profile_capacity": s.profile_capacity,
+            "capture": list(s.capture) if isinstance(s.capture, (tuple, list)) else bool(s.capture),
             "results": [{"partitioner": r.partitioner, "largest_value": r.largest_value,
                          "largest_params": r.largest_params, "at_high": r.at_high,
                          "ratio_to_time": s.ratio(r.partitioner),
@@ -123,6 +138,12 @@ def _point_dict(p: ScalePoint) -> dict:
             "balance": None if p.balance is None else list(p.balance), "status": p.status,
             "peaks": None if p.peaks is None else [int(x) for x in p.peaks],
             "predicted_peak": p.predicted_peak, "seconds": p.seconds, "error": p.error}
+
+
+def _capture_of(v):
+    if isinstance(v, (list, tuple)) and all(isinstance(b, int) and not isinstance(b, bool) for b in v):
+        return tuple(v)
+    return v is True
 
 
 def from_dict(d, source: str = "<scale>") -> Scaling:
@@ -148,7 +169,8 @@ def from_dict(d, source: str = "<scale>") -> Scaling:
             for r in d["results"])
         return Scaling(model=d["model"], vary=d["vary"], setup=setup,
                        grid=tuple(int(v) for v in d["grid"]), results=results,
-                       profile_capacity=bool(d.get("profile_capacity", True)))
+                       profile_capacity=bool(d.get("profile_capacity", True)),
+                       capture=_capture_of(d.get("capture")))
     except (KeyError, TypeError, ValueError, AttributeError, OverflowError, RecursionError) as exc:
         raise SchemaError(f"{source}: not a valid {SCALE_SCHEMA} file ({type(exc).__name__}: "
                           f"{str(exc)[:200]})") from None

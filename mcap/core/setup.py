@@ -10,6 +10,7 @@
 """
 from __future__ import annotations
 
+import re
 from typing import Optional, Union
 
 from mcap.core.errors import McapError
@@ -20,7 +21,7 @@ from mcap.core.types import (
 # The Setup fields that change a measured peak (all but the capacity, which only decides
 # whether a run is oom).
 PEAK_FIELDS = ("stages", "batch_size", "chunks", "schedule", "checkpoint", "device", "engine",
-               "optimizer", "threads")
+               "optimizer", "threads", "press")
 # Fields compared between a profile and a sweep: the sweep may use another stage count
 # only if the predictor allows it (it does: nothing in Listing 1.1 depends on G), but the
 # evaluation compares partitionings of the sweep's G, so stages is not compared.
@@ -49,11 +50,25 @@ def check_setup(setup: Setup, engines: Optional[tuple[str, ...]] = None) -> None
                         f"chunks {setup.chunks} < stages {setup.stages}")
     if isinstance(setup.threads, bool) or not isinstance(setup.threads, int) or setup.threads < 1:
         raise McapError(f"threads must be a whole number of at least 1, got {setup.threads!r}")
+    if not isinstance(setup.press, str) or not _PRESS_CODE.fullmatch(setup.press):
+        raise McapError(f"press must be an MPress plan code (per layer k, r, s or d<stage>, "
+                        f"comma-separated) or empty, got {setup.press!r:.60}")
     if setup.capacity_bytes is not None and (isinstance(setup.capacity_bytes, bool)
                                              or not isinstance(setup.capacity_bytes, int)
                                              or setup.capacity_bytes <= 0):
         raise McapError(f"capacity must be a positive number of bytes, got "
                         f"{setup.capacity_bytes!r}")
+
+
+_PRESS_CODE = re.compile(r"(?:(?:k|r|s|d[0-9]{1,6})(?:,(?:k|r|s|d[0-9]{1,6}))*)?")
+
+
+def press_code(plan) -> str:
+    """The identity of an MPress plan (``mcap.core.pressplan.PressPlan``) as ``Setup.press``:
+    its per-layer actions in layer order (the model and balance are the study's and the
+    run's own)."""
+    return ",".join("d%d" % a.target if a.action == "d2d" else a.action[0]
+                    for stage in plan.stages for a in stage)
 
 
 def micro_batch(setup: Setup) -> int:

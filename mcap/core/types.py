@@ -50,6 +50,11 @@ class Setup:
     ``threads`` is the intra-op thread count of every stage process (issue 11): a CPU
     stage's peak depends on it (oneDNN's convolution workspaces grow with the threads), so
     it is fixed, 1 by default, and two machines of the same ISA give the same peaks.
+
+    ``press`` names the MPress plan a measured run applied (``mcap.core.setup.press_code``:
+    per layer k keep, r recompute, s swap, d<stage> d2d), "" for none. A plan changes the
+    peaks, so its runs are a study of their own and never reused as plain runs of that
+    balance; profile and sweep files do not carry it (they are always measured without).
     """
     stages: int
     batch_size: int = 32
@@ -61,6 +66,7 @@ class Setup:
     engine: str = "pipelining"
     optimizer: str = "sgd"
     threads: int = 1
+    press: str = ""
 
 
 @dataclass(frozen=True)

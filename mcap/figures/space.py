@@ -16,7 +16,7 @@ from mcap.core.types import Prediction, Run
 
 NOT_SAMPLED = "not in this sample"  # a pick the sweep did not measure (a sampled sweep)
 PAPER_ERROR = 0.14  # paper 4.2: 90% of VGG11 partitionings predicted within 14%
-POINT_COLUMNS = ["balance", "peak", "samples_per_second", "pareto", "marks"]
+POINT_COLUMNS = ["balance", "peak", "samples_per_second", "pareto", "marks", "estimated"]
 
 
 @dataclass(frozen=True)
@@ -37,18 +37,24 @@ def pareto_front(peaks: list[int], throughputs: list[float]) -> list[bool]:
     return out
 
 
-def space_points(runs: tuple[Run, ...], marks: tuple[Mark, ...] = ()) -> pd.DataFrame:
+def space_points(runs: tuple[Run, ...], marks: tuple[Mark, ...] = (),
+                 estimate=None) -> pd.DataFrame:
     """One row per ok run with a throughput: balance string, peak bytes, samples/s, whether it
-    is on the Pareto front, and the labels of the marks that picked it ("" if none)."""
-    ok = [r for r in runs if r.status == "ok" and r.peaks and r.samples_per_second is not None]
+    is on the Pareto front, the labels of the marks that picked it ("" if none), and whether
+    the throughput is estimated. ``estimate`` (``mcap.core.throughput.Estimate``) gives the
+    composed runs, which have none measured, an estimated one."""
+    ok = [r for r in runs if r.status == "ok" and r.peaks and
+          (r.samples_per_second is not None or (estimate is not None and r.composed))]
     labels: dict[tuple[int, ...], list[str]] = {}
     for m in marks:
         labels.setdefault(tuple(m.balance), []).append(m.label)
     peaks = [r.peak for r in ok]
-    tput = [float(r.samples_per_second) for r in ok]
+    est = [r.samples_per_second is None for r in ok]
+    tput = [estimate.samples_per_second(r.balance) if e else float(r.samples_per_second)
+            for r, e in zip(ok, est)]
     front = pareto_front(peaks, tput)
-    rows = [(balance_str(r.balance), r.peak, t, f, ", ".join(labels.get(tuple(r.balance), [])))
-            for r, t, f in zip(ok, tput, front)]
+    rows = [(balance_str(r.balance), r.peak, t, f, ", ".join(labels.get(tuple(r.balance), [])), e)
+            for r, t, f, e in zip(ok, tput, front, est)]
     return pd.DataFrame(rows, columns=POINT_COLUMNS).sort_values("peak", kind="stable").reset_index(drop=True)
 
 
@@ -96,11 +102,16 @@ def draw_space(points: pd.DataFrame, selected: Optional[str] = None, dataset: st
     unit = unit_for(points["peak"])
     x = scaled(points["peak"], unit)
     fig = go.Figure()
+    estimated = points["estimated"] if "estimated" in points else pd.Series(False, index=points.index)
     fig.add_scatter(x=x, y=points["samples_per_second"],
-                    mode="markers", name="measured partitionings", customdata=points["balance"],
-                    marker=dict(size=7, color="#1f77b4", opacity=0.55),
-                    hovertemplate="%{customdata}<br>%{x:.1f} " + unit[0]
-                                  + " · %{y:.2f} samples/s<extra></extra>")
+                    mode="markers", name="measured partitionings" + (
+                        " (hollow: throughput estimated)" if estimated.any() else ""),
+                    customdata=list(zip(points["balance"],
+                                        estimated.map({True: " (estimated)", False: ""}))),
+                    marker=dict(size=7, color="#1f77b4", opacity=0.55,
+                                symbol=["circle-open" if e else "circle" for e in estimated]),
+                    hovertemplate="%{customdata[0]}<br>%{x:.1f} " + unit[0]
+                                  + " · %{y:.2f} samples/s%{customdata[1]}<extra></extra>")
     front = points[points["pareto"]].sort_values("peak")
     fig.add_scatter(x=scaled(front["peak"], unit), y=front["samples_per_second"],
                     mode="lines", name="Pareto front", line=dict(color="#444", dash="dot"),

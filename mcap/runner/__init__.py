@@ -144,12 +144,17 @@ class Runner:
         """Process ids of the stage processes now serving (one per stage for pipelining)."""
         return self._pool.pids
 
-    def measure(self, balance: Sequence[int]) -> Run:
-        """Measure one partitioning; a failure is a Run with status "oom" or "failed"."""
+    def measure(self, balance: Sequence[int], press=None) -> Run:
+        """Measure one partitioning; a failure is a Run with status "oom" or "failed".
+        ``press``: an MPress plan (``mcap.core.pressplan.PressPlan``) of this balance to
+        apply (``mcap.runner.press``)."""
         if self._closed:
             raise McapError("this runner is closed; open a new one with open_runner()")
         balance = check_balance(balance, self.setup.stages, self.model_info.num_layers)
-        return self._run(balance, balance)
+        if press is not None:
+            from mcap.runner.pressplans import check_plan
+            check_plan(press, self.model_info.spec, self.setup, balance)
+        return self._run(balance, balance, press)
 
     def measure_plan(self, plan) -> Run:
         """Measure a hybrid plan (engine ``hybrid``, ``Setup.stages`` = its devices; CAPTURE
@@ -171,13 +176,13 @@ class Runner:
         check_micro_batches(plan, self.setup.batch_size, self.setup.chunks)
         return self._run(plan.balance, plan.stages)
 
-    def _run(self, balance: tuple[int, ...], job) -> Run:
+    def _run(self, balance: tuple[int, ...], job, press=None) -> Run:
         why = self._pool.wait_ready(time.monotonic() + self.startup_timeout)
         if why:
             self._pool.restart()
             return Run(balance, "failed", None, 0.0, error=why)
         start = time.monotonic()
-        results, why = self._pool.run(job)
+        results, why = self._pool.run(job, press)
         self.last_results = tuple(results)
         seconds = time.monotonic() - start
         bad = [r for r in results if r.status != "ok"]

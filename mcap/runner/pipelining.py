@@ -93,8 +93,9 @@ class HostStaged(nn.Module):
 
 
 def run_stage(res: Resident, setup: Setup, balance: tuple[int, ...], rank: int,
-              local_device: Optional[int] = None) -> StageResult:
-    """Train stage ``rank`` of ``balance`` for 2 iterations; its peak over that window."""
+              local_device: Optional[int] = None, press=None) -> StageResult:
+    """Train stage ``rank`` of ``balance`` for 2 iterations; its peak over that window.
+    ``press``: an MPress plan to apply (``mcap.runner.press.PressJob``), or None."""
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
     first, last = Partitioning(balance).bounds()[rank]
@@ -104,12 +105,17 @@ def run_stage(res: Resident, setup: Setup, balance: tuple[int, ...], rank: int,
     comm_device = torch.device("cpu") if host_staged else device
     window = Window([device], setup.capacity_bytes)  # from a clean slate (train.clean_slate)
     objects: list = []  # everything the run allocates, dropped in `finally`
+    links = None  # MPress d2d: this stage's server and channels (mcap.runner.pressd2d)
     try:
         window.limit()
         layers = copy.deepcopy(res.module[first:last + 1]).to(device)
         if device.type == "cpu":
             tag_weights_and_gradients(layers)
-        stage_mod: nn.Module = Recomputed(layers, setup.checkpoint, setup.chunks)
+        if press is None:
+            stage_mod: nn.Module = Recomputed(layers, setup.checkpoint, setup.chunks)
+        else:
+            from mcap.runner.press import press_stage
+            stage_mod, links = press_stage(layers, press, setup, rank, device)
         if host_staged:
             stage_mod = HostStaged(stage_mod, device, is_last)
         in_meta = res.shapes[first - 1] if first > 0 else res.shapes[-1]
@@ -142,6 +148,8 @@ def run_stage(res: Resident, setup: Setup, balance: tuple[int, ...], rank: int,
             window.mark_iteration()
         seconds = time.perf_counter() - start
         window.stop()
+        if links is not None:  # peers may still fetch what this stage holds for them
+            links.finish()
         return StageResult(rank, "ok", window.peaks()[0], window.breakdowns()[0], seconds,
                            iteration_peaks=tuple(p[0] for p in window.iteration_peaks),
                            held_before=window.held_before)
@@ -151,6 +159,8 @@ def run_stage(res: Resident, setup: Setup, balance: tuple[int, ...], rank: int,
         where = f"stage {rank} (layers {first}..{last})"
         return StageResult(rank, status, error=f"{where}: {message}")
     finally:
+        if links is not None:
+            links.close()
         objects.clear()
         gc.collect()
 

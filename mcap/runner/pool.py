@@ -276,7 +276,8 @@ class WorkerPool:
         return [w.pid for w in self.workers]
 
     # ---- one run ----------------------------------------------------------------------
-    def run(self, balance: tuple[int, ...]) -> tuple[list[StageResult], Optional[str]]:
+    def run(self, balance: tuple[int, ...], press=None
+            ) -> tuple[list[StageResult], Optional[str]]:
         """Send one Job to all workers and gather their results within the timeout.
 
         Returns (stage results in stage order, or fewer; a failure message or None). On any
@@ -288,7 +289,10 @@ class WorkerPool:
             return [], why
         deadline = time.monotonic() + self.timeout
         self._run_id += 1
-        job = Job(self._run_id, tuple(balance))
+        if press is not None:  # d2d channels live in the pool's private folder
+            from mcap.runner.protocol import PressJob
+            press = PressJob(press, self._tmp, self._run_id)
+        job = Job(self._run_id, tuple(balance), press)
         pending = {w.conn: rank for rank, w in enumerate(self.workers)}
         results: list[StageResult] = []
         problems: list[str] = []

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from mcap.core.machine import Machine
+from mcap.core.pressplan import PressPlan
 from mcap.core.types import MemoryBreakdown, ModelInfo, Setup
 
 ITERATIONS = 2  # issue 4: each run trains 2 full iterations after building the stages
@@ -25,9 +26,28 @@ class Init:
 
 
 @dataclass(frozen=True)
+class PressJob:
+    """What a stage process needs to apply a plan to one run: the plan, the folder where
+    the stages' d2d channels listen (the pool's private temp folder), and the run id that
+    keeps one run's channels apart from the next's."""
+    plan: PressPlan
+    channel_dir: Optional[str] = None
+    run_id: int = 0
+
+    def actions(self, rank: int) -> list:
+        return list(self.plan.stages[rank])
+
+    def d2d_senders(self, rank: int) -> list[int]:
+        """Stages that move activations into stage ``rank``'s memory."""
+        return sorted({s for s, stage in enumerate(self.plan.stages) if s != rank
+                       and any(a.action == "d2d" and a.target == rank for a in stage)})
+
+
+@dataclass(frozen=True)
 class Job:
     run_id: int
     balance: tuple[int, ...]
+    press: Optional[PressJob] = None  #: an MPress plan to apply
 
 
 @dataclass(frozen=True)

@@ -56,3 +56,34 @@ def timer(*, device: str = "cpu", timeout: float = DEFAULT_TIMEOUT):
     def run(spec: str, stages: int, micro_batch: int) -> tuple[int, ...]:
         return time_balance(spec, stages, micro_batch, timeout=timeout, device=device)
     return run
+
+
+def layer_times(spec: str, micro_batch: int, *, timeout: float = DEFAULT_TIMEOUT,
+                device: str = "cpu", seed: int = 0, threads: int = 1) -> tuple[int, ...]:
+    """Each layer's forward + backward time on one micro-batch, summed over ``timeout``
+    seconds of repeats (torchgpipe's ``profile_times``, what ``balance_by_time`` splits):
+    relative costs, in microseconds. ``threads``: the intra-op threads a stage process uses."""
+    import torch
+    from torchgpipe.balance.profile import profile_times
+
+    from mcap.models import build_model
+
+    if micro_batch < 1:
+        raise McapError(f"layer times: micro-batch size must be >= 1, got {micro_batch}")
+    built = build_model(spec, seed=seed)
+    module = _without_inplace(built.module).to(device)
+    inputs, _ = built.example_batch(micro_batch, seed=seed)
+    sample = inputs.to(device) if isinstance(inputs, torch.Tensor) else inputs
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with torch.random.fork_rng(devices=[]):
+            # One pass first: a layer's first call pays one-off costs (oneDNN kernel
+            # creation, lazy thread pools) that would swamp the first layer's share.
+            profile_times(module, sample, 1e-9, torch.device(device))
+            for p in module.parameters():
+                p.grad = None
+            times = profile_times(module, sample, timeout, torch.device(device))
+    finally:
+        torch.set_num_threads(before)
+    return tuple(int(t) for t in times)

@@ -45,7 +45,10 @@ def _start(init):
 
 def _run(init, resident, job):
     from mcap.runner import engines
-    return engines.get(init.setup.engine).run(resident, init, job.balance)
+    engine = engines.get(init.setup.engine)
+    if job.press is not None:  # only engines that apply MPress plans take the keyword
+        return engine.run(resident, init, job.balance, press=job.press)
+    return engine.run(resident, init, job.balance)
 
 
 def serve(conn: Connection) -> None:

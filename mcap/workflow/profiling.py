@@ -12,6 +12,7 @@ finished profile just re-extracts and re-writes it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import signal
 import time
 from dataclasses import dataclass, field
@@ -209,13 +210,20 @@ def _check_stages(info: ModelInfo, setup: Setup) -> None:
 def profile(spec: str, setup: Setup, out: Optional[Path], *, store: Store, scheme: str = "mcap",
             job: Optional[int] = None, stream: Optional[TextIO] = None,
             timeout: float = DEFAULT_TIMEOUT, name: Optional[str] = None,
-            reuse: bool = True, parallel: Sequence[str] = ()) -> ProfileResult:
+            reuse: bool = True, press: bool = False,
+            groups: Optional[Sequence[int]] = None,
+            parallel: Sequence[str] = ()) -> ProfileResult:
     """Profile ``spec`` under ``setup`` (mCAP 3.1), resuming from the store, falling back
     to other partitionings when a profiling run is oom, and write ``mcap.profile/1``.
+
+    ``groups``: original layers per merged layer (CAPTURE's layer merger, III-A3,
+    ``mcap.core.merging``): the plan, the fallback and the statistics are over the merged
+    layers, each run is measured as the partitioning of the real layers it stands for.
 
     With ``reuse``, a profiling run none of whose stage windows is new (every stage key
     already measured in this study, e.g. by a sweep, ``mcap.core.cover``) is composed
     from those runs instead of measured; ``reuse=False`` measures every one.
+    ``press`` also measures MPress's statistics (``Profile.press``, mcap.workflow.press).
 
     ``parallel`` (dp, tp): also profile 2- and 4-way data- / tensor-parallel stages into
     ``Profile.variants`` (CAPTURE III-A1, ``mcap.workflow.hybrid``).
@@ -227,14 +235,26 @@ def profile(spec: str, setup: Setup, out: Optional[Path], *, store: Store, schem
     from mcap.core.stats import extract
 
     started = time.monotonic()
-    info = model_info(spec)
+    from mcap.core import merging
+
+    real = model_info(spec)
+    info = real if groups is None else merging.merged_model(real, groups)
     _check_stages(info, setup)
     if parallel:  # refused before any run, naming the values
+        if groups is not None:
+            raise McapError("parallel (dp/tp) profiling runs on the real layers; it cannot "
+                            "be combined with merged layers (groups) yet")
         from mcap.workflow.hybrid import check_parallel
         check_parallel(parallel, setup)
     plan = profiling_plan(info.num_layers, setup.stages, scheme).runs
     bar = ProgressBar(len(plan), "profile", stream=stream)
-    m = Measurer(info.spec, info, setup, store, "profile", bar, job, timeout)
+    m = Measurer(real.spec, real, setup, store, "profile", bar, job, timeout)
+
+    def get(balance):
+        if groups is None:
+            return m.get(balance)
+        run = m.get(merging.expand(balance, groups))
+        return dataclasses.replace(run, balance=tuple(balance))
     if reuse:
         m.knowledge = reuse_mod.stored_knowledge(store, m.study, setup, m.machine)[0]
     runs: dict[tuple[int, ...], Run] = {}
@@ -248,7 +268,7 @@ def profile(spec: str, setup: Setup, out: Optional[Path], *, store: Store, schem
         # processes, and a capacity nothing fits under would otherwise try them all).
         for round_ in range(4 * info.num_layers + 1):
             for balance in queue:
-                runs[balance] = m.get(balance)
+                runs[balance] = get(balance)
             if round_ and not any(runs[b].status == "ok" for b in queue):
                 break
             queue = _fallback(info.num_layers, setup.stages, tuple(runs.values()))
@@ -262,7 +282,12 @@ def profile(spec: str, setup: Setup, out: Optional[Path], *, store: Store, schem
             stats = extract(used, info.num_layers)
         except McapError as exc:
             raise MissingStatistics(_missing_message(info, used, str(exc))) from None
-        prof = Profile(model=info, setup=setup, stats=stats, runs=used, machine=m.machine)
+        prof = Profile(model=info, setup=setup, stats=stats, runs=used, machine=m.machine,
+                       extra=None if groups is None else
+                       {merging.EXTRA_KEY: {"sizes": list(groups), "layers": real.num_layers}})
+        if press:  # MPress costs (mcap.workflow.press), measured after the runs
+            from mcap.workflow.press import with_press
+            prof = with_press(spec, prof)
         if parallel:
             from mcap.workflow import hybrid
             m.close()  # the pipeline stage processes make way for the hybrid ones
@@ -432,7 +457,10 @@ def sweep(spec: str, setup: Setup, out: Optional[Path], *, store: Store,
         else:
             runs = tuple(m.get(b) for b in balances)
         bar.close()
-        result = Sweep(model=info, setup=setup, runs=runs, machine=m.machine)
+        from mcap.workflow.estimate import KEY, estimate
+        est = estimate(info, setup, runs, stream=stream) if composed else None
+        result = Sweep(model=info, setup=setup, runs=runs, machine=m.machine,
+                       extra={KEY: est} if est else None)
         if out is not None:
             jsonio.save(result, out)
         sweep_id = store.save_sweep(result, name=name)

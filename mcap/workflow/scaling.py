@@ -14,6 +14,10 @@ tracker enforcing ``Setup.capacity_bytes``). "Trains" means the run's status is 
   (status "unprofiled"). ``profile_capacity=False`` profiles without the capacity instead
   (as if profiling ran on larger devices; on the CPU the peaks are the same bytes), which
   separates "the pick does not fit" from "the profiling runs do not fit".
+  With ``capture`` the profiling runs are at a quarter and a half of the batch size and
+  the pick is predicted at the batch size on the batch line (CAPTURE III-A2/B2,
+  ``mcap.workflow.capture``): the unbalanced profiling runs then fit under the capacity
+  at sizes where they would not at the full batch.
 * ``time``: torchgpipe's ``balance_by_time`` on a sample micro-batch.
 * ``uniform``, ``params``: the baselines of ``mcap.core.search.baselines``.
 
@@ -80,7 +84,7 @@ def value_grid(spec: str, key: str, low: int, high: int, step: Optional[int] = N
 
 def _pick(partitioner: str, spec: str, setup: Setup, store, timeout: float,
           stream: Optional[TextIO], profile_capacity: bool = True,
-          predictor: Optional[str] = None):
+          predictor: Optional[str] = None, capture=False):
     """(balance, predicted peak or None, error or None) of ``partitioner`` at ``spec``.
 
     ``mcap`` profiles and takes ``exact`` under ``predictor``; the others are the search
@@ -97,8 +101,15 @@ def _pick(partitioner: str, spec: str, setup: Setup, store, timeout: float,
     if partitioner == "mcap":
         try:
             prof_setup = setup if profile_capacity else dataclasses.replace(setup, capacity_bytes=None)
-            result = profiling.profile(spec, prof_setup, None, store=store, stream=stream,
-                                       timeout=timeout, name=f"scale {spec}")
+            if capture:  # CAPTURE III-A2: profile at B/4 and B/2, predict at B on the line
+                from mcap.core.batchscale import default_sizes
+                from mcap.workflow import capture as capture_mod
+                sizes = default_sizes(setup.batch_size) if capture is True else tuple(capture)
+                result = capture_mod.profile(spec, prof_setup, None, store=store, stream=stream,
+                                             timeout=timeout, name=f"scale {spec}", sizes=sizes)
+            else:
+                result = profiling.profile(spec, prof_setup, None, store=store, stream=stream,
+                                           timeout=timeout, name=f"scale {spec}")
         except profiling.MissingStatistics as exc:
             return None, None, str(exc)
         rec = recommend(result.profile, G, "exact", predictor)
@@ -121,7 +132,8 @@ def _pick(partitioner: str, spec: str, setup: Setup, store, timeout: float,
 
 def measure_point(partitioner: str, spec: str, value: int, setup: Setup, *, store,
                   timeout: float, stream: Optional[TextIO] = None,
-                  profile_capacity: bool = True, predictor: Optional[str] = None) -> ScalePoint:
+                  profile_capacity: bool = True, predictor: Optional[str] = None,
+                  capture=False) -> ScalePoint:
     """Pick with ``partitioner`` at ``spec`` and measure the pick under the capacity."""
     from mcap.workflow import profiling
     from mcap.models import count_parameters
@@ -130,7 +142,7 @@ def measure_point(partitioner: str, spec: str, value: int, setup: Setup, *, stor
     started = time.monotonic()
     params = count_parameters(spec)
     balance, predicted, why = _pick(partitioner, spec, setup, store, timeout, stream,
-                                    profile_capacity, predictor)
+                                    profile_capacity, predictor, capture)
     if balance is None:
         return ScalePoint(value, spec, params, None, "unprofiled", seconds=time.monotonic() - started,
                           error=why)
@@ -149,8 +161,13 @@ def measure_point(partitioner: str, spec: str, value: int, setup: Setup, *, stor
 def scale(model: str, vary: str, grid: Sequence[int], setup: Setup,
           partitioners: Sequence[str] = PARTITIONERS, *, store, timeout: float = 300.0,
           stream: Optional[TextIO] = None, profile_capacity: bool = True,
-          predictor: Optional[str] = None) -> Scaling:
-    """Binary-search the largest trainable ``vary`` value for each partitioner."""
+          predictor: Optional[str] = None, capture=False) -> Scaling:
+    """Binary-search the largest trainable ``vary`` value for each partitioner; with
+    ``capture`` mcap profiles at a quarter and a half of the batch size (True) or at the
+    batch sizes given (a sequence) and predicts at the batch size (CAPTURE III-A2)."""
+    if capture not in (False, True):
+        from mcap.core.batchscale import check_sizes
+        capture = check_sizes(capture, setup.batch_size, setup.chunks)
     if setup.capacity_bytes is None:
         raise McapError("scale needs a capacity (Setup.capacity_bytes)")
     bad = [p for p in partitioners if p not in PARTITIONERS]
@@ -164,7 +181,8 @@ def scale(model: str, vary: str, grid: Sequence[int], setup: Setup,
         def trains(value: int) -> bool:
             point = measure_point(part, spec_with(model, vary, value), value, setup,
                                   store=store, timeout=timeout, stream=stream,
-                                  profile_capacity=profile_capacity, predictor=predictor)
+                                  profile_capacity=profile_capacity, predictor=predictor,
+                                  capture=capture)
             points.append(point)
             if stream is not None:
                 peak = "-" if point.peak is None else f"{point.peak / 2**20:.2f} MiB"
@@ -177,8 +195,56 @@ def scale(model: str, vary: str, grid: Sequence[int], setup: Setup,
         params = next((p.params for p in points if p.value == largest), None)
         results.append(ScaleResult(part, largest, params, tuple(points), at_high))
     return Scaling(model=model, vary=vary, setup=setup, grid=tuple(grid), results=tuple(results),
-                   profile_capacity=profile_capacity)
+                   profile_capacity=profile_capacity,
+                   capture=capture if capture in (False, True) else list(capture))
 
 
 # --- report and JSON (mcap.scale/1) ------------------------------------------------------
 
+
+
+# --- scale --press: partitioning + MPress plan vs partitioning alone, from predictions ----
+
+def scale_press(model: str, vary: str, grid: Sequence[int], setup: Setup, *, store,
+                timeout: float = 300.0, stream: Optional[TextIO] = None,
+                predictor: Optional[str] = None, method: str = "milp"):
+    """The largest ``vary`` that trains with partitioning alone and with partitioning + an
+    MPress plan (``mcap.core.press.scale``): each size is profiled once with MPress's
+    statistics (``profile --press``, no capacity: a plan is what lets a size fit) and
+    decided from its predictions."""
+    import inspect
+
+    from mcap.core.press import joint
+    from mcap.core.press import scale as pscale
+    from mcap.core.press.jointsearch import floor_of
+    from mcap.models import count_parameters
+    from mcap.workflow import profiling
+
+    if setup.capacity_bytes is None:
+        raise McapError("scale --press needs --capacity BYTES")
+    if "press" not in inspect.signature(profiling.profile).parameters:
+        raise McapError("scale --press needs profiling with MPress statistics "
+                        "(profile --press), which this installation does not have")
+    cap, points = setup.capacity_bytes, {}
+    unbounded = dataclasses.replace(setup, capacity_bytes=None)
+
+    def point_at(value: int):
+        if value not in points:
+            spec = spec_with(model, vary, value)
+            prof = profiling.profile(spec, unbounded, None, store=store, stream=stream,
+                                     timeout=timeout, name=f"scale --press {spec}",
+                                     press=True).profile
+            peak, floor = floor_of(prof, setup.stages, predictor)
+            bal = added = None
+            if floor <= cap:
+                j = joint(prof, setup.stages, cap, method, predictor)
+                bal, added = j.plan.balance, j.plan.predicted_added_seconds
+            points[value] = pscale.PressPoint(value, spec, count_parameters(spec), peak, floor,
+                                              bal, added)
+            if stream is not None:
+                print(f"scale --press: {vary}={value}: keep-all {peak:,} B, floor {floor:,} B "
+                      f"(capacity {cap:,} B)", file=stream, flush=True)
+        return points[value]
+
+    alone, press = pscale.search(grid, point_at, cap)
+    return pscale.PressScaling(model, vary, cap, tuple(points.values()), alone, press)

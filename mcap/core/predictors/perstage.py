@@ -78,11 +78,21 @@ class PerStage(Predictor):
             return costs_of(base, self.name)
         wins = Windows(profile.runs, len(pb))
         weights = _per_kind(wins, layers, base.terms[0].weight)
-        fit = wins.score((_kind_term(layers, weights),))
-        fit.details = {"largest parameter tensor": weights}
+        fit = _per_layer(wins, layers, _layer_weights(layers, weights))
+        fit.details = {"largest parameter tensor": weights,
+                       **_layer_details(layers, weights, fit.terms[0])}
         grid = _presence_weights(profile.runs, pb, fit)
         if grid:
             joint = _with_presence(wins, layers, weights, min(grid), max(grid))
+            if joint is not None:
+                w = joint.terms[1].weight
+                kinds = joint.details["largest parameter tensor"]
+                refined = _per_layer(wins, layers, _layer_weights(layers, kinds),
+                                     (presence_term(pb, w),))
+                if refined.error < joint.error:
+                    refined.details = {**joint.details,
+                                       **_layer_details(layers, kinds, refined.terms[0])}
+                    joint = refined
             if joint is not None and joint.error <= (1 - KEEP_IF_BETTER_BY) * fit.error:
                 fit = joint
         costs = costs_of(fit, self.name)
@@ -123,6 +133,70 @@ def _per_kind(wins, layers, start: float, extra: tuple = ()) -> dict:
         if not improved:
             break
     return weights
+
+
+# Per-layer refinement: at most this many layers with parameters (each move is a few
+# hundred microseconds of numpy; a 64-layer model refines in well under a second).
+MAX_REFINED_LAYERS = 64
+REFINE_ROUNDS = 4
+
+
+def _layer_weights(layers, weights: dict) -> list[float]:
+    return [weights.get(l.kind, weights.get("", 0.0)) if l.param_bytes > 0 else 0.0
+            for l in layers]
+
+
+def _layer_term(layers, c) -> Term:
+    return Term("largest parameter tensor", "max",
+                tuple(int(round(ci * l.param_bytes)) for ci, l in zip(c, layers)), 1.0)
+
+
+def _layer_details(layers, kinds: dict, term: Term) -> dict:
+    """The layers whose refined c differs from their kind's (reported, never hidden)."""
+    out = {}
+    for l, v in zip(layers, term.values):
+        if l.param_bytes > 0:
+            c = v / l.param_bytes
+            k = kinds.get(l.kind, kinds.get("", 0.0))
+            if abs(c - k) > 1e-6:
+                out[l.name] = round(c, 2)
+    return {"largest parameter tensor, per layer": out} if out else {}
+
+
+def _per_layer(wins, layers, c: list[float], extra: tuple = ()):
+    """c per layer, refined from the per-kind c by coordinate descent over the grid with
+    single moves and *joint* moves of two layers of the same kind and parameter bytes.
+
+    Why: on CPU, oneDNN picks a convolution's backward algorithm by its shape, not only its
+    weight size, so two equal-weight convolutions can need different workspaces (VGG11 at
+    32x32: conv4_2 about 2x its weight bytes, conv5_1 and conv5_2 about 5x; BENCHMARKS.md).
+    The held-out windows that show it hold *both* conv5 layers, so moving one at a time
+    never lowers the error: the joint move is what finds it. Every move must strictly lower
+    the held-out error (the sweep is never seen); models with more than
+    ``MAX_REFINED_LAYERS`` layers with parameters keep the per-kind c."""
+    best = wins.score((_layer_term(layers, c), *extra))
+    idx = [i for i, l in enumerate(layers) if l.param_bytes > 0]
+    if best is None or best.error is None or len(idx) > MAX_REFINED_LAYERS:
+        return best
+    moves = [(i,) for i in idx] + [
+        (i, j) for n, i in enumerate(idx) for j in idx[n + 1:]
+        if layers[i].param_bytes == layers[j].param_bytes and layers[i].kind == layers[j].kind]
+    c = list(c)
+    for _ in range(REFINE_ROUNDS):
+        improved = False
+        for move in moves:
+            for v in WEIGHTS:
+                if all(c[i] == v for i in move):
+                    continue
+                trial = list(c)
+                for i in move:
+                    trial[i] = v
+                f = wins.score((_layer_term(layers, trial), *extra))
+                if f is not None and f.error < best.error - 1e-12:
+                    best, c, improved = f, trial, True
+        if not improved:
+            break
+    return best
 
 
 def _with_presence(wins, layers, weights, lo, hi):

@@ -22,6 +22,8 @@ class Engine:
     label: ClassVar[str] = ""
     help: ClassVar[str] = ""
     devices: ClassVar[tuple[str, ...]] = ("cpu", "cuda")
+    # Whether ``run`` takes ``press=`` (an MPress plan, mcap.runner.press.PressJob).
+    press: ClassVar[bool] = False
 
     # --- parent side -----------------------------------------------------------------
     def processes(self, setup: Setup) -> int:

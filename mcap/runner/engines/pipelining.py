@@ -35,6 +35,8 @@ class Pipelining(Engine):
                                     timeout=timedelta(seconds=init.pg_timeout))
         return pipelining.build_resident(init.spec, setup)
 
-    def run(self, resident, init, balance):
+    press = True  # applies MPress plans (mcap.runner.press)
+
+    def run(self, resident, init, balance, press=None):
         from mcap.runner import pipelining
-        return (pipelining.run_stage(resident, init.setup, balance, init.rank),)
+        return (pipelining.run_stage(resident, init.setup, balance, init.rank, press=press),)

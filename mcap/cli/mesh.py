@@ -1,0 +1,132 @@
+"""Hybrid plans on the command line (CAPTURE III-B, III-C; issue 15's contract):
+
+    python -m mcap recommend --profile FILE --mesh 2x4 [--method exact|enumerate] [--no-prune] [--json]
+    python -m mcap predict --profile FILE --plan 3,3,10:tp2 [--mesh 1x4] [--json]
+
+``recommend --mesh`` prints ``plan_text`` (``3,3,10:tp2``), ``plan`` (a list of
+``{"layers", "parallel", "degree"}``) and ``predicted_peaks`` (one per device, in stage
+order); ``predict --plan`` prints ``predicted_peaks``. ``--stages`` / ``--balance`` keep
+meaning pipeline-only. The options are added to the parsers of ``mcap.cli.core``; the work is
+``mcap.core.hybridpredict``. Bad input (a plan whose layers do not sum to the model's, or
+whose degrees do not fit the mesh; a degree the profile cannot predict) exits 2 naming it.
+"""
+from __future__ import annotations
+
+import json
+
+from mcap.core.errors import McapError
+from mcap.core.units import fmt_bytes
+
+# ``recommend --method``: the registry's methods plus the mesh-only enumeration.
+ONLY_MESH_METHODS = ("enumerate",)
+
+
+def add_predict_options(p) -> None:
+    p.add_argument("--plan", help="a hybrid plan: N for N layers on one device, N:dpK / N:tpK "
+                                  "for N layers on K devices, e.g. 3,3,10:tp2 (instead of --balance)")
+    p.add_argument("--mesh", help="with --plan: check it fills this mesh NxK (N nodes of K devices)")
+
+
+def add_recommend_options(p) -> None:
+    p.add_argument("--mesh", help="recommend a hybrid plan on N nodes of K devices, e.g. 2x4 "
+                                  "(instead of --stages; --method exact (DP, default) or enumerate "
+                                  "(Algorithm 4))")
+    p.add_argument("--no-prune", action="store_true",
+                   help="with --mesh --method enumerate: place every config (no pruning)")
+
+
+def wants_plan(args) -> bool:
+    """True for ``predict --plan``; refuses --balance with --plan and neither."""
+    if args.plan is not None and args.balance is not None:
+        raise McapError("give --balance (pipeline-only) or --plan (hybrid), not both")
+    if args.plan is None:
+        if args.balance is None:
+            raise McapError("predict needs --balance N,N,... or --plan (e.g. 3,3,10:tp2)")
+        if args.mesh is not None:
+            raise McapError("--mesh checks a --plan; with --balance give no --mesh")
+        return False
+    return True
+
+
+def wants_mesh(args) -> bool:
+    """True for ``recommend --mesh``; otherwise checks --stages is there and puts the
+    default method in (``exact``), refusing mesh-only options."""
+    if args.mesh is None:
+        if args.stages is None:
+            raise McapError("recommend needs --stages G (pipeline-only) or --mesh NxK (hybrid)")
+        if args.method in ONLY_MESH_METHODS:
+            raise McapError(f"--method {args.method} searches a mesh; give --mesh NxK, or one of "
+                            "the pipeline methods with --stages")
+        if args.no_prune:
+            raise McapError("--no-prune applies to --mesh --method enumerate")
+        args.method = args.method or "exact"
+        return False
+    if args.stages is not None:
+        raise McapError(f"give --stages {args.stages} (pipeline-only) or --mesh {args.mesh} "
+                        "(hybrid), not both")
+    return True
+
+
+def _profile(args):
+    from mcap.cli import args as argtypes
+    from mcap.io.jsonio import load_profile
+    profile = load_profile(args.profile)
+    return argtypes.allow_model(profile, getattr(args, "model", None))
+
+
+def cmd_recommend_mesh(args) -> int:
+    from mcap.core.hybrid import parse_mesh
+    from mcap.core.hybridpredict import METHODS, recommend_mesh
+
+    mesh = parse_mesh(args.mesh)
+    method = args.method or METHODS[0]
+    if method not in METHODS:
+        raise McapError(f"--method {method} does not search a mesh; with --mesh use "
+                        f"{' or '.join(METHODS)}")
+    if args.no_prune and method != "enumerate":
+        raise McapError("--no-prune applies to --method enumerate (the DP does not prune)")
+    rec = recommend_mesh(_profile(args), mesh, method, prune=not args.no_prune,
+                         predictor=args.predictor)
+    if args.json:
+        print(json.dumps(rec.as_json()))
+        return 0
+    print(f"mesh {mesh.text}, method {rec.method}"
+          + (" (no pruning)" if method == "enumerate" and not rec.prune else "")
+          + f": plan {rec.plan.text}, predicted peak {fmt_bytes(rec.peak)} ({rec.peak} bytes, "
+          f"predictor {rec.predictor}); {rec.evaluated} configs evaluated in {rec.seconds:.3f} s")
+    for why in rec.missing:
+        print(f"note: {why}")
+    _device_table(rec.plan, rec.peaks)
+    return 0
+
+
+def cmd_predict_plan(args) -> int:
+    from mcap.core.hybrid import check_plan, parse_mesh, parse_plan
+    from mcap.core.hybridpredict import HybridCosts
+
+    plan = parse_plan(args.plan)
+    profile = _profile(args)
+    check_plan(plan, profile.model.num_layers, parse_mesh(args.mesh) if args.mesh else None)
+    hc = HybridCosts(profile, args.predictor)
+    peaks = hc.peaks(plan)
+    if args.json:
+        print(json.dumps({"predictor": hc.pp_costs().predictor, "plan_text": plan.text,
+                          "plan": plan.as_json(), "predicted_peaks": list(peaks),
+                          "predicted_peak": max(peaks)}))
+        return 0
+    print(f"plan {plan.text}: predicted peak {fmt_bytes(max(peaks))} ({max(peaks)} bytes; "
+          f"predictor {hc.pp_costs().predictor})")
+    _device_table(plan, peaks)
+    return 0
+
+
+def _device_table(plan, peaks) -> None:
+    print("device  stage  layers    parallel   predicted peak")
+    first, dev = 0, 0
+    for i, s in enumerate(plan.stages):
+        kind = s.parallel + (str(s.degree) if s.degree > 1 else "")
+        for _ in range(s.degree):
+            print(f"{dev:>6}  {i:>5}  {first:>3}..{first + s.layers - 1:<4}  {kind:<9}  "
+                  f"{fmt_bytes(peaks[dev]):>14}")
+            dev += 1
+        first += s.layers

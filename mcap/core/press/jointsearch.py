@@ -1,0 +1,129 @@
+"""Partitioning and plan together (issue 16, 5): MPress starts where partitioning ends
+(MPress I, II-D: a memory-balanced partitioning costs compute balance; a plan costs
+time), so the joint search plans several good partitionings and keeps the fastest that
+fits. Pure.
+
+Candidates: the ``top`` partitionings with the lowest keep-all predicted peak (mCAP's
+objective, 3.4) and the ``top`` with the lowest *floor* (``model.smallest_capacity``: the
+least any plan can reach, so the partitionings most able to fit under a tight capacity),
+from every partitioning when there are at most ``ENUMERATE`` of them, else from the exact
+pick and every balance within ``RADIUS`` layers of each of its cuts. Each candidate that
+can fit gets its plan (``method``); the answer is the one of least predicted added time,
+ties broken by the lower predicted peak after the plan.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from mcap.core.errors import McapError
+from mcap.core.partition import count, enumerate_all, windows_many
+from mcap.core.press.model import Problem, check_profile, problem, smallest_capacity
+from mcap.core.pressplan import PressPlan
+
+ENUMERATE = 300_000
+RADIUS = 2
+
+
+@dataclass(frozen=True)
+class Candidate:
+    balance: tuple[int, ...]
+    peak_before: int               # keep-all predicted peak
+    floor: int                     # smallest capacity any plan meets
+    added_seconds: Optional[float]  # None: no plan fits
+
+
+@dataclass(frozen=True)
+class Joint:
+    plan: PressPlan
+    peaks_before: tuple[int, ...]
+    candidates: tuple[Candidate, ...]
+
+
+def _floors(balances: np.ndarray, costs, held, saved) -> tuple[np.ndarray, np.ndarray]:
+    """(keep-all peak, floor) of every balance, vectorised over (m, G) balances."""
+    first, last = windows_many(balances)
+    peaks = costs.stage_costs(first, last)
+    s = np.asarray(saved, dtype=np.int64)
+    pre = np.concatenate([[0], np.cumsum(s)])
+    L = len(s)
+    # the transient with every layer reduced (model.smallest_capacity): the largest sum of
+    # two adjacent layers of the window, or its one layer's bytes
+    pair = np.concatenate([[0], s[1:] + s[:-1]])  # pair[l] = saved[l-1] + saved[l]
+    tmax = np.zeros((L, L), dtype=np.int64)
+    for a in range(L):
+        tmax[a, a] = s[a]
+        if a + 1 < L:
+            tmax[a, a + 1:] = np.maximum.accumulate(pair[a + 1:])
+    floor = peaks - np.asarray(held)[None, :] * (pre[last + 1] - pre[first]) + tmax[first, last]
+    return peaks.max(axis=1), floor.max(axis=1)
+
+
+def _pool(profile, G: int, costs) -> np.ndarray:
+    L = profile.model.num_layers
+    if count(L, G) <= ENUMERATE:
+        return np.concatenate(list(enumerate_all(L, G)))
+    from mcap.core.recommend import recommend
+    pick = recommend(costs, G, "exact").balance
+    cuts = np.cumsum(pick)[:-1]
+    out = set()
+    for shift in itertools.product(range(-RADIUS, RADIUS + 1), repeat=G - 1):
+        c = cuts + np.asarray(shift)
+        if np.all(np.diff(np.concatenate([[0], c, [L]])) > 0):
+            out.add(tuple(np.diff(np.concatenate([[0], c, [L]])).tolist()))
+    return np.asarray(sorted(out), dtype=np.int64)
+
+
+def joint(profile, stages: int, capacity: int, method: str = "milp",
+          predictor: Optional[str] = None, top: int = 4) -> Joint:
+    """The fastest partitioning + plan under ``capacity`` (module docstring)."""
+    from mcap.core.press import solve
+    from mcap.core.recommend import check_stages, costs_of
+    from mcap.core.timeline import max_in_flight
+    check_stages(stages, profile.model.num_layers)
+    if isinstance(top, bool) or not isinstance(top, int) or top < 1:
+        raise McapError(f"top must be an integer >= 1, got {top!r}")
+    check_profile(profile)
+    costs = costs_of(profile, predictor)
+    held = max_in_flight(profile.setup.schedule, stages, profile.setup.chunks)
+    pool = _pool(profile, stages, costs)
+    peak, floor = _floors(pool, costs, held, profile.press.saved_bytes)
+    picks = list(dict.fromkeys(
+        [tuple(int(x) for x in pool[i]) for i in np.lexsort((floor, peak))[:top]]
+        + [tuple(int(x) for x in pool[i]) for i in np.lexsort((peak, floor))[:top]]))
+    cands, best = [], None
+    for bal in picks:
+        p: Problem = problem(profile, bal, capacity, predictor)
+        least = smallest_capacity(p)
+        if least > capacity:
+            cands.append(Candidate(bal, max(p.base), least, None))
+            continue
+        plan = solve(p, capacity, method)
+        cands.append(Candidate(bal, max(p.base), least, plan.predicted_added_seconds))
+        key = (round(plan.predicted_added_seconds, 9), max(plan.predicted_peaks))
+        if best is None or key < best[0]:
+            best = (key, plan, p.base)
+    if best is None:
+        least = int(floor.min())
+        raise McapError(f"no partitioning of {profile.model.num_layers} layers over {stages} "
+                        f"stages with any plan fits capacity {capacity:,} bytes: the smallest "
+                        f"capacity that can be met is {least:,} bytes (balance "
+                        f"{','.join(map(str, pool[int(floor.argmin())]))}, every layer's "
+                        f"activations swapped out)")
+    return Joint(best[1], tuple(best[2]), tuple(cands))
+
+
+def floor_of(profile, stages: int, predictor: Optional[str] = None) -> tuple[int, int]:
+    """(lowest keep-all peak, lowest floor) over the partitionings ``joint`` considers:
+    the capacities under which partitioning alone, and partitioning + a plan, can fit."""
+    from mcap.core.recommend import costs_of
+    from mcap.core.timeline import max_in_flight
+    check_profile(profile)
+    costs = costs_of(profile, predictor)
+    held = max_in_flight(profile.setup.schedule, stages, profile.setup.chunks)
+    pool = _pool(profile, stages, costs)
+    peak, floor = _floors(pool, costs, held, profile.press.saved_bytes)
+    return int(peak.min()), int(floor.min())

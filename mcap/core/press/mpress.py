@@ -1,0 +1,154 @@
+"""MPress's approximated search (MPress III-D), over the model of ``model.py``. Pure.
+
+1. **Initial assignment** (III-D, "we first aggressively assign ..."): on every stage over
+   the capacity, layers are taken by penalty per freed byte, cheapest first, each with the
+   cheaper of GPU-CPU swap and recomputation, until the stage fits. Layers whose live
+   interval hides the swap entirely (penalty 0: "extremely long live intervals") come
+   first; recomputation is chosen where it costs less than the swap (footnote 2's swap
+   penalty); ties go to the later layer (the second observation: recompute the latter
+   layers). No D2D yet: spare peer memory is scarce and kept for step 2.
+2. **Iterative replacement** (III-D, "gradually replacing ... with D2D swap"): the reduced
+   layers are visited by their penalty, highest first (the emulator's "most extra
+   overhead"; here the model's), and three replacements are tried: moving the layer to D2D
+   swap on a peer (a peer without the room makes it, cheapest first), keeping it and
+   covering the stage again cheapest-first with D2D allowed, or reducing one other layer
+   of the stage instead. A replacement is accepted
+   only if every device still fits and the added time drops; the search ends when a full
+   pass improves nothing; after every accepted replacement, reductions no longer needed
+   are dropped (most costly first).
+3. **A second start**: steps 1-2 again with D2D allowed in step 1 wherever a peer has room;
+   the cheaper plan is returned (one-layer replacements cannot redistribute peer memory
+   wholesale; on 100 random cases this lowers the worst ratio to the exact plan from 2.6x
+   to 2.0x, BENCHMARKS.md).
+
+The device mapping of III-C (which GPU holds which stage) is the identity here: stage i
+runs on device i and every pair of devices has the same measured ``d2d_bandwidth``
+(III-C: "for symmetric GPU connections, this algorithm simply skips the above logic").
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from mcap.core.press.model import Problem, keep, outcome, smallest_capacity, unreachable
+from mcap.core.pressplan import LayerAction
+
+EPS = 1e-12
+
+
+def _total(p: Problem, acts) -> float:
+    return outcome(p, acts).added_seconds
+
+
+def _cover(p: Problem, acts: list, s: int, cap: int, d2d: bool, skip=()) -> Optional[list]:
+    """``acts`` with keep layers of stage ``s`` reduced, cheapest per freed byte first,
+    until the stage fits (None if it cannot). Other stages must stay under ``cap``."""
+    acts = list(acts)
+    o = outcome(p, acts)
+    while o.peaks[s] > cap:
+        best = None
+        for l in p.layers(s):
+            if acts[l].action != "keep" or l in skip or p.saved[l] == 0:
+                continue
+            freed = p.held[s] * p.saved[l]
+            opts = [("recompute", None), ("swap", None)]
+            if d2d:
+                opts += [("d2d", t) for t in range(p.stages)
+                         if t != s and o.peaks[t] + freed <= cap]
+            for action, target in opts:
+                key = (p.costs[l][action] / freed, -l, -p.saved[l], action != "recompute")
+                if best is None or key < best[0]:
+                    best = (key, LayerAction(l, action, target))
+        if best is None:
+            return None
+        acts[best[1].layer] = best[1]
+        o = outcome(p, acts)
+    return acts
+
+
+def _prune(p: Problem, acts: list, cap: int) -> list:
+    """Keep again every reduced layer the plan does not need, most costly first."""
+    order = sorted((l for l, a in enumerate(acts) if a.action != "keep"),
+                   key=lambda l: -p.costs[l][acts[l].action])
+    for l in order:
+        trial = list(acts)
+        trial[l] = LayerAction(l)
+        if outcome(p, trial).fits(cap):
+            acts = trial
+    return acts
+
+
+def _exchanges(p: Problem, kept: list, s: int, l: int) -> list:
+    """Plans where another kept layer of stage ``s`` is reduced instead of ``l``, with each
+    of its options cheaper than ``l``'s current one (the caller checks fit and cost)."""
+    out = []
+    for m in p.layers(s):
+        if m == l or kept[m].action != "keep" or p.saved[m] == 0:
+            continue
+        for action in ("recompute", "swap", "d2d"):
+            targets = [t for t in range(p.stages) if t != s] if action == "d2d" else [None]
+            for t in targets:
+                trial = list(kept)
+                trial[m] = LayerAction(m, action, t)
+                out.append(trial)
+    return out
+
+
+def plan(p: Problem, capacity: int) -> list[LayerAction]:
+    """The actions (one per layer) of MPress's approximated search under ``capacity``."""
+    if smallest_capacity(p) > capacity:
+        raise unreachable(p, capacity)
+    acts = keep(p)
+    for s in reversed(range(p.stages)):  # later stages first (III-D, second observation)
+        acts = _cover(p, acts, s, capacity, d2d=False)
+        assert acts is not None  # swap-everything fits: smallest_capacity says so
+    first = _improve(p, _prune(p, acts, capacity), capacity)
+    # A second start with D2D allowed from the beginning (where peers have room): the
+    # replacement step moves one layer at a time and cannot rebuild a plan that shares
+    # peer memory differently; the cheaper of the two plans is kept.
+    acts = keep(p)
+    for s in reversed(range(p.stages)):
+        acts = _cover(p, acts, s, capacity, d2d=True) or _cover(p, acts, s, capacity, d2d=False)
+    second = _improve(p, _prune(p, acts, capacity), capacity)
+    return min((first, second), key=lambda a: _total(p, a))
+
+
+def _improve(p: Problem, acts: list, capacity: int) -> list:
+    """Step 2 (module docstring): replacements accepted only when they lower the added time."""
+    stage = p.stage_of()
+    improved = True
+    while improved:
+        improved = False
+        cost = _total(p, acts)
+        reduced = sorted((l for l, a in enumerate(acts) if a.action != "keep"),
+                         key=lambda l: -p.costs[l][acts[l].action])
+        for l in reduced:
+            s, a = stage[l], acts[l]
+            trials = []
+            if a.action != "d2d" and p.costs[l]["d2d"] < p.costs[l][a.action]:
+                for t in range(p.stages):
+                    if t == s:
+                        continue
+                    trial = list(acts)
+                    trial[l] = LayerAction(l, "d2d", t)
+                    # a peer without the room makes it, cheapest first (itself d2d or not)
+                    trial = _cover(p, trial, t, capacity, d2d=True)
+                    if trial is not None:
+                        trials.append(trial)
+            kept = list(acts)
+            kept[l] = LayerAction(l)
+            covered = _cover(p, kept, s, capacity, d2d=True, skip=(l,))
+            if covered is not None:
+                trials.append(covered)
+            trials += _exchanges(p, kept, s, l)
+            best = None
+            for trial in trials:
+                o = outcome(p, trial)
+                if o.fits(capacity) and o.added_seconds < cost - EPS and \
+                        (best is None or o.added_seconds < best[0]):
+                    best = (o.added_seconds, trial)
+            if best is not None:
+                acts = _prune(p, best[1], capacity)
+                improved = True
+            if improved:
+                break
+    return acts

@@ -1,0 +1,177 @@
+"""MPress costs, measured (MPress III-B, the profiler's statistics; issue 16, item 1).
+
+:func:`measure` returns a ``PressStats`` for a model under a setup, measured in this
+process on the setup's device with the setup's intra-op threads:
+
+* ``saved_bytes[l]``: bytes of the storages layer ``l``'s forward saves for backward per
+  micro-batch, counted through ``torch.autograd.graph.saved_tensors_hooks``: each storage
+  once (views of one storage, or one tensor saved by two ops or two layers, count once, for
+  the first layer that saves it: the owner ``mcap.runner.press`` applies that layer's
+  action to), parameters and buffers never (they are not activations), and the model's
+  input batch never (the first stage's schedule holds it whatever a plan does). A layer
+  that starts a stage owns its input there too when it is the first to save it (a conv's
+  input): the schedule holds that one as well, so acting on that layer frees less than
+  ``saved_bytes`` says; ``measure --press`` shows by how much.
+* ``forward_seconds[l]``: the layer's forward time per micro-batch with autograd
+  recording (what recomputing it costs), the median of ``repeats`` after one warm-up.
+* ``host_bandwidth``: bytes per second of one direction of a host swap done the way the
+  runner does it: on the CPU a copy into a numpy buffer (memory the tracker does not
+  count) and back into a fresh tensor; on CUDA a pinned host buffer with non-blocking
+  copies. The median over repeats of the mean of the two directions.
+* ``d2d_bandwidth``: bytes per second of one direction of a d2d swap done the way the
+  runner does it (``mcap.runner.pressd2d``): on the CPU over a Unix socket into a
+  receiving server's tensor and back (here both ends are threads of this process; the
+  kernel copies the same bytes between two processes); on CUDA a device-to-device copy
+  from GPU 0 to GPU 1 (GPU 0 itself when there is only one, as stages sharing it do).
+"""
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from typing import Callable
+
+import torch
+
+from mcap.core.types import PressStats, Setup
+
+REPEATS = 5
+# Bandwidth probes move this many bytes: large enough to be past per-call overheads,
+# small enough to take milliseconds.
+PROBE_BYTES = 32 * 2**20
+
+
+def measure(spec: str, setup: Setup, repeats: int = REPEATS) -> PressStats:
+    from mcap.models import build_model
+    from mcap.core.setup import micro_batch
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(setup.threads)
+    try:
+        device = torch.device("cuda", 0) if setup.device == "cuda" else torch.device("cpu")
+        built = build_model(spec)
+        module = built.module.to(device)
+        inputs, _ = built.example_batch(setup.batch_size)
+        x = inputs[: micro_batch(setup)].to(device)
+        saved = saved_bytes(module, x)
+        forward = forward_seconds(module, x, repeats, device)
+        host = host_bandwidth(device, repeats)
+        d2d = d2d_bandwidth(device, repeats)
+    finally:
+        torch.set_num_threads(old)
+    return PressStats(tuple(saved), tuple(forward), host, d2d)
+
+
+def saved_bytes(module: torch.nn.Sequential, x: torch.Tensor) -> list[int]:
+    """Per layer, the bytes of storages it is the first to save for backward (module
+    docstring)."""
+    skip = {t.untyped_storage().data_ptr()
+            for t in list(module.parameters()) + list(module.buffers())}
+    skip.add(x.untyped_storage().data_ptr())
+    owner: dict[int, int] = {}
+    sizes = [0] * len(module)
+    current = [0]
+    held = []  # the saved tensors' storages stay alive, so addresses are not reused
+
+    def pack(t):
+        storage = t.untyped_storage()
+        key = storage.data_ptr()
+        if key and key not in skip and key not in owner:
+            owner[key] = current[0]
+            sizes[current[0]] += storage.nbytes()
+            held.append(storage)
+        return t
+
+    with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = x
+        for i, layer in enumerate(module):
+            current[0] = i
+            out = layer(out)
+    del out, held
+    return sizes
+
+
+def forward_seconds(module: torch.nn.Sequential, x: torch.Tensor, repeats: int,
+                    device: torch.device) -> list[float]:
+    times: list[list[float]] = [[] for _ in module]
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    with torch.enable_grad():
+        for r in range(repeats + 1):  # the first pass warms up (allocator, oneDNN caches)
+            out = x
+            for i, layer in enumerate(module):
+                sync()
+                start = time.perf_counter()
+                out = layer(out)
+                sync()
+                if r:
+                    times[i].append(time.perf_counter() - start)
+            del out
+    return [statistics.median(t) for t in times]
+
+
+def _rate(nbytes: int, probe: Callable[[], tuple[float, float]], repeats: int) -> float:
+    probe()  # warm up
+    return nbytes / statistics.median(sum(probe()) / 2 for _ in range(repeats))
+
+
+def host_bandwidth(device: torch.device, repeats: int = REPEATS,
+                   nbytes: int = PROBE_BYTES) -> float:
+    src = torch.ones(nbytes, dtype=torch.uint8, device=device)
+
+    def probe():  # a fresh host buffer each time, as every swapped storage gets one
+        t0 = time.perf_counter()
+        if device.type == "cuda":
+            host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+        else:
+            import numpy as np
+            host = torch.from_numpy(np.empty(nbytes, dtype=np.uint8))
+        host.copy_(src, non_blocking=True)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        t1 = time.perf_counter()
+        back = torch.empty(nbytes, dtype=torch.uint8, device=device)
+        back.copy_(host, non_blocking=True)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return t1 - t0, time.perf_counter() - t1
+    return _rate(nbytes, probe, repeats)
+
+
+def d2d_bandwidth(device: torch.device, repeats: int = REPEATS,
+                  nbytes: int = PROBE_BYTES) -> float:
+    if device.type == "cuda":
+        peer = torch.device("cuda", 1 % torch.cuda.device_count())
+        src = torch.ones(nbytes, dtype=torch.uint8, device=device)
+        dst = torch.empty(nbytes, dtype=torch.uint8, device=peer)
+
+        def probe():
+            t0 = time.perf_counter()
+            dst.copy_(src)
+            torch.cuda.synchronize(peer)
+            t1 = time.perf_counter()
+            src.copy_(dst)
+            torch.cuda.synchronize(device)
+            return t1 - t0, time.perf_counter() - t1
+        return _rate(nbytes, probe, repeats)
+
+    from mcap.runner import pressd2d
+    src = torch.ones(nbytes, dtype=torch.uint8)
+    with tempfile.TemporaryDirectory(prefix="mcap-d2d-") as folder:
+        server = pressd2d.Server(folder, 0, 1, 1, device)
+        channels = pressd2d.Channels(folder, 0, device)
+        channel = channels.to(1)
+        key = [0]
+
+        def probe():
+            key[0] += 1
+            t0 = time.perf_counter()
+            channel.put(key[0], src)
+            t1 = time.perf_counter()
+            channel.get(key[0], nbytes, device)
+            return t1 - t0, time.perf_counter() - t1
+        try:
+            rate = _rate(nbytes, probe, repeats)
+        finally:
+            channels.close()
+            server.wait(10)
+    return rate

@@ -1,0 +1,132 @@
+"""CAPTURE profiling (III-A2, III-A3): mCAP's profiling plan at two batch sizes, stored as
+one profile whose target is the training batch size, optionally on merged layers.
+
+    profile(spec, setup, sizes=(8, 16), store=...)            # target setup.batch_size
+    profile(spec, setup, sizes=(8, 16), merge_to=12, store=...)
+
+Each batch size is an ordinary ``mcap.workflow.profiling.profile`` (resumable, stored, with
+the oom fallback) under the same setup but that batch size. With ``merge_to`` the smallest
+is first profiled on the model's layers, the merger (``mcap.core.merging``) groups them
+from those statistics, and then every batch size is profiled on the merged layers only
+(Lm - G + 1 runs instead of L - G + 1, at the first size mostly composed from the stages
+already measured: what the merger saves is the later sizes' runs). The result's
+statistics at the target come from the batch line (``mcap.core.batchscale``) unless the
+target is one of the profiled sizes.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Optional, Sequence, TextIO
+
+from mcap.core import batchscale, merging
+from mcap.core.errors import McapError
+from mcap.core.types import Profile, Setup, VariantStats
+from mcap.workflow import profiling
+from mcap.workflow.profiling import DEFAULT_TIMEOUT, ProfileResult, Tally
+
+
+def profile(spec: str, setup: Setup, out: Optional[Path], *, store, sizes: Sequence[int],
+            merge_to: Optional[int] = None, scheme: str = "mcap", job: Optional[int] = None,
+            stream: Optional[TextIO] = None, timeout: float = DEFAULT_TIMEOUT,
+            name: Optional[str] = None, reuse: bool = True) -> ProfileResult:
+    """The CAPTURE profile of ``spec`` at ``setup.batch_size`` (module docstring)."""
+    from mcap.io import jsonio
+
+    started = time.monotonic()
+    sizes = batchscale.check_sizes(sizes, setup.batch_size, setup.chunks)
+    check_merge_to(spec, setup, merge_to)
+    results: dict[int, ProfileResult] = {}
+    groups, basis = None, []
+    options = dict(store=store, scheme=scheme, job=job, stream=stream, timeout=timeout,
+                   reuse=reuse)
+    if merge_to is not None:
+        # The merger needs M_i and M_a of every layer (III-A3: after the pipeline profiling
+        # pass): the smallest batch size on all layers, the cheapest runs.
+        at = dataclasses.replace(setup, batch_size=sizes[0])
+        first = profiling.profile(spec, at, None, name=f"{name or 'capture'}: batch size "
+                                  f"{sizes[0]} before merging", **options)
+        basis.append(first)
+        groups = merging.merge_sizes(first.profile.stats, merge_to)
+    for b in sizes:
+        # With merging every size, the first too, is profiled on the merged layers, so each
+        # predictor fits its own runs; at the first size most of those runs' stages were
+        # measured by the pass before and are composed from the store, not measured again.
+        at = dataclasses.replace(setup, batch_size=b)
+        results[b] = profiling.profile(
+            spec, at, None, name=f"{name or 'capture'}: batch size {b} of {setup.batch_size}",
+            groups=groups, **options)
+    machine = results[sizes[-1]].profile.machine
+    profiles = {b: r.profile for b, r in results.items()}
+    variants = tuple(VariantStats(b, p.stats, "pp", 1, p.runs) for b, p in profiles.items())
+    last = profiles[sizes[-1]]
+    base = Profile(model=last.model, setup=setup, stats=last.stats, machine=machine,
+                   extra=dict(last.extra) if last.extra else None)
+    if setup.batch_size in profiles:
+        at_target = profiles[setup.batch_size]
+        prof = dataclasses.replace(base, stats=at_target.stats, runs=at_target.runs,
+                                   variants=variants)
+    else:
+        prof = batchscale.scaled_profile(base, variants)
+    if out is not None:
+        jsonio.save(prof, out)
+    profile_id = store.save_profile(prof, name=name)
+    tallies = [r.tally for r in basis + list(results.values())]
+    tally = Tally(sum(t.measured for t in tallies), sum(t.reused for t in tallies),
+                  time.monotonic() - started, tuple(r for t in tallies for r in t.runs),
+                  tuple(b for t in tallies for b in t.fallback),
+                  composed=sum(t.composed for t in tallies))
+    return ProfileResult(prof, profile_id, tally)
+
+
+def check_merge_to(spec: str, setup: Setup, merge_to: Optional[int]) -> None:
+    """``--merge-to`` must leave at least one merged layer per stage and at most the
+    model's layers; refused before any run."""
+    if merge_to is None:
+        return
+    layers = profiling.model_info(spec).num_layers
+    if not setup.stages <= merge_to <= layers:
+        raise McapError(f"--merge-to {merge_to}: the model has {layers} layers and --stages "
+                        f"{setup.stages}, so {setup.stages}..{layers} merged layers are possible")
+
+
+def sizes_from_args(target: int, explicit: Optional[Sequence[int]], capture: bool
+                    ) -> Optional[tuple[int, ...]]:
+    """The profiling batch sizes the command line asks for: ``--profile-batch-sizes`` as
+    given, ``--capture`` a quarter and a half of the target (III-A2), else None (mCAP)."""
+    if explicit and capture:
+        sizes = tuple(explicit)
+        quarter_half = batchscale.default_sizes(target)
+        if tuple(sorted(sizes)) != quarter_half:
+            raise McapError(f"--capture profiles at {quarter_half[0]},{quarter_half[1]} but "
+                            f"--profile-batch-sizes says {','.join(map(str, sizes))}; give one")
+        return sizes
+    if explicit:
+        return tuple(explicit)
+    if capture:
+        return batchscale.default_sizes(target)
+    return None
+
+
+def profile_merged(spec: str, setup: Setup, out: Optional[Path], *, store, merge_to: int,
+                   name: Optional[str] = None, **options) -> ProfileResult:
+    """mCAP's profile at ``setup.batch_size`` on all layers, then the same batch size on
+    the ``merge_to`` merged layers (III-A3), whose runs are mostly composed from the first
+    pass's stages. With one batch size this saves no profiling; prediction and search run
+    on the merged layers. The merged profile is the result."""
+    from mcap.io import jsonio
+
+    check_merge_to(spec, setup, merge_to)
+    started = time.monotonic()
+    full = profiling.profile(spec, setup, None, store=store,
+                             name=f"{name or 'merge'}: before merging", **options)
+    groups = merging.merge_sizes(full.profile.stats, merge_to)
+    merged = profiling.profile(spec, setup, None, store=store, name=name, groups=groups,
+                               **options)
+    if out is not None:
+        jsonio.save(merged.profile, out)
+    a, b = full.tally, merged.tally
+    tally = Tally(a.measured + b.measured, a.reused + b.reused, time.monotonic() - started,
+                  a.runs + b.runs, a.fallback + b.fallback, composed=a.composed + b.composed)
+    return ProfileResult(merged.profile, merged.profile_id, tally)

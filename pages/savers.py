@@ -1,0 +1,98 @@
+"""Memory savers (MPress II-III): for a partitioning over capacity, what recomputation, host
+swap and device-to-device swap would free on each device, the plan as a layer x stage grid,
+its predicted added time, and a button that measures the plan for real."""
+import streamlit as st
+
+from mcap.app import jobs
+from mcap.app.press import measure_plan_args, write_plan
+from mcap.core.errors import McapError
+from mcap.core.partition import parse_balance, validate
+from mcap.core.press import HELP, METHODS, problem, smallest_capacity, solve
+from mcap.figures import press as fig_press
+from mcap.figures._style import balance_str, fmt_bytes, table_view
+from pages._jobs import job_panel, measure_args
+from pages._search import predictor_choice, recommendation
+from pages._shared import (
+    caption_of, chart, current, dataset_name, downloads, remember, restore_url, shared, store,
+)
+
+restore_url()
+st.title("Memory savers")
+profile = current("profile")
+st.caption(caption_of(profile))
+predictor = predictor_choice(st.sidebar, key="savers-predictor")
+if profile.press is None:
+    st.info("This profile has no MPress statistics (activation bytes saved for backward, "
+            "forward times, host and device-to-device bandwidth). Add them by profiling with "
+            f"`python -m mcap profile --model {profile.model.spec} --stages "
+            f"{profile.setup.stages} --checkpoint never --press --out FILE`, then open FILE here.")
+    st.stop()
+
+layers, setup = profile.model.num_layers, profile.setup
+default = shared("balance")
+try:
+    usable = default is not None and sum(parse_balance(default)) == layers
+except McapError:
+    usable = False
+if not usable:  # start from mCAP's pick: the partitioning MPress starts from
+    default = ",".join(map(str, recommendation(profile, setup.stages, "exact").balance))
+left, mid, right = st.columns(3)
+text = left.text_input("Layers per device", value=default, key="savers-balance",
+                       help=f"comma-separated layer counts summing to {layers}")
+method = right.selectbox("Planner", list(METHODS), key="savers-method",
+                         help="; ".join(f"{k}: {v}" for k, v in HELP.items()))
+try:
+    balance = validate(parse_balance(text), layers).balance
+    before = problem(profile, balance, None, predictor)
+except McapError as exc:
+    st.error(str(exc))
+    st.stop()
+remember("balance", ",".join(map(str, balance)))
+least, top = smallest_capacity(before), max(before.base)
+start = setup.capacity_bytes or (least + top) // 2
+capacity_mib = mid.number_input("Capacity per device (MiB)", min_value=0.01,
+                                value=round(start / 2**20, 2), step=1.0, key="savers-capacity",
+                                help=f"keep-all peak {fmt_bytes(top)}; the least any plan "
+                                     f"reaches {fmt_bytes(least)}")
+capacity = int(capacity_mib * 2**20)
+try:
+    p = problem(profile, balance, capacity, predictor)
+    plan = solve(p, capacity, method)
+except McapError as exc:
+    st.error(str(exc))
+    st.stop()
+
+c = st.columns(4)
+c[0].metric("peak before", fmt_bytes(top))
+c[1].metric("peak after", fmt_bytes(max(plan.predicted_peaks)))
+c[2].metric("predicted added time", f"{plan.predicted_added_seconds:.4f} s")
+counts = plan.counts()
+c[3].metric("layers reduced", f"{len(p.saved) - counts['keep']} of {len(p.saved)}")
+if top <= capacity:
+    st.success(f"Partitioning {balance_str(balance)} fits {fmt_bytes(capacity)} without a plan.")
+table = fig_press.savers_table(p, plan)
+chart(fig_press.draw_savers(table, capacity, balance, dataset_name("profile")),
+      key="savers-bars", name=f"savers-{balance_str(balance)}")
+st.dataframe(table_view(table, ("before", "after", "recompute", "swap", "d2d", "received",
+                                "transient")), hide_index=True, key="savers-table")
+downloads(table, f"mcap-savers-{balance_str(balance)}", "savers")
+chart(fig_press.draw_plan_grid(plan, dataset_name("profile")), key="savers-grid",
+      name=f"plan-{balance_str(balance)}")
+
+st.subheader("Measure this plan")
+if len(balance) != setup.stages:
+    st.info(f"Measuring needs {setup.stages} stages (the profile's setup); this partitioning "
+            f"has {len(balance)}.")
+else:
+    s = store()
+    if s is not None and st.button(f"▶️ Measure {balance_str(balance)} with this plan",
+                                   key="savers-measure"):
+        try:
+            path = write_plan(s, plan)
+            args = measure_plan_args(measure_args(profile, balance), path, capacity)
+            job = jobs.launch(s, "measure", args, total=1)
+            st.session_state["savers-job"] = job.id
+        except (McapError, OSError) as exc:
+            st.error(f"Could not start the measurement: {exc}")
+    if s is not None and st.session_state.get("savers-job"):
+        job_panel(s, st.session_state["savers-job"], key="savers")

@@ -1,0 +1,128 @@
+"""The command line's contract for hybrid plans (issue 15, Deliver 6): ``recommend --mesh``
+prints plan_text / plan / predicted_peaks (one per device, in stage order), ``predict --plan``
+prints predicted_peaks, and bad plans exit 2 naming the numbers. The profile is a file with
+constructed dp/tp variants (the statistics are Listing 1.1 numbers we can check by hand)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from mcap.cli.main import main
+from mcap.core.hybrid import check_plan, parse_mesh, parse_plan
+from mcap.core.types import Layer, LayerStats, ModelInfo, Profile, Setup, VariantStats
+from mcap.io import jsonio
+
+L = 12
+
+
+def stats(scale: float) -> LayerStats:
+    return LayerStats(tuple(int(scale * (1000 + 97 * ((i * 5) % 7))) for i in range(L)),
+                      (None,) + tuple(int(scale * (300 - 40 * (i % 4))) for i in range(1, L)))
+
+
+def listing(s: LayerStats, a: int, z: int) -> int:
+    return s.mem_isolated[a] + sum(s.mem_added[a + 1:z + 1])
+
+
+VARIANTS = (VariantStats(16, stats(0.7), "dp", 2), VariantStats(16, stats(0.55), "dp", 4),
+            VariantStats(16, stats(0.6), "tp", 2), VariantStats(16, stats(0.4), "tp", 4))
+
+
+def save(tmp_path, variants, name="p.json"):
+    prof = Profile(model=ModelInfo("toy", tuple(Layer(f"l{i}", 100 * (i + 1)) for i in range(L))),
+                   setup=Setup(stages=4, batch_size=16), stats=stats(1.0), variants=variants)
+    path = tmp_path / name
+    jsonio.save(prof, path)
+    return str(path)
+
+
+@pytest.fixture
+def hybrid(tmp_path):
+    return save(tmp_path, VARIANTS)
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.mark.parametrize("mesh", ["1x4", "2x4"])
+def test_recommend_mesh_json_contract(capsys, hybrid, mesh):
+    code, out, _ = run(capsys, "recommend", "--profile", hybrid, "--mesh", mesh, "--json")
+    assert code == 0
+    d = json.loads(out)
+    assert {"plan_text", "plan", "predicted_peaks", "seconds", "evaluated"} <= set(d)
+    m = parse_mesh(mesh)
+    plan = check_plan(parse_plan(d["plan_text"]), L, m)  # the text parses back and fits
+    assert plan.as_json() == d["plan"] and len(d["predicted_peaks"]) == m.devices
+    assert d["predicted_peak"] == max(d["predicted_peaks"]) and d["kinds"] == ["dp", "tp"]
+    # predict --plan on the recommended plan says the same peaks
+    code, out, _ = run(capsys, "predict", "--profile", hybrid, "--plan", d["plan_text"], "--json")
+    assert code == 0 and json.loads(out)["predicted_peaks"] == d["predicted_peaks"]
+    # Algorithm 4, with and without pruning, picks the DP's plan
+    for extra in ([], ["--no-prune"]):
+        code, out, _ = run(capsys, "recommend", "--profile", hybrid, "--mesh", mesh, "--method",
+                           "enumerate", *extra, "--json")
+        e = json.loads(out)
+        assert code == 0 and e["plan_text"] == d["plan_text"] and e["prune"] == (not extra)
+
+
+def test_predict_plan_peaks_per_device_in_stage_order(capsys, hybrid):
+    code, out, _ = run(capsys, "predict", "--profile", hybrid, "--plan", "3,3,6:tp2", "--json")
+    d = json.loads(out)
+    tp2 = VARIANTS[2].stats
+    assert code == 0 and d["plan"][2] == {"layers": 6, "parallel": "tp", "degree": 2}
+    assert d["predicted_peaks"] == [listing(stats(1.0), 0, 2), listing(stats(1.0), 3, 5),
+                                    listing(tp2, 6, 11), listing(tp2, 6, 11)]
+    code, out, _ = run(capsys, "predict", "--profile", hybrid, "--plan", "4,8:dp8")
+    assert code == 0 and "dp8" in out and out.count("  dp8  ") == 8  # one row per device
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["predict", "--plan", "3,3,10:tp2"], "plan 3,3,10:tp2 places 16 layers but the model has 12"),
+    (["predict", "--plan", "3,3,6:tp2", "--mesh", "2x4"],
+     "plan 3,3,6:tp2 uses 4 devices but mesh 2x4 has 8"),
+    (["predict", "--plan", "3,3,2:tp4,2,2", "--mesh", "2x4"],
+     "stage 2 \\(4 devices\\) would span nodes 0 and 1"),
+    (["predict", "--plan", "3,x"], "stage 1 is 'x'"),
+    (["predict", "--plan", "6,6", "--balance", "6,6"], "not both"),
+    (["recommend", "--mesh", "2x0"], "mesh '2x0' is not NxK"),
+    (["recommend", "--mesh", "2x4", "--method", "bo"], "--method bo does not search a mesh"),
+    (["recommend", "--mesh", "2x4", "--stages", "4"], "not both"),
+    (["recommend", "--stages", "4", "--method", "enumerate"], "--method enumerate searches a mesh"),
+    (["recommend"], "--stages G .* or --mesh NxK"),
+    (["recommend", "--mesh", "4x4"], "12 layers; mesh 4x4 needs at least 16"),
+    (["recommend", "--mesh", "8x1024"], "mesh 8x1024 with 12 layers means up to .* over the cap"),
+])
+def test_bad_input_exits_2_naming_the_numbers(capsys, tmp_path, argv, message):
+    path = save(tmp_path, ())
+    if "4x4" not in argv:  # the pipeline-only profile: 16 devices need 16 layers
+        path = save(tmp_path, VARIANTS, "h.json")
+    code, out, err = run(capsys, argv[0], "--profile", path, *argv[1:])
+    assert code == 2 and out == ""
+    import re
+    assert re.search(message, err), err
+
+
+def test_without_variants_pipeline_plans_and_the_profile_command(capsys, tmp_path):
+    path = save(tmp_path, ())
+    code, out, _ = run(capsys, "recommend", "--profile", path, "--mesh", "2x2", "--json")
+    d = json.loads(out)
+    assert code == 0 and all(s["parallel"] == "pp" for s in d["plan"]) and len(d["plan"]) == 4
+    assert d["kinds"] == [] and "--parallel dp,tp" in d["missing"][0]
+    code, _, err = run(capsys, "predict", "--profile", path, "--plan", "6,6:tp2", "--json")
+    assert code == 2 and "no tp statistics" in err and "profile --model toy" in err
+    # --balance and --stages keep meaning pipeline-only
+    code, out, _ = run(capsys, "recommend", "--profile", path, "--stages", "4", "--json")
+    assert code == 0 and len(json.loads(out)["balance"]) == 4
+
+
+def test_the_command_line_prints_no_traceback(tmp_path):
+    path = save(tmp_path, VARIANTS)
+    r = subprocess.run([sys.executable, "-m", "mcap", "predict", "--profile", path, "--plan",
+                        "3,3,2:tp4,2,2", "--mesh", "2x4"], capture_output=True, text=True)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "span nodes" in r.stderr

@@ -1,0 +1,84 @@
+"""The Memory savers page (AppTest): a profile with MPress statistics gets its plan, bars and
+grid, and a measure button that writes the plan file and launches ``measure --press``; a
+profile without them is told which command adds them; bad input is named."""
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from mcap.core.pressplan import plan_from_json
+from mcap.store import Store
+from tests.test_press_cli import CAP, TOP, press_profile
+
+pytestmark = pytest.mark.app
+APP = str(Path(__file__).resolve().parent.parent / "app.py")
+
+
+@pytest.fixture
+def stored(tmp_path, monkeypatch):
+    path = tmp_path / "store.sqlite"
+    monkeypatch.setenv("MCAP_STORE", str(path))
+    s = Store(path)
+    pid = s.save_profile(press_profile(), name="vgg11 press")
+    s.close()
+    return path, f"store:profile:{pid}"
+
+
+def page(**params) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=60)
+    for k, v in params.items():
+        at.query_params[k] = str(v)
+    at.run()
+    at.switch_page("pages/savers.py")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def metric(at, label):
+    return next(m.value for m in at.metric if m.label == label)
+
+
+def test_plan_bars_grid_and_measure_button(stored):
+    path, ref = stored
+    at = page(profile=ref, balance="13,3,1,13")
+    at.number_input(key="savers-capacity").set_value(round(CAP / 2**20, 2)).run()
+    cap = int(round(CAP / 2**20, 2) * 2**20)
+    assert not at.error, [e.value for e in at.error]
+    table = next(d.value for d in at.dataframe if "after (MiB)" in d.value.columns)
+    assert (table["after (MiB)"] <= cap / 2**20 + 0.01).all()
+    assert (table["before (MiB)"] > cap / 2**20).any()
+    assert metric(at, "peak before") == f"{TOP / 2**20:.2f} MiB"
+    assert metric(at, "layers reduced") != "0 of 30"
+    charts = at.get("plotly_chart")
+    assert len(charts) == 2
+    import json
+    for c in charts:  # presentation-ready like every page's figures (test_app_pages)
+        title = json.loads(c.proto.spec)["layout"]["title"]
+        assert title["text"] and title["subtitle"]["text"] and "new text" not in c.proto.spec.lower()
+    assert '"freed by host swap"' in charts[0].proto.spec
+    at.button(key="savers-measure").click().run()
+    s = Store(path)
+    job = s.job(at.session_state["savers-job"])
+    s.close()
+    argv = list(job.argv)
+    assert argv[0] == "measure" and "--press" in argv and argv[argv.index("--balance") + 1] == "13,3,1,13"
+    assert argv.count("--capacity") == 1 and argv[argv.index("--capacity") + 1] == str(cap)
+    import json
+    plan = plan_from_json(json.loads(Path(argv[argv.index("--press") + 1]).read_text()))
+    assert plan.balance == (13, 3, 1, 13) and plan.capacity_bytes == cap
+
+
+def test_without_press_statistics_names_the_command(stored):
+    at = page(profile="bundled:vgg11-h512-b8-cpu4.profile.json")
+    assert any("--press" in i.value and "python -m mcap profile" in i.value for i in at.info)
+
+
+def test_bad_input_is_named(stored):
+    _, ref = stored
+    at = page(profile=ref, balance="13,3,1,13")
+    at.text_input(key="savers-balance").set_value("13,3,1,12").run()
+    assert any("13,3,1,12" in e.value or "29" in e.value for e in at.error), [e.value for e in at.error]
+    at.text_input(key="savers-balance").set_value("13,3,1,13").run()
+    at.number_input(key="savers-capacity").set_value(10.0).run()
+    assert any("smallest capacity that can be met" in e.value for e in at.error)

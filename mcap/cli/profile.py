@@ -59,6 +59,14 @@ def add_setup_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--job", type=int, default=None, help=argparse.SUPPRESS)
 
 
+def _parallel_kinds(text: str) -> tuple[str, ...]:
+    from mcap.workflow.hybrid import parse_kinds
+    try:
+        return parse_kinds(text)
+    except McapError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def setup_from_args(args) -> Setup:
     engine = engines.DEFAULT if args.engine == "auto" else args.engine
     return Setup(stages=args.stages, batch_size=args.batch_size, chunks=args.chunks,
@@ -78,6 +86,10 @@ def register(sub) -> None:
     add_setup_options(p)
     p.add_argument("--scheme", choices=("mcap", "capture"), default="mcap",
                    help="which profiling partitionings (mCAP 3.1, or CAPTURE's Description 1)")
+    p.add_argument("--parallel", type=_parallel_kinds, default=(), metavar="dp,tp",
+                   help="also profile 2- and 4-way data- (dp) / tensor-parallel (tp) stages on "
+                        "engine hybrid (CAPTURE III-A1): degree k when --stages holds at least "
+                        "2 groups of k devices")
     p.add_argument("--out", required=True, type=Path, metavar="FILE.json", help=OUT_HELP % "profile")
     p.add_argument("--press", action="store_true",
                    help="also measure MPress's costs: per layer the activation bytes saved "
@@ -165,6 +177,11 @@ def cmd_profile(args) -> int:
                         "layers; it cannot be combined with --capture, --profile-batch-sizes "
                         "or --merge-to (profile twice)")
 
+    if args.parallel and (sizes is not None or args.merge_to is not None or args.press):
+        raise McapError("--parallel profiles data/tensor-parallel stages at the target batch "
+                        "size on the real layers; it cannot be combined with --capture, "
+                        "--profile-batch-sizes, --merge-to or --press yet (profile twice)")
+
     def action(profiling, setup, store):
         options = dict(store=store, scheme=args.scheme, job=args.job, timeout=args.timeout,
                        reuse=args.reuse)
@@ -175,9 +192,13 @@ def cmd_profile(args) -> int:
             result = capture.profile_merged(args.model, setup, None, merge_to=args.merge_to,
                                             **options)
         else:
-            result = profiling.profile(args.model, setup, None, press=args.press, **options)
+            result = profiling.profile(args.model, setup, None, press=args.press,
+                                       parallel=args.parallel, **options)
         _write(result.profile, args.out, "profile", result.profile_id, store)
         print(profiling.summary("profile", result.tally, args.out, result.profile_id))
+        for v in result.profile.variants:  # --parallel (mcap.workflow.hybrid)
+            print(f"  {v.parallel}{v.degree}: {len(v.runs)} runs on {args.stages // v.degree} "
+                  f"sub-meshes of {v.degree} devices")
         return 0
     return _run(args, action)
 

@@ -1,9 +1,14 @@
 """``python -m mcap measure``: measure one partitioning for real (issue 4, Runner).
 
     python -m mcap measure --model vgg11:image_size=32 --balance 3,3,5,19 --batch-size 8 --json
+    python -m mcap measure --model gpt:layers=4 --plan 2,2:dp2,2:tp2 --batch-size 8 --json
 
-The number of stages is the length of ``--balance``. The run is recorded in the store (kind
-"measure") whatever its status; an oom or failed run exits 1, bad input exits 2.
+The number of stages is the length of ``--balance``. ``--plan`` measures a hybrid plan
+(CAPTURE III) on engine hybrid, one process per device: its JSON's ``peaks`` are per device,
+in stage order, and ``plan`` names the stages. The run is recorded in the store (kind
+"measure") whatever its status; an oom or failed run exits 1, bad input exits 2. A plan's
+run is recorded in the study of engine ``hybrid:<layout>`` (``mcap.core.hybrid.store_engine``)
+with one peak per stage (the highest of its devices), never in a pipeline-only study.
 
 ``--press PLAN.json`` applies an MPress plan (``mcap.press/1``; ``mcap.runner.press``) and
 needs ``--checkpoint never``; a plan of another model or balance exits 2 naming both. Its
@@ -33,18 +38,35 @@ def parse_balance(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def parse_plan_arg(text: str):
+    """``3,3,10:tp2`` -> HybridPlan; argparse shows the core's message on bad text."""
+    from mcap.core.hybrid import parse_plan
+    try:
+        return parse_plan(text)
+    except McapError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def register(sub) -> None:
     p = sub.add_parser("measure", help="measure one partitioning with real stage processes",
                        description="Train the model split by --balance for 2 iterations and "
                                    "print each stage's peak memory; records the run.")
     add_setup_options(p)
-    p.add_argument("--balance", type=parse_balance, required=True, metavar="N,N,...",
-                   help="layers per stage, e.g. 3,3,5,19 (its length is the number of stages)")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--balance", type=parse_balance, metavar="N,N,...",
+                       help="layers per stage, e.g. 3,3,5,19 (its length is the number of "
+                            "stages): a pipeline-only plan")
+    which.add_argument("--plan", type=parse_plan_arg, metavar="PLAN",
+                       help="a hybrid plan, e.g. 3,3,10:tp2 (N layers on one device, N:dpK / "
+                            "N:tpK on K devices with data / tensor parallelism), run on engine "
+                            "hybrid with one process per device")
     p.add_argument("--press", type=Path, default=None, metavar="PLAN.json",
                    help="apply an MPress plan (mcap.press/1, from `mcap press --out`) of this "
                         "model and balance: per layer keep, recompute, host swap or d2d swap; "
                         "needs --checkpoint never. The run is stored apart from plain runs")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    from mcap.cli.nodes import add_node_options
+    add_node_options(p)
     for action in p._actions:  # --stages is implied by --balance here
         if action.dest == "stages":
             action.required, action.default = False, None
@@ -76,6 +98,16 @@ def cmd_measure(args) -> int:
     from mcap.runner import open_runner
     from mcap.store import Store
 
+    if args.press is not None and (args.plan is not None or args.nnodes is not None):
+        raise McapError("--press applies an MPress plan to a --balance on this machine; it "
+                        "does not combine with --plan or --nnodes")
+    if args.nnodes is not None:  # through torchrun, across nodes (mcap.cli.nodes)
+        from mcap.cli.nodes import launch_measure
+        return launch_measure(args, args.plan.devices if args.plan is not None
+                              else len(args.balance))
+    if args.plan is not None:
+        from mcap.cli.measure_plan import cmd_measure_plan
+        return cmd_measure_plan(args)
     balance = args.balance
     if args.stages is not None and args.stages != len(balance):
         raise InvalidPartitioning(f"balance {','.join(map(str, balance))} has {len(balance)} "
@@ -129,4 +161,4 @@ def cmd_measure(args) -> int:
     return 0 if run.status == "ok" else 1
 
 
-__all__ = ["register", "cmd_measure", "parse_balance", "run_json"]
+__all__ = ["register", "cmd_measure", "parse_balance", "parse_plan_arg", "run_json"]

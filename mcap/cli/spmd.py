@@ -1,4 +1,5 @@
-"""One measurement under ``torchrun``, which can span nodes (issue 4, engine pipelining).
+"""One measurement under ``torchrun``, which can span nodes (issue 4, engine pipelining;
+issue 15, engine hybrid with ``--plan``).
 
     torchrun --nnodes 2 --nproc-per-node 2 --rdzv-endpoint HOST:PORT \\
         -m mcap.cli.spmd --model vgg11:image_size=32 --balance 3,3,5,19 --device cuda
@@ -25,15 +26,25 @@ def main(argv: list[str] | None = None) -> int:
     from mcap.cli.run import parse_balance, run_json
     from mcap.core.errors import McapError
 
+    from mcap.cli.run import parse_plan_arg
+
     p = argparse.ArgumentParser(prog="python -m mcap.cli.spmd")
     add_setup_options(p)
-    p.add_argument("--balance", type=parse_balance, required=True)
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--balance", type=parse_balance)
+    which.add_argument("--plan", type=parse_plan_arg)
     p.add_argument("--json", action="store_true")  # accepted for symmetry; output is JSON
     for action in p._actions:
         if action.dest == "stages":  # implied by --balance
             action.required, action.default = False, None
     args = p.parse_args(argv)
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    if args.plan is not None:
+        try:
+            return _measure_plan(args, rank, world)
+        except McapError as exc:
+            print(f"mcap: error: {exc}", file=sys.stderr)
+            return 2
     if world != len(args.balance):
         print(f"mcap: error: balance {','.join(map(str, args.balance))} has "
               f"{len(args.balance)} stages but torchrun started {world} ranks", file=sys.stderr)
@@ -94,6 +105,65 @@ def _measure(args, setup, rank: int, world: int, run_json) -> int:
                   breakdown=(tuple(r.breakdown for r in results)
                              if all(r.breakdown for r in results) else None))
     print(json.dumps(run_json(run)))
+    return 0 if run.status == "ok" else 1
+
+
+def _measure_plan(args, rank: int, world: int) -> int:
+    """A hybrid plan (engine hybrid): rank d is device d of the plan (mcap.runner.hybrid)."""
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.pipelining  # noqa: F401  (import-time tensors stay uncounted)
+
+    from mcap.cli.measure_plan import plan_json, plan_setup
+    from mcap.core.hybrid import check_plan
+    from mcap.core.types import Run
+    from mcap.runner import ITERATIONS, check_setup, memtrack
+    from mcap.runner.hybrid import run_device
+    from mcap.runner.machine import pin_threads
+    from mcap.runner.pipelining import build_resident
+
+    plan = args.plan
+    if world != plan.devices:
+        raise McapError(f"plan {plan.text} uses {plan.devices} devices but torchrun started "
+                        f"{world} ranks")
+    setup = plan_setup(args, plan)
+    check_setup(setup)
+    local = int(os.environ.get("LOCAL_RANK", rank))
+    pin_threads(setup.threads)
+    if setup.device == "cuda":
+        torch.cuda.set_device(local)
+    else:
+        memtrack.install()
+    dist.init_process_group("nccl" if setup.device == "cuda" else "gloo",
+                            timeout=timedelta(seconds=args.timeout))
+    try:
+        resident, info = build_resident(args.model, setup)
+        check_plan(plan, info.num_layers)
+        gc.collect()
+        gc.freeze()
+        start = time.monotonic()
+        result = run_device(resident, setup, plan, rank, {}, local_device=local)
+        results = [None] * world
+        dist.all_gather_object(results, result)
+        seconds = time.monotonic() - start
+    finally:
+        dist.destroy_process_group()
+    if rank != 0:
+        return 0
+    bad = [r for r in results if r.status != "ok"]
+    if bad:
+        status = "oom" if any(r.status == "oom" for r in bad) else "failed"
+        run = Run(plan.balance, status, None, seconds,
+                  error="; ".join(r.error or "" for r in bad))
+    else:
+        window = max(r.seconds for r in results)
+        run = Run(plan.balance, "ok", tuple(r.peak for r in results), seconds,
+                  samples_per_second=ITERATIONS * setup.batch_size / window,
+                  breakdown=(tuple(r.breakdown for r in results)
+                             if all(r.breakdown for r in results) else None))
+    out = plan_json(plan, run)
+    out["losses"] = [list(r.losses) for r in results if r.losses][0] if not bad else None
+    print(json.dumps(out))
     return 0 if run.status == "ok" else 1
 
 

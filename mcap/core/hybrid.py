@@ -170,3 +170,77 @@ def merge_layers(mem_isolated: Sequence[int], mem_added: Sequence[Optional[int]]
         sizes[l] += sizes[l + 1]
         del iso[l + 1], added[l + 1], sizes[l + 1]
     return tuple(sizes), tuple(iso), tuple(added)
+
+
+# --- running a plan (mcap.runner.hybrid) and recording it (mcap.store) --------------------
+
+def as_plan(balance_or_plan) -> HybridPlan:
+    """A HybridPlan from a plan, its text, its StageConfigs, or a pipeline-only balance."""
+    if isinstance(balance_or_plan, HybridPlan):
+        return balance_or_plan
+    if isinstance(balance_or_plan, str):
+        return parse_plan(balance_or_plan)
+    items = tuple(balance_or_plan)
+    return HybridPlan(tuple(s if isinstance(s, StageConfig) else StageConfig(int(s))
+                            for s in items))
+
+
+def check_micro_batches(plan: HybridPlan, batch_size: int, chunks: int) -> int:
+    """The micro-batch size, or McapError naming the values: every micro-batch is split
+    evenly over the devices of a data-parallel stage (each takes its share)."""
+    if chunks < 1 or batch_size % chunks:
+        raise McapError(f"plan {plan.text}: batch size {batch_size} does not split into "
+                        f"{chunks} equal micro-batches; a hybrid run needs batch size % chunks "
+                        "== 0")
+    micro = batch_size // chunks
+    for i, s in enumerate(plan.stages):
+        if s.parallel == "dp" and micro % s.degree:
+            raise McapError(f"plan {plan.text}: stage {i} is {s.text} but the micro-batch "
+                            f"size {micro} (batch {batch_size} / {chunks} chunks) is not "
+                            f"divisible by its degree {s.degree}")
+    return micro
+
+
+def holder_rows(stage: StageConfig, micro: int) -> tuple[tuple[int, int], ...]:
+    """The rows of a micro-batch each device of ``stage`` holds the gradient of (and sends
+    on): a data-parallel device its own share [j*m/k, (j+1)*m/k); on a pipeline or tensor
+    stage every device holds all rows (replicated) and device 0 of the stage sends them."""
+    if stage.parallel == "dp":
+        return tuple((j * micro // stage.degree, (j + 1) * micro // stage.degree)
+                     for j in range(stage.degree))
+    return ((0, micro),) + ((0, 0),) * (stage.degree - 1)
+
+
+def need_rows(stage: StageConfig, micro: int, local: int) -> tuple[int, int]:
+    """The rows device ``local`` of ``stage`` computes: its share for dp, all otherwise."""
+    if stage.parallel == "dp":
+        return holder_rows(stage, micro)[local]
+    return (0, micro)
+
+
+def layout(plan: HybridPlan) -> str:
+    """The plan without its layer counts, e.g. ``pp,pp,tp2`` for ``3,3,10:tp2``."""
+    return ",".join("pp" if s.parallel == "pp" else f"{s.parallel}{s.degree}"
+                    for s in plan.stages)
+
+
+STORE_ENGINE = "hybrid"
+
+
+def store_engine(plan: HybridPlan) -> str:
+    """The engine name a hybrid run's study is recorded under: ``hybrid:<layout>``, so its
+    runs (balance = layers per stage, peaks = per stage) are never read as, or reused for,
+    a pipeline-only run, and plans differing only in their layer counts share a study."""
+    return f"{STORE_ENGINE}:{layout(plan)}"
+
+
+def plan_from_store(engine: str, balance: Sequence[int]) -> Optional[HybridPlan]:
+    """The plan of a stored run (inverse of :func:`store_engine`); None for other engines."""
+    if not str(engine).startswith(STORE_ENGINE + ":"):
+        return None
+    kinds = str(engine)[len(STORE_ENGINE) + 1:].split(",")
+    if len(kinds) != len(balance):
+        raise McapError(f"engine {engine!r} has {len(kinds)} stages but balance "
+                        f"{list(balance)} has {len(balance)}")
+    return parse_plan(",".join(str(n) if k == "pp" else f"{n}:{k}"
+                               for n, k in zip(balance, kinds)))

@@ -114,6 +114,7 @@ class Runner:
                                 timeout=self.timeout, group=engine.group(setup),
                                 startup_timeout=self.startup_timeout)
         self._closed = False
+        self.last_results: tuple = ()  # the StageResults of the latest run
         self._pool.start()
 
     @property
@@ -153,12 +154,36 @@ class Runner:
         if press is not None:
             from mcap.runner.pressplans import check_plan
             check_plan(press, self.model_info.spec, self.setup, balance)
+        return self._run(balance, balance, press)
+
+    def measure_plan(self, plan) -> Run:
+        """Measure a hybrid plan (engine ``hybrid``, ``Setup.stages`` = its devices; CAPTURE
+        III): a Run whose balance is the layers per stage and whose peaks (and breakdown)
+        are per device, in stage order. ``last_results`` keeps each device's StageResult
+        (its ``losses``). Bad plans raise McapError naming the values."""
+        from mcap.core.hybrid import as_plan, check_micro_batches, check_plan
+
+        if self._closed:
+            raise McapError("this runner is closed; open a new one with open_runner()")
+        plan = as_plan(plan)
+        if self.setup.engine != "hybrid":
+            raise McapError(f"plan {plan.text} needs engine hybrid; this runner runs "
+                            f"{self.setup.engine}")
+        check_plan(plan, self.model_info.num_layers)
+        if plan.devices != self.setup.stages:
+            raise InvalidPartitioning(f"plan {plan.text} uses {plan.devices} devices but this "
+                                      f"runner has {self.setup.stages}")
+        check_micro_batches(plan, self.setup.batch_size, self.setup.chunks)
+        return self._run(plan.balance, plan.stages)
+
+    def _run(self, balance: tuple[int, ...], job, press=None) -> Run:
         why = self._pool.wait_ready(time.monotonic() + self.startup_timeout)
         if why:
             self._pool.restart()
             return Run(balance, "failed", None, 0.0, error=why)
         start = time.monotonic()
-        results, why = self._pool.run(balance, press)
+        results, why = self._pool.run(job, press)
+        self.last_results = tuple(results)
         seconds = time.monotonic() - start
         bad = [r for r in results if r.status != "ok"]
         if not bad and not why and len(results) == self.setup.stages:

@@ -78,6 +78,10 @@ class StageResult:
     # the running peak after each iteration: shows whether iteration 2 reached a new peak
     iteration_peaks: tuple[int, ...] = ()
     held_before: int = 0  # bytes held before the stage was built (0: nothing leaked)
+    # engine hybrid: the whole batch's loss per iteration (on the last stage's device 0,
+    # for checking a plan trains as one process would), and what the device left replicated
+    losses: tuple[float, ...] = ()
+    note: Optional[str] = None
 
 
 @dataclass(frozen=True)

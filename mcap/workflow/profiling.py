@@ -211,7 +211,8 @@ def profile(spec: str, setup: Setup, out: Optional[Path], *, store: Store, schem
             job: Optional[int] = None, stream: Optional[TextIO] = None,
             timeout: float = DEFAULT_TIMEOUT, name: Optional[str] = None,
             reuse: bool = True, press: bool = False,
-            groups: Optional[Sequence[int]] = None) -> ProfileResult:
+            groups: Optional[Sequence[int]] = None,
+            parallel: Sequence[str] = ()) -> ProfileResult:
     """Profile ``spec`` under ``setup`` (mCAP 3.1), resuming from the store, falling back
     to other partitionings when a profiling run is oom, and write ``mcap.profile/1``.
 
@@ -223,6 +224,9 @@ def profile(spec: str, setup: Setup, out: Optional[Path], *, store: Store, schem
     already measured in this study, e.g. by a sweep, ``mcap.core.cover``) is composed
     from those runs instead of measured; ``reuse=False`` measures every one.
     ``press`` also measures MPress's statistics (``Profile.press``, mcap.workflow.press).
+
+    ``parallel`` (dp, tp): also profile 2- and 4-way data- / tensor-parallel stages into
+    ``Profile.variants`` (CAPTURE III-A1, ``mcap.workflow.hybrid``).
 
     Raises ``MissingStatistics`` naming the layers when no partitioning that would yield
     their statistics fits; every run measured until then stays in the store."""
@@ -236,6 +240,12 @@ def profile(spec: str, setup: Setup, out: Optional[Path], *, store: Store, schem
     real = model_info(spec)
     info = real if groups is None else merging.merged_model(real, groups)
     _check_stages(info, setup)
+    if parallel:  # refused before any run, naming the values
+        if groups is not None:
+            raise McapError("parallel (dp/tp) profiling runs on the real layers; it cannot "
+                            "be combined with merged layers (groups) yet")
+        from mcap.workflow.hybrid import check_parallel
+        check_parallel(parallel, setup)
     plan = profiling_plan(info.num_layers, setup.stages, scheme).runs
     bar = ProgressBar(len(plan), "profile", stream=stream)
     m = Measurer(real.spec, real, setup, store, "profile", bar, job, timeout)
@@ -278,6 +288,11 @@ def profile(spec: str, setup: Setup, out: Optional[Path], *, store: Store, schem
         if press:  # MPress costs (mcap.workflow.press), measured after the runs
             from mcap.workflow.press import with_press
             prof = with_press(spec, prof)
+        if parallel:
+            from mcap.workflow import hybrid
+            m.close()  # the pipeline stage processes make way for the hybrid ones
+            prof = hybrid.add_parallel_variants(prof, spec, store, parallel, scheme,
+                                                timeout=timeout, stream=stream)
         if out is not None:
             jsonio.save(prof, out)
         profile_id = store.save_profile(prof, name=name)

@@ -1,0 +1,103 @@
+"""Measuring beyond one machine (issue 15, item 8): ``measure --nnodes N --node-rank R
+--rdzv-endpoint HOST:PORT`` runs the same command on every node; each starts ``torchrun``
+(``python -m torch.distributed.run``) with devices / N processes running
+``mcap.cli.spmd``, which measures a pipeline-only balance (engine pipelining) or a hybrid
+plan (engine hybrid). Ranks are fixed by node: rank = node rank x processes per node + local
+rank (torchrun's static rendezvous at HOST:PORT, which node 0 serves), so device d of the
+plan is rank d whatever order the nodes start in. Node 0 prints the run (``measure --json``'s
+form) and records it in its store (where the ranks ran is not one machine: recorded as
+unknown); the other nodes print nothing.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import subprocess
+import sys
+
+from mcap.cli import args as argtypes
+from mcap.core.errors import McapError
+
+
+def add_node_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--nnodes", type=argtypes.positive_int, default=None, metavar="N",
+                   help="run across N nodes through torchrun (the same command on each node)")
+    p.add_argument("--node-rank", type=int, default=0, metavar="R",
+                   help="this node's rank, 0..N-1 (with --nnodes)")
+    p.add_argument("--rdzv-endpoint", default=None, metavar="HOST:PORT",
+                   help="node 0's address and a free port (with --nnodes)")
+
+
+def _endpoint(text) -> tuple[str, int]:
+    host, _, port = str(text or "").rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise McapError(f"--rdzv-endpoint {text!r}: expected HOST:PORT, e.g. node0:29500")
+    return host, int(port)
+
+
+def spmd_argv(args, devices: int) -> list[str]:
+    """The torchrun command of this node: the measurement's own options, forwarded."""
+    if args.nnodes is None:
+        raise McapError("--nnodes is needed to run across nodes")
+    if not 0 <= args.node_rank < args.nnodes:
+        raise McapError(f"--node-rank {args.node_rank}: expected 0..{args.nnodes - 1} for "
+                        f"--nnodes {args.nnodes}")
+    if devices % args.nnodes:
+        raise McapError(f"{devices} devices do not split over {args.nnodes} nodes; each node "
+                        "runs the same number of processes")
+    host, port = _endpoint(args.rdzv_endpoint)
+    what = ["--plan", args.plan.text] if getattr(args, "plan", None) is not None \
+        else ["--balance", ",".join(map(str, args.balance))]
+    forwarded = ["--model", args.model, "--batch-size", args.batch_size, "--chunks",
+                 args.chunks, "--schedule", args.schedule, "--checkpoint", args.checkpoint,
+                 "--optimizer", args.optimizer, "--device", args.device, "--threads",
+                 args.threads, "--timeout", args.timeout, "--engine", args.engine]
+    if args.capacity:
+        forwarded += ["--capacity", args.capacity]
+    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(args.nnodes),
+            "--node-rank", str(args.node_rank), "--nproc-per-node", str(devices // args.nnodes),
+            "--rdzv-backend", "static", "--master-addr", host, "--master-port", str(port),
+            "-m", "mcap.cli.spmd", *map(str, forwarded), *what, "--json"]
+
+
+def launch_measure(args, devices: int) -> int:
+    """Run this node's share; on node 0 print and record the run."""
+    from mcap.core.types import Run
+
+    argv = spmd_argv(args, devices)
+    proc = subprocess.run(argv, stdout=subprocess.PIPE, text=True,
+                          timeout=args.timeout * 2 + 120)
+    line = next((ln for ln in reversed(proc.stdout.splitlines()) if ln.startswith("{")), None)
+    if args.node_rank != 0 or line is None:
+        return proc.returncode if proc.returncode in (0, 1, 2) else 1
+    got = json.loads(line)
+    run = Run(tuple(got["balance"]), got["status"],
+              tuple(got["peaks"]) if got.get("peaks") else None, float(got["seconds"]),
+              samples_per_second=got.get("samples_per_second"), error=got.get("error"))
+    _record(args, run)
+    print(line if args.json else f"{run.status}: peaks {run.peaks}")
+    return 0 if run.status == "ok" else 1
+
+
+def _record(args, run) -> None:
+    from mcap.cli.measure_plan import stored_run
+    from mcap.cli.profile import setup_from_args
+    from mcap.core.hybrid import store_engine
+    from mcap.store import Store
+    from mcap.workflow.profiling import model_info
+
+    info = model_info(args.model)
+    plan = getattr(args, "plan", None)
+    if plan is not None:
+        args.stages, args.engine = len(plan.stages), "hybrid"
+        setup = dataclasses.replace(setup_from_args(args), engine=store_engine(plan))
+        run = stored_run(plan, run)
+    else:
+        args.stages = len(run.balance)
+        setup = setup_from_args(args)
+    with Store(args.store) as store:
+        store.record_run(store.study(info, setup), run, kind="measure", job=args.job)
+
+
+__all__ = ["add_node_options", "launch_measure", "spmd_argv"]

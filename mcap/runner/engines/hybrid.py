@@ -1,0 +1,55 @@
+"""Engine ``hybrid``: CAPTURE's hybrid plans (section III), one persistent process per
+device; a stage is pipeline (1 device), data-parallel (DDP over the stage's devices) or
+tensor-parallel (``torch.distributed.tensor.parallel``). The stage logic, what is sharded
+and what is replicated, is in ``mcap.runner.hybrid``. A run's "balance" is a HybridPlan's
+stages (``Runner.measure_plan``) or a plain balance (a pipeline-only plan), and
+``Setup.stages`` is the number of devices."""
+from __future__ import annotations
+
+from datetime import timedelta
+
+from mcap.core.errors import McapError
+from mcap.runner.engines.base import Engine, register
+
+
+@register
+class Hybrid(Engine):
+    name = "hybrid"
+    label = "hybrid (pipeline + data/tensor-parallel stages)"
+    help = ("CAPTURE hybrid plans such as 3,3,10:tp2: one process per device, DDP or tensor "
+            "parallelism inside a stage, GPipe between stages; CPU processes or one CUDA "
+            "device per process")
+
+    def processes(self, setup):
+        return setup.stages  # devices
+
+    def check(self, setup, gpus):
+        super().check(setup, gpus)
+        if setup.schedule != "gpipe":
+            raise McapError(f"engine hybrid runs only the gpipe schedule, not "
+                            f"{setup.schedule!r}")
+        if setup.device == "cuda" and gpus < setup.stages:
+            raise McapError(f"engine hybrid needs one CUDA device per device of the plan: "
+                            f"{setup.stages} asked for, {gpus} found")
+
+    def build(self, init):
+        import torch
+        import torch.distributed as dist
+
+        from mcap.runner import pipelining
+
+        setup = init.setup
+        if setup.device == "cuda":
+            torch.cuda.set_device(pipelining.stage_device(setup, init.rank))
+        if init.init_file:
+            dist.init_process_group("nccl" if setup.device == "cuda" else "gloo",
+                                    init_method=f"file://{init.init_file}",
+                                    rank=init.rank, world_size=init.world,
+                                    timeout=timedelta(seconds=init.pg_timeout))
+        resident, info = pipelining.build_resident(init.spec, setup)
+        return (resident, {}), info  # {}: the stage sub-groups, made once and kept
+
+    def run(self, resident, init, balance):
+        from mcap.runner import hybrid
+        res, groups = resident
+        return (hybrid.run_device(res, init.setup, balance, init.rank, groups),)

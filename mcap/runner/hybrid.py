@@ -1,0 +1,436 @@
+"""Engine ``hybrid``: one device of a hybrid plan (CAPTURE III) in this process.
+
+A plan's stages each have a kind and a degree (``mcap.core.hybrid``); device d runs stage
+``plan.device_stage()[d]``. Every device process holds an uncounted copy of the whole model
+(``mcap.runner.pipelining.build_resident``), clones its stage's layers for each run and
+trains them for ``ITERATIONS`` iterations with its own GPipe schedule (all forwards, then all
+backwards in reverse; mCAP 3.5's fill-drain) over point-to-point sends between the stages:
+
+- a **pipeline** stage (degree 1) is one process, as in engine ``pipelining``;
+- a **data-parallel** stage of degree k is k processes wrapping the layers in
+  ``DistributedDataParallel`` over the stage's sub-group; device j computes rows
+  [j*m/k, (j+1)*m/k) of every micro-batch of m rows. Gradients accumulate locally over the
+  micro-batches (``no_sync``) and DDP all-reduces them once, in the last backward, as
+  ``torch.distributed.pipelining`` drives a DDP stage. The loss gradient reaching a stage
+  is already that of the whole batch's mean, so DDP sums (a comm hook) instead of averaging;
+- a **tensor-parallel** stage of degree k is k processes sharding the stage's
+  ``nn.Linear`` layers with ``torch.distributed.tensor.parallel`` over the sub-group's
+  ``DeviceMesh``: a Linear followed (through parameter-free element-wise activations only)
+  by another Linear in the same ``nn.Sequential`` is a Megatron pair, ``ColwiseParallel``
+  then ``RowwiseParallel`` (no communication between them, one all-reduce after); every other
+  Linear is ``ColwiseParallel`` with its output all-gathered (replicated). Convolutions,
+  normalisations, embeddings and Linears whose sharded dimension the degree does not divide
+  stay replicated (:func:`tensor_parallel` lists them). Every device of the stage computes
+  on the whole micro-batch.
+
+Activations between stages of different kinds and degrees (:func:`mcap.core.hybrid.holder_rows`):
+a data-parallel device sends its rows, a pipeline or tensor stage sends all rows from its
+device 0; each receiving device gets the rows it computes (its share for dp, all rows for
+pp/tp). Gradients go back the same way: the holder of each row sends its gradient to the
+device that sent the row; a tensor stage's device 0 then broadcasts the whole gradient to
+its stage's other devices. Each device's peak is measured with ``mcap.runner.train.Window``
+(the same history-free rules as every engine). Runs seed the RNG the same way every time,
+so dropout masks, and the loss, repeat.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import gc
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from mcap.core.hybrid import (
+    HybridPlan, StageConfig, as_plan, check_micro_batches, holder_rows, need_rows,
+)
+from mcap.core.types import Setup
+from mcap.runner import memtrack
+from mcap.runner.pipelining import Resident, stage_device
+from mcap.runner.protocol import StageResult
+from mcap.runner.train import ITERATIONS, Recomputed, Window, classify, make_optimizer
+
+SEED = 0
+# Parameter-free element-wise modules that may sit between the two Linears of a Megatron
+# pair: they act on each column shard alone. Dropout is not one of them: its mask on a
+# shard would differ from the mask on the whole tensor.
+ELEMENTWISE = (nn.ReLU, nn.GELU, nn.SiLU, nn.Tanh, nn.Sigmoid, nn.Identity)
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where device ``rank`` sits in a plan."""
+    stage: int
+    local: int      # index of this device within its stage
+    start: int      # global rank of the stage's device 0
+    config: StageConfig
+
+
+def places(plan: HybridPlan) -> list[Place]:
+    out, start = [], 0
+    for i, s in enumerate(plan.stages):
+        out += [Place(i, j, start, s) for j in range(s.degree)]
+        start += s.degree
+    return out
+
+
+def stage_group(groups: dict, plan: HybridPlan, stage: int, backend: Optional[str]):
+    """The sub-group of a stage's devices (None for one device). ``new_group`` is
+    collective over the whole world, so every rank creates every stage's group, in stage
+    order; groups are kept for later runs (a group costs a rendezvous, no tensor memory)."""
+    mine = None
+    start = 0
+    for i, s in enumerate(plan.stages):
+        ranks = tuple(range(start, start + s.degree))
+        start += s.degree
+        if s.degree == 1:
+            continue
+        if ranks not in groups:
+            groups[ranks] = dist.new_group(list(ranks), backend=backend)
+        if i == stage:
+            mine = groups[ranks]
+    return mine
+
+
+def device_mesh(groups: dict, group, device_type: str):
+    """The stage's DeviceMesh, made once per sub-group, kept and uncounted (as the process
+    group is): it holds a small tensor (8 bytes seen) that would otherwise count in every
+    later run of this process, whatever stage it runs."""
+    from torch.distributed.device_mesh import DeviceMesh
+    key = ("mesh", id(group), device_type)
+    if key not in groups:
+        with memtrack.suspended() if memtrack.installed() else contextlib.nullcontext():
+            groups[key] = DeviceMesh.from_group(group, device_type)
+    return groups[key]
+
+
+def synchronous_collectives() -> None:
+    """DTensor's collectives return AsyncCollectiveTensors in eager mode: gloo completes
+    them on its own thread and their buffers are freed whenever the consumer happens to
+    wait, so the same run's peak varied by a few KiB from run to run. Waiting at once (what
+    the functional collectives do under tracing) makes the peak repeat; the traffic and
+    the buffers are the same."""
+    from torch.distributed import _functional_collectives as funcol
+    funcol._maybe_wrap_tensor = funcol.wait_tensor
+
+
+def tensor_parallel(layers: nn.Module, mesh) -> tuple[str, ...]:
+    """Shard ``layers`` in place over ``group`` (module docstring); returns the names of
+    the Linears left replicated because the degree does not divide their sharded size."""
+    from torch.distributed.tensor import Replicate
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel, RowwiseParallel, parallelize_module,
+    )
+
+    k = mesh.size()
+    plan: dict = {}
+    paired: set = set()
+    for prefix, mod in layers.named_modules():
+        if not isinstance(mod, nn.Sequential):
+            continue
+        kids = list(mod.named_children())
+        for i, (name, child) in enumerate(kids):
+            if not isinstance(child, nn.Linear) or f"{prefix}.{name}" in paired:
+                continue
+            j = i + 1
+            while j < len(kids) and isinstance(kids[j][1], ELEMENTWISE):
+                j += 1
+            if j < len(kids) and isinstance(kids[j][1], nn.Linear) \
+                    and child.out_features % k == 0:
+                first, second = (f"{prefix}.{name}".lstrip("."),
+                                 f"{prefix}.{kids[j][0]}".lstrip("."))
+                plan[first], plan[second] = ColwiseParallel(), RowwiseParallel()
+                paired |= {f"{prefix}.{name}", f"{prefix}.{kids[j][0]}"}
+    replicated = []
+    for name, mod in layers.named_modules():
+        if isinstance(mod, nn.Linear) and name not in plan:
+            if mod.out_features % k == 0:
+                plan[name] = ColwiseParallel(output_layouts=Replicate())
+            else:
+                replicated.append(name)
+    if plan:
+        parallelize_module(layers, mesh, plan)
+    return tuple(replicated)
+
+
+def _sum_hook(group, bucket):
+    """DDP comm hook: sum the bucket over the stage's devices (module docstring)."""
+    work = dist.all_reduce(bucket.buffer(), group=group, async_op=True)
+    return work.get_future().then(lambda fut: fut.value()[0])
+
+
+def _tensors(x) -> list:
+    return list(x) if isinstance(x, (tuple, list)) else [x]
+
+
+def _plain(t: torch.Tensor) -> torch.Tensor:
+    """A tensor-parallel output may be an AsyncCollectiveTensor; wait for it."""
+    wait = getattr(t, "wait", None)
+    return wait() if callable(wait) and not isinstance(t, nn.Parameter) else t
+
+
+def _tag(module: nn.Module) -> None:
+    """Weights/gradients categories of the CPU breakdown; DTensor parameters are tagged by
+    their local shard."""
+    def local(t):
+        return t.to_local() if hasattr(t, "to_local") else t
+
+    for t in list(module.parameters()) + list(module.buffers()):
+        memtrack.retag(local(t), memtrack.WEIGHTS)
+
+    def hook(param):
+        memtrack.retag(local(param.grad), memtrack.GRADIENTS)
+
+    for p in module.parameters():
+        if p.requires_grad:
+            p.register_post_accumulate_grad_hook(hook)
+
+
+class _Links:
+    """The point-to-point traffic of one device with its neighbour stages."""
+
+    def __init__(self, plan: HybridPlan, rank: int, micro: int, device, res: Resident):
+        self.plan, self.rank, self.micro, self.device = plan, rank, micro, device
+        self.all = places(plan)
+        self.me = self.all[rank]
+        s = self.me.stage
+        first, last = plan_bounds(plan)[s]
+        self.first_layer, self.last_layer = first, last
+        self.in_meta = _tensors(res.shapes[first - 1] if first > 0 else res.shapes[-1])
+        self.out_meta = _tensors(res.shapes[last])
+        self.need = need_rows(self.me.config, micro, self.me.local)
+
+    def _devices(self, stage: int) -> list[Place]:
+        return [p for p in self.all if p.stage == stage]
+
+    def _holders(self, stage: int) -> list[tuple[int, tuple[int, int]]]:
+        ps = self._devices(stage)
+        rows = holder_rows(ps[0].config, self.micro)
+        return [(p.start + p.local, r) for p, r in zip(ps, rows) if r[1] > r[0]]
+
+    @staticmethod
+    def _overlap(a, b):
+        lo, hi = max(a[0], b[0]), min(a[1], b[1])
+        return (lo, hi) if hi > lo else None
+
+    def _exchange(self, sends, recvs):
+        """sends: [(dst, tensor, tag)], recvs: [(src, buffer, tag)]; all complete on return."""
+        ops = [dist.P2POp(dist.isend, t, dst, tag=tag) for dst, t, tag in sends]
+        ops += [dist.P2POp(dist.irecv, b, src, tag=tag) for src, b, tag in recvs]
+        if ops:
+            for work in dist.batch_isend_irecv(ops):
+                work.wait()
+
+    def forward_send(self, out, mb: int) -> None:
+        """Send the rows this device holds to every device of the next stage needing them."""
+        s = self.me.stage
+        mine = dict(self._holders(s)).get(self.rank)
+        if mine is None:
+            return
+        my_need = self.need
+        sends = []
+        for p in self._devices(s + 1):
+            want = need_rows(p.config, self.micro, p.local)
+            part = self._overlap(mine, want)
+            if part:
+                a, b = part[0] - my_need[0], part[1] - my_need[0]
+                for i, t in enumerate(_tensors(out)):
+                    sends.append((p.start + p.local, _plain(t.detach())[a:b].contiguous(),
+                                  _tag_of(mb, i, False)))
+        self._exchange(sends, [])
+
+    def forward_recv(self, mb: int):
+        """This device's input rows from the previous stage, as a leaf that requires grad
+        where the activation does; and the parts' (src, rows) for sending gradients back."""
+        parts = []
+        recvs = []
+        for src, rows in self._holders(self.me.stage - 1):
+            part = self._overlap(rows, self.need)
+            if part:
+                bufs = [torch.empty((part[1] - part[0],) + tuple(m.shape[1:]), dtype=m.dtype,
+                                    device=self.device) for m in self.in_meta]
+                parts.append((src, part, bufs))
+                recvs += [(src, b, _tag_of(mb, i, False)) for i, b in enumerate(bufs)]
+        self._exchange([], recvs)
+        xs = []
+        for i, m in enumerate(self.in_meta):
+            t = torch.cat([p[2][i] for p in parts]) if len(parts) > 1 else parts[0][2][i]
+            xs.append(t.requires_grad_(m.requires_grad and t.is_floating_point()))
+        del recvs
+        return (tuple(xs) if len(xs) > 1 else xs[0]), [(src, part) for src, part, _ in parts]
+
+    def backward_send(self, x, parts, mb: int) -> None:
+        """The gradients of this device's input rows, to the devices that sent them; only
+        the holders of the rows send (device 0 of a pp/tp stage, every dp device)."""
+        if self.rank not in dict(self._holders(self.me.stage)):
+            return
+        sends = []
+        for src, part in parts:
+            a, b = part[0] - self.need[0], part[1] - self.need[0]
+            for i, t in enumerate(_tensors(x)):
+                if t.grad is not None:
+                    sends.append((src, t.grad[a:b].contiguous(), _tag_of(mb, i, True)))
+        self._exchange(sends, [])
+
+    def backward_recv(self, out, mb: int, group):
+        """The gradients of this device's output rows (None for outputs without grad);
+        on a pp/tp stage device 0 receives them all and broadcasts them in the stage."""
+        outs = _tensors(out)
+        grads = [torch.empty_like(_plain(t.detach())) if t.requires_grad else None
+                 for t in outs]
+        mine = dict(self._holders(self.me.stage)).get(self.rank)
+        if mine is not None:
+            recvs = []
+            for holder, rows in self._holders(self.me.stage + 1):
+                part = self._overlap(mine, rows)
+                if part:
+                    a, b = part[0] - self.need[0], part[1] - self.need[0]
+                    recvs += [(holder, g[a:b], _tag_of(mb, i, True))
+                              for i, g in enumerate(grads) if g is not None]
+            # Slices of the gradient are views; gloo receives into contiguous buffers
+            # only, so receive into fresh ones and copy.
+            bufs = [(src, torch.empty_like(v), tag, v) for src, v, tag in recvs]
+            self._exchange([], [(src, b, tag) for src, b, tag, _ in bufs])
+            for _, b, _, v in bufs:
+                v.copy_(b)
+            del bufs
+        if self.me.config.parallel != "dp" and self.me.config.degree > 1:
+            for g in grads:
+                if g is not None:
+                    dist.broadcast(g, src=self.me.start, group=group)
+        return outs, grads
+
+
+def _tag_of(mb: int, i: int, backward: bool) -> int:
+    return (2 * mb + int(backward)) * 64 + i
+
+
+def plan_bounds(plan: HybridPlan) -> list[tuple[int, int]]:
+    out, first = [], 0
+    for s in plan.stages:
+        out.append((first, first + s.layers - 1))
+        first += s.layers
+    return out
+
+
+def run_device(res: Resident, setup: Setup, plan, rank: int, groups: dict,
+               local_device: Optional[int] = None) -> StageResult:
+    """Train device ``rank``'s part of ``plan`` for 2 iterations; its peak over that window
+    (``losses``: the whole batch's loss per iteration, on the last stage's device 0)."""
+    plan = as_plan(plan)
+    pl = places(plan)[rank]
+    s = pl.stage
+    is_first, is_last = s == 0, s == len(plan.stages) - 1
+    device = stage_device(setup, rank, local_device)
+    group = stage_group(groups, plan, s, None)  # None: the world's backend
+    micro = check_micro_batches(plan, setup.batch_size, setup.chunks)
+    links = _Links(plan, rank, micro, device, res)
+    mesh = None
+    if pl.config.parallel == "tp":
+        synchronous_collectives()
+        mesh = device_mesh(groups, group, device.type)
+    window = Window([device], setup.capacity_bytes)  # from a clean slate (train.clean_slate)
+    objects: list = []
+    first, last = links.first_layer, links.last_layer
+    try:
+        window.limit()
+        torch.manual_seed(SEED)
+        layers = copy.deepcopy(res.module[first:last + 1]).to(device)
+        replicated: tuple = ()
+        if pl.config.parallel == "tp":
+            replicated = tensor_parallel(layers, mesh)
+        if device.type == "cpu":
+            _tag(layers)
+        stage_mod: nn.Module = Recomputed(layers, setup.checkpoint, setup.chunks)
+        recomputed = stage_mod
+        ddp = None
+        if pl.config.parallel == "dp":
+            from torch.nn.parallel import DistributedDataParallel
+            ddp = DistributedDataParallel(
+                stage_mod, process_group=group,
+                device_ids=[device.index] if device.type == "cuda" else None)
+            ddp.register_comm_hook(group, _sum_hook)
+            stage_mod = ddp
+        optimizer = make_optimizer(setup, layers.parameters())
+        objects += [layers, stage_mod, optimizer]
+        a, b = links.need
+        losses: list[float] = []
+        gc.collect()
+        window.start()
+        start = time.perf_counter()
+        for _ in range(ITERATIONS):
+            if optimizer is not None:
+                optimizer.zero_grad(set_to_none=True)
+            recomputed.new_step()
+            saved, loss_sum = [], 0.0
+            no_sync = ddp.no_sync if ddp is not None else contextlib.nullcontext
+            for mb in range(setup.chunks):
+                rows = slice(mb * micro + a, mb * micro + b)
+                if is_first:
+                    x, parts = res.inputs[rows].to(device, copy=True), []
+                else:
+                    x, parts = links.forward_recv(mb)
+                with no_sync():
+                    out = stage_mod(x)
+                if is_last:
+                    target = res.targets[rows].to(device, copy=True)
+                    # The gradient of the whole batch's mean loss: this device's rows are
+                    # (b - a) of the m rows of one of C micro-batches.
+                    loss = res.loss(out, target) * ((b - a) / micro / setup.chunks)
+                    loss_sum += float(loss.detach())
+                    saved.append((x, parts, loss, None))
+                    del target, out
+                else:
+                    links.forward_send(out, mb)
+                    saved.append((x, parts, None, out))
+                del x, parts
+            for mb in reversed(range(setup.chunks)):
+                x, parts, loss, out = saved.pop()
+                last_backward = mb == 0
+                if ddp is not None and last_backward:
+                    # As torch.distributed.pipelining does for a DDP stage: forwards ran
+                    # under no_sync, so the reducer is armed by hand for the last backward.
+                    ddp.reducer.prepare_for_backward([])
+                ctx = no_sync() if ddp is not None and not last_backward \
+                    else contextlib.nullcontext()
+                with ctx:
+                    if is_last:
+                        loss.backward()
+                    else:
+                        outs, grads = links.backward_recv(out, mb, group)
+                        pairs = [(o, g) for o, g in zip(outs, grads) if g is not None]
+                        torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
+                        del outs, grads, pairs
+                if not is_first:
+                    links.backward_send(x, parts, mb)
+                del x, parts, loss, out
+            if optimizer is not None:
+                with memtrack.tagged(memtrack.OPTIMIZER) if device.type == "cpu" \
+                        else contextlib.nullcontext():
+                    optimizer.step()
+            losses.append(loss_sum)
+            window.mark_iteration()
+        seconds = time.perf_counter() - start
+        window.stop()
+        if is_last and pl.config.parallel == "dp":
+            total = torch.tensor(losses, dtype=torch.float64)
+            dist.all_reduce(total, group=group)
+            losses = total.tolist()
+        keep = is_last and pl.local == 0
+        note = f"tp replicated {', '.join(replicated)}" if replicated else None
+        return StageResult(rank, "ok", window.peaks()[0], window.breakdowns()[0], seconds,
+                           iteration_peaks=tuple(p[0] for p in window.iteration_peaks),
+                           held_before=window.held_before,
+                           losses=tuple(losses) if keep else (), note=note)
+    except Exception as exc:  # a run's failure is data (ARCHITECTURE.md, Records)
+        window.stop()
+        status, message = classify(exc)
+        where = f"device {rank} (stage {s}, {pl.config.text}, layers {first}..{last})"
+        return StageResult(rank, status, error=f"{where}: {message}")
+    finally:
+        objects.clear()
+        gc.collect()

@@ -1,0 +1,146 @@
+"""Profiling for hybrid stages (CAPTURE III-A1): ``profile ... --parallel dp,tp``.
+
+For each kind (dp, tp) and degree k in 2 and 4, the G devices of the setup (``--stages``)
+are grouped into S = G // k sub-meshes of k devices, and the pipeline profiling
+partitionings of the L layers over S stages (the profile's own scheme: mCAP 3.1 or CAPTURE's
+Description 1) are run with every stage k-way data- or tensor-parallel, on engine hybrid
+(``mcap.runner.hybrid``, one process per device). A degree is profiled only when S >= 2
+(one sub-mesh would hold every layer, and no layer's statistics could be told apart), so
+``--stages 4`` gives the 2-way runs and ``--stages 8`` the 2- and 4-way runs; degrees above
+4 are predicted (III-B3), never profiled. On the CPU the devices are stage processes, so
+the degree is bounded by ``--stages`` alone.
+
+Per-device statistics: every device of a stage holds the same layers, and a stage's peak
+is the highest of its devices (equal for dp; on a tp stage device 0 also sends and
+receives the stage's activations and gradients, so it can read a little more). mem_isolated and mem_added then follow from those per-stage
+peaks exactly as for pipeline stages (``mcap.core.stats.extract``, mCAP 3.1). The runs are
+kept with their per-device peaks in ``Profile.variants`` and recorded in the store in the
+``hybrid:<layout>`` study of their plan (``mcap.core.hybrid.store_engine``), so an
+interrupted profile resumes without measuring them again and none is ever read as a
+pipeline-only run.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from typing import Optional, Sequence, TextIO
+
+from mcap.core.errors import McapError
+from mcap.core.hybrid import HybridPlan, StageConfig, check_micro_batches, store_engine
+from mcap.core.types import LayerStats, Profile, Run, Setup, VariantStats
+from mcap.store import Store
+from mcap.workflow.progress import ProgressBar
+
+KINDS = ("dp", "tp")
+DEGREES = (2, 4)  # CAPTURE profiles 2- and 4-way only (III-A1)
+
+
+def parse_kinds(text: str) -> tuple[str, ...]:
+    """``dp,tp`` -> ("dp", "tp"); McapError naming an unknown kind."""
+    kinds = tuple(dict.fromkeys(k.strip() for k in str(text).split(",") if k.strip()))
+    bad = [k for k in kinds if k not in KINDS]
+    if bad or not kinds:
+        raise McapError(f"--parallel {text!r}: expected a comma-separated list of "
+                        f"{' and '.join(KINDS)}, e.g. dp,tp")
+    return kinds
+
+
+def variant_degrees(kinds: Sequence[str], devices: int) -> list[tuple[str, int]]:
+    """The (kind, degree) sets this many devices allow (module docstring)."""
+    return [(kind, k) for kind in kinds for k in DEGREES if devices // k >= 2]
+
+
+def variant_plans(num_layers: int, sub_meshes: int, kind: str, degree: int,
+                  scheme: str) -> list[HybridPlan]:
+    """The pipeline profiling partitionings over ``sub_meshes`` stages, each stage k-way."""
+    from mcap.core.plan import profiling_plan
+    return [HybridPlan(tuple(StageConfig(n, kind, degree) for n in balance))
+            for balance in profiling_plan(num_layers, sub_meshes, scheme).runs]
+
+
+def _stage_peaks(plan: HybridPlan, run: Run) -> Run:
+    """The run with one peak per stage, the highest of its devices."""
+    if run.peaks is None:
+        return dataclasses.replace(run, balance=plan.balance, breakdown=None)
+    stage_of = plan.device_stage()
+    peaks = tuple(max(p for d, p in enumerate(run.peaks) if stage_of[d] == s)
+                  for s in range(len(plan.stages)))
+    return dataclasses.replace(run, balance=plan.balance, peaks=peaks, breakdown=None)
+
+
+def profile_variant(spec: str, info, setup: Setup, store: Store, kind: str, degree: int,
+                    scheme: str, *, timeout: float, stream: Optional[TextIO] = None,
+                    machine=None) -> tuple[VariantStats, int, int]:
+    """Profile one (kind, degree): (VariantStats, runs measured now, runs found stored)."""
+    from mcap.core.stats import extract
+
+    subs = setup.stages // degree
+    plans = variant_plans(info.num_layers, subs, kind, degree, scheme)
+    run_setup = dataclasses.replace(setup, stages=subs * degree, engine="hybrid",
+                                    schedule="gpipe")
+    check_micro_batches(plans[0], setup.batch_size, setup.chunks)
+    bar = ProgressBar(len(plans), f"profile {kind}{degree}", stream=stream)
+    measured = reused = 0
+    device_runs: list[Run] = []
+    stage_runs: list[Run] = []
+    with contextlib.ExitStack() as stack:
+        runner = None
+        for plan in plans:
+            study = store.study(info, dataclasses.replace(
+                setup, stages=subs, engine=store_engine(plan)))
+            found = store.find_run(study, plan.balance, machine=machine) \
+                if machine is not None else None
+            if found is not None:
+                # The store keeps the per-stage record; per-device peaks are not stored.
+                reused += 1
+                bar.advance(plan.balance, measured=False, note="stored")
+                device_runs.append(found)
+                stage_runs.append(found)
+                continue
+            if runner is None:
+                from mcap.runner import open_runner
+                runner = stack.enter_context(open_runner(spec, run_setup, timeout=timeout))
+                machine = machine or runner.machine
+            bar.start(plan.balance)
+            run = runner.measure_plan(plan)
+            staged = _stage_peaks(plan, run)
+            store.record_run(study, staged, kind="profile", machine=runner.machine)
+            measured += 1
+            bar.advance(plan.balance, measured=True, note=run.status)
+            device_runs.append(run)
+            stage_runs.append(staged)
+        bar.close()
+    stats: LayerStats = extract(stage_runs, info.num_layers)
+    return (VariantStats(setup.batch_size, stats, kind, degree, tuple(device_runs)),
+            measured, reused)
+
+
+def check_parallel(kinds: Sequence[str], setup: Setup) -> list[tuple[str, int]]:
+    """The (kind, degree) sets to profile, or McapError naming the values, before any run."""
+    todo = variant_degrees(kinds, setup.stages)
+    if not todo:
+        raise McapError(f"--parallel {','.join(kinds)} needs at least 4 devices (2 sub-meshes "
+                        f"of 2); --stages is {setup.stages}")
+    for kind, degree in todo:
+        stages = (StageConfig(1, kind, degree),)
+        check_micro_batches(HybridPlan(stages), setup.batch_size, setup.chunks)
+    return todo
+
+
+def add_parallel_variants(prof: Profile, spec: str, store: Store, kinds: Sequence[str],
+                          scheme: str = "mcap", *, timeout: float,
+                          stream: Optional[TextIO] = None) -> Profile:
+    """``prof`` with a VariantStats per (kind, degree) the setup's devices allow (CAPTURE
+    III-A1); McapError when they allow none, naming the device count."""
+    setup = prof.setup
+    todo = check_parallel(kinds, setup)
+    variants = [v for v in prof.variants if (v.parallel, v.degree) not in set(todo)]
+    for kind, degree in todo:
+        v, _, _ = profile_variant(spec, prof.model, setup, store, kind, degree, scheme,
+                                  timeout=timeout, stream=stream, machine=prof.machine)
+        variants.append(v)
+    return dataclasses.replace(prof, variants=tuple(variants))
+
+
+__all__ = ["KINDS", "DEGREES", "parse_kinds", "variant_degrees", "variant_plans", "check_parallel",
+           "profile_variant", "add_parallel_variants"]

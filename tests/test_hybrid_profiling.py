@@ -1,0 +1,56 @@
+"""Profiling for hybrid stages (CAPTURE III-A1, issue 15): ``profile --parallel dp,tp``
+runs the profiling partitionings over sub-meshes of k devices on engine hybrid and keeps
+per-device statistics per (kind, degree) in ``Profile.variants``."""
+from __future__ import annotations
+
+import pytest
+
+from mcap.core.errors import McapError
+from mcap.core.types import Setup
+from mcap.workflow.hybrid import check_parallel, parse_kinds, variant_degrees, variant_plans
+
+GPT = "gpt:layers=4,hidden=32,heads=2,vocab=64,seq=8"  # 6 layers
+
+
+def test_degrees_the_devices_allow():
+    assert variant_degrees(("dp", "tp"), 4) == [("dp", 2), ("tp", 2)]
+    assert variant_degrees(("dp", "tp"), 8) == [("dp", 2), ("dp", 4), ("tp", 2), ("tp", 4)]
+    assert variant_degrees(("tp",), 3) == []
+    assert parse_kinds("tp, dp,tp") == ("tp", "dp")
+    with pytest.raises(McapError, match="'dp,pp'"):
+        parse_kinds("dp,pp")
+    with pytest.raises(McapError, match="needs at least 4 devices .* --stages is 3"):
+        check_parallel(("dp",), Setup(stages=3, batch_size=8, chunks=2))
+    with pytest.raises(McapError, match="micro-batch size 3 .* degree 2"):
+        check_parallel(("dp",), Setup(stages=4, batch_size=6, chunks=2))
+
+
+def test_variant_plans_are_the_pipeline_plans_on_sub_meshes():
+    plans = variant_plans(6, 2, "tp", 2, "mcap")
+    assert plans and all(p.devices == 4 and len(p.stages) == 2 for p in plans)
+    assert all(s.parallel == "tp" and s.degree == 2 for p in plans for s in p.stages)
+    assert all(sum(p.balance) == 6 for p in plans)
+
+
+@pytest.mark.integration
+def test_profile_keeps_tensor_parallel_statistics(tmp_path):
+    from mcap.store import Store
+    from mcap.workflow.profiling import profile
+
+    setup = Setup(stages=4, batch_size=8, chunks=2)
+    with Store(tmp_path / "s.sqlite") as store:
+        result = profile(GPT, setup, tmp_path / "p.json", store=store, parallel=("tp",))
+        (v,) = result.profile.variants
+        assert (v.parallel, v.degree, v.batch_size) == ("tp", 2, 8)
+        assert len(v.runs) == len(variant_plans(6, 2, "tp", 2, "mcap"))
+        assert all(r.status == "ok" and len(r.peaks) == 4 for r in v.runs)  # per device
+        assert all(x > 0 for x in v.stats.mem_isolated)
+        # a tensor-parallel block holds about half the weights of a pipeline one
+        assert v.stats.mem_isolated[2] < 0.8 * result.profile.stats.mem_isolated[2]
+        again = store.load_profile(result.profile_id)
+        assert again.variants[0].stats == v.stats
+        # resumed: the runs are in the store, nothing is measured again
+        before = len(store.run_records())
+        second = profile(GPT, setup, None, store=store, parallel=("tp",))
+        assert second.profile.variants[0].stats == v.stats
+        assert len(store.run_records()) == before

@@ -47,9 +47,9 @@ def _cover(p: Problem, acts: list, s: int, cap: int, d2d: bool, skip=()) -> Opti
     while o.peaks[s] > cap:
         best = None
         for l in p.layers(s):
-            if acts[l].action != "keep" or l in skip or p.saved[l] == 0:
+            if acts[l].action != "keep" or l in skip or p.movable(l) == 0:
                 continue
-            freed = p.held[s] * p.saved[l]
+            freed = p.held[s] * p.movable(l)
             opts = [("recompute", None), ("swap", None)]
             if d2d:
                 opts += [("d2d", t) for t in range(p.stages)
@@ -82,7 +82,7 @@ def _exchanges(p: Problem, kept: list, s: int, l: int) -> list:
     of its options cheaper than ``l``'s current one (the caller checks fit and cost)."""
     out = []
     for m in p.layers(s):
-        if m == l or kept[m].action != "keep" or p.saved[m] == 0:
+        if m == l or kept[m].action != "keep" or p.movable(m) == 0:
             continue
         for action in ("recompute", "swap", "d2d"):
             targets = [t for t in range(p.stages) if t != s] if action == "d2d" else [None]

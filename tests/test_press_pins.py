@@ -26,12 +26,13 @@ def test_profiler_names_the_owner_of_each_passed_tensor():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4), nn.Tanh())
     x = torch.randn(3, 8, requires_grad=True)
-    saved, bounds = saved_and_boundaries(model, x)
+    saved, bounds, shared = saved_and_boundaries(model, x)
     f = 4  # float32
     # Linear saves its input (the model's input: never counted), ReLU its output, the next
     # Linear the ReLU's output again (already owned by ReLU), Tanh its output.
     assert saved == [0, 3 * 16 * f, 0, 3 * 4 * f]
-    assert bounds == ((), (), ((1, 3 * 16 * f),), (), ((3, 3 * 4 * f),))
+    assert bounds == ((), ((-1, 3 * 16 * f),), ((1, 3 * 16 * f),), ((-1, 3 * 4 * f),), ((3, 3 * 4 * f),))
+    assert shared == ((1, 2, 3 * 16 * f),)  # the ReLU output the next Linear saves too
 
 
 def _toy(bounds, balance=(2, 2), saved=(10 * MiB,) * 4, held_schedule="gpipe", chunks=2):
@@ -67,19 +68,40 @@ def test_recompute_segment_keeps_its_input():
     assert both.pinned[0] == 0
 
 
+def test_recomputing_a_shared_storage_frees_it_only_with_every_saver():
+    # VGG's relu (layer 1) owns its output, which the pooling (layer 2) saves too; the
+    # conv's output (boundary 1) is saved by no layer
+    bounds = ((), ((-1, 5 * MiB),), ((1, 4 * MiB),), (), ())
+    p = _toy(bounds, balance=(3, 1), saved=(2 * MiB, 4 * MiB, 1 * MiB, 10 * MiB))
+    p = problem_from("toy", (3, 1), (100 * MiB, 100 * MiB), "gpipe", 2,
+                     [2 * MiB, 4 * MiB, 1 * MiB, 10 * MiB], [0.01] * 4, 1e9, 1e9,
+                     boundaries=bounds, shared=((1, 2, 4 * MiB),))
+    relu = outcome(p, [K(0), K(1, "recompute"), K(2), K(3)])
+    # the relu's output stays (the pool holds it) and the conv's output is kept by the
+    # checkpoint: the stage's peak rises
+    assert relu.pinned[0] == 2 * 4 * MiB + 2 * 5 * MiB and relu.peaks[0] > p.base[0]
+    both = outcome(p, [K(0), K(1, "recompute"), K(2, "recompute"), K(3)])
+    assert both.pinned[0] == 2 * 5 * MiB  # only the segment's unsaved input
+    swap = outcome(p, [K(0), K(1, "swap"), K(2), K(3)])
+    assert swap.pinned[0] == 0 and swap.peaks[0] < p.base[0]
+
+
 def _case(seed):
     rng = random.Random(seed)
     L = 5
     saved = [rng.randint(1, 30) * MiB for _ in range(L)]
-    bounds = [()] + [tuple((o, rng.randint(1, saved[o] // MiB) * MiB)
-                           for o in {rng.choice([b - 1, min(b, L - 1)])}) for b in range(1, L + 1)]
+    bounds = [()] + [tuple((o, rng.randint(1, saved[o] // MiB) * MiB if o >= 0 else MiB)
+                           for o in {rng.choice([b - 1, min(b, L - 1), -1])})
+                     for b in range(1, L + 1)]
+    shared = [(o, o + rng.randint(1, 2), MiB) for o in range(L - 2) if rng.random() < 0.4]
     p = problem_from("toy", (3, 2), (400 * MiB, 300 * MiB), "gpipe", 2, saved,
-                     [rng.uniform(0.001, 0.02) for _ in range(L)], 1e8, 2e8, boundaries=bounds)
+                     [rng.uniform(0.001, 0.02) for _ in range(L)], 1e8, 2e8, boundaries=bounds,
+                     shared=shared)
     lo, hi = smallest_capacity(p), max(p.base)
     return p, int(lo + rng.uniform(0, 1) * (hi - lo))
 
 
-@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("seed", range(8))
 def test_milp_is_exact_with_pins(seed):
     p, cap = _case(seed)
     opts = [[K(l)] + [K(l, a) for a in ("recompute", "swap")]
@@ -93,6 +115,7 @@ def test_milp_is_exact_with_pins(seed):
         assert max(outcome(p, [a for st in plan.stages for a in st]).peaks) <= cap
     assert not any(outcome(p, a).fits(smallest_capacity(p) - 1)
                    for a in itertools.product(*opts))
+    assert max(outcome(p, [K(l, "swap") for l in range(5)]).peaks) <= smallest_capacity(p)
 
 
 def test_boundaries_round_trip_and_older_files_load(tmp_path):
@@ -105,6 +128,7 @@ def test_boundaries_round_trip_and_older_files_load(tmp_path):
     assert jsonio.load_profile(tmp_path / "q.profile.json").press == q.press
     d = jsonio.to_dict(q)
     d["press"]["boundaries"][3] = [[n, 64]]
+    d["press"]["shared"] = [[2, 1, 64]]
     (tmp_path / "bad.profile.json").write_text(json.dumps(d))
     with pytest.raises(SchemaError, match=r"press.boundaries\[3\]\[0\]\[0\]"):
         jsonio.load_profile(tmp_path / "bad.profile.json")

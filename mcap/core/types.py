@@ -166,12 +166,15 @@ class PressStats:
     ``owner`` being the layer whose ``saved_bytes`` counts them. A pipeline holds a stage's
     input and output micro-batches until backward whatever a plan says (and a recompute
     segment's checkpoint holds its input), so these bytes cannot be freed when ``b`` is such
-    a boundary (``mcap.core.press.model``)."""
+    a boundary (``mcap.core.press.model``); owner ``-1``: a passed tensor no layer saves.
+    ``shared``: ``(owner, last, bytes)`` triples, storages ``owner`` saves first that later
+    layers up to ``last`` save too (recomputing ``owner`` alone does not free them)."""
     saved_bytes: tuple[int, ...]
     forward_seconds: tuple[float, ...]
     host_bandwidth: float
     d2d_bandwidth: float
     boundaries: tuple[tuple[tuple[int, int], ...], ...] = ()
+    shared: tuple[tuple[int, int, int], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,11 @@ process on the setup's device with the setup's intra-op threads:
 * ``boundaries[b]``: which of those storages are the tensor passed from layer ``b - 1`` to
   layer ``b``, as ``(owner, bytes)`` pairs: what a stage boundary (or a recompute
   segment's input) at ``b`` pins whatever the plan (``mcap.core.press.model`` subtracts
-  them from what reducing the owner frees).
+  them from what reducing the owner frees); owner ``-1``: a passed tensor no layer saves
+  (a recompute segment starting at ``b`` keeps it alive, which costs its bytes).
+* ``shared``: ``(owner, last, bytes)``: storages ``owner`` saves that later layers up to
+  ``last`` save too (a ReLU's output the next pooling saves): recomputing ``owner`` frees
+  them only when every layer up to ``last`` is recomputed in the same segment.
 * ``forward_seconds[l]``: the layer's forward time per micro-batch with autograd
   recording (what recomputing it costs), the median of ``repeats`` after one warm-up.
 * ``host_bandwidth``: bytes per second of one direction of a host swap done the way the
@@ -57,13 +61,13 @@ def measure(spec: str, setup: Setup, repeats: int = REPEATS) -> PressStats:
         module = built.module.to(device)
         inputs, _ = built.example_batch(setup.batch_size)
         x = inputs[: micro_batch(setup)].to(device)
-        saved, bounds = saved_and_boundaries(module, x)
+        saved, bounds, shared = saved_and_boundaries(module, x)
         forward = forward_seconds(module, x, repeats, device)
         host = host_bandwidth(device, repeats)
         d2d = d2d_bandwidth(device, repeats)
     finally:
         torch.set_num_threads(old)
-    return PressStats(tuple(saved), tuple(forward), host, d2d, bounds)
+    return PressStats(tuple(saved), tuple(forward), host, d2d, bounds, shared)
 
 
 def _storages(out) -> list:
@@ -84,6 +88,7 @@ def saved_and_boundaries(module: torch.nn.Sequential, x: torch.Tensor):
             for t in list(module.parameters()) + list(module.buffers())}
     skip.add(x.untyped_storage().data_ptr())
     owner: dict[int, int] = {}
+    last: dict[int, int] = {}  # storage -> the last layer that saves it
     sizes = [0] * len(module)
     current = [0]
     held = []  # the saved tensors' storages stay alive, so addresses are not reused
@@ -95,6 +100,8 @@ def saved_and_boundaries(module: torch.nn.Sequential, x: torch.Tensor):
             owner[key] = current[0]
             sizes[current[0]] += storage.nbytes()
             held.append(storage)
+        if key in owner:
+            last[key] = current[0]
         return t
 
     passed = [_storages(x)]  # per boundary; kept alive so no address is reused meanwhile
@@ -105,15 +112,21 @@ def saved_and_boundaries(module: torch.nn.Sequential, x: torch.Tensor):
             out = layer(out)
             passed.append(_storages(out))
     bounds = []
-    for storages in passed:
+    for b, storages in enumerate(passed):
         by_owner: dict[int, int] = {}
-        for key in {st.data_ptr(): st for st in storages}.items():
-            ptr, st = key
-            if ptr in owner and ptr not in skip:
-                by_owner[owner[ptr]] = by_owner.get(owner[ptr], 0) + st.nbytes()
+        for ptr, st in {st.data_ptr(): st for st in storages}.items():
+            if ptr in skip or not ptr or b == 0:
+                continue
+            o = owner.get(ptr, -1)  # -1: saved by no layer (freed after its reader runs)
+            by_owner[o] = by_owner.get(o, 0) + st.nbytes()
         bounds.append(tuple(sorted(by_owner.items())))
+    nbytes = {st.data_ptr(): st.nbytes() for st in held}
+    shared: dict[tuple[int, int], int] = {}
+    for ptr, o in owner.items():
+        if last[ptr] > o:
+            shared[(o, last[ptr])] = shared.get((o, last[ptr]), 0) + nbytes[ptr]
     del out, held, passed
-    return sizes, tuple(bounds)
+    return sizes, tuple(bounds), tuple((o, k, n) for (o, k), n in sorted(shared.items()))
 
 
 def forward_seconds(module: torch.nn.Sequential, x: torch.Tensor, repeats: int,

@@ -15,7 +15,9 @@ every other stage t, exactly one of them 1; for every stage a continuous transie
                  + held_s * sum_{i,o} bytes_io P_io
                  + sum_{l not in s} held_{s(l)} saved_l d2d_{l->s}  <= capacity   per stage
 
-(``saved`` is the movable part, ``Problem.movable``; P_io >= 0 like T_s)
+(``saved`` is the movable part, ``Problem.movable``; P_io >= 0 like T_s; o = -1, a tensor no
+layer saves, drops the keep term; a storage o shares with later savers up to k adds
+bytes (recompute_o - Y_ok) with 0 <= Y_ok <= recompute_m for m in o..k)
 
 which is ``model.outcome`` exactly (the max of the transient is exact at the optimum
 because T_s only appears on the left of a <=). Bytes enter the solver in MiB; the plan it
@@ -62,9 +64,15 @@ def _solve(p: Problem, bound: float, time_limit: float):
     pinned = [[] for _ in range(p.stages)]  # segment pins (model.py), exact at the optimum
     for i, pairs in enumerate(p.seg):
         for o, n in pairs:
-            v = prob.add_variable(f"P_{i}_{o}", lowBound=0)
-            prob += v >= x[i, "recompute", None] - x[i - 1, "recompute", None] - x[o, "keep", None]
-            pinned[stage[i]].append(min(n, mv[o]) / UNIT * v)
+            v = prob.add_variable(f"P_{i}_{'u' if o < 0 else o}", lowBound=0)
+            prob += v >= x[i, "recompute", None] - x[i - 1, "recompute", None] \
+                - (0 if o < 0 else x[o, "keep", None])
+            pinned[stage[i]].append((n if o < 0 else min(n, mv[o])) / UNIT * v)
+    for o, k, n in p.shared:  # freed by recomputing o only with every saver up to k (model.py)
+        y = prob.add_variable(f"Y_{o}_{k}", lowBound=0)
+        for m in range(o, k + 1):
+            prob += y <= x[m, "recompute", None]
+        pinned[stage[o]].append(min(n, mv[o]) / UNIT * (x[o, "recompute", None] - y))
     for s in range(p.stages):
         mine = p.layers(s)
         prob += (p.base[s] / UNIT

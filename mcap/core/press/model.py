@@ -34,8 +34,14 @@ partitioning, so the model stays additive). Likewise a recompute segment's check
 the segment's input: when a segment starts at layer ``i`` (not its stage's first), the
 storages passed into ``i`` stay, whatever their owner's action (a swapped owner's copy
 leaves, the original does not), so ``held[s]`` times their bytes are added back
-(*segment pins*; the MILP linearises it exactly). Profiles without ``boundaries`` (older
-files) pin nothing, the earlier, slightly optimistic model (BENCHMARKS.md).
+(*segment pins*), and a passed tensor no layer saves (a conv's output a ReLU reads) is kept
+alive by the checkpoint although keep-all frees it, so it costs ``held[s]`` times its bytes.
+A storage several layers save (``PressStats.shared``: a ReLU's output the next pooling
+saves too) is counted for its first saver; swapping that layer moves it for all of them,
+but recomputing it frees it only when every layer up to the last saver is recomputed in
+the same segment. All three are added back per stage (``Outcome.pinned``); the MILP
+linearises them exactly. Profiles without ``boundaries`` / ``shared`` (older files) pin
+nothing, the earlier, optimistic model (BENCHMARKS.md).
 
 **Time** (seconds per training iteration, MPress III-D's cost model: each optimisation's
 own penalty, and a swap is free when its live interval hides it):
@@ -91,6 +97,7 @@ class Problem:
     capacity: Optional[int] = None
     pinned: tuple[int, ...] = ()    # per layer: bytes of saved held as stage input/output
     seg: tuple = ()                 # per layer i: ((owner, bytes), ...) passed into i, same stage
+    shared: tuple = ()              # ((owner, last saver, bytes), ...), both on one stage
 
     def movable(self, l: int) -> int:
         """Bytes reducing layer ``l`` can move out (module docstring, pinned bytes)."""
@@ -188,7 +195,7 @@ def problem(profile: Profile, balance: Sequence[int], capacity: Optional[int] = 
                         profile.press.forward_seconds, profile.press.host_bandwidth,
                         profile.press.d2d_bandwidth, capacity,
                         overlap=profile.setup.device == "cuda",
-                        boundaries=profile.press.boundaries)
+                        boundaries=profile.press.boundaries, shared=profile.press.shared)
 
 
 def check_profile(profile: Profile) -> None:
@@ -206,7 +213,7 @@ def check_profile(profile: Profile) -> None:
 def problem_from(model: str, balance, base, schedule: str, chunks: int, saved, forward,
                  host_bandwidth: float, d2d_bandwidth: float,
                  capacity: Optional[int] = None, overlap: bool = True,
-                 boundaries: Sequence = ()) -> Problem:
+                 boundaries: Sequence = (), shared: Sequence = ()) -> Problem:
     """The problem from bare numbers (tests, benchmarks, scaling); ``overlap``: transfers
     may hide in live intervals (a device with copy engines, module docstring);
     ``boundaries``: ``PressStats.boundaries`` (empty: nothing pinned)."""
@@ -234,7 +241,13 @@ def problem_from(model: str, balance, base, schedule: str, chunks: int, saved, f
                    max_in_flight(schedule, len(balance), chunks), tuple(int(x) for x in saved),
                    tuple(float(x) for x in forward), chunks, costs,
                    tuple(min(x) for x in live), capacity,
-                   tuple(int(a + b) for a, b in zip(pin_in, pin_out)), seg)
+                   tuple(int(a + b) for a, b in zip(pin_in, pin_out)), seg,
+                   tuple((int(o), int(k), int(n)) for o, k, n in shared
+                         if 0 <= o < k < len(saved) and _same_stage(balance, o, k)))
+
+
+def _same_stage(balance, a: int, b: int) -> bool:
+    return any(lo <= a and b <= hi for lo, hi in windows(balance))
 
 
 def pins(balance: Sequence[int], saved: Sequence[int], boundaries: Sequence):
@@ -253,7 +266,7 @@ def pins(balance: Sequence[int], saved: Sequence[int], boundaries: Sequence):
                 if a <= owner <= z:
                     side[owner] += nbytes
         for i in range(a + 1, z + 1):
-            seg[i] = tuple((o, n) for o, n in boundaries[i] if a <= o <= z)
+            seg[i] = tuple((o, n) for o, n in boundaries[i] if a <= o <= z or o == -1)
     for l in range(L):
         pin_in[l] = min(pin_in[l], saved[l])
         pin_out[l] = min(pin_out[l], saved[l] - pin_in[l])
@@ -299,8 +312,14 @@ def outcome(p: Problem, actions: Sequence[LayerAction]) -> Outcome:
     if p.seg:
         for i in segment_starts(p, actions):
             for o, n in p.seg[i]:
-                if actions[o].action != "keep":
+                if o == -1:  # saved by no layer: keep-all frees it, the checkpoint keeps it
+                    pinned[stage[i]] += p.held[stage[i]] * n
+                elif actions[o].action != "keep":
                     pinned[stage[i]] += p.held[stage[i]] * min(n, p.movable(o))
+    for o, k, n in p.shared:
+        if actions[o].action == "recompute" and \
+                any(actions[m].action != "recompute" for m in range(o + 1, k + 1)):
+            pinned[stage[o]] += p.held[stage[o]] * min(n, p.movable(o))
     peaks = tuple(p.base[s] - sum(freed[s].values()) + transient[s] + received[s] + pinned[s]
                   for s in range(p.stages))
     return Outcome(peaks, added, tuple(freed), tuple(transient), tuple(received), tuple(pinned))

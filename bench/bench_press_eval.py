@@ -161,8 +161,12 @@ def report(results: list[dict]) -> None:
           f" (max {100 * max(errs['reduced'], default=0):.2f}%); reduced stages, earlier model "
           f"(nothing pinned) {100 * _pct(errs['reduced_old'], 0.9):.2f}%; reduced stages from the "
           f"measured keep-all peak {100 * _pct(errs['reduced_from_plain'], 0.9):.2f}%")
+    over = [100 * (max(r["measured"]) - r["capacity"]) / r["capacity"]
+            for res in results for r in res["rows"]]
     print(f"every device under capacity: {sum(fits)}/{len(fits)} plans "
-          f"({100 * sum(fits) / len(fits):.0f}%)")
+          f"({100 * sum(fits) / len(fits):.0f}%); largest overshoot {max(over):.2f}% of the "
+          f"capacity, within 1%: {sum(o <= 1 for o in over)}, within 2.5%: "
+          f"{sum(o <= 2.5 for o in over)}, within 5%: {sum(o <= 5 for o in over)}")
     costly = [(a, b) for a, b in times if a > 0]
     within = [abs(b - a) <= 0.25 * a for a, b in costly]
     print(f"added time: {sum(within)}/{len(costly)} plans with a predicted cost within 25% of "

@@ -123,9 +123,14 @@ def test_boundaries_round_trip_and_older_files_load(tmp_path):
     assert p.press is not None and p.press.boundaries == ()  # written before they were measured
     n = p.model.num_layers
     bounds = tuple(((b - 1, 64),) if 0 < b <= n else () for b in range(n + 1))
-    q = dataclasses.replace(p, press=dataclasses.replace(p.press, boundaries=bounds))
+    bounds = bounds[:2] + (((-1, 32), (1, 64)),) + bounds[3:]
+    q = dataclasses.replace(p, press=dataclasses.replace(p.press, boundaries=bounds,
+                                                         shared=((1, 3, 128),)))
     jsonio.save(q, tmp_path / "q.profile.json")
     assert jsonio.load_profile(tmp_path / "q.profile.json").press == q.press
+    from mcap.store import Store
+    with Store(tmp_path / "s.db") as s:
+        assert s.load_profile(s.save_profile(q)).press == q.press
     d = jsonio.to_dict(q)
     d["press"]["boundaries"][3] = [[n, 64]]
     d["press"]["shared"] = [[2, 1, 64]]

@@ -110,7 +110,10 @@ device = c.selectbox("Device", list(range(len(balance))), key="tl-press-device",
 capacity = int(cap_mib * 2**20)
 try:
     plan = solve(problem(profile, balance, capacity), capacity, method)
-    eff = effect(before, [x for stage in plan.stages for x in stage], tl, device)
+    # levels calibrated on the planner's keep-all peaks, so both curves share its scale
+    tl_p = simulate(balance, schedule, int(chunks),
+                    stage_memory(balance, params, before.base, setup.schedule, setup.chunks, copies))
+    eff = effect(before, [x for stage in plan.stages for x in stage], tl_p, device)
 except McapError as exc:
     st.error(str(exc))
     st.stop()
@@ -119,7 +122,7 @@ st.caption(f"Plan ({method}) under {fmt_bytes(capacity)}: device {device}'s pred
            f"after; {plan.predicted_added_seconds:.4f} s added per iteration. The curve shows "
            "when bytes leave and return on the teaching timeline above; the predicted peak also "
            "counts the one micro-batch brought back in backward.")
-chart(fig_tl.draw_press_effect(tl, eff, dataset=dataset_name("profile")), key="press-effect-chart",
+chart(fig_tl.draw_press_effect(tl_p, eff, dataset=dataset_name("profile")), key="press-effect-chart",
       name=f"press-effect-{device}")
 events = fig_tl.effect_frame(eff)
 st.dataframe(table_view(events, ("bytes",)), hide_index=True, key="press-effect-table", height=240)

@@ -120,7 +120,12 @@ def test_milp_is_exact_with_pins(seed):
 
 def test_boundaries_round_trip_and_older_files_load(tmp_path):
     p = jsonio.load_profile("data/vgg11-b8-never-cpu4-press.profile.json")
-    assert p.press is not None and p.press.boundaries == ()  # written before they were measured
+    assert p.press.boundaries[2] == ((1, 524288),) and (1, 2, 524288) in p.press.shared
+    d = jsonio.to_dict(p)
+    del d["press"]["boundaries"], d["press"]["shared"]  # a file written before they existed
+    (tmp_path / "old.profile.json").write_text(json.dumps(d))
+    old = jsonio.load_profile(tmp_path / "old.profile.json").press
+    assert old.boundaries == () and old.shared == () and old.saved_bytes == p.press.saved_bytes
     n = p.model.num_layers
     bounds = tuple(((b - 1, 64),) if 0 < b <= n else () for b in range(n + 1))
     bounds = bounds[:2] + (((-1, 32), (1, 64)),) + bounds[3:]

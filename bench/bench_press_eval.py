@@ -3,6 +3,8 @@ measured for real against their predictions.
 
     python bench/bench_press_eval.py                     # VGG11, GPT, AmoebaNet-D; 4 stages
     python bench/bench_press_eval.py --models gpt --repeats 5 --json out.json
+    python bench/bench_press_eval.py --models gpt-wide --repeats 5   # larger swaps, for the time
+    python bench/bench_press_eval.py --load data/press-eval-cpu4.json  # reprint, measure nothing
 
 Per model (4 CPU stages, GPipe, batch 8, 4 micro-batches, checkpoint never): profile with
 MPress statistics into a scratch store (``profile --press``), take mCAP's partitioning

@@ -8,6 +8,8 @@ from mcap.figures._style import balance_str, fmt_bytes, table_view
 from mcap.core.partition import parse_balance, validate
 from mcap.core.predict import predict
 from mcap.core.timeline import TIMELINE_SCHEDULES, explain, max_in_flight, simulate, stage_memory
+from mcap.core.press import METHODS, problem, smallest_capacity, solve
+from mcap.core.press.effect import effect
 from pages._shared import (
     caption_of, chart, current, dataset_name, downloads, remember, restore_url, shared,
 )
@@ -84,3 +86,43 @@ with st.expander("How the memory levels are estimated"):
 mem = fig_tl.memory_frame(tl)
 st.dataframe(table_view(mem, ("memory",)), hide_index=True, key="timeline-table", height=240)
 downloads(mem, f"mcap-timeline-{schedule}", "timeline")
+
+st.subheader("A memory-saving plan over this iteration")
+if profile.press is None:
+    st.info("With MPress statistics (`python -m mcap profile ... --checkpoint never --press`) this "
+            "section shows what a plan moves out of a device and brings back, and when.")
+    st.stop()
+try:
+    before = problem(profile, balance)
+except McapError as exc:
+    st.info(str(exc))
+    st.stop()
+least, top = smallest_capacity(before), max(before.base)
+a, b, c = st.columns(3)
+cap_mib = a.number_input("Capacity per device (MiB)", min_value=0.01, step=1.0,
+                         value=round((setup.capacity_bytes or (least + top) // 2) / 2**20, 2),
+                         key="tl-press-capacity",
+                         help=f"keep-all peak {fmt_bytes(top)}; the least any plan reaches "
+                              f"{fmt_bytes(least)}")
+method = b.selectbox("Planner", list(METHODS), key="tl-press-method")
+device = c.selectbox("Device", list(range(len(balance))), key="tl-press-device",
+                     index=max(range(len(balance)), key=lambda s: before.base[s]))
+capacity = int(cap_mib * 2**20)
+try:
+    plan = solve(problem(profile, balance, capacity), capacity, method)
+    # levels calibrated on the planner's keep-all peaks, so both curves share its scale
+    tl_p = simulate(balance, schedule, int(chunks),
+                    stage_memory(balance, params, before.base, setup.schedule, setup.chunks, copies))
+    eff = effect(before, [x for stage in plan.stages for x in stage], tl_p, device)
+except McapError as exc:
+    st.error(str(exc))
+    st.stop()
+st.caption(f"Plan ({method}) under {fmt_bytes(capacity)}: device {device}'s predicted peak "
+           f"{fmt_bytes(before.base[device])} before, {fmt_bytes(plan.predicted_peaks[device])} "
+           f"after; {plan.predicted_added_seconds:.4f} s added per iteration. The curve shows "
+           "when bytes leave and return on the teaching timeline above; the predicted peak also "
+           "counts the one micro-batch brought back in backward.")
+chart(fig_tl.draw_press_effect(tl_p, eff, dataset=dataset_name("profile")), key="press-effect-chart",
+      name=f"press-effect-{device}")
+events = fig_tl.effect_frame(eff)
+st.dataframe(table_view(events, ("bytes",)), hide_index=True, key="press-effect-table", height=240)

@@ -74,7 +74,7 @@ table = fig_press.savers_table(p, plan)
 chart(fig_press.draw_savers(table, capacity, balance, dataset_name("profile")),
       key="savers-bars", name=f"savers-{balance_str(balance)}")
 st.dataframe(table_view(table, ("before", "after", "recompute", "swap", "d2d", "received",
-                                "transient")), hide_index=True, key="savers-table")
+                                "transient", "segment")), hide_index=True, key="savers-table")
 downloads(table, f"mcap-savers-{balance_str(balance)}", "savers")
 chart(fig_press.draw_plan_grid(plan, dataset_name("profile")), key="savers-grid",
       name=f"plan-{balance_str(balance)}")

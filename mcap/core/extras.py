@@ -4,7 +4,9 @@
     "variants": [{"batch_size": 8, "parallel": "dp", "degree": 2,
                   "mem_isolated": [int, ...], "mem_added": [null, int, ...], "runs": [...]}],
     "press": {"saved_bytes": [int, ...], "forward_seconds": [float, ...],
-              "host_bandwidth": float, "d2d_bandwidth": float}
+              "host_bandwidth": float, "d2d_bandwidth": float,
+              "boundaries": [[[owner, bytes], ...], ...],    (optional: num_layers + 1 lists)
+              "shared": [[owner, last, bytes], ...]}          (optional)
 
 Reading checks every value (a file is data: types, ranges, lengths) and raises through the
 caller's ``fail(where, message)`` so the message names the file and the key. Runs are read
@@ -36,7 +38,11 @@ def press_to_json(press: PressStats) -> dict:
     return {"saved_bytes": [int(x) for x in press.saved_bytes],
             "forward_seconds": [float(x) for x in press.forward_seconds],
             "host_bandwidth": float(press.host_bandwidth),
-            "d2d_bandwidth": float(press.d2d_bandwidth)}
+            "d2d_bandwidth": float(press.d2d_bandwidth),
+            **({"boundaries": [[[int(o), int(b)] for o, b in pairs] for pairs in press.boundaries]}
+               if press.boundaries else {}),
+            **({"shared": [[int(o), int(k), int(n)] for o, k, n in press.shared]}
+               if press.shared else {})}
 
 
 def _show(v: Any) -> str:
@@ -127,4 +133,26 @@ def press_from_json(x: Any, num_layers: int, fail) -> Optional[PressStats]:
                                             "press.forward_seconds", fail, num_layers)))
     host = _num(_need(x, "host_bandwidth", "press", fail), "press.host_bandwidth", fail, MAX_RATE)
     d2d = _num(_need(x, "d2d_bandwidth", "press", fail), "press.d2d_bandwidth", fail, MAX_RATE)
-    return PressStats(saved, fwd, host, d2d)
+    bounds = ()
+    if x.get("boundaries") is not None:  # absent in files written before it was measured
+        rows = _list(x["boundaries"], "press.boundaries", fail, num_layers + 1)
+        bounds = tuple(_boundary(row, f"press.boundaries[{b}]", num_layers, fail)
+                       for b, row in enumerate(rows))
+    shared = []
+    for j, t in enumerate(_list(x.get("shared") or [], "press.shared", fail)):
+        if not isinstance(t, list) or len(t) != 3:
+            raise fail(f"press.shared[{j}]", f"expected [owner, last layer, bytes], found {t!r}")
+        o = _int(t[0], f"press.shared[{j}][0]", fail, 0, num_layers - 1)
+        shared.append((o, _int(t[1], f"press.shared[{j}][1]", fail, o + 1, num_layers - 1),
+                       _int(t[2], f"press.shared[{j}][2]", fail, 0, MAX_BYTES)))
+    return PressStats(saved, fwd, host, d2d, bounds, tuple(shared))
+
+
+def _boundary(row: Any, where: str, num_layers: int, fail) -> tuple[tuple[int, int], ...]:
+    out = []
+    for j, pair in enumerate(_list(row, where, fail)):
+        if not isinstance(pair, list) or len(pair) != 2:
+            raise fail(f"{where}[{j}]", f"expected [owner layer, bytes], found {pair!r}")
+        out.append((_int(pair[0], f"{where}[{j}][0]", fail, -1, num_layers - 1),
+                    _int(pair[1], f"{where}[{j}][1]", fail, 0, MAX_BYTES)))
+    return tuple(out)

@@ -158,11 +158,23 @@ class PressStats:
     micro-batch (what recomputing or swapping it frees), and ``forward_seconds``, its
     forward time per micro-batch (what recomputing it costs). Per machine: the measured
     bandwidth in bytes per second of host swap (device to host, and back) and of
-    device-to-device transfer between two stages' devices."""
+    device-to-device transfer between two stages' devices.
+
+    ``boundaries[b]`` (``num_layers + 1`` entries; empty: not measured, older files): the
+    storages of the tensor passed from layer ``b - 1`` to layer ``b`` (``b = 0``: the model's
+    input, ``b = num_layers``: its output) that some layer saves, as ``(owner, bytes)`` pairs,
+    ``owner`` being the layer whose ``saved_bytes`` counts them. A pipeline holds a stage's
+    input and output micro-batches until backward whatever a plan says (and a recompute
+    segment's checkpoint holds its input), so these bytes cannot be freed when ``b`` is such
+    a boundary (``mcap.core.press.model``); owner ``-1``: a passed tensor no layer saves.
+    ``shared``: ``(owner, last, bytes)`` triples, storages ``owner`` saves first that later
+    layers up to ``last`` save too (recomputing ``owner`` alone does not free them)."""
     saved_bytes: tuple[int, ...]
     forward_seconds: tuple[float, ...]
     host_bandwidth: float
     d2d_bandwidth: float
+    boundaries: tuple[tuple[tuple[int, int], ...], ...] = ()
+    shared: tuple[tuple[int, int, int], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,8 @@ def _actions(plan: PressPlan) -> list:
 def savers_table(p: Problem, plan: PressPlan) -> pd.DataFrame:
     """One row per device: keep-all peak, peak after the plan, the bytes each technique
     frees, what the device holds for its peers (d2d received) and the one-micro-batch
-    transient of reduced layers in backward (``mcap.core.press.model``)."""
+    transient of reduced layers in backward and the bytes a recompute segment's input keeps
+    although their owner is reduced (``mcap.core.press.model``)."""
     o = outcome(p, _actions(plan))
     rows = []
     for s in range(p.stages):
@@ -33,7 +34,8 @@ def savers_table(p: Problem, plan: PressPlan) -> pd.DataFrame:
                      "before": p.base[s], "after": o.peaks[s],
                      "recompute": o.freed[s]["recompute"], "swap": o.freed[s]["swap"],
                      "d2d": o.freed[s]["d2d"], "received": o.received[s],
-                     "transient": o.transient[s]})
+                     "transient": o.transient[s],
+                     "segment": o.pinned[s] if o.pinned else 0})
     return pd.DataFrame(rows)
 
 
@@ -60,6 +62,9 @@ def draw_savers(table: pd.DataFrame, capacity: Optional[int], balance, dataset: 
                 marker_color="#eeca3b")
     fig.add_bar(x=x, y=pair(zero, table["received"]), name="held for peers (d2d)",
                 marker_color="#2f7d32")
+    if "segment" in table and table["segment"].any():
+        fig.add_bar(x=x, y=pair(zero, table["segment"]), name="kept as a recompute input",
+                    marker_color="#9d755d")
     if capacity is not None:
         fig.add_hline(y=capacity / unit[1], line_dash="dash", line_color="red",
                       annotation_text=f"capacity {capacity / unit[1]:.1f} {unit[0]}")

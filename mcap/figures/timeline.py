@@ -64,3 +64,65 @@ def draw_timeline(t: Timeline, dataset: str = "") -> go.Figure:
     fig.update_layout(legend=dict(orientation="v", x=1.01, xanchor="left", y=0, yanchor="bottom"),
                       margin=dict(t=90, r=110))
     return fig
+
+
+# Leaving and returning share a technique's colour (mcap.figures.press.ACTION_COLORS):
+# down-triangles leave the device, up-triangles come back.
+_TECH = {"dropped": "recompute", "recomputed": "recompute", "swap out": "swap",
+         "swap in": "swap", "d2d out": "d2d", "d2d in": "d2d"}
+
+
+def effect_frame(e) -> pd.DataFrame:
+    """One row per event of ``mcap.core.press.effect.Effect``: time, layer, micro-batch, what
+    happens and the bytes (+ arriving on the stage, - leaving it)."""
+    return pd.DataFrame([(ev.time, ev.layer, ev.microbatch, ev.what, ev.nbytes) for ev in e.events],
+                        columns=["step", "layer", "microbatch", "event", "bytes"])
+
+
+def draw_press_effect(t: Timeline, e, dataset: str = "") -> go.Figure:
+    """Top: the chosen stage's forwards and backwards with what leaves (down) and returns
+    (up) inside them. Bottom: its memory over the iteration without and with the plan."""
+    from mcap.figures.press import ACTION_COLORS
+    d = e.stage
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.1,
+                        row_heights=[0.35, 0.65],
+                        subplot_titles=(f"device {d}: what leaves (down) and returns (up)",
+                                        f"device {d}: memory without and with the plan"))
+    for o in t.ops:
+        if o.device != d:
+            continue
+        fig.add_bar(x=[o.end - o.start], base=[o.start], y=[f"device {d}"], orientation="h",
+                    marker=dict(color=_PALETTE[o.microbatch % len(_PALETTE)],
+                                opacity=1.0 if o.kind == "F" else 0.55,
+                                line=dict(color="black", width=1)),
+                    text=f"{o.kind}{o.microbatch}", textposition="inside",
+                    insidetextanchor="middle", showlegend=False,
+                    hovertemplate=f"{o.kind}{o.microbatch} steps {o.start}-{o.end}<extra></extra>",
+                    row=1, col=1)
+    frame = effect_frame(e)
+    for what, rows in frame.groupby("event", sort=False):
+        tech = _TECH.get(what, "d2d")
+        down = rows["bytes"].iloc[0] < 0
+        fig.add_scatter(x=rows["step"], y=[f"device {d}"] * len(rows), mode="markers",
+                        name=what, marker=dict(symbol="triangle-down" if down else "triangle-up",
+                                               size=11, color=ACTION_COLORS[tech],
+                                               line=dict(color="black", width=1)),
+                        customdata=rows[["layer", "microbatch", "bytes"]].to_numpy(),
+                        hovertemplate=what + ": layer %{customdata[0]}, micro-batch "
+                                      "%{customdata[1]}, %{customdata[2]:,} bytes<extra></extra>",
+                        row=1, col=1)
+    unit = unit_for([*e.without, *e.with_plan])
+    fig.add_scatter(x=list(e.times), y=scaled(e.without, unit), mode="lines", line_shape="hv",
+                    name="without the plan", line=dict(color="#bab0ac", width=3, dash="dot"),
+                    row=2, col=1)
+    fig.add_scatter(x=list(e.times), y=scaled(e.with_plan, unit), mode="lines", line_shape="hv",
+                    name="with the plan", line=dict(color=device_color(d), width=3), row=2, col=1)
+    fig.update_yaxes(showticklabels=False, row=1, col=1)
+    fig.update_yaxes(title_text=unit[0], row=2, col=1)
+    fig.update_xaxes(title_text="time step", row=2, col=1)
+    fig.update_layout(barmode="overlay", height=560)
+    finish(fig, f"A memory-saving plan on device {d} over one iteration "
+                f"({'-'.join(map(str, t.balance))})", dataset)
+    fig.update_layout(legend=dict(orientation="v", x=1.01, xanchor="left", y=0, yanchor="bottom"),
+                      margin=dict(t=90, r=150))
+    return fig

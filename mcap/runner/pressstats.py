@@ -11,7 +11,15 @@ process on the setup's device with the setup's intra-op threads:
   input batch never (the first stage's schedule holds it whatever a plan does). A layer
   that starts a stage owns its input there too when it is the first to save it (a conv's
   input): the schedule holds that one as well, so acting on that layer frees less than
-  ``saved_bytes`` says; ``measure --press`` shows by how much.
+  ``saved_bytes`` says.
+* ``boundaries[b]``: which of those storages are the tensor passed from layer ``b - 1`` to
+  layer ``b``, as ``(owner, bytes)`` pairs: what a stage boundary (or a recompute
+  segment's input) at ``b`` pins whatever the plan (``mcap.core.press.model`` subtracts
+  them from what reducing the owner frees); owner ``-1``: a passed tensor no layer saves
+  (a recompute segment starting at ``b`` keeps it alive, which costs its bytes).
+* ``shared``: ``(owner, last, bytes)``: storages ``owner`` saves that later layers up to
+  ``last`` save too (a ReLU's output the next pooling saves): recomputing ``owner`` frees
+  them only when every layer up to ``last`` is recomputed in the same segment.
 * ``forward_seconds[l]``: the layer's forward time per micro-batch with autograd
   recording (what recomputing it costs), the median of ``repeats`` after one warm-up.
 * ``host_bandwidth``: bytes per second of one direction of a host swap done the way the
@@ -53,22 +61,34 @@ def measure(spec: str, setup: Setup, repeats: int = REPEATS) -> PressStats:
         module = built.module.to(device)
         inputs, _ = built.example_batch(setup.batch_size)
         x = inputs[: micro_batch(setup)].to(device)
-        saved = saved_bytes(module, x)
+        saved, bounds, shared = saved_and_boundaries(module, x)
         forward = forward_seconds(module, x, repeats, device)
         host = host_bandwidth(device, repeats)
         d2d = d2d_bandwidth(device, repeats)
     finally:
         torch.set_num_threads(old)
-    return PressStats(tuple(saved), tuple(forward), host, d2d)
+    return PressStats(tuple(saved), tuple(forward), host, d2d, bounds, shared)
+
+
+def _storages(out) -> list:
+    """The storages of a layer's output (a tensor or a tuple/list of them)."""
+    items = out if isinstance(out, (tuple, list)) else (out,)
+    return [t.untyped_storage() for t in items if isinstance(t, torch.Tensor)]
 
 
 def saved_bytes(module: torch.nn.Sequential, x: torch.Tensor) -> list[int]:
     """Per layer, the bytes of storages it is the first to save for backward (module
     docstring)."""
+    return saved_and_boundaries(module, x)[0]
+
+
+def saved_and_boundaries(module: torch.nn.Sequential, x: torch.Tensor):
+    """``saved_bytes`` and ``boundaries`` of one forward (module docstring)."""
     skip = {t.untyped_storage().data_ptr()
             for t in list(module.parameters()) + list(module.buffers())}
     skip.add(x.untyped_storage().data_ptr())
     owner: dict[int, int] = {}
+    last: dict[int, int] = {}  # storage -> the last layer that saves it
     sizes = [0] * len(module)
     current = [0]
     held = []  # the saved tensors' storages stay alive, so addresses are not reused
@@ -80,15 +100,33 @@ def saved_bytes(module: torch.nn.Sequential, x: torch.Tensor) -> list[int]:
             owner[key] = current[0]
             sizes[current[0]] += storage.nbytes()
             held.append(storage)
+        if key in owner:
+            last[key] = current[0]
         return t
 
+    passed = [_storages(x)]  # per boundary; kept alive so no address is reused meanwhile
     with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         out = x
         for i, layer in enumerate(module):
             current[0] = i
             out = layer(out)
-    del out, held
-    return sizes
+            passed.append(_storages(out))
+    bounds = []
+    for b, storages in enumerate(passed):
+        by_owner: dict[int, int] = {}
+        for ptr, st in {st.data_ptr(): st for st in storages}.items():
+            if ptr in skip or not ptr or b == 0:
+                continue
+            o = owner.get(ptr, -1)  # -1: saved by no layer (freed after its reader runs)
+            by_owner[o] = by_owner.get(o, 0) + st.nbytes()
+        bounds.append(tuple(sorted(by_owner.items())))
+    nbytes = {st.data_ptr(): st.nbytes() for st in held}
+    shared: dict[tuple[int, int], int] = {}
+    for ptr, o in owner.items():
+        if last[ptr] > o:
+            shared[(o, last[ptr])] = shared.get((o, last[ptr]), 0) + nbytes[ptr]
+    del out, held, passed
+    return sizes, tuple(bounds), tuple((o, k, n) for (o, k), n in sorted(shared.items()))
 
 
 def forward_seconds(module: torch.nn.Sequential, x: torch.Tensor, repeats: int,

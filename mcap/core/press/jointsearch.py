@@ -43,8 +43,20 @@ class Joint:
     candidates: tuple[Candidate, ...]
 
 
-def _floors(balances: np.ndarray, costs, held, saved) -> tuple[np.ndarray, np.ndarray]:
-    """(keep-all peak, floor) of every balance, vectorised over (m, G) balances."""
+def _pinned(first: np.ndarray, last: np.ndarray, boundaries) -> np.ndarray:
+    """Bytes of each window's layers pinned as its stage input / output (model.pins)."""
+    out = np.zeros(first.shape, dtype=np.int64)
+    for b, pairs in enumerate(boundaries):
+        for o, n in pairs:
+            inside = (first <= o) & (o <= last)
+            out += np.where(inside & ((first == b) | (last + 1 == b)), n, 0)
+    return out
+
+
+def _floors(balances: np.ndarray, costs, held, saved, boundaries=()) -> tuple[np.ndarray, np.ndarray]:
+    """(keep-all peak, floor) of every balance, vectorised over (m, G) balances. The floor
+    subtracts only movable bytes (model.pins); its transient counts the window's end layers
+    in full, which can only raise it (a conservative floor, by less than one boundary)."""
     first, last = windows_many(balances)
     peaks = costs.stage_costs(first, last)
     s = np.asarray(saved, dtype=np.int64)
@@ -58,7 +70,8 @@ def _floors(balances: np.ndarray, costs, held, saved) -> tuple[np.ndarray, np.nd
         tmax[a, a] = s[a]
         if a + 1 < L:
             tmax[a, a + 1:] = np.maximum.accumulate(pair[a + 1:])
-    floor = peaks - np.asarray(held)[None, :] * (pre[last + 1] - pre[first]) + tmax[first, last]
+    movable = pre[last + 1] - pre[first] - _pinned(first, last, boundaries)
+    floor = peaks - np.asarray(held)[None, :] * movable + tmax[first, last]
     return peaks.max(axis=1), floor.max(axis=1)
 
 
@@ -90,7 +103,8 @@ def joint(profile, stages: int, capacity: int, method: str = "milp",
     costs = costs_of(profile, predictor)
     held = max_in_flight(profile.setup.schedule, stages, profile.setup.chunks)
     pool = _pool(profile, stages, costs)
-    peak, floor = _floors(pool, costs, held, profile.press.saved_bytes)
+    peak, floor = _floors(pool, costs, held, profile.press.saved_bytes,
+                          profile.press.boundaries)
     picks = list(dict.fromkeys(
         [tuple(int(x) for x in pool[i]) for i in np.lexsort((floor, peak))[:top]]
         + [tuple(int(x) for x in pool[i]) for i in np.lexsort((peak, floor))[:top]]))
@@ -125,5 +139,6 @@ def floor_of(profile, stages: int, predictor: Optional[str] = None) -> tuple[int
     costs = costs_of(profile, predictor)
     held = max_in_flight(profile.setup.schedule, stages, profile.setup.chunks)
     pool = _pool(profile, stages, costs)
-    peak, floor = _floors(pool, costs, held, profile.press.saved_bytes)
+    peak, floor = _floors(pool, costs, held, profile.press.saved_bytes,
+                          profile.press.boundaries)
     return int(peak.min()), int(floor.min())

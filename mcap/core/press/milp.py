@@ -9,8 +9,15 @@ every other stage t, exactly one of them 1; for every stage a continuous transie
                                                on ties keep, then spare the peers)
     subject to T_s >= saved_l * (1 - keep_l)                      for l in stage s
                T_s >= saved_l (1 - keep_l) + saved_l-1 (1 - keep_l-1)   for adjacent l-1, l in s
+               P_io >= recompute_i - recompute_i-1 - keep_o    (a segment starting at i pins
+                                                                what owner o passed into i)
                base_s - held_s * sum_{l in s} saved_l (1 - keep_l) + T_s
+                 + held_s * sum_{i,o} bytes_io P_io
                  + sum_{l not in s} held_{s(l)} saved_l d2d_{l->s}  <= capacity   per stage
+
+(``saved`` is the movable part, ``Problem.movable``; P_io >= 0 like T_s; o = -1, a tensor no
+layer saves, drops the keep term; a storage o shares with later savers up to k adds
+bytes (recompute_o - Y_ok) with 0 <= Y_ok <= recompute_m for m in o..k)
 
 which is ``model.outcome`` exactly (the max of the transient is exact at the optimum
 because T_s only appears on the left of a <=). Bytes enter the solver in MiB; the plan it
@@ -48,17 +55,30 @@ def _solve(p: Problem, bound: float, time_limit: float):
             x[l, a, t] = prob.add_variable(f"x_{l}_{a}_{'' if t is None else t}", cat="Binary")
         prob += pulp.lpSum(x[l, a, t] for a, t in opts) == 1
     T = [prob.add_variable(f"T_{s}", lowBound=0) for s in range(p.stages)]
+    mv = [p.movable(l) for l in range(len(p.saved))]
     for l in range(len(p.saved)):
-        prob += T[stage[l]] >= (p.saved[l] / UNIT) * (1 - x[l, "keep", None])
+        prob += T[stage[l]] >= (mv[l] / UNIT) * (1 - x[l, "keep", None])
         if l > 0 and stage[l - 1] == stage[l]:  # two adjacent reduced layers (model.py)
-            prob += T[stage[l]] >= (p.saved[l] / UNIT) * (1 - x[l, "keep", None]) \
-                + (p.saved[l - 1] / UNIT) * (1 - x[l - 1, "keep", None])
+            prob += T[stage[l]] >= (mv[l] / UNIT) * (1 - x[l, "keep", None]) \
+                + (mv[l - 1] / UNIT) * (1 - x[l - 1, "keep", None])
+    pinned = [[] for _ in range(p.stages)]  # segment pins (model.py), exact at the optimum
+    for i, pairs in enumerate(p.seg):
+        for o, n in pairs:
+            v = prob.add_variable(f"P_{i}_{'u' if o < 0 else o}", lowBound=0)
+            prob += v >= x[i, "recompute", None] - x[i - 1, "recompute", None] \
+                - (0 if o < 0 else x[o, "keep", None])
+            pinned[stage[i]].append((n if o < 0 else min(n, mv[o])) / UNIT * v)
+    for o, k, n in p.shared:  # freed by recomputing o only with every saver up to k (model.py)
+        y = prob.add_variable(f"Y_{o}_{k}", lowBound=0)
+        for m in range(o, k + 1):
+            prob += y <= x[m, "recompute", None]
+        pinned[stage[o]].append(min(n, mv[o]) / UNIT * (x[o, "recompute", None] - y))
     for s in range(p.stages):
         mine = p.layers(s)
         prob += (p.base[s] / UNIT
-                 - pulp.lpSum(p.held[s] * p.saved[l] / UNIT * (1 - x[l, "keep", None]) for l in mine)
-                 + T[s]
-                 + pulp.lpSum(p.held[stage[l]] * p.saved[l] / UNIT * x[l, "d2d", s]
+                 - pulp.lpSum(p.held[s] * mv[l] / UNIT * (1 - x[l, "keep", None]) for l in mine)
+                 + T[s] + p.held[s] * pulp.lpSum(pinned[s])
+                 + pulp.lpSum(p.held[stage[l]] * mv[l] / UNIT * x[l, "d2d", s]
                               for l in range(len(p.saved)) if stage[l] != s)) <= bound
     prob += pulp.lpSum(v * (0.0 if a == "keep" else SCALE * (p.costs[l][a] + TIE * (2 if a == "d2d" else 1)))
                        for (l, a, t), v in x.items())

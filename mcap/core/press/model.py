@@ -24,11 +24,24 @@ saved bytes over one reduced layer or two adjacent reduced layers of the stage;
 flight (MPress III-C: D2D swap spends the peer's spare memory). The model is additive in
 the actions except the transient (a max), which both planners handle exactly.
 
-Not modelled (measured, BENCHMARKS.md): a stage's input and output micro-batches are held
-by the pipeline schedule whatever the plan says, but ``saved_bytes`` counts them in the
-first / last layer that saves them, so reducing a stage's first or last layer frees up to
-one boundary tensor per micro-batch in flight less than predicted (about 1% of the peak on
-GPT). Closing it needs the profile to record those boundary bytes per layer.
+**Pinned bytes** (``PressStats.boundaries``, measured by ``profile --press``): a pipeline
+holds a stage's input and output micro-batches until backward whatever the plan says
+(``PipelineStage.fwd_cache``; the runner leaves them in place), but ``saved_bytes`` counts
+them in the layer that first saves them (a block's LayerNorm saves its input, a ReLU its
+output). So every ``saved`` above is really ``movable[l] = saved[l] - pinned[l]``, pinned
+being the bytes of ``l``'s storages that are its stage's input or output (fixed by the
+partitioning, so the model stays additive). Likewise a recompute segment's checkpoint holds
+the segment's input: when a segment starts at layer ``i`` (not its stage's first), the
+storages passed into ``i`` stay, whatever their owner's action (a swapped owner's copy
+leaves, the original does not), so ``held[s]`` times their bytes are added back
+(*segment pins*), and a passed tensor no layer saves (a conv's output a ReLU reads) is kept
+alive by the checkpoint although keep-all frees it, so it costs ``held[s]`` times its bytes.
+A storage several layers save (``PressStats.shared``: a ReLU's output the next pooling
+saves too) is counted for its first saver; swapping that layer moves it for all of them,
+but recomputing it frees it only when every layer up to the last saver is recomputed in
+the same segment. All three are added back per stage (``Outcome.pinned``); the MILP
+linearises them exactly. Profiles without ``boundaries`` / ``shared`` (older files) pin
+nothing, the earlier, optimistic model (BENCHMARKS.md).
 
 **Time** (seconds per training iteration, MPress III-D's cost model: each optimisation's
 own penalty, and a swap is free when its live interval hides it):
@@ -82,6 +95,13 @@ class Problem:
     costs: tuple[dict, ...]         # per layer: {"recompute": s, "swap": s, "d2d": s} per iteration
     live: tuple[float, ...]         # per layer: shortest live interval over micro-batches, s
     capacity: Optional[int] = None
+    pinned: tuple[int, ...] = ()    # per layer: bytes of saved held as stage input/output
+    seg: tuple = ()                 # per layer i: ((owner, bytes), ...) passed into i, same stage
+    shared: tuple = ()              # ((owner, last saver, bytes), ...), both on one stage
+
+    def movable(self, l: int) -> int:
+        """Bytes reducing layer ``l`` can move out (module docstring, pinned bytes)."""
+        return self.saved[l] - (self.pinned[l] if self.pinned else 0)
 
     @property
     def stages(self) -> int:
@@ -102,6 +122,7 @@ class Outcome:
     freed: tuple[dict, ...]                  # per stage: {"recompute"|"swap"|"d2d": bytes freed}
     transient: tuple[int, ...]               # per stage
     received: tuple[int, ...]                # per stage: bytes held for d2d sources
+    pinned: tuple[int, ...] = ()             # per stage: segment pins added back (docstring)
 
     def fits(self, capacity: int) -> bool:
         return max(self.peaks) <= capacity
@@ -173,7 +194,8 @@ def problem(profile: Profile, balance: Sequence[int], capacity: Optional[int] = 
                         profile.setup.chunks, profile.press.saved_bytes,
                         profile.press.forward_seconds, profile.press.host_bandwidth,
                         profile.press.d2d_bandwidth, capacity,
-                        overlap=profile.setup.device == "cuda")
+                        overlap=profile.setup.device == "cuda",
+                        boundaries=profile.press.boundaries, shared=profile.press.shared)
 
 
 def check_profile(profile: Profile) -> None:
@@ -190,9 +212,11 @@ def check_profile(profile: Profile) -> None:
 
 def problem_from(model: str, balance, base, schedule: str, chunks: int, saved, forward,
                  host_bandwidth: float, d2d_bandwidth: float,
-                 capacity: Optional[int] = None, overlap: bool = True) -> Problem:
+                 capacity: Optional[int] = None, overlap: bool = True,
+                 boundaries: Sequence = (), shared: Sequence = ()) -> Problem:
     """The problem from bare numbers (tests, benchmarks, scaling); ``overlap``: transfers
-    may hide in live intervals (a device with copy engines, module docstring)."""
+    may hide in live intervals (a device with copy engines, module docstring);
+    ``boundaries``: ``PressStats.boundaries`` (empty: nothing pinned)."""
     balance = tuple(int(n) for n in balance)
     if len(saved) != sum(balance) or len(forward) != sum(balance):
         raise McapError(f"{len(saved)} saved sizes and {len(forward)} forward times for "
@@ -202,17 +226,58 @@ def problem_from(model: str, balance, base, schedule: str, chunks: int, saved, f
     if not (host_bandwidth > 0 and d2d_bandwidth > 0):
         raise McapError(f"bandwidths must be > 0 bytes/s, got host {host_bandwidth!r}, "
                         f"d2d {d2d_bandwidth!r}")
+    pin_in, pin_out, seg = pins(balance, saved, boundaries)
     live = live_intervals(balance, schedule, chunks, forward)
     if not overlap:
         live = tuple(tuple(0.0 for _ in per) for per in live)
+    # A swap moves the movable bytes out and back; a pinned output is copied out once and
+    # its copy dropped when the forward returns (mcap.runner.press), a pinned input never.
+    moved = [saved[l] - pin_in[l] - pin_out[l] for l in range(len(saved))]
     costs = tuple({"recompute": forward[l] * chunks,
-                   "swap": swap_penalty(saved[l], host_bandwidth, live[l]),
-                   "d2d": swap_penalty(saved[l], d2d_bandwidth, live[l])}
+                   "swap": swap_penalty(moved[l] + pin_out[l] / 2, host_bandwidth, live[l]),
+                   "d2d": swap_penalty(moved[l] + pin_out[l] / 2, d2d_bandwidth, live[l])}
                   for l in range(len(saved)))
     return Problem(model, balance, tuple(int(b) for b in base),
                    max_in_flight(schedule, len(balance), chunks), tuple(int(x) for x in saved),
                    tuple(float(x) for x in forward), chunks, costs,
-                   tuple(min(x) for x in live), capacity)
+                   tuple(min(x) for x in live), capacity,
+                   tuple(int(a + b) for a, b in zip(pin_in, pin_out)), seg,
+                   tuple((int(o), int(k), int(n)) for o, k, n in shared
+                         if 0 <= o < k < len(saved) and _same_stage(balance, o, k)))
+
+
+def _same_stage(balance, a: int, b: int) -> bool:
+    return any(lo <= a and b <= hi for lo, hi in windows(balance))
+
+
+def pins(balance: Sequence[int], saved: Sequence[int], boundaries: Sequence):
+    """Per layer: bytes pinned as its stage's input, as its stage's output (both capped at
+    the layer's ``saved``), and the (owner, bytes) passed into it from its own stage (what a
+    recompute segment starting there pins). Module docstring, pinned bytes."""
+    L = len(saved)
+    pin_in, pin_out, seg = [0] * L, [0] * L, [()] * L
+    if not boundaries:
+        return pin_in, pin_out, tuple(seg)
+    if len(boundaries) != L + 1:
+        raise McapError(f"{len(boundaries)} boundaries for {L} layers (expected {L + 1})")
+    for a, z in windows(balance):
+        for b, side in ((a, pin_in), (z + 1, pin_out)):
+            for owner, nbytes in boundaries[b]:
+                if a <= owner <= z:
+                    side[owner] += nbytes
+        for i in range(a + 1, z + 1):
+            seg[i] = tuple((o, n) for o, n in boundaries[i] if a <= o <= z or o == -1)
+    for l in range(L):
+        pin_in[l] = min(pin_in[l], saved[l])
+        pin_out[l] = min(pin_out[l], saved[l] - pin_in[l])
+    return pin_in, pin_out, tuple(seg)
+
+
+def segment_starts(p: Problem, actions: Sequence[LayerAction]) -> list[int]:
+    """Layers that start a recompute segment inside their stage (not its first layer)."""
+    stage = p.stage_of()
+    return [i for i in range(1, len(actions)) if actions[i].action == "recompute"
+            and stage[i - 1] == stage[i] and actions[i - 1].action != "recompute"]
 
 
 def action_cost(p: Problem, a: LayerAction) -> float:
@@ -234,18 +299,30 @@ def outcome(p: Problem, actions: Sequence[LayerAction]) -> Outcome:
         if a.action == "keep":
             continue
         s = stage[l]
-        freed[s][a.action] += p.held[s] * p.saved[l]
-        pair = p.saved[l - 1] if l > 0 and stage[l - 1] == s and actions[l - 1].action != "keep" else 0
-        transient[s] = max(transient[s], p.saved[l] + pair)
+        freed[s][a.action] += p.held[s] * p.movable(l)
+        pair = p.movable(l - 1) if l > 0 and stage[l - 1] == s and actions[l - 1].action != "keep" else 0
+        transient[s] = max(transient[s], p.movable(l) + pair)
         if a.action == "d2d":
             if a.target is None or not 0 <= a.target < p.stages or a.target == s:
                 raise McapError(f"layer {l} on stage {s}: d2d target {a.target!r} is not "
                                 f"another stage of {p.stages}")
-            received[a.target] += p.held[s] * p.saved[l]
+            received[a.target] += p.held[s] * p.movable(l)
         added += p.costs[l][a.action]
-    peaks = tuple(p.base[s] - sum(freed[s].values()) + transient[s] + received[s]
+    pinned = [0] * p.stages
+    if p.seg:
+        for i in segment_starts(p, actions):
+            for o, n in p.seg[i]:
+                if o == -1:  # saved by no layer: keep-all frees it, the checkpoint keeps it
+                    pinned[stage[i]] += p.held[stage[i]] * n
+                elif actions[o].action != "keep":
+                    pinned[stage[i]] += p.held[stage[i]] * min(n, p.movable(o))
+    for o, k, n in p.shared:
+        if actions[o].action == "recompute" and \
+                any(actions[m].action != "recompute" for m in range(o + 1, k + 1)):
+            pinned[stage[o]] += p.held[stage[o]] * min(n, p.movable(o))
+    peaks = tuple(p.base[s] - sum(freed[s].values()) + transient[s] + received[s] + pinned[s]
                   for s in range(p.stages))
-    return Outcome(peaks, added, tuple(freed), tuple(transient), tuple(received))
+    return Outcome(peaks, added, tuple(freed), tuple(transient), tuple(received), tuple(pinned))
 
 
 def smallest_capacity(p: Problem) -> int:
@@ -256,7 +333,7 @@ def smallest_capacity(p: Problem) -> int:
     and frees ``held`` >= 1 times them, so reducing more never raises a stage's peak)."""
     out = 0
     for s in range(p.stages):
-        saved = [p.saved[l] for l in p.layers(s)]
+        saved = [p.movable(l) for l in p.layers(s)]
         pairs = [a + b for a, b in zip(saved, saved[1:])] or saved
         out = max(out, p.base[s] - p.held[s] * sum(saved) + max(pairs, default=0))
     return out

@@ -39,30 +39,46 @@ def _total(p: Problem, acts) -> float:
     return outcome(p, acts).added_seconds
 
 
-def _cover(p: Problem, acts: list, s: int, cap: int, d2d: bool, skip=()) -> Optional[list]:
-    """``acts`` with keep layers of stage ``s`` reduced, cheapest per freed byte first,
-    until the stage fits (None if it cannot). Other stages must stay under ``cap``."""
+def _cover(p: Problem, acts: list, s: int, cap: int, d2d: bool, skip=(),
+           recompute: bool = True) -> Optional[list]:
+    """``acts`` with keep layers of stage ``s`` reduced, cheapest per byte the stage's peak
+    actually drops first (a recompute segment's pins can make it drop less than the
+    layer's bytes, or not at all: model.py), until the stage fits (None if it cannot).
+    Other stages must stay under ``cap``."""
     acts = list(acts)
     o = outcome(p, acts)
     while o.peaks[s] > cap:
         best = None
         for l in p.layers(s):
-            if acts[l].action != "keep" or l in skip or p.saved[l] == 0:
+            if acts[l].action != "keep" or l in skip or p.movable(l) == 0:
                 continue
-            freed = p.held[s] * p.saved[l]
-            opts = [("recompute", None), ("swap", None)]
+            opts = ([("recompute", None)] if recompute else []) + [("swap", None)]
             if d2d:
+                freed = p.held[s] * p.movable(l)
                 opts += [("d2d", t) for t in range(p.stages)
                          if t != s and o.peaks[t] + freed <= cap]
             for action, target in opts:
-                key = (p.costs[l][action] / freed, -l, -p.saved[l], action != "recompute")
+                trial = list(acts)
+                trial[l] = LayerAction(l, action, target)
+                drop = o.peaks[s] - outcome(p, trial).peaks[s]
+                # a step that does not lower the peak (a new transient, a pin) comes last,
+                # ranked by the bytes it moves: together with others it may still help
+                key = (drop <= 0, p.costs[l][action] / (drop if drop > 0 else
+                                                        p.held[s] * p.movable(l)),
+                       -l, -p.saved[l], action != "recompute")
                 if best is None or key < best[0]:
-                    best = (key, LayerAction(l, action, target))
+                    best = (key, trial[l])
         if best is None:
             return None
         acts[best[1].layer] = best[1]
         o = outcome(p, acts)
     return acts
+
+
+def _cover_any(p: Problem, acts: list, s: int, cap: int, d2d: bool) -> Optional[list]:
+    """``_cover``, and when its greedy choices (a recompute that pins) leave the stage over,
+    again with swaps only (swapping every layer fits: smallest_capacity)."""
+    return _cover(p, acts, s, cap, d2d) or _cover(p, acts, s, cap, d2d, recompute=False)
 
 
 def _prune(p: Problem, acts: list, cap: int) -> list:
@@ -82,7 +98,7 @@ def _exchanges(p: Problem, kept: list, s: int, l: int) -> list:
     of its options cheaper than ``l``'s current one (the caller checks fit and cost)."""
     out = []
     for m in p.layers(s):
-        if m == l or kept[m].action != "keep" or p.saved[m] == 0:
+        if m == l or kept[m].action != "keep" or p.movable(m) == 0:
             continue
         for action in ("recompute", "swap", "d2d"):
             targets = [t for t in range(p.stages) if t != s] if action == "d2d" else [None]
@@ -99,7 +115,7 @@ def plan(p: Problem, capacity: int) -> list[LayerAction]:
         raise unreachable(p, capacity)
     acts = keep(p)
     for s in reversed(range(p.stages)):  # later stages first (III-D, second observation)
-        acts = _cover(p, acts, s, capacity, d2d=False)
+        acts = _cover_any(p, acts, s, capacity, d2d=False)
         assert acts is not None  # swap-everything fits: smallest_capacity says so
     first = _improve(p, _prune(p, acts, capacity), capacity)
     # A second start with D2D allowed from the beginning (where peers have room): the
@@ -107,7 +123,7 @@ def plan(p: Problem, capacity: int) -> list[LayerAction]:
     # peer memory differently; the cheaper of the two plans is kept.
     acts = keep(p)
     for s in reversed(range(p.stages)):
-        acts = _cover(p, acts, s, capacity, d2d=True) or _cover(p, acts, s, capacity, d2d=False)
+        acts = _cover_any(p, acts, s, capacity, d2d=True) or _cover_any(p, acts, s, capacity, d2d=False)
     second = _improve(p, _prune(p, acts, capacity), capacity)
     return min((first, second), key=lambda a: _total(p, a))
 

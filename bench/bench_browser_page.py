@@ -2,10 +2,18 @@
 
     python bench/bench_browser_page.py [--path "space?sweep=bundled:vgg11-h512-b8-cpu4-full.sweep.json"]
         [--heading "Partition space"] [--visits 3]
+    python bench/bench_browser_page.py --all [--visits 2]
 
-Starts ``streamlit run app.py`` on a free local port with an empty scratch store, then
+``--all`` times every page of the menu, each on its own fresh server (issue 13, item 4:
+"every page's first visit on a fresh server"), and prints one line per page and the largest
+first visit, after the floor: the same visit of a bare Streamlit app with one small plotly
+chart (what the browser and Streamlit cost before mcap does anything).
+
+Starts the dashboard as ``bin/dashboard`` does (``bin/serve.py``; ``--plain``: bare
+``streamlit run app.py``) on a free local port with an empty scratch store, then
 visits the page ``--visits`` times, each in a new session, and prints the seconds from
-``goto`` until the heading and a chart are drawn and the app is idle. The first visit
+``goto`` until the heading is drawn, the app is idle and every element is drawn (no
+skeleton left, every plotly chart drawn). The first visit
 pays the server's one-time work (imports, file loading, caches); quote the later ones.
 """
 from __future__ import annotations
@@ -32,19 +40,105 @@ def main() -> int:
     ap.add_argument("--path", default="space")
     ap.add_argument("--heading", default="Partition space")
     ap.add_argument("--visits", type=int, default=3)
+    ap.add_argument("--all", action="store_true", help="every page, each on a fresh server")
+    ap.add_argument("--cold-browser", action="store_true",
+                    help="with --all: a new browser process (empty cache) for every page")
+    ap.add_argument("--warm-browser", action="store_true",
+                    help="with --all: load the overview once on a throwaway server first, so "
+                         "the browser has Streamlit's own static files cached")
+    ap.add_argument("--plain", action="store_true",
+                    help="start the server with bare `streamlit run app.py` instead of "
+                         "bin/serve.py (what bin/dashboard runs)")
     args = ap.parse_args()
+    if args.plain:
+        LAUNCH[:] = [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py")]
     chromium = shutil.which("chromium")
     if chromium is None:
         print("Debian chromium is not installed (apt-get install chromium)", file=sys.stderr)
         return 2
     from playwright.sync_api import sync_playwright
+    port = _free_port()
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, args=FLAGS, headless=True)
+        if not args.all:
+            times = visit(browser, port, args.path, args.heading, args.visits, chart=True)
+            print(f"/{args.path}: visits {', '.join(f'{x:.2f}' for x in times)} s; "
+                  f"median of the later visits {statistics.median(times[1:] or times):.2f} s")
+            return 0
+        sys.path.insert(0, str(ROOT))
+        from pages._shared import PAGES  # the menu: path, title, icon, url
+        if args.warm_browser:  # the browser has Streamlit's static files cached for this origin
+            visit(browser, port, "", _heading(ROOT / PAGES[0][0]), 1, chart=False)
+        times = floor(browser, port, args.visits)
+        print(f"{'floor: bare app, one chart':<28} first {times[0]:.2f} s; later "
+              f"{', '.join(f'{x:.2f}' for x in times[1:])} s", flush=True)
+        firsts = {}
+        for path, title, _icon, url in PAGES:
+            if args.cold_browser:
+                browser.close()
+                browser = pw.chromium.launch(executable_path=chromium, args=FLAGS, headless=True)
+            times = visit(browser, port, url or "", _heading(ROOT / path), args.visits, chart=False)
+            firsts[title] = times[0]
+            (shown, idle), *_ = STAGES[-1]
+            print(f"{title:<28} first {times[0]:.2f} s (heading {shown:.2f}, script done "
+                  f"{idle:.2f}); later {', '.join(f'{x:.2f}' for x in times[1:])} s", flush=True)
+        browser.close()
+    worst = max(firsts, key=firsts.get)
+    print(f"largest first visit: {worst} {firsts[worst]:.2f} s; median first visit "
+          f"{statistics.median(firsts.values()):.2f} s over {len(firsts)} pages "
+          f"({'cold' if args.cold_browser else 'warm' if args.warm_browser else 'one'} browser)")
+    return 0
 
+
+# What bin/dashboard runs (bin/serve.py: warm imports before the first visit); --plain
+# switches to bare ``streamlit run app.py`` for comparison.
+LAUNCH = [sys.executable, str(ROOT / "bin" / "serve.py")]
+STAGES: list = []  # per visit() call: (heading shown, app idle) seconds of each visit
+
+
+def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+        return s.getsockname()[1]
+
+
+def _heading(page: Path) -> str:
+    """The page's st.title text, read from its source (the heading the browser waits for)."""
+    import ast
+    for node in ast.walk(ast.parse(page.read_text())):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "title" and node.args
+                and isinstance(node.args[0], ast.Constant)):
+            return node.args[0].value.split(":")[0]
+    raise SystemExit(f"{page}: no st.title to wait for")
+
+
+FLOOR_APP = """import plotly.graph_objects as go
+import streamlit as st
+st.title("Floor")
+st.plotly_chart(go.Figure(go.Scatter(x=[1, 2, 3], y=[1, 3, 2])))
+"""
+
+
+def floor(browser, port: int, visits: int) -> list:
+    """The same visit of a bare Streamlit app with a title and one 3-point plotly chart: what
+    any page with a chart costs in this browser on this machine, before mcap does anything."""
+    app = Path(tempfile.mkdtemp()) / "floor.py"
+    app.write_text(FLOOR_APP)
+    saved = LAUNCH[:]
+    LAUNCH[:] = [sys.executable, "-m", "streamlit", "run", str(app), "--server.headless", "true"]
+    try:
+        return visit(browser, port, "", "Floor", visits, chart=True)
+    finally:
+        LAUNCH[:] = saved
+
+
+def visit(browser, port: int, path: str, heading: str, visits: int, chart: bool) -> list:
+    """Seconds per visit of ``/path`` on one fresh server at ``port``; each visit in a new
+    page waits for the heading, (with ``chart``) a plotly chart, the app to be idle, and every
+    chart the run sent to be drawn."""
     env = dict(os.environ, MCAP_STORE=str(Path(tempfile.mkdtemp()) / "store.sqlite"))
-    server = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"),
-                               "--server.port", str(port)], cwd=ROOT, env=env,
+    server = subprocess.Popen(LAUNCH + ["--server.port", str(port)], cwd=ROOT, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         for _ in range(120):
@@ -53,26 +147,33 @@ def main() -> int:
                 break
             except OSError:
                 time.sleep(0.5)
-        times = []
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=chromium, args=FLAGS, headless=True)
-            for _ in range(args.visits):
-                page = browser.new_page(viewport={"width": 1400, "height": 1000})
-                t = time.perf_counter()
-                page.goto(f"http://127.0.0.1:{port}/{args.path}")
-                page.get_by_role("heading", name=args.heading).first.wait_for(timeout=120_000)
+        times, stages = [], []
+        for _ in range(visits):
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            t = time.perf_counter()
+            page.goto(f"http://127.0.0.1:{port}/{path}")
+            page.get_by_role("heading", name=heading).first.wait_for(timeout=120_000)
+            shown = time.perf_counter() - t
+            if chart:
                 page.locator(".js-plotly-plot").first.wait_for(timeout=120_000)
-                page.wait_for_function(
-                    "() => !document.querySelector('[data-testid=stStatusWidget]')", timeout=120_000)
-                times.append(time.perf_counter() - t)
-                page.close()
-            browser.close()
+            page.wait_for_function(
+                "() => !document.querySelector('[data-testid=stStatusWidget]')", timeout=120_000)
+            idle = time.perf_counter() - t
+            # every element the run sent is drawn: Streamlit shows a skeleton in place of an
+            # element whose code is still loading (plotly.js is a lazily loaded chunk)
+            page.wait_for_function(
+                "() => !document.querySelector('[data-testid=stSkeleton]') && "
+                "[...document.querySelectorAll('[data-testid=stPlotlyChart]')]"
+                ".every(c => c.querySelector('.js-plotly-plot'))", timeout=120_000)
+            times.append(time.perf_counter() - t)
+            stages.append((shown, idle))
+            page.close()
     finally:
         server.terminate()
         server.wait(timeout=30)
-    print(f"/{args.path}: visits {', '.join(f'{x:.2f}' for x in times)} s; "
-          f"median of the later visits {statistics.median(times[1:] or times):.2f} s")
-    return 0
+    if STAGES is not None:
+        STAGES.append(stages)
+    return times
 
 
 if __name__ == "__main__":

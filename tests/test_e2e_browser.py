@@ -67,7 +67,8 @@ def server(tmp_path_factory):
     env = dict(os.environ, MCAP_STORE=str(tmp_path_factory.mktemp("store") / "store.sqlite"),
                PYTHONPATH=str(ROOT))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
+        # bin/serve.py: what bin/dashboard runs (`streamlit run app.py`, warmed)
+        [sys.executable, "bin/serve.py", "--server.port", str(port),
          "--server.address", "127.0.0.1", "--server.headless", "true",
          "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

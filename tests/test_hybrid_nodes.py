@@ -77,3 +77,61 @@ def test_two_nodes_on_localhost(tmp_path):
         assert study.setup.engine == "hybrid:pp,dp2,pp"
         (run,) = store.runs(study.id)
         assert run.peaks == (got["peaks"][0], got["peaks"][1], got["peaks"][3])
+
+
+def test_node_options_are_dropped_from_the_forwarded_command():
+    from mcap.cli.nodes import _without_node_options
+
+    argv = ["profile", "--model", GPT, "--nnodes", "2", "--node-rank=1",
+            "--rdzv-endpoint", "h:1", "--out", "p.json"]
+    assert _without_node_options(argv) == ["profile", "--model", GPT, "--out", "p.json"]
+
+
+@pytest.mark.integration
+def test_profile_across_two_nodes_equals_the_local_profile(tmp_path):
+    """``profile --nnodes 2`` on localhost: node 0 writes the profile and its store, and on
+    CPU its statistics are byte-equal to a one-machine profile of the same setup."""
+    model = "gpt:layers=4,hidden=32,heads=2,vocab=64,seq=8"
+    common = ["profile", "--model", model, "--stages", "4", "--batch-size", "8", "--chunks",
+              "2", "--engine", "pipelining", "--timeout", "120"]
+    port = _free_port()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+
+    def node(rank):
+        return subprocess.Popen(
+            [sys.executable, "-m", "mcap", *common, "--store", str(tmp_path / f"s{rank}.sqlite"),
+             "--out", str(tmp_path / f"p{rank}.json"), "--nnodes", "2", "--node-rank",
+             str(rank), "--rdzv-endpoint", f"127.0.0.1:{port}"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
+
+    one, zero = node(1), node(0)
+    out0, err0 = zero.communicate(timeout=280)
+    out1, err1 = one.communicate(timeout=60)
+    assert zero.returncode == 0 and one.returncode == 0, (err0[-2000:], err1[-2000:])
+    assert not (tmp_path / "p1.json").exists()  # node 1 only trains its ranks' stages
+    across = json.loads((tmp_path / "p0.json").read_text())
+
+    from mcap.cli.main import main
+    assert main([*common, "--store", str(tmp_path / "local.sqlite"),
+                 "--out", str(tmp_path / "local.json")]) == 0
+    local = json.loads((tmp_path / "local.json").read_text())
+    for key in ("setup", "machine", "mem_isolated", "mem_added"):
+        assert across[key] == local[key], key
+    assert [r["peaks"] for r in across["runs"]] == [r["peaks"] for r in local["runs"]]
+
+    from mcap.store import Store
+    with Store(tmp_path / "s0.sqlite") as store:
+        (study,) = store.list_studies()
+        assert len(store.runs(study.id)) == len(across["runs"])
+
+
+def test_nodes_refuse_what_runs_on_one_machine(tmp_path, capsys):
+    from mcap.cli.main import main
+
+    base = ["--model", GPT, "--stages", "2", "--batch-size", "8", "--nnodes", "2",
+            "--node-rank", "0", "--rdzv-endpoint", "127.0.0.1:1", "--store",
+            str(tmp_path / "s.sqlite")]
+    assert main(["profile", *base, "--engine", "torchgpipe", "--out", str(tmp_path / "p.json")]) == 2
+    assert "engine torchgpipe does not run across nodes" in capsys.readouterr().err
+    assert main(["sweep", *base, "--stages", "9", "--out", str(tmp_path / "s.json")]) == 2
+    assert not (tmp_path / "p.json").exists() and not (tmp_path / "s.json").exists()

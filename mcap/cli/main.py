@@ -43,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # usage errors (2) and --help (0) return, for in-process callers
         return exc.code if isinstance(exc.code, int) else 2
+    args.argv = tuple(sys.argv[1:] if argv is None else argv)  # as given (mcap.cli.nodes)
     try:
         return int(args.func(args) or 0)
     except McapError as exc:

@@ -7,6 +7,12 @@ rank (torchrun's static rendezvous at HOST:PORT, which node 0 serves), so device
 plan is rank d whatever order the nodes start in. Node 0 prints the run (``measure --json``'s
 form) and records it in its store (where the ranks ran is not one machine: recorded as
 unknown); the other nodes print nothing.
+
+``profile`` and ``sweep`` take the same three options: every node starts torchrun with
+devices / N ranks of ``mcap.cli.spmd_run``, whose rank 0 (on node 0) runs the command itself,
+unchanged (store, plan, oom fallback, resume, output file), with each run's stages trained on
+the ranks of all nodes (:mod:`mcap.runner.spmdrunner`). Input is checked on every node before
+torchrun starts, and node 0 exits with the command's own status.
 """
 from __future__ import annotations
 
@@ -36,8 +42,9 @@ def _endpoint(text) -> tuple[str, int]:
     return host, int(port)
 
 
-def spmd_argv(args, devices: int) -> list[str]:
-    """The torchrun command of this node: the measurement's own options, forwarded."""
+def torchrun_argv(args, devices: int) -> list[str]:
+    """``python -m torch.distributed.run`` with this node's share of ``devices`` ranks, up to
+    its ``-m``; checks the node options, naming the values."""
     if args.nnodes is None:
         raise McapError("--nnodes is needed to run across nodes")
     if not 0 <= args.node_rank < args.nnodes:
@@ -47,6 +54,14 @@ def spmd_argv(args, devices: int) -> list[str]:
         raise McapError(f"{devices} devices do not split over {args.nnodes} nodes; each node "
                         "runs the same number of processes")
     host, port = _endpoint(args.rdzv_endpoint)
+    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(args.nnodes),
+            "--node-rank", str(args.node_rank), "--nproc-per-node", str(devices // args.nnodes),
+            "--rdzv-backend", "static", "--master-addr", host, "--master-port", str(port), "-m"]
+
+
+def spmd_argv(args, devices: int) -> list[str]:
+    """The torchrun command of this node: the measurement's own options, forwarded."""
+    prefix = torchrun_argv(args, devices)
     what = ["--plan", args.plan.text] if getattr(args, "plan", None) is not None \
         else ["--balance", ",".join(map(str, args.balance))]
     forwarded = ["--model", args.model, "--batch-size", args.batch_size, "--chunks",
@@ -55,10 +70,7 @@ def spmd_argv(args, devices: int) -> list[str]:
                  args.threads, "--timeout", args.timeout, "--engine", args.engine]
     if args.capacity:
         forwarded += ["--capacity", args.capacity]
-    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(args.nnodes),
-            "--node-rank", str(args.node_rank), "--nproc-per-node", str(devices // args.nnodes),
-            "--rdzv-backend", "static", "--master-addr", host, "--master-port", str(port),
-            "-m", "mcap.cli.spmd", *map(str, forwarded), *what, "--json"]
+    return [*prefix, "mcap.cli.spmd", *map(str, forwarded), *what, "--json"]
 
 
 def launch_measure(args, devices: int) -> int:
@@ -78,6 +90,49 @@ def launch_measure(args, devices: int) -> int:
     _record(args, run)
     print(line if args.json else f"{run.status}: peaks {run.peaks}")
     return 0 if run.status == "ok" else 1
+
+
+NODE_OPTIONS = ("--nnodes", "--node-rank", "--rdzv-endpoint")
+
+
+def _without_node_options(argv: list[str]) -> list[str]:
+    """The command line as given, less the node options (``--opt V`` and ``--opt=V``)."""
+    out, skip = [], False
+    for token in argv:
+        if skip:
+            skip = False
+        elif token in NODE_OPTIONS:
+            skip = True
+        elif not token.startswith(tuple(f"{o}=" for o in NODE_OPTIONS)):
+            out.append(token)
+    return out
+
+
+def launch_command(args, setup) -> int:
+    """``profile`` / ``sweep`` across nodes: this node's torchrun; node 0 returns the
+    command's own exit status (``mcap.cli.spmd_run``)."""
+    import os
+    import tempfile
+
+    if setup.engine != "pipelining":
+        raise McapError(f"--nnodes runs engine pipelining; engine {setup.engine} does not run "
+                        "across nodes")
+    devices = setup.stages
+    command = _without_node_options(list(args.argv))
+    argv = torchrun_argv(args, devices) + ["mcap.cli.spmd_run", "--device", args.device,
+                                           "--timeout", str(args.timeout), "--", *command]
+    with tempfile.TemporaryDirectory(prefix="mcap-nodes-") as tmp:
+        status_file = os.path.join(tmp, "status")
+        env = dict(os.environ, MCAP_SPMD_STATUS=status_file)
+        proc = subprocess.run(argv, env=env)
+        if args.node_rank == 0 and os.path.exists(status_file):
+            with open(status_file) as f:
+                return int(f.read().strip() or 1)
+        if proc.returncode != 0:
+            print(f"mcap: error: torchrun on node {args.node_rank} exited {proc.returncode}; "
+                  "runs finished before that are in node 0's store", file=sys.stderr)
+            return 1
+        return 0
 
 
 def _record(args, run) -> None:
@@ -100,4 +155,4 @@ def _record(args, run) -> None:
         store.record_run(store.study(info, setup), run, kind="measure", job=args.job)
 
 
-__all__ = ["add_node_options", "launch_measure", "spmd_argv"]
+__all__ = ["add_node_options", "launch_command", "launch_measure", "spmd_argv"]

@@ -13,6 +13,7 @@ from mcap.core.errors import McapError
 from mcap.core.types import CHECKPOINTS, DEVICES, OPTIMIZERS, SCHEDULES, Setup
 from mcap.cli import args as argtypes
 from mcap.cli.args import parse_bytes  # noqa: F401  (kept importable from here)
+from mcap.cli.nodes import add_node_options
 from mcap.models.spec import trusted_model_arg
 from mcap.runner import engines
 
@@ -107,6 +108,7 @@ def register(sub) -> None:
     p.add_argument("--merge-to", type=argtypes.positive_int, default=None, metavar="Lm",
                    help="CAPTURE's layer merger (III-A3): merge adjacent layers until Lm remain; "
                         "profiling after the first batch size and prediction run on them")
+    add_node_options(p)
     p.set_defaults(func=cmd_profile)
 
     s = sub.add_parser("sweep", help="measure every partitioning, or a seeded sample -> mcap.sweep/1",
@@ -122,6 +124,7 @@ def register(sub) -> None:
                         "distinct stage is measured and the others' per-stage peaks are "
                         "composed from it (their throughput is then not measured)")
     s.add_argument("--out", required=True, type=Path, metavar="FILE.json", help=OUT_HELP % "sweep")
+    add_node_options(s)
     s.set_defaults(func=cmd_sweep)
 
 
@@ -137,6 +140,10 @@ def _run(args, action) -> int:
     setup = setup_from_args(args)
     store_path = resolve_path(args.store)
     check_out(args.out, f"mcap.{args.command}/1", store=store_path)  # before any run
+    if getattr(args, "nnodes", None) is not None:  # through torchrun on every node
+        from mcap.cli.nodes import launch_command
+        profiling._check_stages(profiling.model_info(args.model), setup)  # exit 2 before it
+        return launch_command(args, setup)
     store = Store(store_path)
     try:
         with profiling.sigterm_cancels():
@@ -181,6 +188,10 @@ def cmd_profile(args) -> int:
         raise McapError("--parallel profiles data/tensor-parallel stages at the target batch "
                         "size on the real layers; it cannot be combined with --capture, "
                         "--profile-batch-sizes, --merge-to or --press yet (profile twice)")
+
+    if args.nnodes is not None and (args.press or args.parallel):
+        raise McapError("--nnodes profiles pipeline stages (engine pipelining); --press and "
+                        "--parallel run on one machine")
 
     def action(profiling, setup, store):
         options = dict(store=store, scheme=args.scheme, job=args.job, timeout=args.timeout,

@@ -41,6 +41,7 @@ training window of the slowest stage.
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Optional, Sequence
 
@@ -54,7 +55,7 @@ from mcap.core.types import (
 
 STARTUP_TIMEOUT = 300.0  # seconds for the stage processes to get ready
 
-__all__ = ["open_runner", "Runner", "check_setup", "check_balance", "ITERATIONS"]
+__all__ = ["open_runner", "runner_override", "Runner", "check_setup", "check_balance", "ITERATIONS"]
 
 
 def check_setup(setup: Setup) -> None:
@@ -214,6 +215,25 @@ class Runner:
         self.close()
 
 
+_OVERRIDE = None  # see runner_override
+
+
 def open_runner(model_spec: str, setup: Setup, *, timeout: float = 300.0) -> Runner:
-    """Start the stage processes for ``model_spec`` under ``setup``; use as a context manager."""
+    """Start the stage processes for ``model_spec`` under ``setup``; use as a context manager.
+    Under :func:`runner_override` the override's factory makes the runner instead."""
+    if _OVERRIDE is not None:
+        return _OVERRIDE(model_spec, setup, timeout=timeout)
     return Runner(model_spec, setup, timeout=timeout)
+
+
+@contextlib.contextmanager
+def runner_override(factory):
+    """Inside, :func:`open_runner` returns ``factory(spec, setup, timeout=...)``: how rank 0
+    under torchrun runs an unchanged ``profile`` / ``sweep`` on the ranks of every node
+    (:mod:`mcap.runner.spmdrunner`)."""
+    global _OVERRIDE
+    saved, _OVERRIDE = _OVERRIDE, factory
+    try:
+        yield
+    finally:
+        _OVERRIDE = saved

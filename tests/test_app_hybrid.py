@@ -42,7 +42,8 @@ def data(tmp_path, monkeypatch):
                 VariantStats(b // 2, scaled(base.stats, 0.6), "pp", 1))
     folder = tmp_path / "data"
     folder.mkdir()
-    hybrid = dataclasses.replace(base, variants=variants)
+    hybrid = dataclasses.replace(base, variants=variants,  # dp/tp beside pp: all from hybrid
+                                 setup=dataclasses.replace(base.setup, engine="hybrid"))
     jsonio.save(hybrid, folder / "hybrid.profile.json")
     jsonio.save(base, folder / "plain.profile.json")
     monkeypatch.setenv("MCAP_DATA_DIR", str(folder))

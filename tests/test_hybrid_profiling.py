@@ -20,9 +20,12 @@ def test_degrees_the_devices_allow():
     with pytest.raises(McapError, match="'dp,pp'"):
         parse_kinds("dp,pp")
     with pytest.raises(McapError, match="needs at least 4 devices .* --stages is 3"):
-        check_parallel(("dp",), Setup(stages=3, batch_size=8, chunks=2))
+        check_parallel(("dp",), Setup(stages=3, batch_size=8, chunks=2, engine="hybrid"))
     with pytest.raises(McapError, match="micro-batch size 3 .* degree 2"):
-        check_parallel(("dp",), Setup(stages=4, batch_size=6, chunks=2))
+        check_parallel(("dp",), Setup(stages=4, batch_size=6, chunks=2, engine="hybrid"))
+    # pipeline-only statistics from another runtime than the dp/tp ones: refused
+    with pytest.raises(McapError, match="--engine is 'pipelining'.*--engine hybrid"):
+        check_parallel(("dp",), Setup(stages=4, batch_size=8, chunks=2))
 
 
 def test_variant_plans_are_the_pipeline_plans_on_sub_meshes():
@@ -37,7 +40,7 @@ def test_profile_keeps_tensor_parallel_statistics(tmp_path):
     from mcap.store import Store
     from mcap.workflow.profiling import profile
 
-    setup = Setup(stages=4, batch_size=8, chunks=2)
+    setup = Setup(stages=4, batch_size=8, chunks=2, engine="hybrid")
     with Store(tmp_path / "s.sqlite") as store:
         result = profile(GPT, setup, tmp_path / "p.json", store=store, parallel=("tp",))
         (v,) = result.profile.variants

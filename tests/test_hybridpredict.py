@@ -28,7 +28,7 @@ def listing(s: LayerStats, a: int, z: int) -> int:
 
 def make_profile(variants=(), batch=16) -> Profile:
     return Profile(model=ModelInfo("toy", tuple(Layer(f"l{i}", 100 * (i + 1)) for i in range(L))),
-                   setup=Setup(stages=4, batch_size=batch), stats=stats(1.0),
+                   setup=Setup(stages=4, batch_size=batch, engine="hybrid"), stats=stats(1.0),
                    variants=tuple(variants))
 
 
@@ -73,6 +73,13 @@ def test_missing_statistics_name_the_profile_command():
     one = HybridCosts(make_profile([VariantStats(4, stats(0.3), "tp", 2)]))
     with pytest.raises(McapError, match="batch sizes 4: one, where two are needed"):
         one.stage(0, 3, "tp", 2)
+    # pp from engine pipelining beside dp/tp from engine hybrid: refused (it reads higher)
+    mixed = make_profile([DP2, DP4])
+    mixed = Profile(model=mixed.model, setup=Setup(stages=4, batch_size=16), stats=mixed.stats,
+                    variants=mixed.variants)
+    with pytest.raises(McapError, match=r"dp2 stage .* engine 'pipelining'.*--parallel dp,tp"):
+        HybridCosts(mixed).stage(0, 3, "dp", 2)
+    assert recommend_mesh(mixed, parse_mesh("1x4")).kinds == ()  # pipeline-only plans remain
 
 
 def test_per_device_runs_become_per_stage_peaks():
@@ -121,7 +128,8 @@ def test_a_variant_with_per_device_runs_is_fitted_like_a_profile():
     scaled = LayerStats(tuple(int(0.8 * x) for x in base.stats.mem_isolated),
                                 (None,) + tuple(int(0.8 * x) for x in base.stats.mem_added[1:]))
     v = VariantStats(base.setup.batch_size, scaled, "dp", 2, per_device)
-    hc = HybridCosts(dataclasses.replace(base, variants=(v,)))
+    hc = HybridCosts(dataclasses.replace(base, variants=(v,), setup=dataclasses.replace(
+        base.setup, engine="hybrid")))
     want = costs_of(dataclasses.replace(base, stats=scaled, runs=runs, variants=()))
     L = base.model.num_layers
     got = [hc.stage(a, z, "dp", 2) for a in range(L) for z in range(a, L)]

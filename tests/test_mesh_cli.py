@@ -33,7 +33,8 @@ VARIANTS = (VariantStats(16, stats(0.7), "dp", 2), VariantStats(16, stats(0.55),
 
 def save(tmp_path, variants, name="p.json"):
     prof = Profile(model=ModelInfo("toy", tuple(Layer(f"l{i}", 100 * (i + 1)) for i in range(L))),
-                   setup=Setup(stages=4, batch_size=16), stats=stats(1.0), variants=variants)
+                   setup=Setup(stages=4, batch_size=16, engine="hybrid"), stats=stats(1.0),
+                   variants=variants)
     path = tmp_path / name
     jsonio.save(prof, path)
     return str(path)

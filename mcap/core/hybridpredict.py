@@ -11,6 +11,8 @@ per-device peak comes from:
   for pipeline-parallel stages" (III-B3). At the profile's batch size the variant is fitted
   as is; profiled at two other batch sizes, the stage's peak is read off the line through
   the two (III-B2, ``mcap.core.hybrid.batch_line``);
+* every kind from engine hybrid: a profile whose pipeline-only runs ran on another
+  engine predicts no dp/tp stage (``mcap.workflow.hybrid.check_base_engine`` says why);
 * ``dp``/``tp`` above the largest profiled degree (e.g. 8 from 2 and 4): the logarithmic
   fit through the stage's peaks at the two largest profiled degrees (III-B3,
   ``mcap.core.hybrid.log_degree`` for 2 and 4).
@@ -33,7 +35,7 @@ import numpy as np
 
 from mcap.core.costs import StageCosts
 from mcap.core.errors import McapError, SearchTooLarge
-from mcap.core.hybrid import HybridPlan, Mesh, batch_line, check_plan
+from mcap.core.hybrid import STORE_ENGINE, HybridPlan, Mesh, batch_line, check_plan
 from mcap.core.meshsearch import MeshResult, configs, enumerate_plans, exact_plan
 from mcap.core.types import Profile, Run, VariantStats
 
@@ -130,6 +132,15 @@ class HybridCosts:
             return None if degree == 1 else f"a pp stage has degree 1, not {degree}"
         if kind not in KINDS:
             raise McapError(f"parallelism {kind!r} is not one of pp, {', '.join(KINDS)}")
+        engine = self.profile.setup.engine
+        if engine != STORE_ENGINE and any(v.parallel == kind for v in self.profile.variants):
+            # pp stages would come from another runtime than the dp/tp ones and the plan
+            # (mcap.workflow.hybrid.check_base_engine: engine pipelining reads higher).
+            return (f"predicting a {kind}{degree} stage beside pipeline-only stages needs both "
+                    f"measured on engine hybrid, which runs the plan; this profile's "
+                    f"pipeline-only statistics come from engine {engine!r}, which keeps "
+                    f"buffers engine hybrid does not. Profile again with: "
+                    f"{profile_command(self.profile)}")
         have = self.profiled(kind)
         if degree in have:
             return None

@@ -10,6 +10,15 @@ Description 1) are run with every stage k-way data- or tensor-parallel, on engin
 4 are predicted (III-B3), never profiled. On the CPU the devices are stage processes, so
 the degree is bounded by ``--stages`` alone.
 
+The profile's own pipeline-only runs run on engine hybrid as well (``--parallel`` makes it
+the default engine; another one is refused, :func:`check_base_engine`): a hybrid plan's pp
+stages are predicted from them and its dp/tp stages from the variants, so both must come
+from the runtime that runs the plan. Engine pipelining reads higher on the same
+partitioning (GPT, 4 stages: 13-24%) because ``torch.distributed.pipelining`` keeps one
+activation and one gradient receive buffer per micro-batch for the whole step, and its last
+stage keeps every micro-batch's output until the step ends; engine hybrid allocates
+those per micro-batch and frees them as it goes (BENCHMARKS.md, "Hybrid plans").
+
 Per-device statistics: every device of a stage holds the same layers, and a stage's peak
 is the highest of its devices (equal for dp; on a tp stage device 0 also sends and
 receives the stage's activations and gradients, so it can read a little more). mem_isolated and mem_added then follow from those per-stage
@@ -115,8 +124,21 @@ def profile_variant(spec: str, info, setup: Setup, store: Store, kind: str, degr
             measured, reused)
 
 
+def check_base_engine(engine: str) -> None:
+    """Refuse dp/tp statistics beside pipeline-only ones from another runtime (module
+    docstring: engine pipelining's extra buffers would be predicted for every pp stage of a
+    hybrid plan that engine hybrid runs without them)."""
+    if engine != "hybrid":
+        raise McapError(f"--parallel measures its dp/tp stages on engine hybrid, so the "
+                        f"profile's pipeline-only runs must run there too; --engine is "
+                        f"{engine!r} (it keeps per-micro-batch buffers engine hybrid does not, "
+                        f"reading up to ~25% higher). Use --engine hybrid, or leave --engine "
+                        f"out")
+
+
 def check_parallel(kinds: Sequence[str], setup: Setup) -> list[tuple[str, int]]:
     """The (kind, degree) sets to profile, or McapError naming the values, before any run."""
+    check_base_engine(setup.engine)
     todo = variant_degrees(kinds, setup.stages)
     if not todo:
         raise McapError(f"--parallel {','.join(kinds)} needs at least 4 devices (2 sub-meshes "
@@ -142,5 +164,6 @@ def add_parallel_variants(prof: Profile, spec: str, store: Store, kinds: Sequenc
     return dataclasses.replace(prof, variants=tuple(variants))
 
 
-__all__ = ["KINDS", "DEGREES", "parse_kinds", "variant_degrees", "variant_plans", "check_parallel",
+__all__ = ["KINDS", "DEGREES", "parse_kinds", "check_base_engine", "variant_degrees",
+           "variant_plans", "check_parallel",
            "profile_variant", "add_parallel_variants"]

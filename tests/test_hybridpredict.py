@@ -8,7 +8,7 @@ import pytest
 from mcap.core.errors import McapError
 from mcap.core.hybrid import Mesh, batch_line, log_degree, parse_mesh, parse_plan
 from mcap.core.hybridpredict import (
-    HybridCosts, log_fit, per_stage_runs, recommend_mesh,
+    HybridCosts, inverse_fit, log_fit, per_stage_runs, recommend_mesh,
 )
 from mcap.core.recommend import costs_of
 from mcap.core.types import Layer, LayerStats, ModelInfo, Profile, Run, Setup, VariantStats
@@ -41,9 +41,12 @@ def test_each_stage_kind_is_predicted_from_its_own_statistics():
     assert hc.stage(2, 5, "pp", 1) == costs_of(hc.profile).stage(2, 5) == listing(stats(1.0), 2, 5)
     assert hc.stage(2, 5, "dp", 2) == listing(DP2.stats, 2, 5)
     assert hc.stage(0, 11, "tp", 4) == listing(TP4.stats, 0, 11)
-    # degree 8 from 2 and 4: the logarithmic fit of III-B3
-    want = round(log_degree(listing(TP2.stats, 3, 7), listing(TP4.stats, 3, 7), 8))
-    assert hc.stage(3, 7, "tp", 8) == want
+    # degree 8 from 2 and 4: M(k) = R + S/k by default, III-B3's logarithmic fit on request
+    m2, m4 = listing(TP2.stats, 3, 7), listing(TP4.stats, 3, 7)
+    assert hc.stage(3, 7, "tp", 8) == round(m4 - (m2 - m4) / 2)
+    log = HybridCosts(hc.profile, degree_fit="log")
+    assert log.stage(3, 7, "tp", 8) == round(log_degree(m2, m4, 8))
+    assert inverse_fit(2, 100, 4, 70, 8) == 55 and inverse_fit(1, 100, 2, 60, 4) == 40
     assert log_fit(2, 100, 4, 70, 8) == log_degree(100, 70, 8) == 40
     assert log_fit(4, 70, 8, 40, 16) == 10
 

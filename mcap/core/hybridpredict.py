@@ -13,9 +13,16 @@ per-device peak comes from:
   the two (III-B2, ``mcap.core.hybrid.batch_line``);
 * every kind from engine hybrid: a profile whose pipeline-only runs ran on another
   engine predicts no dp/tp stage (``mcap.workflow.hybrid.check_base_engine`` says why);
-* ``dp``/``tp`` above the largest profiled degree (e.g. 8 from 2 and 4): the logarithmic
-  fit through the stage's peaks at the two largest profiled degrees (III-B3,
-  ``mcap.core.hybrid.log_degree`` for 2 and 4).
+* ``dp``/``tp`` above the largest profiled degree (e.g. 8 from 2 and 4): a fit through the
+  stage's peaks at the two largest profiled degrees. By default the form M(k) = R + S/k
+  (``inverse_fit``): a device of a k-way dp stage holds the replicated weights, gradients,
+  optimizer state and DDP buckets (R) and 1/k of every micro-batch's activations; a k-way
+  tp stage holds the replicated parts (norms, embeddings, the stage's input and output
+  activations) and 1/k of the sharded weights and inner activations. III-B3's logarithmic
+  fit (``degree_fit="log"``, ``mcap.core.hybrid.log_degree`` for 2 and 4) assumes the same
+  saving per doubling, where the saving halves: measured on 8 CPU devices it read 21% (dp8)
+  and 40% (tp8) under the peak, the inverse form 5% and 17% (BENCHMARKS.md, "Hybrid plans
+  measured").
 
 A degree that is neither profiled nor above two profiled ones is refused, naming the
 ``profile --parallel dp,tp`` command that adds it. Per-device peaks are in stage order (a
@@ -43,6 +50,7 @@ KINDS = ("dp", "tp")
 # The DP's stage placements are at most L(L+1)/2 x devices x configs: 2x4 with 30 layers is
 # 18,600; past this cap (seconds of pure Python) a mesh is refused before anything is fitted.
 MAX_PLACEMENTS = 2_000_000
+DEGREE_FITS = ("inverse", "log")  # above the profiled degrees (module docstring)
 METHODS = ("exact", "enumerate")  # the DP first: exact and faster (BENCHMARKS.md, "Mesh")
 
 
@@ -53,6 +61,21 @@ def log_fit(d1: int, m1: float, d2: int, m2: float, degree: int) -> float:
         raise McapError(f"the logarithmic degree fit needs two different degrees, got {d1} twice")
     t = (math.log2(degree) - math.log2(d1)) / (math.log2(d2) - math.log2(d1))
     return m1 + (m2 - m1) * t
+
+
+def inverse_fit(d1: int, m1: float, d2: int, m2: float, degree: int) -> float:
+    """M(k) = R + S/k through (d1, m1) and (d2, m2), sampled at ``degree`` (module
+    docstring: replicated R, sharded S)."""
+    if d1 == d2:
+        raise McapError(f"the degree fit needs two different degrees, got {d1} twice")
+    s = (m1 - m2) / (1 / d1 - 1 / d2)
+    return m2 + s * (1 / degree - 1 / d2)
+
+
+def degree_fit(form: str, d1: int, m1, d2: int, m2, degree: int):
+    if form not in DEGREE_FITS:
+        raise McapError(f"degree fit {form!r} is not one of {', '.join(DEGREE_FITS)}")
+    return (inverse_fit if form == "inverse" else log_fit)(d1, m1, d2, m2, degree)
 
 
 def profile_command(profile: Profile) -> str:
@@ -99,6 +122,7 @@ class HybridCosts:
     """Per-device predicted peaks of every stage config of a profile (module docstring)."""
     profile: Profile
     predictor: Optional[str] = None
+    degree_fit: str = "inverse"  # above the profiled degrees: DEGREE_FITS
 
     @property
     def num_layers(self) -> int:
@@ -185,7 +209,8 @@ class HybridCosts:
         if degree in have:
             return self._at_degree(kind, degree)
         d1, d2 = sorted(have)[-2:]
-        return _LogDegree(self._at_degree(kind, d1), d1, self._at_degree(kind, d2), d2, degree)
+        return _DegreeFit(self._at_degree(kind, d1), d1, self._at_degree(kind, d2), d2, degree,
+                          self.degree_fit)
 
     def stage(self, first: int, last: int, kind: str, degree: int) -> int:
         return self.costs(kind, degree).stage(first, last)
@@ -222,17 +247,19 @@ class _Line(StageCosts):
         return np.maximum(np.rint(m), 0).astype(np.int64)  # a peak is never negative
 
 
-class _LogDegree(StageCosts):
-    """A stage's peak at ``degree`` on the logarithmic fit through two degrees (III-B3)."""
+class _DegreeFit(StageCosts):
+    """A stage's peak at ``degree`` on the fit through two profiled degrees (III-B3; the
+    form: module docstring)."""
 
-    def __init__(self, low: StageCosts, d1: int, high: StageCosts, d2: int, degree: int):
-        self.low, self.high, self.d = low, high, (d1, d2, degree)
+    def __init__(self, low: StageCosts, d1: int, high: StageCosts, d2: int, degree: int,
+                 form: str):
+        self.low, self.high, self.d, self.form = low, high, (d1, d2, degree), form
         self.num_layers, self.predictor, self.table = low.num_layers, low.predictor, None
 
     def stage_costs(self, first, last):
         d1, d2, d = self.d
-        m = log_fit(d1, self.low.stage_costs(first, last).astype(np.float64), d2,
-                    self.high.stage_costs(first, last).astype(np.float64), d)
+        m = degree_fit(self.form, d1, self.low.stage_costs(first, last).astype(np.float64), d2,
+                       self.high.stage_costs(first, last).astype(np.float64), d)
         return np.maximum(np.rint(m), 0).astype(np.int64)
 
 

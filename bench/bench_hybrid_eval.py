@@ -254,17 +254,18 @@ def main(argv: list[str]) -> None:
             predict(case, args.work)
     else:
         import torch
-        cases = []
-        for key in args.cases.split(","):
-            print(f"{key}: {CASES[key][1]} on {CASES[key][2]} devices", flush=True)
-            cases.append(run_case(key, args.work, args.work / "store.sqlite", args.plans,
-                                  args.seed))
-            predict(cases[-1], args.work)
         result = {"schema": "mcap.bench.hybrid-eval/1",
                   "command": "python bench/bench_hybrid_eval.py " + " ".join(argv[1:]),
                   "date": datetime.date.today().isoformat(), "torch": torch.__version__,
                   "python": platform.python_version(), "host": platform.machine(),
-                  "cases": cases}
+                  "cases": []}
+        for key in args.cases.split(","):
+            print(f"{key}: {CASES[key][1]} on {CASES[key][2]} devices", flush=True)
+            result["cases"].append(run_case(key, args.work, args.work / "store.sqlite",
+                                            args.plans, args.seed))
+            predict(result["cases"][-1], args.work)
+            # each finished case is kept at once: a later failure loses nothing measured
+            args.out.write_text(json.dumps(result, indent=1) + "\n")
     result["summary"] = summary(result["cases"])
     show(result)
     args.out.write_text(json.dumps(result, indent=1) + "\n")

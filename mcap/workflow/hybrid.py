@@ -19,6 +19,14 @@ activation and one gradient receive buffer per micro-batch for the whole step, a
 stage keeps every micro-batch's output until the step ends; engine hybrid allocates
 those per micro-batch and frees them as it goes (BENCHMARKS.md, "Hybrid plans").
 
+With two sub-meshes (degree 4 on 8 devices) the profiling runs measure prefixes on the
+first stage and suffixes on the last, so mem_added of the last layer is never measured and
+extraction would take it as 0 (``mcap.core.stats``), over-predicting every stage that starts
+at a middle layer by the true value (GPT tp4: the vocabulary head's 3 MiB on a 4 MiB
+block). One more run identifies it: the whole model as one k-way stage on k devices
+(PM(0..L-1) beside the measured prefix PM(0..L-2)). It is left out when it does not fit
+(oom), and the profile then falls back to the 2-stage assumption.
+
 Per-device statistics: every device of a stage holds the same layers, and a stage's peak
 is the highest of its devices (equal for dp; on a tp stage device 0 also sends and
 receives the stage's activations and gradients, so it can read a little more). mem_isolated and mem_added then follow from those per-stage
@@ -119,9 +127,35 @@ def profile_variant(spec: str, info, setup: Setup, store: Store, kind: str, degr
             device_runs.append(run)
             stage_runs.append(staged)
         bar.close()
+    if subs == 2:  # identify mem_added(L-1) (module docstring)
+        whole = HybridPlan((StageConfig(info.num_layers, kind, degree),))
+        run, now = _measure_or_find(spec, info, setup, store, whole,
+                                    dataclasses.replace(run_setup, stages=degree),
+                                    timeout=timeout, machine=machine)
+        measured += now
+        reused += 1 - now
+        if run.status == "ok":
+            device_runs.append(run)  # last: variant_profile reads the stages off the first
+            stage_runs.append(_stage_peaks(whole, run))
     stats: LayerStats = extract(stage_runs, info.num_layers)
     return (VariantStats(setup.batch_size, stats, kind, degree, tuple(device_runs)),
             measured, reused)
+
+
+def _measure_or_find(spec: str, info, setup: Setup, store: Store, plan: HybridPlan,
+                     run_setup: Setup, *, timeout: float, machine) -> tuple[Run, int]:
+    """One plan's run from the store, else measured on its own runner and recorded:
+    (per-device run, 1 if measured now)."""
+    study = store.study(info, dataclasses.replace(setup, stages=len(plan.stages),
+                                                  engine=store_engine(plan)))
+    found = store.find_run(study, plan.balance, machine=machine) if machine is not None else None
+    if found is not None:
+        return found, 0
+    from mcap.runner import open_runner
+    with open_runner(spec, run_setup, timeout=timeout) as runner:
+        run = runner.measure_plan(plan)
+        store.record_run(study, _stage_peaks(plan, run), kind="profile", machine=runner.machine)
+    return run, 1
 
 
 def check_base_engine(engine: str) -> None:

@@ -37,7 +37,7 @@ from pathlib import Path
 
 from mcap.core.evaluate import percentile
 from mcap.core.hybrid import HybridPlan, StageConfig, parse_mesh, parse_plan
-from mcap.core.hybridpredict import HybridCosts, recommend_mesh
+from mcap.core.hybridpredict import DEGREE_FITS, HybridCosts, recommend_mesh
 from mcap.io import jsonio
 
 GPT = "gpt:layers=8,hidden=128,heads=4,vocab=512,seq=64"  # 10 layers
@@ -157,12 +157,16 @@ def run_case(key: str, work: Path, store: Path, n: int, seed: int) -> dict:
             "plans": rows}
 
 
-def predict(case: dict, work: Path) -> None:
-    """Fill each plan's predicted per-device peaks from the case's profile."""
+def predict(case: dict, work: Path, degree_fit: str = "inverse") -> None:
+    """Fill each plan's predicted per-device peaks from the case's profile; a plan the
+    profile measured itself (``in_profile``: after --reprofile added runs) is left out of
+    the errors."""
     prof = jsonio.load_profile(work / case["profile_file"])
-    hc = HybridCosts(prof)
+    hc = HybridCosts(prof, degree_fit=degree_fit)
+    seen = profiled_plans(prof)
     for row in case["plans"]:
         row["predicted"] = list(hc.peaks(parse_plan(row["plan"])))
+        row["in_profile"] = row["plan"] in seen
     G = case["devices"]
     case["picks"] = {m: recommend_mesh(prof, parse_mesh(m)).plan.text
                      for m in ((f"1x{G}",) if G == 4 else ("1x8", "2x4"))}
@@ -173,7 +177,7 @@ def errors(cases: list[dict]) -> list[dict]:
     out = []
     for case in cases:
         for row in case["plans"]:
-            if row["status"] != "ok":
+            if row["status"] != "ok" or row.get("in_profile"):
                 continue
             plan = parse_plan(row["plan"])
             stage_of = plan.device_stage()
@@ -216,13 +220,16 @@ def summary(cases: list[dict]) -> dict:
                 "best_peak": best, "above_best": max(row["measured"]) / best - 1}
     plans = sum(len(c["plans"]) for c in cases)
     return {"plans": plans, "plans_ok": sum(r["status"] == "ok" for c in cases for r in c["plans"]),
+            "in_profile": [r["plan"] for c in cases for r in c["plans"] if r.get("in_profile")],
             "errors": table, "pick_ranks": ranks, "target_p90": TARGET_P90,
             "met": table["all"]["p90"] <= TARGET_P90}
 
 
 def show(result: dict) -> None:
     s = result["summary"]
-    print(f"\n{s['plans']} plans ({s['plans_ok']} ok); per-device |predicted - measured| / measured")
+    print(f"\n{s['plans']} plans ({s['plans_ok']} ok); per-device |predicted - measured| / measured"
+          + (f"; left out (the profile ran them): {', '.join(s['in_profile'])}"
+             if s["in_profile"] else ""))
     print(f"{'group':<14} {'devices':>7} {'p50':>7} {'p90':>7} {'max':>7} {'mean signed':>12}")
     for k, v in s["errors"].items():
         print(f"{k:<14} {v['n']:>7} {v['p50']:>7.1%} {v['p90']:>7.1%} {v['max']:>7.1%} "
@@ -249,6 +256,8 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--reprofile", action="store_true",
                     help="with --load: profile again first (the store's runs are reused; "
                          "only runs a newer mcap adds are measured)")
+    ap.add_argument("--degree-fit", choices=DEGREE_FITS, default="inverse",
+                    help="degrees above the profiled ones (mcap.core.hybridpredict)")
     args = ap.parse_args(argv[1:])
     args.work.mkdir(parents=True, exist_ok=True)
     if args.load is not None:
@@ -261,7 +270,9 @@ def main(argv: list[str]) -> None:
                 if cli(profile_command(spec, PROFILE_DEVICES, path,
                                        args.work / "store.sqlite")) != 0:
                     raise SystemExit(f"profiling {spec} failed")
-            predict(case, args.work)
+            predict(case, args.work, args.degree_fit)
+        result["degree_fit"] = args.degree_fit
+        result["predicted_by"] = "python bench/bench_hybrid_eval.py " + " ".join(argv[1:])
         if args.reprofile:
             result["reprofiled"] = datetime.date.today().isoformat()
     else:
@@ -270,12 +281,12 @@ def main(argv: list[str]) -> None:
                   "command": "python bench/bench_hybrid_eval.py " + " ".join(argv[1:]),
                   "date": datetime.date.today().isoformat(), "torch": torch.__version__,
                   "python": platform.python_version(), "host": platform.machine(),
-                  "cases": []}
+                  "degree_fit": args.degree_fit, "cases": []}
         for key in args.cases.split(","):
             print(f"{key}: {CASES[key][1]} on {CASES[key][2]} devices", flush=True)
             result["cases"].append(run_case(key, args.work, args.work / "store.sqlite",
                                             args.plans, args.seed))
-            predict(result["cases"][-1], args.work)
+            predict(result["cases"][-1], args.work, args.degree_fit)
             # each finished case is kept at once: a later failure loses nothing measured
             args.out.write_text(json.dumps(result, indent=1) + "\n")
     result["summary"] = summary(result["cases"])

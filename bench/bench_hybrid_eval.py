@@ -3,6 +3,7 @@
     python bench/bench_hybrid_eval.py [--seed S] [--plans N] [--cases gpt4,gpt8,vgg4,vgg8]
                                       [--work DIR] [--out data/hybrid-eval-cpu.json]
     python bench/bench_hybrid_eval.py --load data/hybrid-eval-cpu.json [--work DIR] [--reprofile]
+                                      [--repeats N]
 
 Each model is profiled once with the command a user types, ``python -m mcap profile ...
 --stages 8 --parallel dp,tp`` (engine hybrid for the pipeline-only runs and for the 2- and
@@ -157,6 +158,42 @@ def run_case(key: str, work: Path, store: Path, n: int, seed: int) -> dict:
             "plans": rows}
 
 
+def remeasure(case: dict, repeats: int) -> None:
+    """Measure every plan of a case ``repeats`` more times, interleaved (all plans, then all
+    again), into ``row["repeats"]``: how far a device's peak moves between identical runs."""
+    from mcap.core.types import Setup
+    from mcap.runner import open_runner
+    with open_runner(case["spec"], Setup(stages=case["devices"], batch_size=case["batch_size"],
+                                         chunks=case["chunks"], engine="hybrid"),
+                     timeout=600) as runner:
+        for r in range(repeats):
+            for row in case["plans"]:
+                run = runner.measure_plan(row["plan"])
+                row.setdefault("repeats", []).append(list(run.peaks or ()))
+            print(f"  {case['case']}: repeat {r + 1} of {repeats} done", flush=True)
+
+
+def spread(cases: list[dict]) -> dict:
+    """Per device (max - min) / min over the first measurement and its repeats, by stage
+    kind: the repeatability the errors are read against."""
+    out: dict[str, list] = {"all": []}
+    for case in cases:
+        for row in case["plans"]:
+            if row["status"] != "ok" or not row.get("repeats"):
+                continue
+            plan = parse_plan(row["plan"])
+            stage_of = plan.device_stage()
+            for d, m in enumerate(row["measured"]):
+                seen = [m] + [rep[d] for rep in row["repeats"] if len(rep) > d]
+                v = (max(seen) - min(seen)) / min(seen)
+                kind = plan.stages[stage_of[d]].parallel
+                out["all"].append(v)
+                out.setdefault(f"kind {kind}", []).append(v)
+                out.setdefault(f"case {case['case']}", []).append(v)
+    return {k: {"n": len(v), "p50": percentile(v, 50), "p90": percentile(v, 90), "max": max(v),
+                "moved": sum(x > 0 for x in v)} for k, v in out.items() if v}
+
+
 def predict(case: dict, work: Path, degree_fit: str = "inverse") -> None:
     """Fill each plan's predicted per-device peaks from the case's profile; a plan the
     profile measured itself (``in_profile``: after --reprofile added runs) is left out of
@@ -219,9 +256,10 @@ def summary(cases: list[dict]) -> dict:
                 "measured_peak": max(row["measured"]), "best_plan": order[0]["plan"],
                 "best_peak": best, "above_best": max(row["measured"]) / best - 1}
     plans = sum(len(c["plans"]) for c in cases)
+    moved = spread(cases)
     return {"plans": plans, "plans_ok": sum(r["status"] == "ok" for c in cases for r in c["plans"]),
             "in_profile": [r["plan"] for c in cases for r in c["plans"] if r.get("in_profile")],
-            "errors": table, "pick_ranks": ranks, "target_p90": TARGET_P90,
+            "errors": table, "pick_ranks": ranks, "target_p90": TARGET_P90, "spread": moved,
             "met": table["all"]["p90"] <= TARGET_P90}
 
 
@@ -239,6 +277,11 @@ def show(result: dict) -> None:
         print(f"  {k:<10} {v['plan']:<24} rank {v['rank']}/{v['of']}  "
               f"{v['measured_peak'] / 2**20:7.2f} MiB, best {v['best_plan']} "
               f"{v['best_peak'] / 2**20:.2f} MiB ({v['above_best']:+.1%})")
+    if s.get("spread"):
+        print("\nrepeatability: per device (max - min) / min over identical runs")
+        for k, v in s["spread"].items():
+            print(f"  {k:<12} {v['n']:>5} devices, {v['moved']:>4} moved: p50 {v['p50']:.1%} "
+                  f"p90 {v['p90']:.1%} max {v['max']:.1%}")
     print(f"\ntarget: per-device p90 <= {s['target_p90']:.0%}: "
           f"{'met' if s['met'] else 'NOT met'} ({s['errors']['all']['p90']:.1%})")
 
@@ -256,6 +299,8 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--reprofile", action="store_true",
                     help="with --load: profile again first (the store's runs are reused; "
                          "only runs a newer mcap adds are measured)")
+    ap.add_argument("--repeats", type=int, default=0,
+                    help="with --load: measure every plan this many more times (repeatability)")
     ap.add_argument("--degree-fit", choices=DEGREE_FITS, default="inverse",
                     help="degrees above the profiled ones (mcap.core.hybridpredict)")
     args = ap.parse_args(argv[1:])
@@ -271,6 +316,8 @@ def main(argv: list[str]) -> None:
                                        args.work / "store.sqlite")) != 0:
                     raise SystemExit(f"profiling {spec} failed")
             predict(case, args.work, args.degree_fit)
+            if args.repeats:
+                remeasure(case, args.repeats)
         result["degree_fit"] = args.degree_fit
         result["predicted_by"] = "python bench/bench_hybrid_eval.py " + " ".join(argv[1:])
         if args.reprofile:

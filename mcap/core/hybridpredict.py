@@ -305,14 +305,15 @@ def searchable(costs: HybridCosts, mesh: Mesh) -> tuple[tuple[str, ...], tuple[s
 
 def recommend_mesh(profile: Profile, mesh: Mesh, method: str = "exact", prune: bool = True,
                    predictor: Optional[str] = None,
-                   kinds: Optional[Sequence[str]] = None) -> MeshRecommendation:
+                   kinds: Optional[Sequence[str]] = None,
+                   degree_fit: str = "inverse") -> MeshRecommendation:
     """The plan of the profile's layers on ``mesh`` with the lowest predicted per-device peak
     (III-C, Algorithm 4 or the exact DP; both give the same plan). Kinds the profile cannot
     predict at every degree up to K are left out, and ``missing`` says why; with none left
     the plans are pipeline-only (one layer group per device)."""
     if method not in METHODS:
         raise McapError(f"mesh method {method!r} is not one of {', '.join(METHODS)}")
-    hc = HybridCosts(profile, predictor)
+    hc = HybridCosts(profile, predictor, degree_fit)
     found, missing = searchable(hc, mesh)
     if kinds is not None:
         bad = [k for k in kinds if k not in KINDS]

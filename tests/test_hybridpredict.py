@@ -107,6 +107,29 @@ def test_mesh_recommendation_dp_equals_enumeration_and_its_own_peaks(mesh):
     assert dp.kinds == ("dp", "tp") and not dp.missing
 
 
+def test_a_four_device_profile_searches_its_two_way_stages_on_1x4():
+    """``profile --stages 4 --parallel dp,tp`` gives degree 2 only: the mesh search places
+    dp2/tp2 and leaves out dp4/tp4, saying why, instead of dropping dp and tp."""
+    import itertools
+    from mcap.core.hybrid import HybridPlan, StageConfig
+    p = make_profile([DP2, TP2])
+    m = parse_mesh("1x4")
+    dp, en = recommend_mesh(p, m, "exact"), recommend_mesh(p, m, "enumerate", prune=False)
+    assert dp.plan == en.plan and dp.peaks == en.peaks and dp.kinds == ("dp", "tp")
+    assert len(dp.missing) == 2 and all("stage needs" in w for w in dp.missing)
+    assert "dp4" in dp.missing[0] and "tp4" in dp.missing[1]
+    hc = HybridCosts(p)
+    plans = [HybridPlan(tuple(StageConfig(n, k, d) for n, (k, d) in zip(sizes, cfg)))
+             for stages in range(1, 5)
+             for cfg in itertools.product([("pp", 1), ("dp", 2), ("tp", 2)], repeat=stages)
+             if sum(d for _, d in cfg) == 4
+             for cuts in itertools.combinations(range(1, L), stages - 1)
+             for sizes in [[b - a for a, b in zip((0,) + cuts, cuts + (L,))]]]
+    assert max(dp.peaks) == min(max(hc.peaks(q)) for q in plans)
+    assert not dp.plan.pipeline_only  # the 2-way stages are used, not only searched
+    assert max(dp.peaks) < max(recommend_mesh(p, m, kinds=()).peaks)
+
+
 def test_without_variants_the_mesh_gets_pipeline_only_plans():
     p = make_profile()
     rec = recommend_mesh(p, Mesh(2, 2))

@@ -229,8 +229,8 @@ class HybridCosts:
 
     def tables(self, mesh: Mesh, kinds: Sequence[str]) -> dict:
         """(kind, degree) -> C[i][j] (a list of lists) = peak of layers i..j-1, for every
-        config the mesh search may place."""
-        return {(k, d): self.costs(k, d).matrix().tolist() for k, d in configs(mesh, tuple(kinds))}
+        config the mesh search may place (:func:`placeable`)."""
+        return {(k, d): self.costs(k, d).matrix().tolist() for k, d in placeable(self, mesh, kinds)}
 
 
 class _Line(StageCosts):
@@ -291,16 +291,23 @@ class MeshRecommendation:
 
 
 def searchable(costs: HybridCosts, mesh: Mesh) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The kinds every degree 2..K of which can be predicted, and why the others cannot."""
+    """The kinds some degree 2..K of which can be predicted, and for each kind the first
+    degree that cannot, why (:func:`placeable` lists the degrees)."""
     kinds, missing = [], []
     for k in KINDS:
         whys = [costs.why_not(k, d) for kind, d in configs(mesh, (k,)) if kind == k]
-        why = next((w for w in whys if w is not None), None)
-        if why is None:
+        if any(w is None for w in whys):
             kinds.append(k)
-        else:
+        why = next((w for w in whys if w is not None), None)
+        if why is not None:
             missing.append(why)
     return tuple(kinds), tuple(missing)
+
+
+def placeable(costs: HybridCosts, mesh: Mesh, kinds: Sequence[str]) -> list[tuple[str, int]]:
+    """The configs of ``kinds`` on ``mesh`` the profile can predict: a profile of 4 devices
+    has dp2 and tp2 but not dp4 or tp4, and its plans on 1x4 may still use the 2-way ones."""
+    return [(k, d) for k, d in configs(mesh, tuple(kinds)) if costs.why_not(k, d) is None]
 
 
 def recommend_mesh(profile: Profile, mesh: Mesh, method: str = "exact", prune: bool = True,
@@ -308,8 +315,8 @@ def recommend_mesh(profile: Profile, mesh: Mesh, method: str = "exact", prune: b
                    kinds: Optional[Sequence[str]] = None,
                    degree_fit: str = "inverse") -> MeshRecommendation:
     """The plan of the profile's layers on ``mesh`` with the lowest predicted per-device peak
-    (III-C, Algorithm 4 or the exact DP; both give the same plan). Kinds the profile cannot
-    predict at every degree up to K are left out, and ``missing`` says why; with none left
+    (III-C, Algorithm 4 or the exact DP; both give the same plan). Configs (kind, degree) the
+    profile cannot predict are left out, and ``missing`` says why; with no dp/tp config left
     the plans are pipeline-only (one layer group per device)."""
     if method not in METHODS:
         raise McapError(f"mesh method {method!r} is not one of {', '.join(METHODS)}")
@@ -325,7 +332,8 @@ def recommend_mesh(profile: Profile, mesh: Mesh, method: str = "exact", prune: b
         raise McapError(f"the model has {L} layers; mesh {mesh.text} needs at least "
                         f"{mesh.devices if not found else mesh.nodes} (pipeline-only plans put "
                         f"one layer group on every device)")
-    placements = L * (L + 1) // 2 * mesh.devices * len(configs(mesh, found))
+    opts = placeable(hc, mesh, found)
+    placements = L * (L + 1) // 2 * mesh.devices * len(opts)
     if placements > MAX_PLACEMENTS:
         raise SearchTooLarge(f"mesh {mesh.text} with {L} layers means up to {placements:,} stage "
                              f"placements, over the cap of {MAX_PLACEMENTS:,}; choose a smaller "
@@ -335,8 +343,8 @@ def recommend_mesh(profile: Profile, mesh: Mesh, method: str = "exact", prune: b
     def cost(i: int, z: int, par: str, d: int) -> int:
         return tables[(par, d)][i][z + 1]
 
-    res: MeshResult = (exact_plan(L, mesh, cost, kinds=found) if method == "exact" else
-                       enumerate_plans(L, mesh, cost, prune=prune, kinds=found))
+    res: MeshResult = (exact_plan(L, mesh, cost, kinds=found, only=opts) if method == "exact"
+                       else enumerate_plans(L, mesh, cost, prune=prune, kinds=found, only=opts))
     return MeshRecommendation(method, mesh, res.plan, tuple(int(p) for p in res.peaks),
                               res.seconds, res.explored, found,
                               prune=prune and method == "enumerate",  # the DP never prunes

@@ -315,7 +315,10 @@ def main(argv: list[str]) -> None:
                 if cli(profile_command(spec, PROFILE_DEVICES, path,
                                        args.work / "store.sqlite")) != 0:
                     raise SystemExit(f"profiling {spec} failed")
-            predict(case, args.work, args.degree_fit)
+            if path.exists():
+                predict(case, args.work, args.degree_fit)
+            else:  # reprint the stored predictions (the profiles live in --work, not in data/)
+                print(f"{path} not found: {case['case']} keeps its stored predictions")
             if args.repeats:
                 remeasure(case, args.repeats)
         result["degree_fit"] = args.degree_fit

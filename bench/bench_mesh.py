@@ -9,7 +9,7 @@ profile has no dp/tp statistics of its own (every bundled one until ``profile --
 dp,tp`` has been run for it), dp/tp statistics are *timing stand-ins*: the pp statistics
 scaled by fixed factors (dp2 0.70, dp4 0.55, tp2 0.60, tp4 0.45). They give the search the
 right number of configs and plausible ties; they are not predictions and are printed as
-"stand-in". Degree 8 and up would come from the logarithmic fit (III-B3).
+"stand-in". Degree 8 and up would come from the degree fit (III-B3; M(k) = R + S/k by default).
 
 Columns: ``fit`` is fitting every config's cost table once (the predictor on each variant),
 ``search`` the search alone; ``evaluated`` is transitions (DP) or completed plans (Algorithm
@@ -49,7 +49,11 @@ def with_variants(name: str):
         return profile, "profiled"
     b = profile.setup.batch_size
     vs = tuple(VariantStats(b, scaled(profile.stats, f), k, d) for k, d, f in STAND_INS)
-    return dataclasses.replace(profile, variants=tuple(profile.variants) + vs), "stand-in"
+    # As if all of it came from engine hybrid: HybridCosts refuses dp/tp beside pp
+    # statistics of another engine (a real hybrid profile's pp runs ran on engine hybrid).
+    setup = dataclasses.replace(profile.setup, engine="hybrid")
+    return dataclasses.replace(profile, variants=tuple(profile.variants) + vs,
+                               setup=setup), "stand-in"
 
 
 def _child(name, mesh, method, prune, q):

@@ -42,7 +42,8 @@ def data(tmp_path, monkeypatch):
                 VariantStats(b // 2, scaled(base.stats, 0.6), "pp", 1))
     folder = tmp_path / "data"
     folder.mkdir()
-    hybrid = dataclasses.replace(base, variants=variants)
+    hybrid = dataclasses.replace(base, variants=variants,  # dp/tp beside pp: all from hybrid
+                                 setup=dataclasses.replace(base.setup, engine="hybrid"))
     jsonio.save(hybrid, folder / "hybrid.profile.json")
     jsonio.save(base, folder / "plain.profile.json")
     monkeypatch.setenv("MCAP_DATA_DIR", str(folder))
@@ -177,3 +178,20 @@ def test_a_shared_url_reopens_the_typed_plan_and_a_stale_one_falls_back(data):
     at = page("hybrid", profile="bundled:hybrid.profile.json", mesh="1x4",
               plan="2,2,2:tp2,1,2:dp2,1")  # 8 devices on a 1x4 mesh: the recommendation instead
     assert metric(at, "shown plan") == metric(at, "recommended plan") and not at.error
+
+
+def test_the_bundled_dp_tp_profile_searches_real_hybrid_plans(tmp_path, monkeypatch):
+    """data/gpt-l8-h128-cpu8-dptp.profile.json: made by ``profile --parallel dp,tp`` on
+    engine hybrid (data/PROVENANCE.md), so the page searches measured dp and tp stages."""
+    monkeypatch.setenv("MCAP_STORE", str(tmp_path / "store.sqlite"))
+    name = "gpt-l8-h128-cpu8-dptp.profile.json"
+    prof = datasets.load(datasets.parse_ref(f"bundled:{name}"))
+    assert {(v.parallel, v.degree) for v in prof.variants} == {
+        ("dp", 2), ("dp", 4), ("tp", 2), ("tp", 4)} and prof.setup.engine == "hybrid"
+    at = page("hybrid", profile=f"bundled:{name}", mesh="2x4")
+    rec = recommend_mesh(prof, parse_mesh("2x4"))
+    assert rec.kinds == ("dp", "tp") and not rec.missing
+    assert not any("no data- or tensor-parallel" in i.value for i in at.info)
+    assert metric(at, "recommended plan") == rec.plan.text
+    assert metric(at, "its predicted peak") == fmt_bytes(rec.peak)
+    assert not at.error

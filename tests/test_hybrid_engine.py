@@ -112,11 +112,15 @@ def test_vgg_data_parallel_convolutions():
     # The dropouts stay in the pipeline stage: a data-parallel device draws the mask of
     # its share only, which one process drawing it for the whole batch cannot repeat.
     ref = reference_losses(VGG)
-    with open_runner(VGG, Setup(stages=3, batch_size=B, chunks=C, engine="hybrid"),
+    with open_runner(VGG, Setup(stages=4, batch_size=B, chunks=C, engine="hybrid"),
                      timeout=120) as runner:
-        run = runner.measure_plan("20:dp2,10")
+        run = runner.measure_plan("20:dp2,9,1")
         assert run.status == "ok", run.error
-        assert len(run.peaks) == 3 and run.peaks[0] == run.peaks[1]
+        assert len(run.peaks) == 4 and run.peaks[0] == run.peaks[1]
+        assert _losses(runner) == pytest.approx(ref, rel=1e-5)
+        # a dp stage without parameters (relu1_1 alone): nothing to all-reduce, no DDP
+        run = runner.measure_plan("1,1:dp2,28")
+        assert run.status == "ok", run.error
         assert _losses(runner) == pytest.approx(ref, rel=1e-5)
 
 

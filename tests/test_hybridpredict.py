@@ -8,7 +8,7 @@ import pytest
 from mcap.core.errors import McapError
 from mcap.core.hybrid import Mesh, batch_line, log_degree, parse_mesh, parse_plan
 from mcap.core.hybridpredict import (
-    HybridCosts, log_fit, per_stage_runs, recommend_mesh,
+    HybridCosts, inverse_fit, log_fit, per_stage_runs, recommend_mesh,
 )
 from mcap.core.recommend import costs_of
 from mcap.core.types import Layer, LayerStats, ModelInfo, Profile, Run, Setup, VariantStats
@@ -28,7 +28,7 @@ def listing(s: LayerStats, a: int, z: int) -> int:
 
 def make_profile(variants=(), batch=16) -> Profile:
     return Profile(model=ModelInfo("toy", tuple(Layer(f"l{i}", 100 * (i + 1)) for i in range(L))),
-                   setup=Setup(stages=4, batch_size=batch), stats=stats(1.0),
+                   setup=Setup(stages=4, batch_size=batch, engine="hybrid"), stats=stats(1.0),
                    variants=tuple(variants))
 
 
@@ -41,9 +41,12 @@ def test_each_stage_kind_is_predicted_from_its_own_statistics():
     assert hc.stage(2, 5, "pp", 1) == costs_of(hc.profile).stage(2, 5) == listing(stats(1.0), 2, 5)
     assert hc.stage(2, 5, "dp", 2) == listing(DP2.stats, 2, 5)
     assert hc.stage(0, 11, "tp", 4) == listing(TP4.stats, 0, 11)
-    # degree 8 from 2 and 4: the logarithmic fit of III-B3
-    want = round(log_degree(listing(TP2.stats, 3, 7), listing(TP4.stats, 3, 7), 8))
-    assert hc.stage(3, 7, "tp", 8) == want
+    # degree 8 from 2 and 4: M(k) = R + S/k by default, III-B3's logarithmic fit on request
+    m2, m4 = listing(TP2.stats, 3, 7), listing(TP4.stats, 3, 7)
+    assert hc.stage(3, 7, "tp", 8) == round(m4 - (m2 - m4) / 2)
+    log = HybridCosts(hc.profile, degree_fit="log")
+    assert log.stage(3, 7, "tp", 8) == round(log_degree(m2, m4, 8))
+    assert inverse_fit(2, 100, 4, 70, 8) == 55 and inverse_fit(1, 100, 2, 60, 4) == 40
     assert log_fit(2, 100, 4, 70, 8) == log_degree(100, 70, 8) == 40
     assert log_fit(4, 70, 8, 40, 16) == 10
 
@@ -73,6 +76,13 @@ def test_missing_statistics_name_the_profile_command():
     one = HybridCosts(make_profile([VariantStats(4, stats(0.3), "tp", 2)]))
     with pytest.raises(McapError, match="batch sizes 4: one, where two are needed"):
         one.stage(0, 3, "tp", 2)
+    # pp from engine pipelining beside dp/tp from engine hybrid: refused (it reads higher)
+    mixed = make_profile([DP2, DP4])
+    mixed = Profile(model=mixed.model, setup=Setup(stages=4, batch_size=16), stats=mixed.stats,
+                    variants=mixed.variants)
+    with pytest.raises(McapError, match=r"dp2 stage .* engine 'pipelining'.*--parallel dp,tp"):
+        HybridCosts(mixed).stage(0, 3, "dp", 2)
+    assert recommend_mesh(mixed, parse_mesh("1x4")).kinds == ()  # pipeline-only plans remain
 
 
 def test_per_device_runs_become_per_stage_peaks():
@@ -95,6 +105,29 @@ def test_mesh_recommendation_dp_equals_enumeration_and_its_own_peaks(mesh):
     assert en.evaluated <= full.evaluated
     assert dp.peaks == HybridCosts(p).peaks(dp.plan) and len(dp.peaks) == m.devices
     assert dp.kinds == ("dp", "tp") and not dp.missing
+
+
+def test_a_four_device_profile_searches_its_two_way_stages_on_1x4():
+    """``profile --stages 4 --parallel dp,tp`` gives degree 2 only: the mesh search places
+    dp2/tp2 and leaves out dp4/tp4, saying why, instead of dropping dp and tp."""
+    import itertools
+    from mcap.core.hybrid import HybridPlan, StageConfig
+    p = make_profile([DP2, TP2])
+    m = parse_mesh("1x4")
+    dp, en = recommend_mesh(p, m, "exact"), recommend_mesh(p, m, "enumerate", prune=False)
+    assert dp.plan == en.plan and dp.peaks == en.peaks and dp.kinds == ("dp", "tp")
+    assert len(dp.missing) == 2 and all("stage needs" in w for w in dp.missing)
+    assert "dp4" in dp.missing[0] and "tp4" in dp.missing[1]
+    hc = HybridCosts(p)
+    plans = [HybridPlan(tuple(StageConfig(n, k, d) for n, (k, d) in zip(sizes, cfg)))
+             for stages in range(1, 5)
+             for cfg in itertools.product([("pp", 1), ("dp", 2), ("tp", 2)], repeat=stages)
+             if sum(d for _, d in cfg) == 4
+             for cuts in itertools.combinations(range(1, L), stages - 1)
+             for sizes in [[b - a for a, b in zip((0,) + cuts, cuts + (L,))]]]
+    assert max(dp.peaks) == min(max(hc.peaks(q)) for q in plans)
+    assert not dp.plan.pipeline_only  # the 2-way stages are used, not only searched
+    assert max(dp.peaks) < max(recommend_mesh(p, m, kinds=()).peaks)
 
 
 def test_without_variants_the_mesh_gets_pipeline_only_plans():
@@ -121,7 +154,8 @@ def test_a_variant_with_per_device_runs_is_fitted_like_a_profile():
     scaled = LayerStats(tuple(int(0.8 * x) for x in base.stats.mem_isolated),
                                 (None,) + tuple(int(0.8 * x) for x in base.stats.mem_added[1:]))
     v = VariantStats(base.setup.batch_size, scaled, "dp", 2, per_device)
-    hc = HybridCosts(dataclasses.replace(base, variants=(v,)))
+    hc = HybridCosts(dataclasses.replace(base, variants=(v,), setup=dataclasses.replace(
+        base.setup, engine="hybrid")))
     want = costs_of(dataclasses.replace(base, stats=scaled, runs=runs, variants=()))
     L = base.model.num_layers
     got = [hc.stage(a, z, "dp", 2) for a in range(L) for z in range(a, L)]

@@ -33,7 +33,8 @@ VARIANTS = (VariantStats(16, stats(0.7), "dp", 2), VariantStats(16, stats(0.55),
 
 def save(tmp_path, variants, name="p.json"):
     prof = Profile(model=ModelInfo("toy", tuple(Layer(f"l{i}", 100 * (i + 1)) for i in range(L))),
-                   setup=Setup(stages=4, batch_size=16), stats=stats(1.0), variants=variants)
+                   setup=Setup(stages=4, batch_size=16, engine="hybrid"), stats=stats(1.0),
+                   variants=variants)
     path = tmp_path / name
     jsonio.save(prof, path)
     return str(path)
@@ -80,6 +81,12 @@ def test_predict_plan_peaks_per_device_in_stage_order(capsys, hybrid):
                                     listing(tp2, 6, 11), listing(tp2, 6, 11)]
     code, out, _ = run(capsys, "predict", "--profile", hybrid, "--plan", "4,8:dp8")
     assert code == 0 and "dp8" in out and out.count("  dp8  ") == 8  # one row per device
+    # dp8 from dp2 and dp4: M(k) = R + S/k by default, III-B3's logarithmic fit on request
+    m2, m4 = listing(VARIANTS[0].stats, 0, 11), listing(VARIANTS[1].stats, 0, 11)
+    for fit, want in ((None, m4 - (m2 - m4) / 2), ("log", m4 - (m2 - m4))):
+        code, out, _ = run(capsys, "predict", "--profile", hybrid, "--plan", "12:dp8", "--json",
+                           *(["--degree-fit", fit] if fit else []))
+        assert code == 0 and json.loads(out)["predicted_peaks"] == [round(want)] * 8
 
 
 @pytest.mark.parametrize("argv,message", [
@@ -95,6 +102,8 @@ def test_predict_plan_peaks_per_device_in_stage_order(capsys, hybrid):
     (["recommend", "--mesh", "2x4", "--stages", "4"], "not both"),
     (["recommend", "--stages", "4", "--method", "enumerate"], "--method enumerate searches a mesh"),
     (["recommend"], "--stages G .* or --mesh NxK"),
+    (["recommend", "--stages", "4", "--degree-fit", "log"], "--degree-fit applies to --mesh"),
+    (["predict", "--balance", "6,6", "--degree-fit", "log"], "--degree-fit applies to a hybrid"),
     (["recommend", "--mesh", "4x4"], "12 layers; mesh 4x4 needs at least 16"),
     (["recommend", "--mesh", "8x1024"], "mesh 8x1024 with 12 layers means up to .* over the cap"),
 ])

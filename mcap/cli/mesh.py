@@ -25,6 +25,15 @@ def add_predict_options(p) -> None:
     p.add_argument("--plan", help="a hybrid plan: N for N layers on one device, N:dpK / N:tpK "
                                   "for N layers on K devices, e.g. 3,3,10:tp2 (instead of --balance)")
     p.add_argument("--mesh", help="with --plan: check it fills this mesh NxK (N nodes of K devices)")
+    _degree_fit_option(p)
+
+
+def _degree_fit_option(p) -> None:
+    from mcap.core.hybridpredict import DEGREE_FITS
+    p.add_argument("--degree-fit", choices=DEGREE_FITS, default=None,
+                   help="with --plan / --mesh: dp/tp degrees above the profiled ones from "
+                        "M(k) = R + S/k (inverse, the default: replicated plus 1/k sharded "
+                        "memory) or CAPTURE III-B3's logarithmic fit (log)")
 
 
 def add_recommend_options(p) -> None:
@@ -33,6 +42,7 @@ def add_recommend_options(p) -> None:
                                   "(Algorithm 4))")
     p.add_argument("--no-prune", action="store_true",
                    help="with --mesh --method enumerate: place every config (no pruning)")
+    _degree_fit_option(p)
 
 
 def wants_plan(args) -> bool:
@@ -44,6 +54,8 @@ def wants_plan(args) -> bool:
             raise McapError("predict needs --balance N,N,... or --plan (e.g. 3,3,10:tp2)")
         if args.mesh is not None:
             raise McapError("--mesh checks a --plan; with --balance give no --mesh")
+        if args.degree_fit is not None:
+            raise McapError("--degree-fit applies to a hybrid --plan; with --balance give none")
         return False
     return True
 
@@ -59,6 +71,8 @@ def wants_mesh(args) -> bool:
                             "the pipeline methods with --stages")
         if args.no_prune:
             raise McapError("--no-prune applies to --mesh --method enumerate")
+        if args.degree_fit is not None:
+            raise McapError("--degree-fit applies to --mesh (hybrid plans); with --stages give none")
         args.method = args.method or "exact"
         return False
     if args.stages is not None:
@@ -86,7 +100,7 @@ def cmd_recommend_mesh(args) -> int:
     if args.no_prune and method != "enumerate":
         raise McapError("--no-prune applies to --method enumerate (the DP does not prune)")
     rec = recommend_mesh(_profile(args), mesh, method, prune=not args.no_prune,
-                         predictor=args.predictor)
+                         predictor=args.predictor, degree_fit=args.degree_fit or "inverse")
     if args.json:
         print(json.dumps(rec.as_json()))
         return 0
@@ -107,7 +121,7 @@ def cmd_predict_plan(args) -> int:
     plan = parse_plan(args.plan)
     profile = _profile(args)
     check_plan(plan, profile.model.num_layers, parse_mesh(args.mesh) if args.mesh else None)
-    hc = HybridCosts(profile, args.predictor)
+    hc = HybridCosts(profile, args.predictor, args.degree_fit or "inverse")
     peaks = hc.peaks(plan)
     if args.json:
         print(json.dumps({"predictor": hc.pp_costs().predictor, "plan_text": plan.text,

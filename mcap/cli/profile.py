@@ -90,7 +90,8 @@ def register(sub) -> None:
     p.add_argument("--parallel", type=_parallel_kinds, default=(), metavar="dp,tp",
                    help="also profile 2- and 4-way data- (dp) / tensor-parallel (tp) stages on "
                         "engine hybrid (CAPTURE III-A1): degree k when --stages holds at least "
-                        "2 groups of k devices")
+                        "2 groups of k devices; the pipeline-only runs then run on engine "
+                        "hybrid too (the default engine becomes hybrid)")
     p.add_argument("--out", required=True, type=Path, metavar="FILE.json", help=OUT_HELP % "profile")
     p.add_argument("--press", action="store_true",
                    help="also measure MPress's costs: per layer the activation bytes saved "
@@ -188,6 +189,13 @@ def cmd_profile(args) -> int:
         raise McapError("--parallel profiles data/tensor-parallel stages at the target batch "
                         "size on the real layers; it cannot be combined with --capture, "
                         "--profile-batch-sizes, --merge-to or --press yet (profile twice)")
+    if args.parallel:
+        # The pipeline-only runs of a hybrid profile run on the engine its dp/tp runs and
+        # its plans run on (mcap.workflow.hybrid.check_base_engine says why).
+        from mcap.workflow.hybrid import check_base_engine
+        if args.engine == "auto":
+            args.engine = "hybrid"
+        check_base_engine(args.engine)
 
     if args.nnodes is not None and (args.press or args.parallel):
         raise McapError("--nnodes profiles pipeline stages (engine pipelining); --press and "

@@ -11,9 +11,18 @@ per-device peak comes from:
   for pipeline-parallel stages" (III-B3). At the profile's batch size the variant is fitted
   as is; profiled at two other batch sizes, the stage's peak is read off the line through
   the two (III-B2, ``mcap.core.hybrid.batch_line``);
-* ``dp``/``tp`` above the largest profiled degree (e.g. 8 from 2 and 4): the logarithmic
-  fit through the stage's peaks at the two largest profiled degrees (III-B3,
-  ``mcap.core.hybrid.log_degree`` for 2 and 4).
+* every kind from engine hybrid: a profile whose pipeline-only runs ran on another
+  engine predicts no dp/tp stage (``mcap.workflow.hybrid.check_base_engine`` says why);
+* ``dp``/``tp`` above the largest profiled degree (e.g. 8 from 2 and 4): a fit through the
+  stage's peaks at the two largest profiled degrees. By default the form M(k) = R + S/k
+  (``inverse_fit``): a device of a k-way dp stage holds the replicated weights, gradients,
+  optimizer state and DDP buckets (R) and 1/k of every micro-batch's activations; a k-way
+  tp stage holds the replicated parts (norms, embeddings, the stage's input and output
+  activations) and 1/k of the sharded weights and inner activations. III-B3's logarithmic
+  fit (``degree_fit="log"``, ``mcap.core.hybrid.log_degree`` for 2 and 4) assumes the same
+  saving per doubling, where the saving halves: measured on 8 CPU devices it read 21% (dp8)
+  and 40% (tp8) under the peak, the inverse form 5% and 17% (BENCHMARKS.md, "Hybrid plans
+  measured").
 
 A degree that is neither profiled nor above two profiled ones is refused, naming the
 ``profile --parallel dp,tp`` command that adds it. Per-device peaks are in stage order (a
@@ -33,7 +42,7 @@ import numpy as np
 
 from mcap.core.costs import StageCosts
 from mcap.core.errors import McapError, SearchTooLarge
-from mcap.core.hybrid import HybridPlan, Mesh, batch_line, check_plan
+from mcap.core.hybrid import STORE_ENGINE, HybridPlan, Mesh, batch_line, check_plan
 from mcap.core.meshsearch import MeshResult, configs, enumerate_plans, exact_plan
 from mcap.core.types import Profile, Run, VariantStats
 
@@ -41,6 +50,7 @@ KINDS = ("dp", "tp")
 # The DP's stage placements are at most L(L+1)/2 x devices x configs: 2x4 with 30 layers is
 # 18,600; past this cap (seconds of pure Python) a mesh is refused before anything is fitted.
 MAX_PLACEMENTS = 2_000_000
+DEGREE_FITS = ("inverse", "log")  # above the profiled degrees (module docstring)
 METHODS = ("exact", "enumerate")  # the DP first: exact and faster (BENCHMARKS.md, "Mesh")
 
 
@@ -51,6 +61,21 @@ def log_fit(d1: int, m1: float, d2: int, m2: float, degree: int) -> float:
         raise McapError(f"the logarithmic degree fit needs two different degrees, got {d1} twice")
     t = (math.log2(degree) - math.log2(d1)) / (math.log2(d2) - math.log2(d1))
     return m1 + (m2 - m1) * t
+
+
+def inverse_fit(d1: int, m1: float, d2: int, m2: float, degree: int) -> float:
+    """M(k) = R + S/k through (d1, m1) and (d2, m2), sampled at ``degree`` (module
+    docstring: replicated R, sharded S)."""
+    if d1 == d2:
+        raise McapError(f"the degree fit needs two different degrees, got {d1} twice")
+    s = (m1 - m2) / (1 / d1 - 1 / d2)
+    return m2 + s * (1 / degree - 1 / d2)
+
+
+def degree_fit(form: str, d1: int, m1, d2: int, m2, degree: int):
+    if form not in DEGREE_FITS:
+        raise McapError(f"degree fit {form!r} is not one of {', '.join(DEGREE_FITS)}")
+    return (inverse_fit if form == "inverse" else log_fit)(d1, m1, d2, m2, degree)
 
 
 def profile_command(profile: Profile) -> str:
@@ -97,6 +122,7 @@ class HybridCosts:
     """Per-device predicted peaks of every stage config of a profile (module docstring)."""
     profile: Profile
     predictor: Optional[str] = None
+    degree_fit: str = "inverse"  # above the profiled degrees: DEGREE_FITS
 
     @property
     def num_layers(self) -> int:
@@ -130,6 +156,15 @@ class HybridCosts:
             return None if degree == 1 else f"a pp stage has degree 1, not {degree}"
         if kind not in KINDS:
             raise McapError(f"parallelism {kind!r} is not one of pp, {', '.join(KINDS)}")
+        engine = self.profile.setup.engine
+        if engine != STORE_ENGINE and any(v.parallel == kind for v in self.profile.variants):
+            # pp stages would come from another runtime than the dp/tp ones and the plan
+            # (mcap.workflow.hybrid.check_base_engine: engine pipelining reads higher).
+            return (f"predicting a {kind}{degree} stage beside pipeline-only stages needs both "
+                    f"measured on engine hybrid, which runs the plan; this profile's "
+                    f"pipeline-only statistics come from engine {engine!r}, which keeps "
+                    f"buffers engine hybrid does not. Profile again with: "
+                    f"{profile_command(self.profile)}")
         have = self.profiled(kind)
         if degree in have:
             return None
@@ -174,7 +209,8 @@ class HybridCosts:
         if degree in have:
             return self._at_degree(kind, degree)
         d1, d2 = sorted(have)[-2:]
-        return _LogDegree(self._at_degree(kind, d1), d1, self._at_degree(kind, d2), d2, degree)
+        return _DegreeFit(self._at_degree(kind, d1), d1, self._at_degree(kind, d2), d2, degree,
+                          self.degree_fit)
 
     def stage(self, first: int, last: int, kind: str, degree: int) -> int:
         return self.costs(kind, degree).stage(first, last)
@@ -193,8 +229,8 @@ class HybridCosts:
 
     def tables(self, mesh: Mesh, kinds: Sequence[str]) -> dict:
         """(kind, degree) -> C[i][j] (a list of lists) = peak of layers i..j-1, for every
-        config the mesh search may place."""
-        return {(k, d): self.costs(k, d).matrix().tolist() for k, d in configs(mesh, tuple(kinds))}
+        config the mesh search may place (:func:`placeable`)."""
+        return {(k, d): self.costs(k, d).matrix().tolist() for k, d in placeable(self, mesh, kinds)}
 
 
 class _Line(StageCosts):
@@ -211,17 +247,19 @@ class _Line(StageCosts):
         return np.maximum(np.rint(m), 0).astype(np.int64)  # a peak is never negative
 
 
-class _LogDegree(StageCosts):
-    """A stage's peak at ``degree`` on the logarithmic fit through two degrees (III-B3)."""
+class _DegreeFit(StageCosts):
+    """A stage's peak at ``degree`` on the fit through two profiled degrees (III-B3; the
+    form: module docstring)."""
 
-    def __init__(self, low: StageCosts, d1: int, high: StageCosts, d2: int, degree: int):
-        self.low, self.high, self.d = low, high, (d1, d2, degree)
+    def __init__(self, low: StageCosts, d1: int, high: StageCosts, d2: int, degree: int,
+                 form: str):
+        self.low, self.high, self.d, self.form = low, high, (d1, d2, degree), form
         self.num_layers, self.predictor, self.table = low.num_layers, low.predictor, None
 
     def stage_costs(self, first, last):
         d1, d2, d = self.d
-        m = log_fit(d1, self.low.stage_costs(first, last).astype(np.float64), d2,
-                    self.high.stage_costs(first, last).astype(np.float64), d)
+        m = degree_fit(self.form, d1, self.low.stage_costs(first, last).astype(np.float64), d2,
+                       self.high.stage_costs(first, last).astype(np.float64), d)
         return np.maximum(np.rint(m), 0).astype(np.int64)
 
 
@@ -253,28 +291,36 @@ class MeshRecommendation:
 
 
 def searchable(costs: HybridCosts, mesh: Mesh) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The kinds every degree 2..K of which can be predicted, and why the others cannot."""
+    """The kinds some degree 2..K of which can be predicted, and for each kind the first
+    degree that cannot, why (:func:`placeable` lists the degrees)."""
     kinds, missing = [], []
     for k in KINDS:
         whys = [costs.why_not(k, d) for kind, d in configs(mesh, (k,)) if kind == k]
-        why = next((w for w in whys if w is not None), None)
-        if why is None:
+        if any(w is None for w in whys):
             kinds.append(k)
-        else:
+        why = next((w for w in whys if w is not None), None)
+        if why is not None:
             missing.append(why)
     return tuple(kinds), tuple(missing)
 
 
+def placeable(costs: HybridCosts, mesh: Mesh, kinds: Sequence[str]) -> list[tuple[str, int]]:
+    """The configs of ``kinds`` on ``mesh`` the profile can predict: a profile of 4 devices
+    has dp2 and tp2 but not dp4 or tp4, and its plans on 1x4 may still use the 2-way ones."""
+    return [(k, d) for k, d in configs(mesh, tuple(kinds)) if costs.why_not(k, d) is None]
+
+
 def recommend_mesh(profile: Profile, mesh: Mesh, method: str = "exact", prune: bool = True,
                    predictor: Optional[str] = None,
-                   kinds: Optional[Sequence[str]] = None) -> MeshRecommendation:
+                   kinds: Optional[Sequence[str]] = None,
+                   degree_fit: str = "inverse") -> MeshRecommendation:
     """The plan of the profile's layers on ``mesh`` with the lowest predicted per-device peak
-    (III-C, Algorithm 4 or the exact DP; both give the same plan). Kinds the profile cannot
-    predict at every degree up to K are left out, and ``missing`` says why; with none left
+    (III-C, Algorithm 4 or the exact DP; both give the same plan). Configs (kind, degree) the
+    profile cannot predict are left out, and ``missing`` says why; with no dp/tp config left
     the plans are pipeline-only (one layer group per device)."""
     if method not in METHODS:
         raise McapError(f"mesh method {method!r} is not one of {', '.join(METHODS)}")
-    hc = HybridCosts(profile, predictor)
+    hc = HybridCosts(profile, predictor, degree_fit)
     found, missing = searchable(hc, mesh)
     if kinds is not None:
         bad = [k for k in kinds if k not in KINDS]
@@ -286,7 +332,8 @@ def recommend_mesh(profile: Profile, mesh: Mesh, method: str = "exact", prune: b
         raise McapError(f"the model has {L} layers; mesh {mesh.text} needs at least "
                         f"{mesh.devices if not found else mesh.nodes} (pipeline-only plans put "
                         f"one layer group on every device)")
-    placements = L * (L + 1) // 2 * mesh.devices * len(configs(mesh, found))
+    opts = placeable(hc, mesh, found)
+    placements = L * (L + 1) // 2 * mesh.devices * len(opts)
     if placements > MAX_PLACEMENTS:
         raise SearchTooLarge(f"mesh {mesh.text} with {L} layers means up to {placements:,} stage "
                              f"placements, over the cap of {MAX_PLACEMENTS:,}; choose a smaller "
@@ -296,8 +343,8 @@ def recommend_mesh(profile: Profile, mesh: Mesh, method: str = "exact", prune: b
     def cost(i: int, z: int, par: str, d: int) -> int:
         return tables[(par, d)][i][z + 1]
 
-    res: MeshResult = (exact_plan(L, mesh, cost, kinds=found) if method == "exact" else
-                       enumerate_plans(L, mesh, cost, prune=prune, kinds=found))
+    res: MeshResult = (exact_plan(L, mesh, cost, kinds=found, only=opts) if method == "exact"
+                       else enumerate_plans(L, mesh, cost, prune=prune, kinds=found, only=opts))
     return MeshRecommendation(method, mesh, res.plan, tuple(int(p) for p in res.peaks),
                               res.seconds, res.explored, found,
                               prune=prune and method == "enumerate",  # the DP never prunes

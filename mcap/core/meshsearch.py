@@ -67,13 +67,21 @@ def _check(L: int, mesh: Mesh) -> None:
                         "one stage")
 
 
+def _options(mesh: Mesh, kinds: tuple[str, ...], only) -> list[tuple[str, int]]:
+    """The configs to place: ``configs(mesh, kinds)``, or those of them in ``only`` (the
+    ones the caller can cost, e.g. dp2 but not dp4)."""
+    opts = configs(mesh, kinds)
+    return opts if only is None else [o for o in opts if o in set(only)]
+
+
 def enumerate_plans(L: int, mesh: Mesh, cost: StageCost, prune: bool = True,
-                    kinds: tuple[str, ...] = ("dp", "tp")) -> MeshResult:
-    """Algorithm 4: every placement, with the seed's pruning when ``prune``."""
+                    kinds: tuple[str, ...] = ("dp", "tp"), only=None) -> MeshResult:
+    """Algorithm 4: every placement, with the seed's pruning when ``prune``; ``only``
+    limits the (kind, degree) configs placed (pp is always placed)."""
     _check(L, mesh)
     started = time.perf_counter()
     K, D = mesh.per_node, mesh.devices
-    opts = configs(mesh, kinds)
+    opts = _options(mesh, kinds, only)
     best: list = [None, None, None]  # key, plan, vector
     explored = [0]
 
@@ -113,12 +121,12 @@ def enumerate_plans(L: int, mesh: Mesh, cost: StageCost, prune: bool = True,
 
 
 def exact_plan(L: int, mesh: Mesh, cost: StageCost,
-               kinds: tuple[str, ...] = ("dp", "tp")) -> MeshResult:
+               kinds: tuple[str, ...] = ("dp", "tp"), only=None) -> MeshResult:
     """The same optimum as :func:`enumerate_plans` by dynamic programming (module docstring)."""
     _check(L, mesh)
     started = time.perf_counter()
     K, D = mesh.per_node, mesh.devices
-    opts = configs(mesh, kinds)
+    opts = _options(mesh, kinds, only)
     # state (layers placed, devices used) -> (key, plan, per-device vector in device order)
     best: dict[tuple[int, int], tuple] = {(0, 0): (_key((), ()), (), ())}
     work = 0

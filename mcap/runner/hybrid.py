@@ -11,7 +11,8 @@ backwards in reverse; mCAP 3.5's fill-drain) over point-to-point sends between t
   ``DistributedDataParallel`` over the stage's sub-group; device j computes rows
   [j*m/k, (j+1)*m/k) of every micro-batch of m rows. Gradients accumulate locally over the
   micro-batches (``no_sync``) and DDP all-reduces them once, in the last backward, as
-  ``torch.distributed.pipelining`` drives a DDP stage. The loss gradient reaching a stage
+  ``torch.distributed.pipelining`` drives a DDP stage (a stage without parameters has
+  nothing to reduce and runs without DDP). The loss gradient reaching a stage
   is already that of the whole batch's mean, so DDP sums (a comm hook) instead of averaging;
 - a **tensor-parallel** stage of degree k is k processes sharding the stage's
   ``nn.Linear`` layers with ``torch.distributed.tensor.parallel`` over the sub-group's
@@ -348,7 +349,9 @@ def run_device(res: Resident, setup: Setup, plan, rank: int, groups: dict,
         stage_mod: nn.Module = Recomputed(layers, setup.checkpoint, setup.chunks)
         recomputed = stage_mod
         ddp = None
-        if pl.config.parallel == "dp":
+        # A dp stage of parameter-free layers (VGG's ReLU or pooling alone) has no gradient
+        # to all-reduce, and DDP refuses such a module: its devices just take their rows.
+        if pl.config.parallel == "dp" and any(p.requires_grad for p in layers.parameters()):
             from torch.nn.parallel import DistributedDataParallel
             ddp = DistributedDataParallel(
                 stage_mod, process_group=group,

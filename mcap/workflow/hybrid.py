@@ -10,6 +10,23 @@ Description 1) are run with every stage k-way data- or tensor-parallel, on engin
 4 are predicted (III-B3), never profiled. On the CPU the devices are stage processes, so
 the degree is bounded by ``--stages`` alone.
 
+The profile's own pipeline-only runs run on engine hybrid as well (``--parallel`` makes it
+the default engine; another one is refused, :func:`check_base_engine`): a hybrid plan's pp
+stages are predicted from them and its dp/tp stages from the variants, so both must come
+from the runtime that runs the plan. Engine pipelining reads higher on the same
+partitioning (GPT, 4 stages: 13-24%) because ``torch.distributed.pipelining`` keeps one
+activation and one gradient receive buffer per micro-batch for the whole step, and its last
+stage keeps every micro-batch's output until the step ends; engine hybrid allocates
+those per micro-batch and frees them as it goes (BENCHMARKS.md, "Hybrid plans").
+
+With two sub-meshes (degree 4 on 8 devices) the profiling runs measure prefixes on the
+first stage and suffixes on the last, so mem_added of the last layer is never measured and
+extraction would take it as 0 (``mcap.core.stats``), over-predicting every stage that starts
+at a middle layer by the true value (GPT tp4: the vocabulary head's 3 MiB on a 4 MiB
+block). One more run identifies it: the whole model as one k-way stage on k devices
+(PM(0..L-1) beside the measured prefix PM(0..L-2)). It is left out when it does not fit
+(oom), and the profile then falls back to the 2-stage assumption.
+
 Per-device statistics: every device of a stage holds the same layers, and a stage's peak
 is the highest of its devices (equal for dp; on a tp stage device 0 also sends and
 receives the stage's activations and gradients, so it can read a little more). mem_isolated and mem_added then follow from those per-stage
@@ -110,13 +127,52 @@ def profile_variant(spec: str, info, setup: Setup, store: Store, kind: str, degr
             device_runs.append(run)
             stage_runs.append(staged)
         bar.close()
+    if subs == 2:  # identify mem_added(L-1) (module docstring)
+        whole = HybridPlan((StageConfig(info.num_layers, kind, degree),))
+        run, now = _measure_or_find(spec, info, setup, store, whole,
+                                    dataclasses.replace(run_setup, stages=degree),
+                                    timeout=timeout, machine=machine)
+        measured += now
+        reused += 1 - now
+        if run.status == "ok":
+            device_runs.append(run)  # last: variant_profile reads the stages off the first
+            stage_runs.append(_stage_peaks(whole, run))
     stats: LayerStats = extract(stage_runs, info.num_layers)
     return (VariantStats(setup.batch_size, stats, kind, degree, tuple(device_runs)),
             measured, reused)
 
 
+def _measure_or_find(spec: str, info, setup: Setup, store: Store, plan: HybridPlan,
+                     run_setup: Setup, *, timeout: float, machine) -> tuple[Run, int]:
+    """One plan's run from the store, else measured on its own runner and recorded:
+    (per-device run, 1 if measured now)."""
+    study = store.study(info, dataclasses.replace(setup, stages=len(plan.stages),
+                                                  engine=store_engine(plan)))
+    found = store.find_run(study, plan.balance, machine=machine) if machine is not None else None
+    if found is not None:
+        return found, 0
+    from mcap.runner import open_runner
+    with open_runner(spec, run_setup, timeout=timeout) as runner:
+        run = runner.measure_plan(plan)
+        store.record_run(study, _stage_peaks(plan, run), kind="profile", machine=runner.machine)
+    return run, 1
+
+
+def check_base_engine(engine: str) -> None:
+    """Refuse dp/tp statistics beside pipeline-only ones from another runtime (module
+    docstring: engine pipelining's extra buffers would be predicted for every pp stage of a
+    hybrid plan that engine hybrid runs without them)."""
+    if engine != "hybrid":
+        raise McapError(f"--parallel measures its dp/tp stages on engine hybrid, so the "
+                        f"profile's pipeline-only runs must run there too; --engine is "
+                        f"{engine!r} (it keeps per-micro-batch buffers engine hybrid does not, "
+                        f"reading up to ~25% higher). Use --engine hybrid, or leave --engine "
+                        f"out")
+
+
 def check_parallel(kinds: Sequence[str], setup: Setup) -> list[tuple[str, int]]:
     """The (kind, degree) sets to profile, or McapError naming the values, before any run."""
+    check_base_engine(setup.engine)
     todo = variant_degrees(kinds, setup.stages)
     if not todo:
         raise McapError(f"--parallel {','.join(kinds)} needs at least 4 devices (2 sub-meshes "
@@ -142,5 +198,6 @@ def add_parallel_variants(prof: Profile, spec: str, store: Store, kinds: Sequenc
     return dataclasses.replace(prof, variants=tuple(variants))
 
 
-__all__ = ["KINDS", "DEGREES", "parse_kinds", "variant_degrees", "variant_plans", "check_parallel",
+__all__ = ["KINDS", "DEGREES", "parse_kinds", "check_base_engine", "variant_degrees",
+           "variant_plans", "check_parallel",
            "profile_variant", "add_parallel_variants"]

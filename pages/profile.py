@@ -63,12 +63,18 @@ with st.form("profile-form"):
                          "would not; predictions at the target come from the line (III-A2)")
     parallel = b.checkbox("CAPTURE: add 2- and 4-way dp and tp stages (--parallel dp,tp)",
                           key="profile-parallel", help="the statistics the Hybrid plans page "
-                          "needs for data- and tensor-parallel stages (III-A1)")
+                          "needs for data- and tensor-parallel stages (III-A1); every run of "
+                          "the profile then runs on engine hybrid, whatever Engine says")
     submitted = st.form_submit_button("▶️ Start", type="primary", key="profile-start")
 
 if submitted:
     try:
         parse_spec(spec)  # unknown model or parameter: McapError naming it
+        if parallel and capture:
+            raise McapError("--parallel profiles dp/tp stages at the target batch size; it "
+                            "cannot be combined with --capture yet: profile twice")
+        if parallel:  # its pipeline-only runs too (mcap.workflow.hybrid.check_base_engine)
+            engine = "hybrid"
         setup = Setup(stages=int(stages), batch_size=int(batch), chunks=int(chunks), schedule=schedule,
                       checkpoint=checkpoint, device=device, engine=engine, optimizer=optimizer,
                       capacity_bytes=int(capacity_mib) * 2**20 or None)

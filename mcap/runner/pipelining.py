@@ -4,8 +4,10 @@ Every stage process holds an uncounted copy of the whole model (built once, unde
 ``memtrack.suspended()``), clones its own layers for each run, and trains them for
 ``ITERATIONS`` iterations with ``ScheduleGPipe`` (fill-drain) or ``Schedule1F1B``;
 activations and their gradients cross to the neighbour processes through the process
-group (gloo on CPU, NCCL when every stage has its own GPU, gloo through host memory when
-stages share a GPU).
+group (gloo on CPU, NCCL when every stage has its own GPU); stages that share a GPU pass
+only a token per micro-batch through gloo and the tensors on the device
+(:mod:`mcap.runner.exchange`; ``MCAP_EXCHANGE=host`` keeps the earlier copies through host
+memory).
 
 Stage shapes are given to ``PipelineStage`` up front (``input_args``/``output_args``,
 computed on the meta device), so the schedule does not run its dynamic shape inference,
@@ -23,7 +25,7 @@ from typing import Callable, Optional
 import torch
 from torch import nn
 
-from mcap.runner import memtrack
+from mcap.runner import exchange, memtrack
 from mcap.runner.protocol import StageResult
 from mcap.runner.train import (
     ITERATIONS, Recomputed, Window, classify, make_optimizer, tag_weights_and_gradients,
@@ -101,12 +103,12 @@ def run_stage(res: Resident, setup: Setup, balance: tuple[int, ...], rank: int,
     first, last = Partitioning(balance).bounds()[rank]
     is_first, is_last = rank == 0, rank == setup.stages - 1
     device = stage_device(setup, rank, local_device)
-    host_staged = shares_gpu(setup) and local_device is None
-    comm_device = torch.device("cpu") if host_staged else device
     window = Window([device], setup.capacity_bytes)  # from a clean slate (train.clean_slate)
     objects: list = []  # everything the run allocates, dropped in `finally`
     links = None  # MPress d2d: this stage's server and channels (mcap.runner.pressd2d)
     try:
+        how = exchange.mode(shares_gpu(setup) and local_device is None)  # None: the group
+        comm_device = torch.device("cpu") if how is not None else device
         window.limit()
         layers = copy.deepcopy(res.module[first:last + 1]).to(device)
         if device.type == "cpu":
@@ -116,10 +118,17 @@ def run_stage(res: Resident, setup: Setup, balance: tuple[int, ...], rank: int,
         else:
             from mcap.runner.press import press_stage
             stage_mod, links = press_stage(layers, press, setup, rank, device)
-        if host_staged:
-            stage_mod = HostStaged(stage_mod, device, is_last)
         in_meta = res.shapes[first - 1] if first > 0 else res.shapes[-1]
         out_meta = res.shapes[last]
+        if how == "host":
+            stage_mod = HostStaged(stage_mod, device, is_last)
+        elif how is not None:  # tokens through the group, tensors through the link
+            link = exchange.Link(how, device)
+            stage_mod = exchange.Exchanged(stage_mod, link, rank, is_first, is_last)
+            if not is_first:
+                in_meta = exchange.token_meta(_requires_grad(in_meta))
+            if not is_last:
+                out_meta = exchange.token_meta(_requires_grad(out_meta))
         stage = PipelineStage(stage_mod, rank, setup.stages, comm_device,
                               input_args=in_meta, output_args=out_meta)
         schedule_cls = Schedule1F1B if setup.schedule == "1f1b" else ScheduleGPipe
@@ -147,6 +156,8 @@ def run_stage(res: Resident, setup: Setup, balance: tuple[int, ...], rank: int,
                     optimizer.step()
             window.mark_iteration()
         seconds = time.perf_counter() - start
+        if isinstance(stage_mod, exchange.Exchanged):  # the neighbours' copies are made
+            stage_mod.finish()
         window.stop()
         if links is not None:  # peers may still fetch what this stage holds for them
             links.finish()
@@ -174,7 +185,12 @@ def _loss_on_output_device(loss: Callable) -> Callable:
 
 
 def _recomputed(mod: nn.Module) -> Recomputed:
-    return mod.inner if isinstance(mod, HostStaged) else mod
+    return mod.inner if isinstance(mod, (HostStaged, exchange.Exchanged)) else mod
+
+
+def _requires_grad(meta) -> bool:
+    metas = meta if isinstance(meta, (tuple, list)) else (meta,)
+    return any(m.requires_grad for m in metas)
 
 
 # (spec, batch size, chunks) -> (Resident, ModelInfo) or the exception building raised: built

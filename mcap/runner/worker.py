@@ -44,7 +44,8 @@ def _start(init):
 
 
 def _run(init, resident, job):
-    from mcap.runner import engines
+    from mcap.runner import engines, exchange
+    exchange.set_run(job.run_id)  # stages sharing a GPU key their exchange by it
     engine = engines.get(init.setup.engine)
     if job.press is not None:  # only engines that apply MPress plans take the keyword
         return engine.run(resident, init, job.balance, press=job.press)

@@ -1,6 +1,7 @@
 """Engine ``pipelining``: ``torch.distributed.pipelining``, one persistent process per stage
-(gloo on CPU; NCCL when every stage has its own GPU, gloo through host memory when stages
-share one). The stage logic is in ``mcap.runner.pipelining``."""
+(gloo on CPU; NCCL when every stage has its own GPU; stages that share one pass tokens
+through gloo and the tensors on the device, ``mcap.runner.exchange``). The stage logic is
+in ``mcap.runner.pipelining``."""
 from __future__ import annotations
 
 from datetime import timedelta

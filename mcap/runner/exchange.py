@@ -1,0 +1,211 @@
+"""Stages that share one GPU exchange activations and gradients on the device (issue 13,
+item 5).
+
+NCCL refuses two ranks on one GPU, and gloo sends only host tensors, so stages sharing a
+GPU used to copy every activation and gradient to the host and back (``HostStaged``):
+most of a paper-scale run's time was those copies. Here only a one-element *token* per
+micro-batch crosses the gloo group (so ``torch.distributed.pipelining``'s schedule, shapes
+and ordering stay as they are); the tensors themselves go through a :class:`Link`:
+
+* ``ipc`` (CUDA): the sender publishes CUDA IPC handles
+  (``torch.multiprocessing.reductions.reduce_tensor``) in the process group's store; the
+  receiver opens them and copies the bytes into its own allocation on the GPU, which its
+  caching allocator counts, then acknowledges. Each stage's memory stays its own: the
+  sender holds its output until its backward (as with NCCL, where the output stays in the
+  stage's forward cache), the receiver holds its copy (NCCL's receive buffer).
+* ``store`` (any device): the tensors' bytes themselves go through the store
+  (``torch.save`` / ``torch.load(weights_only=True)``). Slow, but it runs the same
+  token and autograd logic on CPU stage processes, which is how it is tested here.
+
+The token's value is the micro-batch's sequence number on that boundary, so the
+receiver knows which tensors to fetch; its gradient carries the same number back.
+"""
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import time
+from typing import Optional, Sequence
+
+import torch
+from torch import nn
+
+MODES = ("auto", "ipc", "host", "store")
+ACK_SECONDS = 300.0  # how long a stage waits, at the end of a run, for its peer's copies
+
+_run_id = 0  # the pool's id of the run in progress (set_run); keys are unique per run
+
+
+def set_run(run_id: int) -> None:
+    """Called by the stage worker with each job's id, which every stage of the run shares
+    (a counter of its own would drift when only some workers restart after an oom)."""
+    global _run_id
+    _run_id = run_id
+
+
+def mode(shares_gpu: bool) -> Optional[str]:
+    """How this run's stages exchange (``$MCAP_EXCHANGE``): None for the process group
+    itself (stages on their own devices, or CPU), ``host`` for gloo through host memory,
+    ``ipc`` / ``store`` for a :class:`Link`. Default: ``ipc`` when stages share a GPU."""
+    asked = os.environ.get("MCAP_EXCHANGE", "auto")
+    if asked not in MODES:
+        raise ValueError(f"MCAP_EXCHANGE={asked!r}: expected one of {', '.join(MODES)}")
+    if asked == "auto":
+        return "ipc" if shares_gpu else None
+    if asked == "host":
+        return "host" if shares_gpu else None
+    if asked == "ipc" and not shares_gpu:
+        return None  # IPC only where stages share a GPU
+    return asked
+
+
+def _default_store():
+    import torch.distributed.distributed_c10d as c10d
+    return c10d._get_default_store()
+
+
+class Link:
+    """One stage's ends of its two boundaries for one run: publish tensors under a key,
+    fetch a peer's tensors as this process's own copies, and keep what it published
+    alive until the peer acknowledged its copy."""
+
+    def __init__(self, kind: str, device: torch.device, store=None):
+        self.kind, self.device = kind, device
+        self.store = store if store is not None else _default_store()
+        self.prefix = f"mcap-x/{_run_id}/"
+        self.pending: dict[str, object] = {}
+
+    # --- keys: boundary b is between stage b and b + 1; f forward, b backward --------
+    def key(self, boundary: int, direction: str, seq: int) -> str:
+        return f"{self.prefix}{boundary}/{direction}/{seq}"
+
+    def publish(self, key: str, tensors: Sequence[Optional[torch.Tensor]]) -> None:
+        self.reclaim()
+        if self.kind == "ipc":
+            from torch.multiprocessing.reductions import reduce_tensor
+            # The producing kernels must have finished before another process reads.
+            torch.cuda.current_stream(self.device).synchronize()
+            payload = pickle.dumps([None if t is None else reduce_tensor(t.detach())[1]
+                                    for t in tensors])
+        else:
+            buf = io.BytesIO()
+            torch.save([None if t is None else t.detach() for t in tensors], buf)
+            payload = buf.getvalue()
+        self.pending[key] = tuple(tensors)  # until the peer's copy is made
+        self.store.set(key, payload)
+
+    def fetch(self, key: str) -> list[Optional[torch.Tensor]]:
+        payload = self.store.get(key)  # blocks until published (the store's timeout)
+        if self.kind == "ipc":
+            from torch.multiprocessing.reductions import rebuild_cuda_tensor
+            out = []
+            for args in pickle.loads(payload):  # from a sibling stage process of this run
+                if args is None:
+                    out.append(None)
+                    continue
+                shared = rebuild_cuda_tensor(*args)
+                out.append(shared.detach().clone())  # into this process's own allocation
+                del shared
+            torch.cuda.current_stream(self.device).synchronize()  # copied before the ack
+        else:
+            out = [None if t is None else t.to(self.device)
+                   for t in torch.load(io.BytesIO(payload), weights_only=True)]
+        self.store.delete_key(key)
+        self.store.set(key + "/ack", b"1")
+        self.reclaim()
+        return out
+
+    def reclaim(self, wait: bool = False) -> None:
+        """Drop what the peers have copied; with ``wait``, wait for every copy."""
+        deadline = time.monotonic() + ACK_SECONDS
+        while self.pending:
+            done = [k for k in self.pending if self.store.check([k + "/ack"])]
+            for k in done:
+                del self.pending[k]
+                self.store.delete_key(k + "/ack")
+            if not wait or not self.pending:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"exchange: no copy of {sorted(self.pending)} within "
+                                   f"{ACK_SECONDS:.0f} s")
+            time.sleep(0.001)
+
+    def close(self) -> None:
+        self.pending.clear()
+
+
+def token_meta(requires_grad: bool) -> torch.Tensor:
+    """What crosses the process group per micro-batch instead of the tensors."""
+    return torch.empty(1, device="meta").requires_grad_(requires_grad)
+
+
+class _Send(torch.autograd.Function):
+    """Sender: publish the stage's output, return the token; in backward, fetch the
+    gradient the receiver published under the token's number."""
+
+    @staticmethod
+    def forward(ctx, link, boundary, seq, *tensors):
+        ctx.link, ctx.boundary, ctx.seq = link, boundary, seq
+        ctx.keep = tensors  # the output lives in this stage until its backward (as with NCCL)
+        link.publish(link.key(boundary, "f", seq), tensors)
+        return torch.full((1,), float(seq))
+
+    @staticmethod
+    def backward(ctx, grad_token):
+        seq = int(grad_token.reshape(-1)[0].item())
+        if seq != ctx.seq:
+            raise RuntimeError(f"exchange: gradient of micro-batch {seq} for {ctx.seq}")
+        grads = ctx.link.fetch(ctx.link.key(ctx.boundary, "b", seq))
+        ctx.keep = None
+        return (None, None, None, *grads)
+
+
+class _Recv(torch.autograd.Function):
+    """Receiver: fetch the tensors the token names; in backward, publish their gradients
+    and send the number back as the token's gradient."""
+
+    @staticmethod
+    def forward(ctx, link, boundary, token):
+        seq = int(token.reshape(-1)[0].item())
+        ctx.link, ctx.boundary, ctx.seq = link, boundary, seq
+        out = tuple(link.fetch(link.key(boundary, "f", seq)))
+        ctx.mark_non_differentiable(*(t for t in out if not t.is_floating_point()))
+        return out
+
+    @staticmethod
+    def backward(ctx, *grads):
+        ctx.link.publish(ctx.link.key(ctx.boundary, "b", ctx.seq), grads)
+        return None, None, torch.full((1,), float(ctx.seq))
+
+
+class Exchanged(nn.Module):
+    """A stage module whose neighbours are reached through a :class:`Link`: the first
+    stage takes the batch from the host, the last returns its output for the loss, every
+    other boundary passes a token (module docstring)."""
+
+    def __init__(self, inner: nn.Module, link: Link, rank: int, first: bool, last: bool):
+        super().__init__()
+        self.inner, self.link, self.rank = inner, link, rank
+        self.first, self.last = first, last
+        self.sent = 0
+
+    def forward(self, *args):
+        if self.first:
+            xs = tuple(a.to(self.link.device) for a in args)
+        else:
+            (token,) = args
+            xs = _Recv.apply(self.link, self.rank - 1, token)
+        out = self.inner(*xs)
+        if self.last:
+            return out
+        outs = out if isinstance(out, tuple) else (out,)
+        seq, self.sent = self.sent, self.sent + 1
+        return _Send.apply(self.link, self.rank, seq, *outs)
+
+    def finish(self) -> None:
+        """After the schedule: wait until the neighbours copied what this stage published."""
+        self.link.reclaim(wait=True)
+
+
+__all__ = ["Exchanged", "Link", "MODES", "mode", "set_run", "token_meta"]

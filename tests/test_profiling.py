@@ -117,3 +117,42 @@ def test_fallback_rounds_complete_vgg_sized_plan_when_long_stages_oom():
     assert stats.num_layers == 30
     plan_size = len(profiling_plan(30, 4).runs)
     assert all(r.status == "ok" for r in runs[plan_size:])  # no fallback run was too long
+
+
+def _oom(balance, stage):
+    from mcap.core.partition import Partitioning
+    a, z = Partitioning(balance).bounds()[stage]
+    return Run(balance, "oom", None, 1.0,
+               error=f"stage {stage} (layers {a}..{z}): mcap memtrack: out of memory: "
+                     f"allocating 589824 bytes with 41539664 bytes held would exceed the "
+                     f"capacity of 41943040 bytes")
+
+
+def test_oom_windows_are_read_from_the_runners_errors():
+    from mcap.core.stats import contains_any, oom_windows
+    runs = [_oom((4, 1, 4, 3), 3), _oom((8, 1, 2, 1), 2),
+            Run((2, 2, 2, 6), "failed", None, 1.0, error="stage 3 (layers 6..11): boom"),
+            Run((1, 1, 1, 9), "oom", None, 1.0, error=None)]
+    assert oom_windows(runs) == {(9, 11), (9, 10)}
+    assert contains_any((8, 10), {(9, 10)}) and not contains_any((10, 11), {(9, 10)})
+
+
+def test_fallback_never_retries_a_stage_that_ran_out_of_memory():
+    """AmoebaNet-D(6, 96) under 40 MiB (real errors of its profiling plan): cells 9 and 10
+    do not fit on one stage, so no fallback holds them together, and the message says
+    that their mem_added cannot be measured under this capacity."""
+    from mcap.core.stats import contains_any, stage_windows
+    plan = [(1, 1, 5, 5), (2, 1, 5, 4), (3, 1, 4, 4), (4, 1, 4, 3), (5, 1, 3, 3),
+            (6, 1, 3, 2), (8, 1, 2, 1), (9, 1, 1, 1)]
+    stage = {(1, 1, 5, 5): 3, (2, 1, 5, 4): 3, (3, 1, 4, 4): 3, (4, 1, 4, 3): 3,
+             (5, 1, 3, 3): 3, (6, 1, 3, 2): 2, (8, 1, 2, 1): 2, (9, 1, 1, 1): 0}
+    runs = [_oom(b, stage[b]) for b in plan]
+    runs.append(Run((7, 1, 2, 2), "ok", (25114752, 7884736, 36092608, 25743024), 1.0))
+    bad = {(7, 11), (8, 11), (9, 11), (7, 9), (9, 10), (0, 8)}
+    extra = _fallback(12, 4, runs)
+    assert extra
+    for b in extra:
+        assert not any(contains_any(w, bad) for w in stage_windows(b)), b
+    info = model_info("amoebanet-d:layers=6,filters=16")
+    text = _missing_message(info, runs, "")
+    assert "layers 9 and 10 ran out of memory together on one stage" in text

@@ -32,6 +32,7 @@ errs on the safe side.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Iterable, Optional, Sequence
 
@@ -76,6 +77,32 @@ def collect(runs: Iterable[Run], num_layers: int) -> Windows:
         for win, peak in zip(stage_windows(run.balance), run.peaks):
             best[win] = max(best.get(win, peak), int(peak))
     return Windows(num_layers=num_layers, peaks=tuple(sorted(best.items())), max_stages=max_stages)
+
+
+# The runner names the stage that ran out of memory: "stage R (layers A..Z): <message>",
+# stages joined by "; " (mcap.runner.pipelining.run_stage, mcap.runner.train.classify).
+_STAGE_ERROR = re.compile(r"stage \d+ \(layers (\d+)\.\.(\d+)\): ([^;]*)")
+
+
+def oom_windows(runs: Iterable[Run]) -> set[tuple[int, int]]:
+    """The windows (a, z) that ran out of memory in oom runs (from each run's error; a
+    run that does not name its stage adds nothing). A stage holding one of them, or more
+    layers around it, will not fit either: its weights, gradients and activations only
+    grow with more layers."""
+    out: set[tuple[int, int]] = set()
+    for run in runs:
+        if run.status != "oom" or not run.error:
+            continue
+        for a, z, message in _STAGE_ERROR.findall(run.error):
+            if "out of memory" in message:
+                out.add((int(a), int(z)))
+    return out
+
+
+def contains_any(window: tuple[int, int], bad: Iterable[tuple[int, int]]) -> bool:
+    """Does layers window[0]..window[1] include one of the ``bad`` windows?"""
+    a, z = window
+    return any(a <= b0 and b1 <= z for b0, b1 in bad)
 
 
 @dataclass(frozen=True)

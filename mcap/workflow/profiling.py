@@ -336,11 +336,14 @@ def greedy_fallback(num_layers: int, stages: int, runs: Sequence[Run]) -> list[t
     unknown), then is the most even split. A pick that fails again adds its windows to
     the suspects next round."""
     from mcap.core import partition
-    from mcap.core.stats import missing_for_windows, stage_windows
+    from mcap.core.stats import contains_any, missing_for_windows, oom_windows, stage_windows
 
     L, G = num_layers, stages
     have = {w for r in runs if r.status == "ok" for w in stage_windows(r.balance)}
     suspect = {w for r in runs if r.status != "ok" for w in stage_windows(r.balance)} - have
+    # Windows known to run out of memory (the runner names the stage): a candidate with a
+    # stage holding one of them would run out again, so it is not tried.
+    oom = oom_windows(runs)
     longest = max((z - a + 1 for a, z in have), default=-(-L // G))
     tried = {tuple(r.balance) for r in runs}
 
@@ -352,7 +355,8 @@ def greedy_fallback(num_layers: int, stages: int, runs: Sequence[Run]) -> list[t
         pool = sweep_balances(L, G, None, 0)
     else:
         pool = partition.random_partitionings(L, G, GREEDY_CANDIDATES, seed=0)
-    pool = [b for b in pool if b not in tried]
+    pool = [b for b in pool if b not in tried
+            and not any(contains_any(w, oom) for w in stage_windows(b))]
     chosen: list[tuple[int, ...]] = []
     left = missing_count(have)
     # Stages no longer than ``longest`` first: the riskier rest is scored only when no
@@ -390,8 +394,17 @@ def _missing_message(info: ModelInfo, runs: Sequence[Run], why: str) -> str:
     named = ", ".join(f"{i} ({info.layers[i].name})" for i in names[:12])
     more = f" and {len(names) - 12} more" if len(names) > 12 else ""
     ooms = ", ".join("(" + ",".join(map(str, r.balance)) + f") {r.status}" for r in bad[:6])
+    # A mem_added(l) whose pair l-1..l itself ran out of memory cannot be measured under
+    # this capacity: no stage holding both layers fits (say so: it is the user's answer).
+    from mcap.core.stats import contains_any, oom_windows
+    oom = oom_windows(runs)
+    unfit = [l for l in (missing.added if missing else ()) if contains_any((l - 1, l), oom)]
+    why_not = ("; layers " + ", ".join(f"{l - 1} and {l}" for l in unfit[:6])
+               + " ran out of memory together on one stage, so no stage holding both fits "
+               "under this capacity and their mem_added cannot be measured under it"
+               if unfit else "")
     return (f"profiling {info.spec} is incomplete: still missing {detail}"
-            + (f"; layers {named}{more}" if named else "")
+            + (f"; layers {named}{more}" if named else "") + why_not
             + f". {len(bad)} run(s) did not finish ok ({ooms}{', ...' if len(bad) > 6 else ''}); "
             f"the {len(runs)} runs so far are kept in the store")
 

@@ -232,7 +232,7 @@ def profile(spec: str, setup: Setup, out: Optional[Path], *, store: Store, schem
     their statistics fits; every run measured until then stays in the store."""
     from mcap.io import jsonio
     from mcap.core.plan import profiling_plan
-    from mcap.core.stats import extract
+    from mcap.core.stats import bounded_added, extract, over_capacity_windows
 
     started = time.monotonic()
     from mcap.core import merging
@@ -259,6 +259,7 @@ def profile(spec: str, setup: Setup, out: Optional[Path], *, store: Store, schem
         m.knowledge = reuse_mod.stored_knowledge(store, m.study, setup, m.machine)[0]
     runs: dict[tuple[int, ...], Run] = {}
     fallback: list[tuple[int, ...]] = []
+    known_over: frozenset = frozenset()
     with job_status(store, job, m.study, bar.total), contextlib.closing(m):
         queue = [tuple(b) for b in plan]
         # Each round measures what is queued, then asks the core for partitionings that
@@ -269,8 +270,12 @@ def profile(spec: str, setup: Setup, out: Optional[Path], *, store: Store, schem
         for round_ in range(4 * info.num_layers + 1):
             for balance in queue:
                 runs[balance] = get(balance)
-            if round_ and not any(runs[b].status == "ok" for b in queue):
+            # A round that ran nothing ok but named new windows over the capacity still
+            # narrows the search (mcap.core.stats.over_capacity_windows).
+            proven = over_capacity_windows(runs.values())
+            if round_ and not any(runs[b].status == "ok" for b in queue) and proven <= known_over:
                 break
+            known_over = proven
             queue = _fallback(info.num_layers, setup.stages, tuple(runs.values()))
             if not queue:
                 break
@@ -282,9 +287,14 @@ def profile(spec: str, setup: Setup, out: Optional[Path], *, store: Store, schem
             stats = extract(used, info.num_layers)
         except McapError as exc:
             raise MissingStatistics(_missing_message(info, used, str(exc))) from None
+        extra = {} if groups is None else \
+            {merging.EXTRA_KEY: {"sizes": list(groups), "layers": real.num_layers}}
+        bounded = bounded_added(used, info.num_layers)
+        if bounded:  # say which mem_added are capacity bounds, not measurements
+            extra[OVER_KEY] = {"bounded_added": list(bounded),
+                               "windows": [list(w) for w in sorted(over_capacity_windows(used))]}
         prof = Profile(model=info, setup=setup, stats=stats, runs=used, machine=m.machine,
-                       extra=None if groups is None else
-                       {merging.EXTRA_KEY: {"sizes": list(groups), "layers": real.num_layers}})
+                       extra=extra or None)
         if press:  # MPress costs (mcap.workflow.press), measured after the runs
             from mcap.workflow.press import with_press
             prof = with_press(spec, prof)
@@ -299,6 +309,10 @@ def profile(spec: str, setup: Setup, out: Optional[Path], *, store: Store, schem
     tally = Tally(m.measured, m.reused, time.monotonic() - started, used, tuple(fallback),
                   composed=m.composed)
     return ProfileResult(prof, profile_id, tally)
+
+
+# Profile.extra key listing the mem_added that are over-capacity lower bounds (mcap.core.stats).
+OVER_KEY = "over_capacity"
 
 
 def _fallback(num_layers: int, stages: int, runs: Sequence[Run]) -> list[tuple[int, ...]]:
@@ -336,23 +350,28 @@ def greedy_fallback(num_layers: int, stages: int, runs: Sequence[Run]) -> list[t
     unknown), then is the most even split. A pick that fails again adds its windows to
     the suspects next round."""
     from mcap.core import partition
-    from mcap.core.stats import missing_for_windows, stage_windows
+    from mcap.core.stats import doomed, missing_for_windows, over_capacity_windows, stage_windows
 
     L, G = num_layers, stages
     have = {w for r in runs if r.status == "ok" for w in stage_windows(r.balance)}
-    suspect = {w for r in runs if r.status != "ok" for w in stage_windows(r.balance)} - have
+    over = over_capacity_windows(runs)
+    # An oom run that names the stage that ran out clears its other stages of suspicion.
+    suspect = {w for r in runs if r.status != "ok" for w in stage_windows(r.balance)
+               if not over.intersection(stage_windows(r.balance)) or w in over} - have
     longest = max((z - a + 1 for a, z in have), default=-(-L // G))
     tried = {tuple(r.balance) for r in runs}
 
     def missing_count(windows) -> int:
-        m = missing_for_windows(L, windows, G)
+        m = missing_for_windows(L, windows, G, over=over)
         return len(m.isolated) + len(m.added)
 
     if partition.count(L, G) <= GREEDY_CANDIDATES:
         pool = sweep_balances(L, G, None, 0)
     else:
         pool = partition.random_partitionings(L, G, GREEDY_CANDIDATES, seed=0)
-    pool = [b for b in pool if b not in tried]
+    # A balance with a stage holding a window proven over the capacity cannot fit.
+    pool = [b for b in pool if b not in tried
+            and not any(doomed(w, over) for w in stage_windows(b))]
     chosen: list[tuple[int, ...]] = []
     left = missing_count(have)
     # Stages no longer than ``longest`` first: the riskier rest is scored only when no
@@ -383,7 +402,9 @@ def greedy_fallback(num_layers: int, stages: int, runs: Sequence[Run]) -> list[t
 
 def _missing_message(info: ModelInfo, runs: Sequence[Run], why: str) -> str:
     from mcap.core.stats import missing_statistics
-    missing = missing_statistics(info.num_layers, [r for r in runs if r.status == "ok"])
+    from mcap.core.stats import over_capacity_windows
+    missing = missing_statistics(info.num_layers, [r for r in runs if r.status == "ok"],
+                                 over_capacity_windows(runs))
     bad = [r for r in runs if r.status != "ok"]
     detail = missing.describe() if missing else why
     names = sorted(set(missing.isolated) | set(missing.added)) if missing else []

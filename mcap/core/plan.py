@@ -36,6 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Optional, Sequence
 
+from mcap.core import safefill
 from mcap.core.errors import McapError
 from mcap.core.stats import (Sources, doomed, missing_for_windows, over_capacity_windows,
                              sources_for_windows, stage_windows)
@@ -355,10 +356,20 @@ def replan(num_layers: int, stages: int, ok_runs: Iterable, failed_runs: Iterabl
                 continue  # the run names its culprit; its other stages prove nothing
             if not any(a <= w[0] and w[1] <= z for a, z in have):
                 fails[w] = fails.get(w, 0) + (2 if w in over else 1)
-    missing = missing_for_windows(L, have, max([len(b) for b in ok] + [G]), derive=False, over=over)
+    # Under a proven capacity a layer may never fit alone beside the rest (every other
+    # stage would hold an over window); its mem_isolated is then derived from a window
+    # l..z as mcap.core.stats allows (exact under Listing 1.1).
+    missing = missing_for_windows(L, have, max([len(b) for b in ok] + [G]), derive=bool(over), over=over)
     if not missing:
         return ()
     probe = _Slot([], 0, L - 1, G)
+    seen_place: dict[Window, bool] = {}
+
+    def placeable(w: Window) -> bool:
+        """Some G-stage run holds w with no stage containing a proven-over window."""
+        if w not in seen_place:
+            seen_place[w] = next(safefill.fills(0, L - 1, G, [w], over), None) is not None
+        return seen_place[w]
     # The longest window known to fit: new windows and fills stay within it where possible.
     cap = max([z - a + 1 for a, z in have] + [-(-L // G)])
     needed: set[Window] = set()
@@ -367,8 +378,14 @@ def replan(num_layers: int, stages: int, ok_runs: Iterable, failed_runs: Iterabl
         # Alone on a stage; with 2 stages a middle layer cannot be, so its suffix window
         # l..L-1 is measured instead and mem_isolated derived (see mcap.core.stats).
         w = (l, l) if probe.can_take((l, l)) else (l, L - 1)
+        if over and not placeable(w):
+            w = next(((l, z) for z in range(l + 1, L) if not doomed((l, z), over)
+                      and placeable((l, z))), w)
         if doomed(w, over):
             hopeless.append(f"mem_isolated({l}): layers {w[0]}..{w[1]} alone exceed the capacity")
+        elif over and not placeable(w):
+            hopeless.append(f"mem_isolated({l}): no {G}-stage run holds layers {w[0]}..{w[1]} "
+                            f"without a stage known to exceed the capacity")
         elif fails.get(w, 0) >= 2:
             hopeless.append(f"mem_isolated({l}): layers {w[0]}..{w[1]} ran out of memory in {fails[w]} runs")
         needed.add(w)
@@ -380,8 +397,8 @@ def replan(num_layers: int, stages: int, ok_runs: Iterable, failed_runs: Iterabl
             continue
         pairs = [[(n, l - 1), (n, l)] for n in range(0, l)]
         pairs = [p for p in pairs if all(w in have or probe.can_take(w) for w in p)]
-        if over:  # shortest first, never a window holding a proven-over one
-            pairs = [p for p in reversed(pairs) if not any(doomed(w, over) for w in p)]
+        if over:  # shortest first, only windows some run avoiding the over ones can hold
+            pairs = [p for p in reversed(pairs) if all(w in have or placeable(w) for w in p)]
         strict = [p for p in pairs if not any(w in fails for w in p) and (not fails or l - p[0][0] + 1 <= cap)]
         soft = [p for p in pairs if all(fails.get(w, 0) < 2 for w in p)]
         choice = (strict or soft or [None])[0]
@@ -393,14 +410,32 @@ def replan(num_layers: int, stages: int, ok_runs: Iterable, failed_runs: Iterabl
         raise McapError(f"cannot measure on {G} stages: " + "; ".join(hopeless))
     suspect = bool(fails)
     out: list[tuple[int, ...]] = []
-    for slot in _pack_new(sorted(needed), L, G, max_stage=cap if suspect else None):
-        for shift in range(0, 4 * G + 1):
-            bal = slot.balance(shift)
-            if bal not in avoid and not any(doomed(w, over) for w in stage_windows(bal)):
-                break
-        else:
-            raise McapError(f"every {G}-stage run holding layers {slot.wins} has already failed; "
-                            f"cannot measure them")
+    slots = _pack_new(sorted(needed), L, G, max_stage=cap if suspect else None)
+    while slots:
+        slot = slots.pop(0)
+        bal = _pick(slot, G, over, avoid)
+        if bal is None and len(slot.wins) > 1:
+            # No fill of the packed run avoids the over windows: one window per run.
+            slots[:0] = _pack_new([slot.wins[0]], L, G) + _pack_new(slot.wins[1:], L, G)
+            continue
+        if bal is None:
+            raise McapError(f"every {G}-stage run holding layers {slot.wins} has already failed "
+                            f"or holds layers known to exceed the capacity; cannot measure them")
         avoid.add(bal)
         out.append(bal)
     return tuple(out)
+
+
+def _pick(slot: _Slot, G: int, over, avoid) -> Optional[tuple[int, ...]]:
+    """The slot's first balance neither tried nor holding an over window: the even fills
+    first, then (under a proven capacity) the fills of ``mcap.core.safefill``."""
+    for shift in range(0, 4 * G + 1):
+        bal = slot.balance(shift)
+        if bal not in avoid and not any(doomed(w, over) for w in stage_windows(bal)):
+            return bal
+    if over:
+        for fill in safefill.fills(slot.first, slot.last, slot.stages, slot.wins, over):
+            bal = tuple(slot.head) + fill
+            if bal not in avoid:
+                return bal
+    return None

@@ -137,3 +137,43 @@ def test_safefill_splits_the_rest_around_over_windows():
         wins = stage_windows(f)
         assert (10, 11) in wins and not any(doomed(w, over) for w in wins)
     assert list(safefill.fills(0, 11, 4, [(9, 10)], over)) == []  # the window itself is over
+
+
+def test_feasible_lists_every_partitioning_without_an_over_stage():
+    # AmoebaNet-D(6, 104) under 40 MiB (BENCHMARKS.md): 8..9 and 9..10 never fit, nor do
+    # 0..8 and 4..8; 4 of the 165 partitionings are left, (k, 9-k, 1, 2) for k = 5..8.
+    over = {(8, 9), (9, 10), (0, 8), (4, 8)}
+    assert safefill.feasible(12, 4, over, 16) == [(5, 4, 1, 2), (6, 3, 1, 2), (7, 2, 1, 2),
+                                                   (8, 1, 1, 2)]
+    assert safefill.feasible(12, 4, over, 3) is None  # more than the limit
+    assert len(safefill.feasible(12, 4, set(), 200)) == 165
+    assert safefill.feasible(12, 4, {(9, 9)}, 16) == []  # layer 9 alone does not fit
+
+
+def test_profile_measures_the_whole_space_left_by_over_windows():
+    """profiling._measure_space: statistics that cannot be completed (AmoebaNet-D(6, 104)'s
+    shape), but few partitionings can train; those not measured yet are measured, and a new
+    oom shrinks the space before it is returned."""
+    from mcap.workflow.profiling import _measure_space
+    truly_over = {(8, 9), (9, 10), (0, 8), (4, 8), (5, 8)}
+
+    def get(balance):
+        for rank, (a, z) in enumerate(stage_windows(balance)):
+            if any(a <= x and y <= z for x, y in truly_over):
+                return Run(tuple(balance), "oom", None, 1.0, error=oom_message(rank, a, z))
+        return Run(tuple(balance), "ok", tuple(10 * n for n in balance), 1.0)
+
+    class Bar:
+        def grow(self, n):
+            pass
+
+    known = [(8, 1, 2, 1), (9, 1, 1, 1), (7, 1, 2, 2), (4, 5, 1, 2), (7, 2, 1, 2)]
+    runs = {b: get(b) for b in known}
+    fallback: list = []
+    space = _measure_space(12, 4, runs, get, fallback, Bar())
+    # (5, 4, 1, 2) looked possible until it ran out on 5..8; the rest is the space.
+    assert [r.balance for r in space] == [(6, 3, 1, 2), (7, 2, 1, 2), (8, 1, 1, 2)]
+    assert all(r.status == "ok" for r in space)
+    assert set(fallback) == {(5, 4, 1, 2), (6, 3, 1, 2), (8, 1, 1, 2)}
+    # Nothing proven over: no space (the statistics' own message stands).
+    assert _measure_space(12, 4, {(7, 2, 1, 2): get((7, 2, 1, 2))}, get, [], Bar()) == ()

@@ -127,3 +127,25 @@ def fills(first: int, last: int, stages: int, wins: Sequence[Window],
             found[tuple(sizes)] = (max(free), sorted(free, reverse=True))
     for sizes in sorted(found, key=lambda b: (found[b], b)):
         yield sizes
+
+
+def feasible(num_layers: int, stages: int, over, limit: int) -> list[tuple[int, ...]] | None:
+    """Every ``stages``-stage balance of ``num_layers`` layers with no stage containing a
+    window of ``over``, in lexicographic order; None when there are more than ``limit``
+    (a depth-first walk that stops at a stage holding an over window: a longer stage
+    from the same first layer holds it too)."""
+    out: list[tuple[int, ...]] = []
+
+    def walk(pos: int, left: int, acc: list[int]) -> bool:
+        if left == 1:
+            if not doomed((pos, num_layers - 1), over):
+                out.append(tuple(acc + [num_layers - pos]))
+            return len(out) <= limit
+        for size in range(1, num_layers - pos - left + 2):
+            if doomed((pos, pos + size - 1), over):
+                break
+            if not walk(pos + size, left - 1, acc + [size]):
+                return False
+        return True
+
+    return out if walk(0, stages, []) else None

@@ -35,7 +35,14 @@ class Cancelled(BaseException):
 
 
 class MissingStatistics(McapError):
-    """Profiling ended with layers whose statistics could not be measured (all oom/failed)."""
+    """Profiling ended with layers whose statistics could not be measured (all oom/failed).
+
+    ``space``: when the windows proven over the capacity leave only a few partitionings
+    that can train, all of them measured (``_measure_space``); () otherwise."""
+
+    def __init__(self, message: str, space: tuple = ()):
+        super().__init__(message)
+        self.space = tuple(space)
 
 
 @dataclass(frozen=True)
@@ -281,12 +288,15 @@ def profile(spec: str, setup: Setup, out: Optional[Path], *, store: Store, schem
                 break
             fallback.extend(queue)
             bar.grow(len(queue))
-        bar.close()
         used = tuple(runs.values())
         try:
             stats = extract(used, info.num_layers)
         except McapError as exc:
-            raise MissingStatistics(_missing_message(info, used, str(exc))) from None
+            space = _measure_space(info.num_layers, setup.stages, runs, get, fallback, bar)
+            bar.close()
+            used = tuple(runs.values())
+            raise MissingStatistics(_missing_message(info, used, str(exc)), space) from None
+        bar.close()
         extra = {} if groups is None else \
             {merging.EXTRA_KEY: {"sizes": list(groups), "layers": real.num_layers}}
         bounded = bounded_added(used, info.num_layers)
@@ -313,6 +323,36 @@ def profile(spec: str, setup: Setup, out: Optional[Path], *, store: Store, schem
 
 # Profile.extra key listing the mem_added that are over-capacity lower bounds (mcap.core.stats).
 OVER_KEY = "over_capacity"
+
+
+# The most partitionings without a stage over the capacity that profiling measures outright
+# when the statistics stay incomplete (MissingStatistics.space).
+SPACE_LIMIT = 16
+
+
+def _measure_space(L: int, G: int, runs: dict, get, fallback: list, bar) -> tuple[Run, ...]:
+    """When the oom runs leave at most SPACE_LIMIT partitionings with no stage holding a
+    window proven over the capacity, measure the ones not yet measured (each new oom may
+    shrink the space further) and return the runs of the whole space; () otherwise. Under
+    such a capacity the statistics cannot be completed, but every partitioning that can
+    train has then been measured under it."""
+    from mcap.core import safefill
+    from mcap.core.stats import over_capacity_windows
+    for _ in range(SPACE_LIMIT + 1):
+        over = over_capacity_windows(runs.values())
+        if not over:
+            return ()
+        space = safefill.feasible(L, G, over, SPACE_LIMIT)
+        if not space:
+            return ()
+        todo = [b for b in space if b not in runs]
+        if not todo:
+            return tuple(runs[b] for b in space)
+        bar.grow(len(todo))
+        for b in todo:
+            runs[b] = get(b)
+            fallback.append(b)
+    return ()
 
 
 def _fallback(num_layers: int, stages: int, runs: Sequence[Run]) -> list[tuple[int, ...]]:

@@ -113,7 +113,8 @@ def _pick(partitioner: str, spec: str, setup: Setup, store, timeout: float,
                 result = profiling.profile(spec, prof_setup, None, store=store, stream=stream,
                                            timeout=timeout, name=f"scale {spec}")
         except profiling.MissingStatistics as exc:
-            ok = [r for r in exc.space if r.status == "ok"]
+            # A CAPTURE space was measured at the smaller batch sizes: not a pick at B.
+            ok = [] if capture else [r for r in exc.space if r.status == "ok"]
             if not ok:
                 return None, None, str(exc)
             # Statistics incomplete, but every partitioning with no stage over the capacity

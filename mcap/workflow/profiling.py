@@ -295,7 +295,14 @@ def profile(spec: str, setup: Setup, out: Optional[Path], *, store: Store, schem
             space = _measure_space(info.num_layers, setup.stages, runs, get, fallback, bar)
             bar.close()
             used = tuple(runs.values())
-            raise MissingStatistics(_missing_message(info, used, str(exc)), space) from None
+            message = _missing_message(info, used, str(exc))
+            ok = [r for r in space if r.status == "ok"]
+            if ok:  # every partitioning that can train was measured: say which fits best
+                best = min(ok, key=lambda r: sorted(r.peaks, reverse=True))
+                message += (f". Only {len(space)} partitioning(s) have no stage over the capacity; "
+                            f"all were measured, the best is ({','.join(map(str, best.balance))}) "
+                            f"at {max(best.peaks):,} bytes")
+            raise MissingStatistics(message, space) from None
         bar.close()
         extra = {} if groups is None else \
             {merging.EXTRA_KEY: {"sizes": list(groups), "layers": real.num_layers}}

@@ -129,19 +129,19 @@ def _oom(balance, stage):
 
 
 def test_oom_windows_are_read_from_the_runners_errors():
-    from mcap.core.stats import contains_any, oom_windows
+    from mcap.core.stats import doomed, over_capacity_windows
     runs = [_oom((4, 1, 4, 3), 3), _oom((8, 1, 2, 1), 2),
             Run((2, 2, 2, 6), "failed", None, 1.0, error="stage 3 (layers 6..11): boom"),
             Run((1, 1, 1, 9), "oom", None, 1.0, error=None)]
-    assert oom_windows(runs) == {(9, 11), (9, 10)}
-    assert contains_any((8, 10), {(9, 10)}) and not contains_any((10, 11), {(9, 10)})
+    assert over_capacity_windows(runs) == {(9, 11), (9, 10)}
+    assert doomed((8, 10), {(9, 10)}) and not doomed((10, 11), {(9, 10)})
 
 
 def test_fallback_never_retries_a_stage_that_ran_out_of_memory():
     """AmoebaNet-D(6, 96) under 40 MiB (real errors of its profiling plan): cells 9 and 10
     do not fit on one stage, so no fallback holds them together, and the message says
     that their mem_added cannot be measured under this capacity."""
-    from mcap.core.stats import contains_any, stage_windows
+    from mcap.core.stats import doomed, stage_windows
     plan = [(1, 1, 5, 5), (2, 1, 5, 4), (3, 1, 4, 4), (4, 1, 4, 3), (5, 1, 3, 3),
             (6, 1, 3, 2), (8, 1, 2, 1), (9, 1, 1, 1)]
     stage = {(1, 1, 5, 5): 3, (2, 1, 5, 4): 3, (3, 1, 4, 4): 3, (4, 1, 4, 3): 3,
@@ -152,7 +152,7 @@ def test_fallback_never_retries_a_stage_that_ran_out_of_memory():
     extra = _fallback(12, 4, runs)
     assert extra
     for b in extra:
-        assert not any(contains_any(w, bad) for w in stage_windows(b)), b
+        assert not any(doomed(w, bad) for w in stage_windows(b)), b
     info = model_info("amoebanet-d:layers=6,filters=16")
     text = _missing_message(info, runs, "")
     assert "layers 9 and 10 ran out of memory together on one stage" in text

@@ -17,6 +17,7 @@ import pytest
 from mcap.io import jsonio
 from mcap.core.partition import enumerate_all
 from mcap.core.plan import profiling_plan
+from mcap.core.stats import stage_windows
 from mcap.core.predict import predict
 from mcap.workflow.profiling import MissingStatistics, profile, sweep
 from mcap.runner import open_runner
@@ -144,3 +145,33 @@ def test_sweep_records_oom_and_goes_on_then_resumes(tmp_path):
     # ran, the parent's view of the same machine when everything was reused (issue 11).
     assert result.sweep.machine is not None and result.sweep.machine.threads == 1
     assert store.load_sweep(again.sweep_id).machine == result.sweep.machine
+
+
+def test_profiling_under_a_capacity_no_window_pair_fits(tmp_path):
+    """The AmoebaNet-D(6, 96) case of BENCHMARKS.md at a size that runs in seconds: under
+    7.4 MB per stage layers 9 and 10 never fit on one device (PM(9..10) is 8.05 MB), so no
+    window pair gives mem_added(10); the oom run names that stage, the statistic takes its
+    lower bound, and the fallback completes the profile with runs that all fit (before,
+    it gave up: "no set of partitionings completes the statistics"). ~30 s: 8 oom runs
+    each restart the stage processes."""
+    from mcap.core.recommend import recommend
+    from mcap.workflow.profiling import OVER_KEY
+    model = "amoebanet-d:layers=6,filters=40"
+    cap = 7_400_000
+    setup = Setup(stages=4, batch_size=8, chunks=4, capacity_bytes=cap)
+    result = profile(model, setup, None, store=Store(tmp_path / "s.sqlite"), stream=io.StringIO())
+    runs = {r.balance: r for r in result.profile.runs}
+    assert runs[(8, 1, 2, 1)].status == "oom" and "stage 2 (layers 9..10)" in runs[(8, 1, 2, 1)].error
+    assert result.tally.fallback and all(runs[b].status == "ok" for b in result.tally.fallback)
+    assert result.profile.extra[OVER_KEY]["bounded_added"] == [10]
+    alone9 = next(r.peaks[i] for r in runs.values() if r.status == "ok"
+                  for i, w in enumerate(stage_windows(r.balance)) if w == (9, 9))
+    assert result.profile.stats.mem_added[10] == cap + 1 - alone9
+    # The pick never puts 9 and 10 together and trains under the cap as predicted.
+    rec = recommend(result.profile, 4)
+    assert not any(a <= 9 and 10 <= z for a, z in stage_windows(rec.balance)), rec.balance
+    assert max(rec.predicted_peaks) < cap
+    with open_runner(model, setup, timeout=120) as runner:
+        run = runner.measure(rec.balance)
+    assert run.status == "ok", run.error
+    assert abs(max(run.peaks) - max(rec.predicted_peaks)) <= 0.05 * max(run.peaks)

@@ -36,8 +36,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Optional, Sequence
 
+from mcap.core import safefill
 from mcap.core.errors import McapError
-from mcap.core.stats import Sources, missing_for_windows, sources_for_windows, stage_windows
+from mcap.core.stats import (Sources, doomed, missing_for_windows, over_capacity_windows,
+                             sources_for_windows, stage_windows)
 from mcap.core.types import Run
 
 SCHEMES = ("mcap", "capture")
@@ -326,12 +328,23 @@ def replan(num_layers: int, stages: int, ok_runs: Iterable, failed_runs: Iterabl
     smaller window), a missing mem_isolated(l) puts layer l alone again with the other
     layers moved around, and no failed or planned balance is repeated. Returns () when
     nothing is missing; raises McapError when a statistic cannot be obtained at all.
+
+    An oom Run whose error names the stage that ran out (``mcap.core.stats.
+    over_capacity_windows``) proves that window over the capacity: it, and every window
+    containing it, is never planned again, and the run's other stages are not suspects
+    (they only stopped early). A mem_added(l) whose pair l-1..l is over needs no window
+    pair (none can fit); layer l-1 alone gives its lower bound (``mcap.core.stats``).
+    Under a proven limit a missing mem_added takes the *shortest* pair that avoids the
+    over windows (the largest n): the long prefixes of 3.1 are what ran out.
     """
     L, G = num_layers, stages
     ok = [b for b in _balances(ok_runs) if sum(b) == L]
     failed = [b for b in _balances(failed_runs) if sum(b) == L]
     avoid = set(ok) | set(failed) | set(_balances(planned))
     have = {w for b in ok for w in stage_windows(b)}
+    over = over_capacity_windows(failed_runs)
+    named = {tuple(r.balance) for r in failed_runs if isinstance(r, Run)
+             and any(w in over for w in stage_windows(r.balance))}
     # How many failed runs held each window that no ok run cleared: once is suspect
     # (avoided when there is another way), twice (with different fills) is taken as out of
     # memory. An ok window a'..z' clears every window inside it: more layers on a device
@@ -339,12 +352,24 @@ def replan(num_layers: int, stages: int, ok_runs: Iterable, failed_runs: Iterabl
     fails: dict[Window, int] = {}
     for b in set(failed):
         for w in stage_windows(b):
+            if b in named and w not in over:
+                continue  # the run names its culprit; its other stages prove nothing
             if not any(a <= w[0] and w[1] <= z for a, z in have):
-                fails[w] = fails.get(w, 0) + 1
-    missing = missing_for_windows(L, have, max([len(b) for b in ok] + [G]), derive=False)
+                fails[w] = fails.get(w, 0) + (2 if w in over else 1)
+    # Under a proven capacity a layer may never fit alone beside the rest (every other
+    # stage would hold an over window); its mem_isolated is then derived from a window
+    # l..z as mcap.core.stats allows (exact under Listing 1.1).
+    missing = missing_for_windows(L, have, max([len(b) for b in ok] + [G]), derive=bool(over), over=over)
     if not missing:
         return ()
     probe = _Slot([], 0, L - 1, G)
+    seen_place: dict[Window, bool] = {}
+
+    def placeable(w: Window) -> bool:
+        """Some G-stage run holds w with no stage containing a proven-over window."""
+        if w not in seen_place:
+            seen_place[w] = next(safefill.fills(0, L - 1, G, [w], over), None) is not None
+        return seen_place[w]
     # The longest window known to fit: new windows and fills stay within it where possible.
     cap = max([z - a + 1 for a, z in have] + [-(-L // G)])
     needed: set[Window] = set()
@@ -353,12 +378,27 @@ def replan(num_layers: int, stages: int, ok_runs: Iterable, failed_runs: Iterabl
         # Alone on a stage; with 2 stages a middle layer cannot be, so its suffix window
         # l..L-1 is measured instead and mem_isolated derived (see mcap.core.stats).
         w = (l, l) if probe.can_take((l, l)) else (l, L - 1)
-        if fails.get(w, 0) >= 2:
+        if over and not placeable(w):
+            w = next(((l, z) for z in range(l + 1, L) if not doomed((l, z), over)
+                      and placeable((l, z))), w)
+        if doomed(w, over):
+            hopeless.append(f"mem_isolated({l}): layers {w[0]}..{w[1]} alone exceed the capacity")
+        elif over and not placeable(w):
+            hopeless.append(f"mem_isolated({l}): no {G}-stage run holds layers {w[0]}..{w[1]} "
+                            f"without a stage known to exceed the capacity")
+        elif fails.get(w, 0) >= 2:
             hopeless.append(f"mem_isolated({l}): layers {w[0]}..{w[1]} ran out of memory in {fails[w]} runs")
         needed.add(w)
     for l in missing.added:
+        if over and doomed((l - 1, l), over):
+            # No pair can fit; measuring l-1 alone (if missing) gives the lower bound.
+            if (l - 1, l - 1) not in have:
+                needed.add((l - 1, l - 1))
+            continue
         pairs = [[(n, l - 1), (n, l)] for n in range(0, l)]
         pairs = [p for p in pairs if all(w in have or probe.can_take(w) for w in p)]
+        if over:  # shortest first, only windows some run avoiding the over ones can hold
+            pairs = [p for p in reversed(pairs) if all(w in have or placeable(w) for w in p)]
         strict = [p for p in pairs if not any(w in fails for w in p) and (not fails or l - p[0][0] + 1 <= cap)]
         soft = [p for p in pairs if all(fails.get(w, 0) < 2 for w in p)]
         choice = (strict or soft or [None])[0]
@@ -370,14 +410,32 @@ def replan(num_layers: int, stages: int, ok_runs: Iterable, failed_runs: Iterabl
         raise McapError(f"cannot measure on {G} stages: " + "; ".join(hopeless))
     suspect = bool(fails)
     out: list[tuple[int, ...]] = []
-    for slot in _pack_new(sorted(needed), L, G, max_stage=cap if suspect else None):
-        for shift in range(0, 4 * G + 1):
-            bal = slot.balance(shift)
-            if bal not in avoid:
-                break
-        else:
-            raise McapError(f"every {G}-stage run holding layers {slot.wins} has already failed; "
-                            f"cannot measure them")
+    slots = _pack_new(sorted(needed), L, G, max_stage=cap if suspect else None)
+    while slots:
+        slot = slots.pop(0)
+        bal = _pick(slot, G, over, avoid)
+        if bal is None and len(slot.wins) > 1:
+            # No fill of the packed run avoids the over windows: one window per run.
+            slots[:0] = _pack_new([slot.wins[0]], L, G) + _pack_new(slot.wins[1:], L, G)
+            continue
+        if bal is None:
+            raise McapError(f"every {G}-stage run holding layers {slot.wins} has already failed "
+                            f"or holds layers known to exceed the capacity; cannot measure them")
         avoid.add(bal)
         out.append(bal)
     return tuple(out)
+
+
+def _pick(slot: _Slot, G: int, over, avoid) -> Optional[tuple[int, ...]]:
+    """The slot's first balance neither tried nor holding an over window: the even fills
+    first, then (under a proven capacity) the fills of ``mcap.core.safefill``."""
+    for shift in range(0, 4 * G + 1):
+        bal = slot.balance(shift)
+        if bal not in avoid and not any(doomed(w, over) for w in stage_windows(bal)):
+            return bal
+    if over:
+        for fill in safefill.fills(slot.first, slot.last, slot.stages, slot.wins, over):
+            bal = tuple(slot.head) + fill
+            if bal not in avoid:
+                return bal
+    return None

@@ -18,6 +18,19 @@ maximum keeps the prediction on the side of not running out of memory.
 
 OOM and failed runs are skipped (they carry no trustworthy peaks).
 
+**Over the capacity** (profiling under a capacity, mCAP 3.5). An oom run's error names the
+stage that ran out ("stage 2 (layers 9..10): ... out of memory"), so that window's peak is
+known to exceed the capacity; so is every window containing it (more layers on a device
+rarely need less memory, the assumption ``mcap.core.plan`` already makes). Only the
+stage that raised counts: the other stages of an oom run stopped early and prove nothing.
+When PM(l-1..l) is over the capacity, every window pair n..l-1, n..l contains it, so
+mem_added(l) cannot be measured under that capacity at all; it is then replaced by its
+**lower bound** ``capacity + 1 - PM(l-1..l-1)`` (PM(l-1..l) >= capacity + 1), so that
+Listing 1.1 predicts any stage holding layers l-1 and l at or above the capacity: the
+partitioning it belongs to is (correctly) predicted not to fit. The bound is used only
+where no measured pair exists and the oom message states the capacity (the CPU tracker's
+does; a real CUDA out-of-memory leaves the statistic missing).
+
 Derived values (exact under Listing 1.1's model): when no run held layer k alone but
 a window PM(k..z) was measured and mem_added(k+1..z) are known, then
 ``mem_isolated(k) = PM(k..z) - sum(mem_added(k+1..z))`` (the smallest such z is used).
@@ -47,6 +60,7 @@ class Windows:
     num_layers: int
     peaks: tuple[tuple[tuple[int, int], int], ...]  # sorted ((a, z), peak) pairs
     max_stages: int  # the most stages any contributing run had
+    bounds: tuple[tuple[int, int], ...] = ()  # windows whose "peak" is capacity + 1, a bound
 
     def as_lookup(self) -> "_Lookup":
         return _Lookup(dict(self.peaks))
@@ -65,9 +79,60 @@ class _Lookup:
 
 stage_windows = windows  # the name the statistics code reads best with
 
+# One stage's message in a run's error (mcap.runner: "stage R (layers a..z): message",
+# messages joined by "; "); the oom ones say "out of memory" (the CPU tracker and CUDA).
+_STAGE_OOM = re.compile(r"stage (\d+) \(layers (\d+)\.\.(\d+)\): ([^;]*out of memory[^;]*)")
+# The CPU tracker's message states the capacity it enforced (mcap/runner/_memtrack.cpp).
+_CAPACITY = re.compile(r"exceed the capacity of (\d+) bytes")
+
+
+def over_capacity(runs: Iterable) -> dict:
+    """Windows proven over the capacity -> that capacity in bytes (None when the message
+    does not state it, e.g. a real CUDA out-of-memory): the stages oom runs name as the
+    ones that ran out.
+
+    Plain balances and runs of other statuses give nothing. A window is taken only when the
+    named layers are that stage of the run's balance (a message from another partitioning
+    is ignored rather than trusted)."""
+    out: dict = {}
+    for run in runs:
+        if not isinstance(run, Run) or run.status != "oom" or not run.error:
+            continue
+        wins = stage_windows(run.balance)
+        for m in _STAGE_OOM.finditer(run.error):
+            rank, a, z = int(m.group(1)), int(m.group(2)), int(m.group(3))
+            if rank < len(wins) and wins[rank] == (a, z):
+                cap = _CAPACITY.search(m.group(4))
+                value = int(cap.group(1)) if cap else None
+                old = out.get((a, z))
+                # The smallest capacity it failed under is the weakest, safe claim.
+                out[(a, z)] = value if old is None else (old if value is None else min(old, value))
+    return out
+
+
+def over_capacity_windows(runs: Iterable) -> frozenset:
+    """The windows of :func:`over_capacity`."""
+    return frozenset(over_capacity(runs))
+
+
+def doomed(window: tuple[int, int], over: Iterable[tuple[int, int]]) -> bool:
+    """True when ``window`` contains a window proven over the capacity."""
+    a, z = window
+    return any(a <= x and y <= z for x, y in over)
+
+
+def _pair_over(l: int, over) -> bool:
+    """PM(l-1..l) is over the capacity (proven for it or a window inside it)."""
+    return bool(over) and doomed((l - 1, l), over)
+
 
 def collect(runs: Iterable[Run], num_layers: int) -> Windows:
-    """Combine the windows of every ok run of ``num_layers`` layers (max per window)."""
+    """Combine the windows of every ok run of ``num_layers`` layers (max per window).
+
+    Oom runs add the over-capacity bounds (module docstring): a pair l-1..l proven over a
+    stated capacity, with l-1 alone measured, enters as the window (l-1, l) with the peak
+    capacity + 1 and is listed in ``bounds``."""
+    runs = list(runs)
     best: dict[tuple[int, int], int] = {}
     max_stages = 0
     for run in runs:
@@ -76,33 +141,18 @@ def collect(runs: Iterable[Run], num_layers: int) -> Windows:
         max_stages = max(max_stages, len(run.balance))
         for win, peak in zip(stage_windows(run.balance), run.peaks):
             best[win] = max(best.get(win, peak), int(peak))
-    return Windows(num_layers=num_layers, peaks=tuple(sorted(best.items())), max_stages=max_stages)
-
-
-# The runner names the stage that ran out of memory: "stage R (layers A..Z): <message>",
-# stages joined by "; " (mcap.runner.pipelining.run_stage, mcap.runner.train.classify).
-_STAGE_ERROR = re.compile(r"stage \d+ \(layers (\d+)\.\.(\d+)\): ([^;]*)")
-
-
-def oom_windows(runs: Iterable[Run]) -> set[tuple[int, int]]:
-    """The windows (a, z) that ran out of memory in oom runs (from each run's error; a
-    run that does not name its stage adds nothing). A stage holding one of them, or more
-    layers around it, will not fit either: its weights, gradients and activations only
-    grow with more layers."""
-    out: set[tuple[int, int]] = set()
-    for run in runs:
-        if run.status != "oom" or not run.error:
+    over = {w: c for w, c in over_capacity([r for r in runs if sum(r.balance) == num_layers]).items()}
+    bounds = []
+    for l in range(1, num_layers):
+        pair = (l - 1, l)
+        if pair in best or (l - 1, l - 1) not in best:
             continue
-        for a, z, message in _STAGE_ERROR.findall(run.error):
-            if "out of memory" in message:
-                out.add((int(a), int(z)))
-    return out
-
-
-def contains_any(window: tuple[int, int], bad: Iterable[tuple[int, int]]) -> bool:
-    """Does layers window[0]..window[1] include one of the ``bad`` windows?"""
-    a, z = window
-    return any(a <= b0 and b1 <= z for b0, b1 in bad)
+        caps = [c for (a, z), c in over.items() if l - 1 <= a and z <= l]
+        if caps and all(c is not None for c in caps):
+            best[pair] = min(caps) + 1
+            bounds.append(pair)
+    return Windows(num_layers=num_layers, peaks=tuple(sorted(best.items())), max_stages=max_stages,
+                   bounds=tuple(bounds))
 
 
 @dataclass(frozen=True)
@@ -130,11 +180,14 @@ def _fmt(layers: Sequence[int]) -> str:
     return ", ".join(map(str, layers))
 
 
-def _solve(num_layers: int, have, value, two_stage_only: bool, derive: bool = True):
+def _solve(num_layers: int, have, value, two_stage_only: bool, derive: bool = True,
+           over=frozenset()):
     """The extraction rules above on abstract windows; returns (iso, added) lists with None holes.
 
     ``have(a, z)`` says whether PM(a..z) was measured, ``value(a, z)`` gives it (or None
-    when only coverage is asked).
+    when only coverage is asked). ``over``: windows proven over the capacity; in coverage
+    mode a mem_added(l) whose pair l-1..l is over counts as obtained once l-1 alone is
+    (its lower bound, which ``collect`` enters as a window when values are read).
     """
     L = num_layers
     added: list[Optional[int]] = [None] * L
@@ -149,6 +202,11 @@ def _solve(num_layers: int, have, value, two_stage_only: bool, derive: bool = Tr
                 if value is not None:
                     added[l] = value(n, l) - value(n, l - 1)
                 break
+        else:
+            # Coverage only: with values, collect() has already entered the bound window.
+            if value is None and _pair_over(l, over) and have(l - 1, l - 1):
+                known_added[l] = True
+                added_src[l] = l - 1
     if two_stage_only and L >= 2 and not known_added[L - 1]:
         known_added[L - 1] = True  # the documented G = 2 assumption
         added[L - 1] = 0 if value is not None else None
@@ -190,19 +248,23 @@ def sources_for_windows(num_layers: int, windows: Iterable[tuple[int, int]], max
 
 
 def missing_for_windows(num_layers: int, windows: Iterable[tuple[int, int]], max_stages: int,
-                        derive: bool = True) -> Missing:
+                        derive: bool = True, over: Iterable[tuple[int, int]] = ()) -> Missing:
     """Which statistics the given windows leave unobtainable (coverage only, no values).
 
     ``derive=False`` asks for every mem_isolated measured directly (a layer alone), as
     plans for G >= 3 do; with G = 2 derivation is the only way and always allowed.
+    ``over``: windows proven over the capacity; a mem_added whose pair is over counts as
+    obtained (its lower bound) once layer l-1 alone was measured.
     """
     ws = set(windows)
-    missing = _solve(num_layers, lambda a, z: (a, z) in ws, None, max_stages == 2, derive)[2]
+    missing = _solve(num_layers, lambda a, z: (a, z) in ws, None, max_stages == 2, derive,
+                     frozenset(over))[2]
     return missing
 
 
-def missing_statistics(num_layers: int, runs_ok: Iterable) -> Missing:
-    """Completeness check for ``runs_ok`` (Runs, or plain balances assumed to succeed)."""
+def missing_statistics(num_layers: int, runs_ok: Iterable, over: Iterable = ()) -> Missing:
+    """Completeness check for ``runs_ok`` (Runs, or plain balances assumed to succeed);
+    ``over`` as in ``missing_for_windows``."""
     ws, max_stages = set(), 0
     for r in runs_ok:
         if isinstance(r, Run):
@@ -215,12 +277,20 @@ def missing_statistics(num_layers: int, runs_ok: Iterable) -> Missing:
             continue
         max_stages = max(max_stages, len(bal))
         ws.update(stage_windows(bal))
-    return missing_for_windows(num_layers, ws, max_stages)
+    return missing_for_windows(num_layers, ws, max_stages, over=over)
+
+
+def bounded_added(runs: Sequence[Run], num_layers: int) -> tuple[int, ...]:
+    """The layers whose mem_added ``extract`` takes as the over-capacity lower bound (no
+    measured window pair; module docstring)."""
+    return tuple(z for _, z in collect(runs, num_layers).bounds)
 
 
 def extract(runs: Sequence[Run], num_layers: int) -> LayerStats:
     """mem_isolated and mem_added of every layer from ``runs`` (see the module docstring).
 
+    A mem_added that no window pair gives because its pair l-1..l ran out of a stated
+    capacity takes the lower bound (``collect``).
     Raises InvalidStatistics naming the layers whose statistics are missing.
     """
     if num_layers < 1:

@@ -35,7 +35,14 @@ class Cancelled(BaseException):
 
 
 class MissingStatistics(McapError):
-    """Profiling ended with layers whose statistics could not be measured (all oom/failed)."""
+    """Profiling ended with layers whose statistics could not be measured (all oom/failed).
+
+    ``space``: when the windows proven over the capacity leave only a few partitionings
+    that can train, all of them measured (``_measure_space``); () otherwise."""
+
+    def __init__(self, message: str, space: tuple = ()):
+        super().__init__(message)
+        self.space = tuple(space)
 
 
 @dataclass(frozen=True)
@@ -232,7 +239,7 @@ def profile(spec: str, setup: Setup, out: Optional[Path], *, store: Store, schem
     their statistics fits; every run measured until then stays in the store."""
     from mcap.io import jsonio
     from mcap.core.plan import profiling_plan
-    from mcap.core.stats import extract
+    from mcap.core.stats import bounded_added, extract, over_capacity_windows
 
     started = time.monotonic()
     from mcap.core import merging
@@ -259,6 +266,7 @@ def profile(spec: str, setup: Setup, out: Optional[Path], *, store: Store, schem
         m.knowledge = reuse_mod.stored_knowledge(store, m.study, setup, m.machine)[0]
     runs: dict[tuple[int, ...], Run] = {}
     fallback: list[tuple[int, ...]] = []
+    known_over: frozenset = frozenset()
     with job_status(store, job, m.study, bar.total), contextlib.closing(m):
         queue = [tuple(b) for b in plan]
         # Each round measures what is queued, then asks the core for partitionings that
@@ -269,22 +277,41 @@ def profile(spec: str, setup: Setup, out: Optional[Path], *, store: Store, schem
         for round_ in range(4 * info.num_layers + 1):
             for balance in queue:
                 runs[balance] = get(balance)
-            if round_ and not any(runs[b].status == "ok" for b in queue):
+            # A round that ran nothing ok but named new windows over the capacity still
+            # narrows the search (mcap.core.stats.over_capacity_windows).
+            proven = over_capacity_windows(runs.values())
+            if round_ and not any(runs[b].status == "ok" for b in queue) and proven <= known_over:
                 break
+            known_over = proven
             queue = _fallback(info.num_layers, setup.stages, tuple(runs.values()))
             if not queue:
                 break
             fallback.extend(queue)
             bar.grow(len(queue))
-        bar.close()
         used = tuple(runs.values())
         try:
             stats = extract(used, info.num_layers)
         except McapError as exc:
-            raise MissingStatistics(_missing_message(info, used, str(exc))) from None
+            space = _measure_space(info.num_layers, setup.stages, runs, get, fallback, bar)
+            bar.close()
+            used = tuple(runs.values())
+            message = _missing_message(info, used, str(exc))
+            ok = [r for r in space if r.status == "ok"]
+            if ok:  # every partitioning that can train was measured: say which fits best
+                best = min(ok, key=lambda r: sorted(r.peaks, reverse=True))
+                message += (f". Only {len(space)} partitioning(s) have no stage over the capacity; "
+                            f"all were measured, the best is ({','.join(map(str, best.balance))}) "
+                            f"at {max(best.peaks):,} bytes")
+            raise MissingStatistics(message, space) from None
+        bar.close()
+        extra = {} if groups is None else \
+            {merging.EXTRA_KEY: {"sizes": list(groups), "layers": real.num_layers}}
+        bounded = bounded_added(used, info.num_layers)
+        if bounded:  # say which mem_added are capacity bounds, not measurements
+            extra[OVER_KEY] = {"bounded_added": list(bounded),
+                               "windows": [list(w) for w in sorted(over_capacity_windows(used))]}
         prof = Profile(model=info, setup=setup, stats=stats, runs=used, machine=m.machine,
-                       extra=None if groups is None else
-                       {merging.EXTRA_KEY: {"sizes": list(groups), "layers": real.num_layers}})
+                       extra=extra or None)
         if press:  # MPress costs (mcap.workflow.press), measured after the runs
             from mcap.workflow.press import with_press
             prof = with_press(spec, prof)
@@ -299,6 +326,40 @@ def profile(spec: str, setup: Setup, out: Optional[Path], *, store: Store, schem
     tally = Tally(m.measured, m.reused, time.monotonic() - started, used, tuple(fallback),
                   composed=m.composed)
     return ProfileResult(prof, profile_id, tally)
+
+
+# Profile.extra key listing the mem_added that are over-capacity lower bounds (mcap.core.stats).
+OVER_KEY = "over_capacity"
+
+
+# The most partitionings without a stage over the capacity that profiling measures outright
+# when the statistics stay incomplete (MissingStatistics.space).
+SPACE_LIMIT = 16
+
+
+def _measure_space(L: int, G: int, runs: dict, get, fallback: list, bar) -> tuple[Run, ...]:
+    """When the oom runs leave at most SPACE_LIMIT partitionings with no stage holding a
+    window proven over the capacity, measure the ones not yet measured (each new oom may
+    shrink the space further) and return the runs of the whole space; () otherwise. Under
+    such a capacity the statistics cannot be completed, but every partitioning that can
+    train has then been measured under it."""
+    from mcap.core import safefill
+    from mcap.core.stats import over_capacity_windows
+    for _ in range(SPACE_LIMIT + 1):
+        over = over_capacity_windows(runs.values())
+        if not over:
+            return ()
+        space = safefill.feasible(L, G, over, SPACE_LIMIT)
+        if not space:
+            return ()
+        todo = [b for b in space if b not in runs]
+        if not todo:
+            return tuple(runs[b] for b in space)
+        bar.grow(len(todo))
+        for b in todo:
+            runs[b] = get(b)
+            fallback.append(b)
+    return ()
 
 
 def _fallback(num_layers: int, stages: int, runs: Sequence[Run]) -> list[tuple[int, ...]]:
@@ -336,27 +397,28 @@ def greedy_fallback(num_layers: int, stages: int, runs: Sequence[Run]) -> list[t
     unknown), then is the most even split. A pick that fails again adds its windows to
     the suspects next round."""
     from mcap.core import partition
-    from mcap.core.stats import contains_any, missing_for_windows, oom_windows, stage_windows
+    from mcap.core.stats import doomed, missing_for_windows, over_capacity_windows, stage_windows
 
     L, G = num_layers, stages
     have = {w for r in runs if r.status == "ok" for w in stage_windows(r.balance)}
-    suspect = {w for r in runs if r.status != "ok" for w in stage_windows(r.balance)} - have
-    # Windows known to run out of memory (the runner names the stage): a candidate with a
-    # stage holding one of them would run out again, so it is not tried.
-    oom = oom_windows(runs)
+    over = over_capacity_windows(runs)
+    # An oom run that names the stage that ran out clears its other stages of suspicion.
+    suspect = {w for r in runs if r.status != "ok" for w in stage_windows(r.balance)
+               if not over.intersection(stage_windows(r.balance)) or w in over} - have
     longest = max((z - a + 1 for a, z in have), default=-(-L // G))
     tried = {tuple(r.balance) for r in runs}
 
     def missing_count(windows) -> int:
-        m = missing_for_windows(L, windows, G)
+        m = missing_for_windows(L, windows, G, over=over)
         return len(m.isolated) + len(m.added)
 
     if partition.count(L, G) <= GREEDY_CANDIDATES:
         pool = sweep_balances(L, G, None, 0)
     else:
         pool = partition.random_partitionings(L, G, GREEDY_CANDIDATES, seed=0)
+    # A balance with a stage holding a window proven over the capacity cannot fit.
     pool = [b for b in pool if b not in tried
-            and not any(contains_any(w, oom) for w in stage_windows(b))]
+            and not any(doomed(w, over) for w in stage_windows(b))]
     chosen: list[tuple[int, ...]] = []
     left = missing_count(have)
     # Stages no longer than ``longest`` first: the riskier rest is scored only when no
@@ -387,7 +449,9 @@ def greedy_fallback(num_layers: int, stages: int, runs: Sequence[Run]) -> list[t
 
 def _missing_message(info: ModelInfo, runs: Sequence[Run], why: str) -> str:
     from mcap.core.stats import missing_statistics
-    missing = missing_statistics(info.num_layers, [r for r in runs if r.status == "ok"])
+    from mcap.core.stats import over_capacity_windows
+    missing = missing_statistics(info.num_layers, [r for r in runs if r.status == "ok"],
+                                 over_capacity_windows(runs))
     bad = [r for r in runs if r.status != "ok"]
     detail = missing.describe() if missing else why
     names = sorted(set(missing.isolated) | set(missing.added)) if missing else []
@@ -396,9 +460,9 @@ def _missing_message(info: ModelInfo, runs: Sequence[Run], why: str) -> str:
     ooms = ", ".join("(" + ",".join(map(str, r.balance)) + f") {r.status}" for r in bad[:6])
     # A mem_added(l) whose pair l-1..l itself ran out of memory cannot be measured under
     # this capacity: no stage holding both layers fits (say so: it is the user's answer).
-    from mcap.core.stats import contains_any, oom_windows
-    oom = oom_windows(runs)
-    unfit = [l for l in (missing.added if missing else ()) if contains_any((l - 1, l), oom)]
+    from mcap.core.stats import doomed
+    over = over_capacity_windows(runs)
+    unfit = [l for l in (missing.added if missing else ()) if doomed((l - 1, l), over)]
     why_not = ("; layers " + ", ".join(f"{l - 1} and {l}" for l in unfit[:6])
                + " ran out of memory together on one stage, so no stage holding both fits "
                "under this capacity and their mem_added cannot be measured under it"

@@ -11,7 +11,9 @@ tracker enforcing ``Setup.capacity_bytes``). "Trains" means the run's status is 
   on the devices it will train on; oom profiling runs are replaced by ``profiling``'s
   fallback), then ``exact`` (= mCAP-BF's pick, lowest predicted peak with the tie-break).
   If profiling cannot complete the statistics, that size does not train with mcap
-  (status "unprofiled"). ``profile_capacity=False`` profiles without the capacity instead
+  (status "unprofiled"), unless the oom runs proved so many windows over the capacity
+  that at most ``profiling.SPACE_LIMIT`` partitionings are left and profiling measured
+  them all: then the best measured one is the pick (no prediction; its ``error`` says so). ``profile_capacity=False`` profiles without the capacity instead
   (as if profiling ran on larger devices; on the CPU the peaks are the same bytes), which
   separates "the pick does not fit" from "the profiling runs do not fit".
   With ``capture`` the profiling runs are at a quarter and a half of the batch size and
@@ -111,7 +113,15 @@ def _pick(partitioner: str, spec: str, setup: Setup, store, timeout: float,
                 result = profiling.profile(spec, prof_setup, None, store=store, stream=stream,
                                            timeout=timeout, name=f"scale {spec}")
         except profiling.MissingStatistics as exc:
-            return None, None, str(exc)
+            # A CAPTURE space was measured at the smaller batch sizes: not a pick at B.
+            ok = [] if capture else [r for r in exc.space if r.status == "ok"]
+            if not ok:
+                return None, None, str(exc)
+            # Statistics incomplete, but every partitioning with no stage over the capacity
+            # was measured under it: the best of them (mCAP 3.4's order), no prediction.
+            best = min(ok, key=lambda r: sorted(r.peaks, reverse=True))
+            return best.balance, None, (f"{SPACE_NOTE} ({len(exc.space)} partitionings, "
+                                        f"{len(ok)} ok)")
         rec = recommend(result.profile, G, "exact", predictor)
         return rec.balance, rec.predicted_peak, None
     if partitioner not in PARTITIONERS:
@@ -128,6 +138,10 @@ def _pick(partitioner: str, spec: str, setup: Setup, store, timeout: float,
                             timer=timer)
     rec = recommend(costs, G, partitioner, context=context)
     return rec.balance, None, None
+
+
+# ScalePoint.error of a pick taken from the measured space instead of a prediction.
+SPACE_NOTE = "statistics incomplete; picked the best measured of every partitioning with no stage over the capacity"
 
 
 def measure_point(partitioner: str, spec: str, value: int, setup: Setup, *, store,
@@ -155,7 +169,7 @@ def measure_point(partitioner: str, spec: str, value: int, setup: Setup, *, stor
         m.close()
         bar.close()
     return ScalePoint(value, spec, params, tuple(balance), run.status, run.peaks, predicted,
-                      seconds=time.monotonic() - started, error=run.error)
+                      seconds=time.monotonic() - started, error=run.error or why)
 
 
 def scale(model: str, vary: str, grid: Sequence[int], setup: Setup,

@@ -97,7 +97,8 @@ class Windows:
     def __init__(self, runs: Sequence[Run], num_layers: int):
         self.L = num_layers
         self.runs = ok_runs(runs, num_layers)
-        wins = collect(self.runs, num_layers)
+        self.all_runs = list(runs)  # oom runs carry the over-capacity bounds (mcap.core.stats)
+        wins = collect(self.all_runs, num_layers)
         measured = dict(wins.peaks)
         self.keys = list(measured)
         index = {w: i for i, w in enumerate(self.keys)}
@@ -144,7 +145,7 @@ class Windows:
         """The statistics of the residuals under ``terms`` and the held-out error (None when
         a mem_isolated comes out non-positive: not a model of these runs)."""
         if not self.complete:
-            extract(self.runs, self.L)  # raises, naming what is missing
+            extract(self.all_runs, self.L)  # raises, naming what is missing
         r = self.peaks - self.term_values(terms)
         added = np.where(self.add_has, r[self.add_hi] - r[self.add_lo], 0)
         prefix = np.cumsum(added)

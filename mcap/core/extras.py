@@ -6,7 +6,8 @@
     "press": {"saved_bytes": [int, ...], "forward_seconds": [float, ...],
               "host_bandwidth": float, "d2d_bandwidth": float,
               "boundaries": [[[owner, bytes], ...], ...],    (optional: num_layers + 1 lists)
-              "shared": [[owner, last, bytes], ...]}          (optional)
+              "shared": [[owner, last, bytes], ...],         (optional)
+              "backward_bytes": [int, ...]}                  (optional: num_layers ints)
 
 Reading checks every value (a file is data: types, ranges, lengths) and raises through the
 caller's ``fail(where, message)`` so the message names the file and the key. Runs are read
@@ -42,7 +43,9 @@ def press_to_json(press: PressStats) -> dict:
             **({"boundaries": [[[int(o), int(b)] for o, b in pairs] for pairs in press.boundaries]}
                if press.boundaries else {}),
             **({"shared": [[int(o), int(k), int(n)] for o, k, n in press.shared]}
-               if press.shared else {})}
+               if press.shared else {}),
+            **({"backward_bytes": [int(x) for x in press.backward_bytes]}
+               if press.backward_bytes else {})}
 
 
 def _show(v: Any) -> str:
@@ -145,7 +148,12 @@ def press_from_json(x: Any, num_layers: int, fail) -> Optional[PressStats]:
         o = _int(t[0], f"press.shared[{j}][0]", fail, 0, num_layers - 1)
         shared.append((o, _int(t[1], f"press.shared[{j}][1]", fail, o + 1, num_layers - 1),
                        _int(t[2], f"press.shared[{j}][2]", fail, 0, MAX_BYTES)))
-    return PressStats(saved, fwd, host, d2d, bounds, tuple(shared))
+    backward = ()
+    if x.get("backward_bytes") is not None:  # absent in files written before it was measured
+        backward = tuple(_int(b, f"press.backward_bytes[{j}]", fail, 0, MAX_BYTES)
+                         for j, b in enumerate(_list(x["backward_bytes"], "press.backward_bytes",
+                                                     fail, num_layers)))
+    return PressStats(saved, fwd, host, d2d, bounds, tuple(shared), backward)
 
 
 def _boundary(row: Any, where: str, num_layers: int, fail) -> tuple[tuple[int, int], ...]:

@@ -168,13 +168,18 @@ class PressStats:
     segment's checkpoint holds its input), so these bytes cannot be freed when ``b`` is such
     a boundary (``mcap.core.press.model``); owner ``-1``: a passed tensor no layer saves.
     ``shared``: ``(owner, last, bytes)`` triples, storages ``owner`` saves first that later
-    layers up to ``last`` save too (recomputing ``owner`` alone does not free them)."""
+    layers up to ``last`` save too (recomputing ``owner`` alone does not free them).
+    ``backward_bytes[l]`` (empty: not measured, older files): the most bytes layer ``l``'s
+    backward allocates beyond what is live when it starts (its input gradients, its
+    intermediate gradients, its parameters' gradients), per micro-batch: what a restored
+    layer's backward adds on top of its restored bytes (``mcap.core.press.model``)."""
     saved_bytes: tuple[int, ...]
     forward_seconds: tuple[float, ...]
     host_bandwidth: float
     d2d_bandwidth: float
     boundaries: tuple[tuple[tuple[int, int], ...], ...] = ()
     shared: tuple[tuple[int, int, int], ...] = ()
+    backward_bytes: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,16 @@ process on the setup's device with the setup's intra-op threads:
 * ``shared``: ``(owner, last, bytes)``: storages ``owner`` saves that later layers up to
   ``last`` save too (a ReLU's output the next pooling saves): recomputing ``owner`` frees
   them only when every layer up to ``last`` is recomputed in the same segment.
+* ``backward_bytes[l]``: the most bytes layer ``l``'s backward allocates beyond what is
+  live when it starts, for one micro-batch: the layer alone on its recorded input (a
+  detached copy that requires grad, as a stage's input does; the model's input batch does
+  not), its output's gradient allocated first, its parameters frozen (their gradients are
+  allocated whatever a plan does, keep-all too), then ``backward`` under the byte counter
+  (``mcap.runner.memtrack`` on the CPU, installed here if it is not yet;
+  ``max_memory_allocated`` on CUDA): the gradients of its inputs, its intermediate
+  gradients and the kernels' workspaces (a oneDNN convolution's backward allocates a
+  weight-sized buffer even so), the working set a reduced layer's backward adds on top
+  of its restored bytes (``mcap.core.press.model``).
 * ``forward_seconds[l]``: the layer's forward time per micro-batch with autograd
   recording (what recomputing it costs), the median of ``repeats`` after one warm-up.
 * ``host_bandwidth``: bytes per second of one direction of a host swap done the way the
@@ -62,12 +72,13 @@ def measure(spec: str, setup: Setup, repeats: int = REPEATS) -> PressStats:
         inputs, _ = built.example_batch(setup.batch_size)
         x = inputs[: micro_batch(setup)].to(device)
         saved, bounds, shared = saved_and_boundaries(module, x)
+        backward = backward_bytes(module, x, device)
         forward = forward_seconds(module, x, repeats, device)
         host = host_bandwidth(device, repeats)
         d2d = d2d_bandwidth(device, repeats)
     finally:
         torch.set_num_threads(old)
-    return PressStats(tuple(saved), tuple(forward), host, d2d, bounds, shared)
+    return PressStats(tuple(saved), tuple(forward), host, d2d, bounds, shared, tuple(backward))
 
 
 def _storages(out) -> list:
@@ -127,6 +138,68 @@ def saved_and_boundaries(module: torch.nn.Sequential, x: torch.Tensor):
             shared[(o, last[ptr])] = shared.get((o, last[ptr]), 0) + nbytes[ptr]
     del out, held, passed
     return sizes, tuple(bounds), tuple((o, k, n) for (o, k), n in sorted(shared.items()))
+
+
+def _leaves(x, grad: bool):
+    """A layer's recorded input as fresh leaves: floating tensors require grad when ``grad``
+    (a stage's input does; the model's input batch does not)."""
+    def one(t):
+        if not isinstance(t, torch.Tensor):
+            return t
+        t = t.detach().clone()
+        return t.requires_grad_(grad and t.is_floating_point())
+    return tuple(one(t) for t in x) if isinstance(x, (tuple, list)) else one(x)
+
+
+def backward_bytes(module: torch.nn.Sequential, x: torch.Tensor,
+                   device: torch.device) -> list[int]:
+    """Per layer, the peak bytes its backward allocates beyond what is live when it starts
+    (module docstring)."""
+    if device.type == "cuda":
+        def now():
+            torch.cuda.synchronize(device)
+            return torch.cuda.memory_allocated(device)
+
+        def reset():
+            torch.cuda.reset_peak_memory_stats(device)
+
+        def top():
+            torch.cuda.synchronize(device)
+            return torch.cuda.max_memory_allocated(device)
+    else:
+        from mcap.runner import memtrack
+        memtrack.install()
+        now, reset, top = memtrack.current, memtrack.reset_peak, memtrack.peak
+    with torch.no_grad():  # every layer's input, recorded once
+        inputs, out = [], x
+        for layer in module:
+            inputs.append(out)
+            out = layer(out)
+        del out
+    sizes = []
+    for i, layer in enumerate(module):
+        params = [p for p in layer.parameters() if p.requires_grad]
+        for p in params:  # parameter gradients: allocated whatever the plan (docstring)
+            p.requires_grad_(False)
+        try:
+            xs = _leaves(inputs[i], i > 0)
+            with torch.enable_grad():
+                out = layer(xs)
+            outs = [t for t in (out if isinstance(out, (tuple, list)) else (out,))
+                    if isinstance(t, torch.Tensor) and t.requires_grad]
+            if not outs:  # nothing to differentiate (a layer on the model's integer input)
+                sizes.append(0)
+                continue
+            grads = [torch.ones_like(t) for t in outs]
+            start = now()
+            reset()
+            torch.autograd.backward(outs, grads)
+            sizes.append(max(0, top() - start))
+            del out, outs, grads, xs
+        finally:
+            for p in params:
+                p.requires_grad_(True)
+    return sizes
 
 
 def forward_seconds(module: torch.nn.Sequential, x: torch.Tensor, repeats: int,

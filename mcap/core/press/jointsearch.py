@@ -53,10 +53,14 @@ def _pinned(first: np.ndarray, last: np.ndarray, boundaries) -> np.ndarray:
     return out
 
 
-def _floors(balances: np.ndarray, costs, held, saved, boundaries=()) -> tuple[np.ndarray, np.ndarray]:
+def _floors(balances: np.ndarray, costs, held, saved, boundaries=(), work=()
+            ) -> tuple[np.ndarray, np.ndarray]:
     """(keep-all peak, floor) of every balance, vectorised over (m, G) balances. The floor
     subtracts only movable bytes (model.pins); its transient counts the window's end layers
-    in full, which can only raise it (a conservative floor, by less than one boundary)."""
+    in full, which can only raise it (a conservative floor, by less than one boundary), and
+    every layer swapped, which with measured backward bytes (``model.restored``) can only
+    raise it too (``model.floor_actions`` is exact; the candidates it ranks are checked
+    with it)."""
     first, last = windows_many(balances)
     peaks = costs.stage_costs(first, last)
     s = np.asarray(saved, dtype=np.int64)
@@ -64,12 +68,14 @@ def _floors(balances: np.ndarray, costs, held, saved, boundaries=()) -> tuple[np
     L = len(s)
     # the transient with every layer reduced (model.smallest_capacity): the largest sum of
     # two adjacent layers of the window, or its one layer's bytes
-    pair = np.concatenate([[0], s[1:] + s[:-1]])  # pair[l] = saved[l-1] + saved[l]
+    # (a layer's own term: its saved bytes plus its measured backward bytes, model.restored)
+    own = s + np.asarray(work, dtype=np.int64) if len(work) else s
+    pair = np.concatenate([[0], own[1:] + s[:-1]])  # pair[l] = saved[l-1] + own[l]
     tmax = np.zeros((L, L), dtype=np.int64)
     for a in range(L):
-        tmax[a, a] = s[a]
+        tmax[a, a] = own[a]
         if a + 1 < L:
-            tmax[a, a + 1:] = np.maximum.accumulate(pair[a + 1:])
+            tmax[a, a + 1:] = np.maximum(own[a], np.maximum.accumulate(pair[a + 1:]))
     movable = pre[last + 1] - pre[first] - _pinned(first, last, boundaries)
     floor = peaks - np.asarray(held)[None, :] * movable + tmax[first, last]
     return peaks.max(axis=1), floor.max(axis=1)
@@ -104,7 +110,7 @@ def joint(profile, stages: int, capacity: int, method: str = "milp",
     held = max_in_flight(profile.setup.schedule, stages, profile.setup.chunks)
     pool = _pool(profile, stages, costs)
     peak, floor = _floors(pool, costs, held, profile.press.saved_bytes,
-                          profile.press.boundaries)
+                          profile.press.boundaries, profile.press.backward_bytes)
     picks = list(dict.fromkeys(
         [tuple(int(x) for x in pool[i]) for i in np.lexsort((floor, peak))[:top]]
         + [tuple(int(x) for x in pool[i]) for i in np.lexsort((peak, floor))[:top]]))
@@ -140,5 +146,5 @@ def floor_of(profile, stages: int, predictor: Optional[str] = None) -> tuple[int
     held = max_in_flight(profile.setup.schedule, stages, profile.setup.chunks)
     pool = _pool(profile, stages, costs)
     peak, floor = _floors(pool, costs, held, profile.press.saved_bytes,
-                          profile.press.boundaries)
+                          profile.press.boundaries, profile.press.backward_bytes)
     return int(peak.min()), int(floor.min())

@@ -7,15 +7,16 @@ every other stage t, exactly one of them 1; for every stage a continuous transie
 
     minimise   sum_l cost_l(action)            (+ 1e-7 s per reduced layer, 2e-7 per d2d:
                                                on ties keep, then spare the peers)
-    subject to T_s >= saved_l * (1 - keep_l)                      for l in stage s
-               T_s >= saved_l (1 - keep_l) + saved_l-1 (1 - keep_l-1)   for adjacent l-1, l in s
+    subject to T_s >= own_l * (1 - keep_l)                        for l in stage s
+               T_s >= own_l (1 - keep_l) + saved_l-1 (1 - keep_l-1)     for adjacent l-1, l in s
                P_io >= recompute_i - recompute_i-1 - keep_o    (a segment starting at i pins
                                                                 what owner o passed into i)
                base_s - held_s * sum_{l in s} saved_l (1 - keep_l) + T_s
                  + held_s * sum_{i,o} bytes_io P_io
                  + sum_{l not in s} held_{s(l)} saved_l d2d_{l->s}  <= capacity   per stage
 
-(``saved`` is the movable part, ``Problem.movable``; P_io >= 0 like T_s; o = -1, a tensor no
+(``saved`` is the movable part, ``Problem.movable``; ``own`` that or the measured backward
+bytes, ``Problem.restored``; P_io >= 0 like T_s; o = -1, a tensor no
 layer saves, drops the keep term; a storage o shares with later savers up to k adds
 bytes (recompute_o - Y_ok) with 0 <= Y_ok <= recompute_m for m in o..k)
 
@@ -56,10 +57,11 @@ def _solve(p: Problem, bound: float, time_limit: float):
         prob += pulp.lpSum(x[l, a, t] for a, t in opts) == 1
     T = [prob.add_variable(f"T_{s}", lowBound=0) for s in range(p.stages)]
     mv = [p.movable(l) for l in range(len(p.saved))]
+    own = [p.restored(l) for l in range(len(p.saved))]
     for l in range(len(p.saved)):
-        prob += T[stage[l]] >= (mv[l] / UNIT) * (1 - x[l, "keep", None])
+        prob += T[stage[l]] >= (own[l] / UNIT) * (1 - x[l, "keep", None])
         if l > 0 and stage[l - 1] == stage[l]:  # two adjacent reduced layers (model.py)
-            prob += T[stage[l]] >= (mv[l] / UNIT) * (1 - x[l, "keep", None]) \
+            prob += T[stage[l]] >= (own[l] / UNIT) * (1 - x[l, "keep", None]) \
                 + (mv[l - 1] / UNIT) * (1 - x[l - 1, "keep", None])
     pinned = [[] for _ in range(p.stages)]  # segment pins (model.py), exact at the optimum
     for i, pairs in enumerate(p.seg):

@@ -19,7 +19,15 @@ for every micro-batch in flight on the stage (MPress II-C, Fig. 1; ``held[s]``: 
 for one micro-batch; measured on GPT, two adjacent reduced layers are back together (a
 storage a layer shares with its neighbour is restored at the neighbour's backward and kept
 until its own: BENCHMARKS.md, "Real plans"), so the transient is the largest sum of
-saved bytes over one reduced layer or two adjacent reduced layers of the stage;
+saved bytes over one reduced layer or two adjacent reduced layers of the stage; when
+``profile --press`` measured it (``PressStats.backward_bytes``), the reduced layer's own
+term also counts its backward working bytes (the gradients of its inputs and its
+intermediate gradients; not its parameters' gradients, which keep-all allocates too):
+with layers reduced a stage's peak moves from the end of the forwards into a backward,
+where keep-all's backward had released more than that working set but the plan's has not
+(BENCHMARKS.md "MPress evaluation"). It is an upper bound for a layer followed by kept
+layers on its stage (their first micro-batch's bytes are released by then; not counted,
+so the model stays linear). Older profiles without it get saved bytes alone;
 *received*: a d2d target holds the source's copies for all the source's micro-batches in
 flight (MPress III-C: D2D swap spends the peer's spare memory). The model is additive in
 the actions except the transient (a max), which both planners handle exactly.
@@ -98,10 +106,16 @@ class Problem:
     pinned: tuple[int, ...] = ()    # per layer: bytes of saved held as stage input/output
     seg: tuple = ()                 # per layer i: ((owner, bytes), ...) passed into i, same stage
     shared: tuple = ()              # ((owner, last saver, bytes), ...), both on one stage
+    work: tuple[int, ...] = ()      # per layer: measured backward bytes (PressStats.backward_bytes)
 
     def movable(self, l: int) -> int:
         """Bytes reducing layer ``l`` can move out (module docstring, pinned bytes)."""
         return self.saved[l] - (self.pinned[l] if self.pinned else 0)
+
+    def restored(self, l: int) -> int:
+        """Bytes reduced layer ``l``'s own backward adds at its height: its movable bytes
+        back plus its measured backward working bytes (module docstring, transient)."""
+        return self.movable(l) + (self.work[l] if self.work else 0)
 
     @property
     def stages(self) -> int:
@@ -195,7 +209,8 @@ def problem(profile: Profile, balance: Sequence[int], capacity: Optional[int] = 
                         profile.press.forward_seconds, profile.press.host_bandwidth,
                         profile.press.d2d_bandwidth, capacity,
                         overlap=profile.setup.device == "cuda",
-                        boundaries=profile.press.boundaries, shared=profile.press.shared)
+                        boundaries=profile.press.boundaries, shared=profile.press.shared,
+                        work=profile.press.backward_bytes)
 
 
 def check_profile(profile: Profile) -> None:
@@ -213,16 +228,20 @@ def check_profile(profile: Profile) -> None:
 def problem_from(model: str, balance, base, schedule: str, chunks: int, saved, forward,
                  host_bandwidth: float, d2d_bandwidth: float,
                  capacity: Optional[int] = None, overlap: bool = True,
-                 boundaries: Sequence = (), shared: Sequence = ()) -> Problem:
+                 boundaries: Sequence = (), shared: Sequence = (),
+                 work: Sequence = ()) -> Problem:
     """The problem from bare numbers (tests, benchmarks, scaling); ``overlap``: transfers
     may hide in live intervals (a device with copy engines, module docstring);
-    ``boundaries``: ``PressStats.boundaries`` (empty: nothing pinned)."""
+    ``boundaries``: ``PressStats.boundaries`` (empty: nothing pinned); ``work``:
+    ``PressStats.backward_bytes`` (empty: the transient counts saved bytes alone)."""
     balance = tuple(int(n) for n in balance)
     if len(saved) != sum(balance) or len(forward) != sum(balance):
         raise McapError(f"{len(saved)} saved sizes and {len(forward)} forward times for "
                         f"{sum(balance)} layers (balance {','.join(map(str, balance))})")
     if len(base) != len(balance):
         raise McapError(f"{len(base)} stage peaks for {len(balance)} stages")
+    if work and len(work) != len(saved):
+        raise McapError(f"{len(work)} backward sizes for {len(saved)} layers")
     if not (host_bandwidth > 0 and d2d_bandwidth > 0):
         raise McapError(f"bandwidths must be > 0 bytes/s, got host {host_bandwidth!r}, "
                         f"d2d {d2d_bandwidth!r}")
@@ -243,7 +262,8 @@ def problem_from(model: str, balance, base, schedule: str, chunks: int, saved, f
                    tuple(min(x) for x in live), capacity,
                    tuple(int(a + b) for a, b in zip(pin_in, pin_out)), seg,
                    tuple((int(o), int(k), int(n)) for o, k, n in shared
-                         if 0 <= o < k < len(saved) and _same_stage(balance, o, k)))
+                         if 0 <= o < k < len(saved) and _same_stage(balance, o, k)),
+                   tuple(int(x) for x in work))
 
 
 def _same_stage(balance, a: int, b: int) -> bool:
@@ -301,7 +321,7 @@ def outcome(p: Problem, actions: Sequence[LayerAction]) -> Outcome:
         s = stage[l]
         freed[s][a.action] += p.held[s] * p.movable(l)
         pair = p.movable(l - 1) if l > 0 and stage[l - 1] == s and actions[l - 1].action != "keep" else 0
-        transient[s] = max(transient[s], p.movable(l) + pair)
+        transient[s] = max(transient[s], p.restored(l) + pair)
         if a.action == "d2d":
             if a.target is None or not 0 <= a.target < p.stages or a.target == s:
                 raise McapError(f"layer {l} on stage {s}: d2d target {a.target!r} is not "
@@ -326,24 +346,69 @@ def outcome(p: Problem, actions: Sequence[LayerAction]) -> Outcome:
 
 
 def smallest_capacity(p: Problem) -> int:
-    """The smallest capacity any plan can meet: every stage swaps every layer (nothing
-    frees more than swap, and d2d only adds to the target; proof in the tests' check
-    against the exact solver), so each stage keeps its base minus all its activations plus
-    its largest transient (reducing a layer adds at most its saved bytes to the transient
-    and frees ``held`` >= 1 times them, so reducing more never raises a stage's peak)."""
-    out = 0
+    """The smallest capacity any plan can meet (the peaks of :func:`floor_actions`)."""
+    return max(outcome(p, floor_actions(p)).peaks)
+
+
+def floor_actions(p: Problem) -> list[LayerAction]:
+    """A plan of the smallest peak on every stage: swaps only (nothing frees more than swap,
+    it pins nothing a recompute segment would, and d2d only adds to the target; checked
+    against brute force in the tests). Without measured backward bytes that is every layer
+    swapped (reducing a layer adds at most its movable bytes to the transient and frees
+    ``held`` >= 1 times them). With them a layer whose working bytes outweigh what it
+    frees is better kept, so per stage and per transient bound ``T`` (every value a
+    reduced layer's term can take) a chain DP picks the swaps that free the most with every
+    term <= ``T``; the stage keeps the best ``T``."""
+    acts = keep(p)
     for s in range(p.stages):
-        saved = [p.movable(l) for l in p.layers(s)]
-        pairs = [a + b for a, b in zip(saved, saved[1:])] or saved
-        out = max(out, p.base[s] - p.held[s] * sum(saved) + max(pairs, default=0))
-    return out
+        layers = list(p.layers(s))
+        terms = {0}
+        for j, l in enumerate(layers):
+            terms.add(p.restored(l))
+            if j:
+                terms.add(p.restored(l) + p.movable(layers[j - 1]))
+        best = (p.base[s], [])
+        for t in sorted(terms):
+            freed, chosen = _most_freed(p, layers, t)
+            peak = p.base[s] - p.held[s] * freed + _transient(p, layers, chosen)
+            if peak < best[0]:
+                best = (peak, chosen)
+        for l in best[1]:
+            acts[l] = LayerAction(l, "swap")
+    return acts
+
+
+def _transient(p: Problem, layers, chosen) -> int:
+    on = set(chosen)
+    return max((p.restored(l) + (p.movable(layers[j - 1]) if j and layers[j - 1] in on else 0)
+                for j, l in enumerate(layers) if l in on), default=0)
+
+
+def _most_freed(p: Problem, layers, bound: int) -> tuple[int, list[int]]:
+    """The swaps of ``layers`` (one stage) freeing the most movable bytes with every
+    transient term (``restored(l)``, plus the previous layer's movable bytes when it is
+    swapped too) at most ``bound``: a DP over the chain, state = previous layer swapped."""
+    NEG = -1
+    # best[k] = (freed, chosen) with the last layer seen swapped (k=1) or kept (k=0)
+    best = [(0, []), (NEG, [])]
+    for j, l in enumerate(layers):
+        kept = max(best, key=lambda x: x[0])
+        new_swap = (NEG, [])
+        if p.restored(l) <= bound and best[0][0] >= 0:
+            new_swap = (best[0][0] + p.movable(l), best[0][1] + [l])
+        if j and best[1][0] >= 0 and p.restored(l) + p.movable(layers[j - 1]) <= bound:
+            cand = (best[1][0] + p.movable(l), best[1][1] + [l])
+            if cand[0] > new_swap[0]:
+                new_swap = cand
+        best = [kept, new_swap]
+    return max(best, key=lambda x: x[0])
 
 
 def unreachable(p: Problem, capacity: int) -> McapError:
     least = smallest_capacity(p)
     return McapError(f"no plan fits balance {','.join(map(str, p.balance))} under capacity "
                      f"{capacity:,} bytes: the smallest capacity that can be met is {least:,} "
-                     f"bytes (every layer's activations swapped out)")
+                     f"bytes (activations swapped out wherever that lowers the peak)")
 
 
 def to_plan(p: Problem, actions: Sequence[LayerAction], method: str,

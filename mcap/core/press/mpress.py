@@ -29,7 +29,9 @@ from __future__ import annotations
 
 from typing import Optional
 
-from mcap.core.press.model import Problem, keep, outcome, smallest_capacity, unreachable
+from mcap.core.press.model import (
+    Problem, floor_actions, keep, outcome, smallest_capacity, unreachable,
+)
 from mcap.core.pressplan import LayerAction
 
 EPS = 1e-12
@@ -77,7 +79,8 @@ def _cover(p: Problem, acts: list, s: int, cap: int, d2d: bool, skip=(),
 
 def _cover_any(p: Problem, acts: list, s: int, cap: int, d2d: bool) -> Optional[list]:
     """``_cover``, and when its greedy choices (a recompute that pins) leave the stage over,
-    again with swaps only (swapping every layer fits: smallest_capacity)."""
+    again with swaps only (None when even that leaves it over: a layer whose backward
+    bytes outweigh what it frees; the caller starts from ``floor_actions`` then)."""
     return _cover(p, acts, s, cap, d2d) or _cover(p, acts, s, cap, d2d, recompute=False)
 
 
@@ -116,7 +119,9 @@ def plan(p: Problem, capacity: int) -> list[LayerAction]:
     acts = keep(p)
     for s in reversed(range(p.stages)):  # later stages first (III-D, second observation)
         acts = _cover_any(p, acts, s, capacity, d2d=False)
-        assert acts is not None  # swap-everything fits: smallest_capacity says so
+        if acts is None:  # a layer's backward bytes outweigh what it frees: the exact floor
+            acts = floor_actions(p)  # fits (smallest_capacity), pruned and improved below
+            break
     first = _improve(p, _prune(p, acts, capacity), capacity)
     # A second start with D2D allowed from the beginning (where peers have room): the
     # replacement step moves one layer at a time and cannot rebuild a plan that shares
@@ -124,6 +129,9 @@ def plan(p: Problem, capacity: int) -> list[LayerAction]:
     acts = keep(p)
     for s in reversed(range(p.stages)):
         acts = _cover_any(p, acts, s, capacity, d2d=True) or _cover_any(p, acts, s, capacity, d2d=False)
+        if acts is None:
+            acts = floor_actions(p)
+            break
     second = _improve(p, _prune(p, acts, capacity), capacity)
     return min((first, second), key=lambda a: _total(p, a))
 

@@ -64,3 +64,7 @@ chart(fig_scaling.draw_scaling(points, s.capacity_bytes), key="scaling-chart", n
 st.dataframe(table_view(points, ("peak", "predicted_peak")), hide_index=True, key="scaling-table",
              column_config={"params": st.column_config.NumberColumn("params", format="%d")})
 downloads(points, "mcap-scaling", "scaling")
+noted = [(r.partitioner, p.value, p.error) for r in result.results for p in r.points
+         if p.status == "ok" and p.error]  # e.g. picked from measurements, not predicted
+for partitioner, value, note in noted:
+    st.caption(f"{partitioner} at {result.vary}={value}: {note}")

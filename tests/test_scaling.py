@@ -192,3 +192,25 @@ def test_cli_scale_refuses_bad_input_before_measuring(tmp_path, capsys):
     assert "has no parameter 'depth'" in capsys.readouterr().err
     assert main(base + ["--capacity", "8MiB", "--low", "10"]) == 2
     assert "multiple of 4: --low 10" in capsys.readouterr().err
+
+
+@pytest.mark.app
+def test_scaling_page_says_which_sizes_were_picked_from_measurements(tmp_path, monkeypatch):
+    """The bundled profiling-under-the-cap result: F=104 and 120 were picked from measured
+    partitionings (the statistics cannot be completed there), and the page says so."""
+    import shutil
+    from pathlib import Path
+
+    from streamlit.testing.v1 import AppTest
+
+    repo = Path(__file__).resolve().parent.parent
+    shutil.copy(repo / "data" / "amoebanet-d-cpu4-profcap.scale.json", tmp_path)
+    monkeypatch.setenv("MCAP_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("MCAP_STORE", str(tmp_path / "store.sqlite"))
+    at = AppTest.from_file(str(repo / "app.py"), default_timeout=30)
+    at.run()
+    at.switch_page("pages/scaling.py")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    notes = [c.value for c in at.caption if "picked the best measured" in c.value]
+    assert [n.split(":")[0] for n in notes] == ["mcap at filters=104", "mcap at filters=120"]

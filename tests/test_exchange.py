@@ -34,8 +34,8 @@ def _split_grads(device, kind, cut, micro_batches=3):
     second = _Run(nn.Sequential(*list(whole)[cut:]))
     store = torch.distributed.HashStore()
     exchange.set_run(7)
-    s0 = exchange.Exchanged(first, exchange.Link(kind, device, store), 0, True, False)
-    s1 = exchange.Exchanged(second, exchange.Link(kind, device, store), 1, False, True)
+    s0 = exchange.Exchanged(first, exchange.Link(kind, device, store, micro_batches), 0, True, False)
+    s1 = exchange.Exchanged(second, exchange.Link(kind, device, store, micro_batches), 1, False, True)
     x = torch.randn(4 * micro_batches, 6)
     y = torch.randn(4 * micro_batches, 3)
     tokens = [s0(xb) for xb in x.chunk(micro_batches)]  # forwards first, as GPipe

@@ -123,7 +123,7 @@ def run_stage(res: Resident, setup: Setup, balance: tuple[int, ...], rank: int,
         if how == "host":
             stage_mod = HostStaged(stage_mod, device, is_last)
         elif how is not None:  # tokens through the group, tensors through the link
-            link = exchange.Link(how, device)
+            link = exchange.Link(how, device, chunks=setup.chunks)
             stage_mod = exchange.Exchanged(stage_mod, link, rank, is_first, is_last)
             if not is_first:
                 in_meta = exchange.token_meta(_requires_grad(in_meta))

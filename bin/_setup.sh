@@ -15,6 +15,9 @@ if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]; then
   .venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements.txt
   echo "$want" > "$stamp"
 fi
+# `python -m mcap` from any folder once the venv is active (README's first session)
+site="$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+[ "$(cat "$site/mcap-repo.pth" 2>/dev/null || true)" = "$root" ] || echo "$root" > "$site/mcap-repo.pth"
 # shellcheck disable=SC1091
 source .venv/bin/activate
 # the byte-exact CPU memory counter (mcap/runner/memtrack.py) is compiled once per venv

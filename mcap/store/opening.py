@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from pathlib import Path
 from typing import Union
 
@@ -166,7 +167,7 @@ def connect(path: Path) -> sqlite3.Connection:
             _create(conn, path)
         # WAL lets the dashboard read while a job writes (readers never block writers).
         # It is persistent in the file, so only the creator really switches it.
-        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        mode = _switch_to_wal(conn)
         if mode.lower() != "wal":
             raise StoreError(f"store {path} could not switch to WAL journal mode (got {mode!r})")
         conn.execute("PRAGMA synchronous = NORMAL")  # durable across crashes in WAL mode
@@ -180,6 +181,31 @@ def connect(path: Path) -> sqlite3.Connection:
         conn.close()
         raise
     return conn
+
+
+def _switch_to_wal(conn: sqlite3.Connection) -> str:
+    """Switch the file to WAL (a no-op once it is) and return the journal mode.
+
+    Changing the journal mode needs an exclusive lock, and SQLite answers "database is
+    locked" at once, without its busy handler, while another connection holds a lock it
+    might need (processes racing to create one store: one switches while another still
+    reads the schema). So wait and retry, as the busy timeout would, up to the same time.
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    delay = 0.005
+    while True:
+        mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+        if mode.lower() == "wal":
+            return mode
+        try:
+            return conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) and "busy" not in str(exc):
+                raise
+            if time.monotonic() > deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.2)
 
 
 def _create(conn: sqlite3.Connection, path: Path) -> None:

@@ -472,7 +472,7 @@ def test_reader_reads_while_two_writers_write(tmp_path):
 
 def test_processes_racing_to_create_one_store(tmp_path):
     path = tmp_path / "fresh" / "store.sqlite"
-    # 8 processes: with 4 the old WAL switch (no retry) lost the race about once in 600 opens
+    # 8 processes: the old WAL switch (no retry) lost this race in 4 of 440 opens (8 at a time)
     procs = [_spawn(_WRITER, path, 3, "go") for _ in range(8)]
     for p in procs:
         _, err = p.communicate(timeout=120)

@@ -7,7 +7,9 @@
               "host_bandwidth": float, "d2d_bandwidth": float,
               "boundaries": [[[owner, bytes], ...], ...],    (optional: num_layers + 1 lists)
               "shared": [[owner, last, bytes], ...],         (optional)
-              "backward_bytes": [int, ...]}                  (optional: num_layers ints)
+              "backward_bytes": [int, ...],                  (optional: num_layers ints)
+              "backward_transients": [[first, accumulate, swapped], ...],  (optional)
+              "forward_transients": [[keep, swapped], ...]}                (optional)
 
 Reading checks every value (a file is data: types, ranges, lengths) and raises through the
 caller's ``fail(where, message)`` so the message names the file and the key. Runs are read
@@ -45,7 +47,11 @@ def press_to_json(press: PressStats) -> dict:
             **({"shared": [[int(o), int(k), int(n)] for o, k, n in press.shared]}
                if press.shared else {}),
             **({"backward_bytes": [int(x) for x in press.backward_bytes]}
-               if press.backward_bytes else {})}
+               if press.backward_bytes else {}),
+            **({"backward_transients": [[int(x) for x in t] for t in press.backward_transients]}
+               if press.backward_transients else {}),
+            **({"forward_transients": [[int(x) for x in t] for t in press.forward_transients]}
+               if press.forward_transients else {})}
 
 
 def _show(v: Any) -> str:
@@ -153,7 +159,24 @@ def press_from_json(x: Any, num_layers: int, fail) -> Optional[PressStats]:
         backward = tuple(_int(b, f"press.backward_bytes[{j}]", fail, 0, MAX_BYTES)
                          for j, b in enumerate(_list(x["backward_bytes"], "press.backward_bytes",
                                                      fail, num_layers)))
-    return PressStats(saved, fwd, host, d2d, bounds, tuple(shared), backward)
+    back_t = _rows(x, "backward_transients", ("first", "accumulate", "swapped"), num_layers, fail)
+    fwd_t = _rows(x, "forward_transients", ("keep", "swapped"), num_layers, fail)
+    return PressStats(saved, fwd, host, d2d, bounds, tuple(shared), backward, back_t, fwd_t)
+
+
+def _rows(x: dict, key: str, names: tuple, num_layers: int, fail) -> tuple:
+    """An optional per-layer list of byte tuples (absent in files written before it was
+    measured)."""
+    if x.get(key) is None:
+        return ()
+    rows = []
+    for j, t in enumerate(_list(x[key], f"press.{key}", fail, num_layers)):
+        if not isinstance(t, list) or len(t) != len(names):
+            raise fail(f"press.{key}[{j}]",
+                       f"expected [{', '.join(names)}] bytes, found {_show(t)}")
+        rows.append(tuple(_int(b, f"press.{key}[{j}][{k}]", fail, 0, MAX_BYTES)
+                          for k, b in enumerate(t)))
+    return tuple(rows)
 
 
 def _boundary(row: Any, where: str, num_layers: int, fail) -> tuple[tuple[int, int], ...]:

@@ -172,7 +172,15 @@ class PressStats:
     ``backward_bytes[l]`` (empty: not measured, older files): the most bytes layer ``l``'s
     backward allocates beyond what is live when it starts (its input gradients, its
     intermediate gradients, its parameters' gradients), per micro-batch: what a restored
-    layer's backward adds on top of its restored bytes (``mcap.core.press.model``)."""
+    layer's backward adds on top of its restored bytes (``mcap.core.press.model``).
+    ``backward_transients[l]`` (empty: not measured, older files): ``(first, accumulate,
+    swapped)``, the most bytes layer ``l``'s backward holds above the level where it starts,
+    parameters requiring grad: the first backward of an iteration (its parameters'
+    gradients allocated), a later one (added to them), and a later one with every storage
+    the layer saves swapped out at its forward and brought back when backward needs it
+    (``mcap.runner.pressstats``; where a stage peaks inside its backward,
+    ``mcap.core.press.events``). ``forward_transients[l]`` (likewise optional): ``(keep,
+    swapped)``, the most bytes its forward holds above its start, kept and swapped."""
     saved_bytes: tuple[int, ...]
     forward_seconds: tuple[float, ...]
     host_bandwidth: float
@@ -180,6 +188,8 @@ class PressStats:
     boundaries: tuple[tuple[tuple[int, int], ...], ...] = ()
     shared: tuple[tuple[int, int, int], ...] = ()
     backward_bytes: tuple[int, ...] = ()
+    backward_transients: tuple[tuple[int, int, int], ...] = ()
+    forward_transients: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,18 @@ process on the setup's device with the setup's intra-op threads:
   gradients and the kernels' workspaces (a oneDNN convolution's backward allocates a
   weight-sized buffer even so), the working set a reduced layer's backward adds on top
   of its restored bytes (``mcap.core.press.model``).
+* ``backward_transients[l]``: ``(first, accumulate, swapped)``, the most bytes layer ``l``'s
+  backward holds above the level where it starts, for one micro-batch, its parameters
+  requiring grad (:func:`transients`): the first backward (allocating their
+  gradients), a later one (accumulating into them: a weight-sized temporary per parameter
+  tensor, not per layer), and a later one with the layer's saved storages swapped out by
+  the runner's own hooks (they come back as backward needs them, not all at once). Where
+  a stage peaks inside its backward, these place the peak and say what a swap brings back
+  there (``mcap.core.press.events``).
+* ``forward_transients[l]``: ``(keep, swapped)``, the most bytes layer ``l``'s forward holds
+  above the level where it starts (its saved storages and temporaries; swapped, what it
+  holds until the moved storages' originals are let go): a plan that empties a stage's
+  backward can move its peak into a forward.
 * ``forward_seconds[l]``: the layer's forward time per micro-batch with autograd
   recording (what recomputing it costs), the median of ``repeats`` after one warm-up.
 * ``host_bandwidth``: bytes per second of one direction of a host swap done the way the
@@ -44,6 +56,7 @@ process on the setup's device with the setup's intra-op threads:
 """
 from __future__ import annotations
 
+import contextlib
 import statistics
 import tempfile
 import time
@@ -73,12 +86,14 @@ def measure(spec: str, setup: Setup, repeats: int = REPEATS) -> PressStats:
         x = inputs[: micro_batch(setup)].to(device)
         saved, bounds, shared = saved_and_boundaries(module, x)
         backward = backward_bytes(module, x, device)
+        back_t, fwd_t = transients(module, x, device)
         forward = forward_seconds(module, x, repeats, device)
         host = host_bandwidth(device, repeats)
         d2d = d2d_bandwidth(device, repeats)
     finally:
         torch.set_num_threads(old)
-    return PressStats(tuple(saved), tuple(forward), host, d2d, bounds, shared, tuple(backward))
+    return PressStats(tuple(saved), tuple(forward), host, d2d, bounds, shared, tuple(backward),
+                      tuple(back_t), tuple(fwd_t))
 
 
 def _storages(out) -> list:
@@ -155,21 +170,7 @@ def backward_bytes(module: torch.nn.Sequential, x: torch.Tensor,
                    device: torch.device) -> list[int]:
     """Per layer, the peak bytes its backward allocates beyond what is live when it starts
     (module docstring)."""
-    if device.type == "cuda":
-        def now():
-            torch.cuda.synchronize(device)
-            return torch.cuda.memory_allocated(device)
-
-        def reset():
-            torch.cuda.reset_peak_memory_stats(device)
-
-        def top():
-            torch.cuda.synchronize(device)
-            return torch.cuda.max_memory_allocated(device)
-    else:
-        from mcap.runner import memtrack
-        memtrack.install()
-        now, reset, top = memtrack.current, memtrack.reset_peak, memtrack.peak
+    now, reset, top = _counters(device)
     with torch.no_grad():  # every layer's input, recorded once
         inputs, out = [], x
         for layer in module:
@@ -200,6 +201,102 @@ def backward_bytes(module: torch.nn.Sequential, x: torch.Tensor,
             for p in params:
                 p.requires_grad_(True)
     return sizes
+
+
+def _fresh(x):
+    """Tensors that require grad replaced by copies made inside the graph (``clone`` saves
+    nothing), so the caller can drop them: only what a layer saves keeps their storage, as
+    in a stage where the layer's input comes from the layer before it."""
+    def one(t):
+        return t.clone() if isinstance(t, torch.Tensor) and t.requires_grad else t
+    return tuple(one(t) for t in x) if isinstance(x, (tuple, list)) else one(x)
+
+
+def transients(module: torch.nn.Sequential, x: torch.Tensor, device: torch.device
+               ) -> tuple[list[tuple[int, int, int]], list[tuple[int, int]]]:
+    """Per layer, for one micro-batch, the most bytes held above the level where a pass
+    starts (module docstring): its backward ``(first, accumulate, swapped)`` and its forward
+    ``(keep, swapped)``. Parameters require grad: ``first`` allocates their gradients,
+    ``accumulate`` adds to existing ones (the backwards of later micro-batches), ``swapped``
+    too with every storage the layer saves moved to host memory at its forward by the
+    runner's own hooks (``mcap.runner.press``) and brought back when backward unpacks it.
+    A forward holds its saved storages and its temporaries (``keep``); swapped, the moved
+    storages' originals live until the layer lets them go. The layer's input and output
+    are copies no one else holds, so only what it saves keeps them, as inside a stage."""
+    from mcap.core.pressplan import LayerAction
+    from mcap.runner.press import PressStage
+
+    now, reset, top = _counters(device)
+    with torch.no_grad():  # every layer's input, recorded once
+        inputs, out = [], x
+        for layer in module:
+            inputs.append(out)
+            out = layer(out)
+        del out
+    backward, forward = [], []
+    for i, layer in enumerate(module):
+        leaves = _leaves(inputs[i], i > 0)
+        hooks = PressStage(torch.nn.Sequential(layer), [LayerAction(0, "swap")], 0)
+        back, fwd = [], {}
+        for mode in ("first", "accumulate", "swapped"):
+            up, down = _pass(layer, leaves, hooks if mode == "swapped" else None,
+                             now, reset, top)
+            back.append(down)
+            fwd[mode] = up
+        for p in layer.parameters():
+            p.grad = None
+        backward.append(tuple(back))
+        forward.append((fwd["accumulate"], fwd["swapped"]))
+        del leaves, hooks
+    return backward, forward
+
+
+def _pass(layer, leaves, hooks, now, reset, top) -> tuple[int, int]:
+    """One forward and backward of ``layer`` (swapping what it saves when ``hooks``, a
+    ``PressStage``): the peaks of each above its start."""
+    from mcap.runner.press import Saver
+
+    xs = _fresh(leaves)
+    saver = Saver(hooks) if hooks is not None else None
+    if saver is not None:
+        saver.layer = 0
+    start = now()
+    reset()
+    with torch.enable_grad(), \
+            torch.autograd.graph.saved_tensors_hooks(saver.pack, saver.unpack) \
+            if saver is not None else contextlib.nullcontext():
+        out = layer(xs)
+    up = max(0, top() - start)
+    ys = _fresh(out)
+    del out, xs
+    outs = [t for t in (ys if isinstance(ys, tuple) else (ys,))
+            if isinstance(t, torch.Tensor) and t.requires_grad]
+    if not outs:  # nothing to differentiate (a layer on the model's integer input)
+        return up, 0
+    grads = [torch.ones_like(t) for t in outs]
+    start = now()
+    reset()
+    torch.autograd.backward(outs, grads)
+    return up, max(0, top() - start)
+
+
+def _counters(device: torch.device):
+    """(bytes now, reset the peak, the peak) on ``device``."""
+    if device.type == "cuda":
+        def now():
+            torch.cuda.synchronize(device)
+            return torch.cuda.memory_allocated(device)
+
+        def reset():
+            torch.cuda.reset_peak_memory_stats(device)
+
+        def top():
+            torch.cuda.synchronize(device)
+            return torch.cuda.max_memory_allocated(device)
+        return now, reset, top
+    from mcap.runner import memtrack
+    memtrack.install()
+    return memtrack.current, memtrack.reset_peak, memtrack.peak
 
 
 def forward_seconds(module: torch.nn.Sequential, x: torch.Tensor, repeats: int,

@@ -77,9 +77,13 @@ def test_d2d_adds_to_the_target_and_frees_the_source():
                      5 * MiB], [0.01] * 4, 1e9, 1e10)
     assert p.held == (2, 1)
     o = outcome(p, [LayerAction(0), LayerAction(1, "d2d", 1), LayerAction(2), LayerAction(3)])
-    # source: frees held(2) x 20 MiB, keeps one micro-batch's 20 MiB in its backward
-    assert o.peaks == (500 * MiB - 2 * 20 * MiB + 20 * MiB, 300 * MiB + 2 * 20 * MiB)
-    assert o.received == (0, 40 * MiB) and o.freed[0]["d2d"] == 40 * MiB
+    # source: keep-all peaks with both micro-batches' 30 MiB held; with layer 1 away, its
+    # highest moment is the second micro-batch's forward of layer 1 (the first's 20 MiB are
+    # away, the second's are being made) or a backward (one micro-batch's 20 MiB back):
+    # 20 MiB lower. The target holds both micro-batches' copies.
+    assert o.peaks == (500 * MiB - 20 * MiB, 300 * MiB + 2 * 20 * MiB)
+    assert o.received == (0, 40 * MiB) and o.freed[0]["d2d"] == 20 * MiB
+    assert o.transient[0] == o.shift[0] == 0
     with pytest.raises(McapError, match="d2d target 0"):
         outcome(p, [LayerAction(0), LayerAction(1, "d2d", 0), LayerAction(2), LayerAction(3)])
 

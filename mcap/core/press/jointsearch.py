@@ -21,7 +21,9 @@ import numpy as np
 
 from mcap.core.errors import McapError
 from mcap.core.partition import count, enumerate_all, windows_many
-from mcap.core.press.model import Problem, check_profile, problem, smallest_capacity
+from mcap.core.press.model import (
+    Problem, check_profile, problem, smallest_capacity, window_floor_drop,
+)
 from mcap.core.pressplan import PressPlan
 
 ENUMERATE = 300_000
@@ -43,42 +45,28 @@ class Joint:
     candidates: tuple[Candidate, ...]
 
 
-def _pinned(first: np.ndarray, last: np.ndarray, boundaries) -> np.ndarray:
-    """Bytes of each window's layers pinned as its stage input / output (model.pins)."""
-    out = np.zeros(first.shape, dtype=np.int64)
-    for b, pairs in enumerate(boundaries):
-        for o, n in pairs:
-            inside = (first <= o) & (o <= last)
-            out += np.where(inside & ((first == b) | (last + 1 == b)), n, 0)
-    return out
-
-
-def _floors(balances: np.ndarray, costs, held, saved, boundaries=(), work=()
-            ) -> tuple[np.ndarray, np.ndarray]:
-    """(keep-all peak, floor) of every balance, vectorised over (m, G) balances. The floor
-    subtracts only movable bytes (model.pins); its transient counts the window's end layers
-    in full, which can only raise it (a conservative floor, by less than one boundary), and
-    every layer swapped, which with measured backward bytes (``model.restored``) can only
-    raise it too (``model.floor_actions`` is exact; the candidates it ranks are checked
-    with it)."""
+def _floors(balances: np.ndarray, costs, profile) -> tuple[np.ndarray, np.ndarray]:
+    """(keep-all peak, floor) of every balance ((m, G) balances): each stage's keep-all
+    peak less what swapping all its layers saves (``model.window_floor_drop``, the exact
+    floor of ``model.floor_actions``), computed once per distinct window."""
     first, last = windows_many(balances)
     peaks = costs.stage_costs(first, last)
-    s = np.asarray(saved, dtype=np.int64)
-    pre = np.concatenate([[0], np.cumsum(s)])
-    L = len(s)
-    # the transient with every layer reduced (model.smallest_capacity): the largest sum of
-    # two adjacent layers of the window, or its one layer's bytes
-    # (a layer's own term: its saved bytes plus its measured backward bytes, model.restored)
-    own = s + np.asarray(work, dtype=np.int64) if len(work) else s
-    pair = np.concatenate([[0], own[1:] + s[:-1]])  # pair[l] = saved[l-1] + own[l]
-    tmax = np.zeros((L, L), dtype=np.int64)
-    for a in range(L):
-        tmax[a, a] = own[a]
-        if a + 1 < L:
-            tmax[a, a + 1:] = np.maximum(own[a], np.maximum.accumulate(pair[a + 1:]))
-    movable = pre[last + 1] - pre[first] - _pinned(first, last, boundaries)
-    floor = peaks - np.asarray(held)[None, :] * movable + tmax[first, last]
-    return peaks.max(axis=1), floor.max(axis=1)
+    G = balances.shape[1]
+    st, press = profile.setup, profile.press
+    params = [layer.param_bytes for layer in profile.model.layers]
+    drop = np.zeros_like(peaks)
+    cache: dict = {}
+    for (i, s), a in np.ndenumerate(first):
+        z = int(last[i, s])
+        key = (int(a), z, s if st.schedule == "1f1b" else s == G - 1)
+        if key not in cache:
+            cache[key] = window_floor_drop(st.schedule, st.chunks, s, G, int(a), z,
+                                           press.saved_bytes, press.backward_bytes, params,
+                                           press.shared, press.boundaries,
+                                           press.backward_transients,
+                                           press.forward_transients)
+        drop[i, s] = cache[key]
+    return peaks.max(axis=1), (peaks - drop).max(axis=1)
 
 
 def _pool(profile, G: int, costs) -> np.ndarray:
@@ -101,16 +89,13 @@ def joint(profile, stages: int, capacity: int, method: str = "milp",
     """The fastest partitioning + plan under ``capacity`` (module docstring)."""
     from mcap.core.press import solve
     from mcap.core.recommend import check_stages, costs_of
-    from mcap.core.timeline import max_in_flight
     check_stages(stages, profile.model.num_layers)
     if isinstance(top, bool) or not isinstance(top, int) or top < 1:
         raise McapError(f"top must be an integer >= 1, got {top!r}")
     check_profile(profile)
     costs = costs_of(profile, predictor)
-    held = max_in_flight(profile.setup.schedule, stages, profile.setup.chunks)
     pool = _pool(profile, stages, costs)
-    peak, floor = _floors(pool, costs, held, profile.press.saved_bytes,
-                          profile.press.boundaries, profile.press.backward_bytes)
+    peak, floor = _floors(pool, costs, profile)
     picks = list(dict.fromkeys(
         [tuple(int(x) for x in pool[i]) for i in np.lexsort((floor, peak))[:top]]
         + [tuple(int(x) for x in pool[i]) for i in np.lexsort((peak, floor))[:top]]))
@@ -140,11 +125,8 @@ def floor_of(profile, stages: int, predictor: Optional[str] = None) -> tuple[int
     """(lowest keep-all peak, lowest floor) over the partitionings ``joint`` considers:
     the capacities under which partitioning alone, and partitioning + a plan, can fit."""
     from mcap.core.recommend import costs_of
-    from mcap.core.timeline import max_in_flight
     check_profile(profile)
     costs = costs_of(profile, predictor)
-    held = max_in_flight(profile.setup.schedule, stages, profile.setup.chunks)
     pool = _pool(profile, stages, costs)
-    peak, floor = _floors(pool, costs, held, profile.press.saved_bytes,
-                          profile.press.boundaries, profile.press.backward_bytes)
+    peak, floor = _floors(pool, costs, profile)
     return int(peak.min()), int(floor.min())

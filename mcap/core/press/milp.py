@@ -3,28 +3,33 @@ approximated search of III-D; ``torch.distributed._tools.sac_ilp`` is the single
 form of the idea). Solved with PuLP's bundled CBC.
 
 Variables: for every layer l of stage s, binaries keep, recompute, swap and d2d->t for
-every other stage t, exactly one of them 1; for every stage a continuous transient T_s.
+every other stage t, exactly one of them 1 (``red_l = 1 - keep_l``, ``mv_l = swap_l +
+sum_t d2d_l->t``). ``model.outcome`` evaluates each stage at every event e of its iteration
+(``events.py``: live[e, l] micro-batches of l held, j(e) the layer whose backward runs);
+the MILP asks the same of every event:
 
     minimise   sum_l cost_l(action)            (+ 1e-7 s per reduced layer, 2e-7 per d2d:
                                                on ties keep, then spare the peers)
-    subject to T_s >= own_l * (1 - keep_l)                        for l in stage s
-               T_s >= own_l (1 - keep_l) + saved_l-1 (1 - keep_l-1)     for adjacent l-1, l in s
-               P_io >= recompute_i - recompute_i-1 - keep_o    (a segment starting at i pins
-                                                                what owner o passed into i)
-               base_s - held_s * sum_{l in s} saved_l (1 - keep_l) + T_s
-                 + held_s * sum_{i,o} bytes_io P_io
-                 + sum_{l not in s} held_{s(l)} saved_l d2d_{l->s}  <= capacity   per stage
+    subject to, for every stage s and event e of s:
+        base_s - max(keep_s) + keep_s[e]
+          - sum_{l in s} live[e,l] saved_l red_l + fwd_f(e) red_f(e)   (during F(f): a reduced
+                                                               layer's forward holds less)
+          + back_j(e) mv_j(e) + sum_{(o,k): o < j(e) <= k} bytes_ok mv_o   (swapped back)
+          + sum_{l <= j(e)} saved_l R_l,j(e)                 (a recompute run back in B(j))
+          + sum_{i,o} live[e,i] bytes_io P_io                 (segment pins)
+          + sum_{(o,k)} live[e,k] bytes_ok (recompute_o - Y_ok)   (shared storages)
+          + sum_{l not in s} held_{s(l)} saved_l d2d_{l->s}   <= capacity
+    with  R_l,j >= sum_{t=l..j} recompute_t - (j - l),  R >= 0   (l .. j one recompute run)
+          P_io >= recompute_i - recompute_i-1 - keep_o,   P >= 0  (a segment starting at i
+                                                           pins what owner o passed into i)
+          0 <= Y_ok <= recompute_m for m in o..k
 
-(``saved`` is the movable part, ``Problem.movable``; ``own`` that or the measured backward
-bytes, ``Problem.restored``; P_io >= 0 like T_s; o = -1, a tensor no
-layer saves, drops the keep term; a storage o shares with later savers up to k adds
-bytes (recompute_o - Y_ok) with 0 <= Y_ok <= recompute_m for m in o..k)
-
-which is ``model.outcome`` exactly (the max of the transient is exact at the optimum
-because T_s only appears on the left of a <=). Bytes enter the solver in MiB; the plan it
-returns is checked in int bytes and solved again with a tighter bound if rounding let a
-device over. PuLP writes the problem to a temporary file and runs CBC as a child process:
-that is the solver's business, this module does no I/O itself.
+(``saved`` is the movable part, ``Problem.movable``, ``back`` ``Problem.swapped_back``; o = -1, a tensor no layer saves,
+drops the keep term). R, P and Y only appear on the left of a <=, so at the optimum they
+are the products they stand for: the program is ``model.outcome`` exactly. Bytes enter the
+solver in MiB; the plan it returns is checked in int bytes and solved again with a tighter
+bound if rounding let a device over. PuLP writes the problem to a temporary file and runs
+CBC as a child process: that is the solver's business, this module does no I/O itself.
 """
 from __future__ import annotations
 
@@ -55,33 +60,59 @@ def _solve(p: Problem, bound: float, time_limit: float):
         for a, t in opts:
             x[l, a, t] = prob.add_variable(f"x_{l}_{a}_{'' if t is None else t}", cat="Binary")
         prob += pulp.lpSum(x[l, a, t] for a, t in opts) == 1
-    T = [prob.add_variable(f"T_{s}", lowBound=0) for s in range(p.stages)]
     mv = [p.movable(l) for l in range(len(p.saved))]
-    own = [p.restored(l) for l in range(len(p.saved))]
-    for l in range(len(p.saved)):
-        prob += T[stage[l]] >= (own[l] / UNIT) * (1 - x[l, "keep", None])
-        if l > 0 and stage[l - 1] == stage[l]:  # two adjacent reduced layers (model.py)
-            prob += T[stage[l]] >= (own[l] / UNIT) * (1 - x[l, "keep", None]) \
-                + (mv[l - 1] / UNIT) * (1 - x[l - 1, "keep", None])
-    pinned = [[] for _ in range(p.stages)]  # segment pins (model.py), exact at the optimum
+    red = {l: 1 - x[l, "keep", None] for l in range(len(p.saved))}
+    moved = {l: x[l, "swap", None] + pulp.lpSum(x[l, "d2d", t] for t in range(p.stages)
+                                                if t != stage[l])
+             for l in range(len(p.saved))}
+    R = {}  # (l, j): layers l..j of one stage all recomputed
+    for s in range(p.stages):
+        mine = list(p.layers(s))
+        for jj, j in enumerate(mine):
+            R[j, j] = x[j, "recompute", None]
+            for l in mine[:jj]:
+                v = prob.add_variable(f"R_{l}_{j}", lowBound=0)
+                prob += v >= pulp.lpSum(x[t, "recompute", None] for t in range(l, j + 1)) - (j - l)
+                R[l, j] = v
+    seg = {}  # local index of a segment start -> its pin terms (bytes in solver units)
     for i, pairs in enumerate(p.seg):
         for o, n in pairs:
             v = prob.add_variable(f"P_{i}_{'u' if o < 0 else o}", lowBound=0)
             prob += v >= x[i, "recompute", None] - x[i - 1, "recompute", None] \
                 - (0 if o < 0 else x[o, "keep", None])
-            pinned[stage[i]].append((n if o < 0 else min(n, mv[o])) / UNIT * v)
+            seg.setdefault(i, []).append((n if o < 0 else min(n, mv[o])) / UNIT * v)
+    shared = []
     for o, k, n in p.shared:  # freed by recomputing o only with every saver up to k (model.py)
         y = prob.add_variable(f"Y_{o}_{k}", lowBound=0)
         for m in range(o, k + 1):
             prob += y <= x[m, "recompute", None]
-        pinned[stage[o]].append(min(n, mv[o]) / UNIT * (x[o, "recompute", None] - y))
+        shared.append((o, k, min(n, mv[o]) / UNIT * (x[o, "recompute", None] - y)))
     for s in range(p.stages):
-        mine = p.layers(s)
-        prob += (p.base[s] / UNIT
-                 - pulp.lpSum(p.held[s] * mv[l] / UNIT * (1 - x[l, "keep", None]) for l in mine)
-                 + T[s] + p.held[s] * pulp.lpSum(pinned[s])
-                 + pulp.lpSum(p.held[stage[l]] * mv[l] / UNIT * x[l, "d2d", s]
-                              for l in range(len(p.saved)) if stage[l] != s)) <= bound
+        ev = p.events[s]
+        mine = list(p.layers(s))
+        a = mine[0]
+        top = int(ev.keep.max())
+        peers = pulp.lpSum(p.held[stage[l]] * mv[l] / UNIT * x[l, "d2d", s]
+                           for l in range(len(p.saved)) if stage[l] != s)
+        for e in range(ev.size):
+            live, j, f = ev.live[e], int(ev.at[e]), int(ev.fat[e])
+            terms = [-(int(live[l - a]) * mv[l] / UNIT) * red[l] for l in mine if live[l - a] and mv[l]]
+            if f >= 0 and p.forward_change(a + f):  # a reduced layer's own forward
+                terms.append((p.forward_change(a + f) / UNIT) * red[a + f])
+            if j >= 0:
+                g = a + j  # B(g) runs: g's swapped bytes are back, and shared ones from later
+                terms.append((p.swapped_back(g) / UNIT) * moved[g])
+                terms += [(min(n, mv[o]) / UNIT) * moved[o] for o, k, n in p.shared
+                          if o < g <= k]
+                terms += [(mv[l] / UNIT) * R[l, g] for l in range(a, g + 1) if mv[l]]
+            for i, pin in seg.items():
+                if a <= i <= mine[-1] and live[i - a]:
+                    terms += [int(live[i - a]) * t for t in pin]
+            for o, k, t in shared:
+                if a <= o <= mine[-1] and live[k - a]:
+                    terms.append(int(live[k - a]) * t)
+            prob += ((p.base[s] - top + int(ev.keep[e])) / UNIT + pulp.lpSum(terms)
+                     + peers) <= bound
     prob += pulp.lpSum(v * (0.0 if a == "keep" else SCALE * (p.costs[l][a] + TIE * (2 if a == "d2d" else 1)))
                        for (l, a, t), v in x.items())
     with warnings.catch_warnings():  # PuLP 3.3 marks its bundled CBC for removal in 4.0 (pinned)

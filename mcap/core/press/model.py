@@ -4,33 +4,35 @@ A :class:`Problem` is everything a planner needs; :func:`outcome` says what an a
 actions (``mcap.core.pressplan``: keep, recompute, swap, d2d) does to every device. Both
 planners (``mpress.py``, ``milp.py``) and every report use this one function, so they agree.
 
-**Memory** (per stage s, bytes). ``base[s]`` is the stage's predicted peak with every layer
-kept (the profile's predictor, ``mcap.core.recommend.costs_of``). A layer's activations
-saved for backward (``saved_bytes``, per micro-batch) live from its forward to its backward
-for every micro-batch in flight on the stage (MPress II-C, Fig. 1; ``held[s]``: GPipe all
-``chunks``, 1F1B ``min(chunks, stages - s)``, ``mcap.core.timeline.max_in_flight``). Then
+**Memory** (per stage s, bytes). ``base[s]`` is the stage's peak with every layer kept:
+the profile's predictor (``mcap.core.recommend.costs_of``), or a measured keep-all run
+(``press --measure-base``). A layer's activations saved for backward (``saved_bytes``, per
+micro-batch) live from its forward F(l, m) to its backward B(l, m) (MPress II-C, Fig. 1).
+*When* the stage peaks decides what a plan saves, so each stage's iteration is walked
+event by event (``events.py``: its op order, a forward and a backward event per layer and
+micro-batch, the gradients and the backward/forward transients the profile measured) to
+give the keep-all bytes that vary, ``keep[e]``, and for a plan
 
-    peak[s] = base[s] - held[s] * sum(saved of s's non-keep layers)      (freed)
-              + max(saved of two adjacent non-keep layers of s)           (transient)
-              + sum(held[t] * saved of layers of other stages t with d2d -> s)   (received)
+    level[e] = keep[e] - sum_l live[e, l] * movable[l] * (l reduced)        (gone)
+             + what is back at e (a swapped layer's bytes its backward holds, measured as
+               PressStats.backward_transients' swapped - accumulate; a storage later
+               layers save too, from the last saver's backward; a recompute run's layers
+               from the run's first up to the layer whose backward runs)
+             + forward_change(l) during a reduced layer's own forward (what it holds
+               swapped less kept, PressStats.forward_transients)
+             + segment and shared-storage pins held at e (below)
+    peak[s]  = base[s] - max(keep) + max(level) + received[s]
 
-*freed*: recompute drops them, swap moves them to host memory, d2d to the target stage;
-*transient*: in backward a reduced layer's activations are back (recomputed or swapped in)
-for one micro-batch; measured on GPT, two adjacent reduced layers are back together (a
-storage a layer shares with its neighbour is restored at the neighbour's backward and kept
-until its own: BENCHMARKS.md, "Real plans"), so the transient is the largest sum of
-saved bytes over one reduced layer or two adjacent reduced layers of the stage; when
-``profile --press`` measured it (``PressStats.backward_bytes``), the reduced layer's own
-term also counts its backward working bytes (the gradients of its inputs and its
-intermediate gradients; not its parameters' gradients, which keep-all allocates too):
-with layers reduced a stage's peak moves from the end of the forwards into a backward,
-where keep-all's backward had released more than that working set but the plan's has not
-(BENCHMARKS.md "MPress evaluation"). It is an upper bound for a layer followed by kept
-layers on its stage (their first micro-batch's bytes are released by then; not counted,
-so the model stays linear). Older profiles without it get saved bytes alone;
 *received*: a d2d target holds the source's copies for all the source's micro-batches in
-flight (MPress III-C: D2D swap spends the peer's spare memory). The model is additive in
-the actions except the transient (a max), which both planners handle exactly.
+flight (MPress III-C: D2D swap spends the peer's spare memory), added whole. A swap never
+raises a stage at any event (its bytes are away or back exactly where keep-all holds them),
+so swapping every movable layer is the floor (:func:`floor_actions`). Measured on CPU stage
+processes (BENCHMARKS.md, 2026-11-25): VGG11's stage 0 and AmoebaNet-D's stage 1 peak in the
+*second* micro-batch's backward, where every weight gradient exists and one micro-batch's
+activations are already gone; a model that frees ``held x saved`` per reduced layer (the
+peak at the end of the forwards) promised 0.1-4% more than the plans freed. The model is
+linear in the actions except the maxima and the products a recompute run or a shared
+storage makes, which both planners handle exactly (``milp.py``).
 
 **Pinned bytes** (``PressStats.boundaries``, measured by ``profile --press``): a pipeline
 holds a stage's input and output micro-batches until backward whatever the plan says
@@ -38,17 +40,17 @@ holds a stage's input and output micro-batches until backward whatever the plan 
 them in the layer that first saves them (a block's LayerNorm saves its input, a ReLU its
 output). So every ``saved`` above is really ``movable[l] = saved[l] - pinned[l]``, pinned
 being the bytes of ``l``'s storages that are its stage's input or output (fixed by the
-partitioning, so the model stays additive). Likewise a recompute segment's checkpoint holds
-the segment's input: when a segment starts at layer ``i`` (not its stage's first), the
-storages passed into ``i`` stay, whatever their owner's action (a swapped owner's copy
-leaves, the original does not), so ``held[s]`` times their bytes are added back
-(*segment pins*), and a passed tensor no layer saves (a conv's output a ReLU reads) is kept
-alive by the checkpoint although keep-all frees it, so it costs ``held[s]`` times its bytes.
-A storage several layers save (``PressStats.shared``: a ReLU's output the next pooling
-saves too) is counted for its first saver; swapping that layer moves it for all of them,
-but recomputing it frees it only when every layer up to the last saver is recomputed in
-the same segment. All three are added back per stage (``Outcome.pinned``); the MILP
-linearises them exactly. Profiles without ``boundaries`` / ``shared`` (older files) pin
+partitioning). Likewise a recompute segment's checkpoint holds the segment's input: when a
+segment starts at layer ``i`` (not its stage's first), the storages passed into ``i``
+stay from F(i) to B(i) of every micro-batch, whatever their owner's action (a swapped
+owner's copy leaves, the original does not: *segment pins*), and a passed tensor no layer
+saves (a conv's output a ReLU reads) is kept alive by the checkpoint although keep-all
+frees it. A storage several layers save (``PressStats.shared``: a ReLU's output the next
+pooling saves too) is counted for its first saver; swapping that layer moves it for all
+of them, but recomputing it frees it only when every layer up to the last saver is
+recomputed in the same segment (else it stays until the last saver's backward). Both are
+held at the events where those micro-batches are (``Outcome.pinned`` at the peak); the
+MILP linearises them exactly. Profiles without ``boundaries`` / ``shared`` (older files) pin
 nothing, the earlier, optimistic model (BENCHMARKS.md).
 
 **Time** (seconds per training iteration, MPress III-D's cost model: each optimisation's
@@ -78,11 +80,14 @@ those profiles and asks for one profiled with ``--checkpoint never``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional, Sequence
+
+import numpy as np
 
 from mcap.core.errors import McapError
 from mcap.core.partition import validate, windows
+from mcap.core.press.events import StageEvents, stage_events
 from mcap.core.pressplan import ACTIONS, LayerAction, PressPlan
 from mcap.core.timeline import max_in_flight, op_order
 from mcap.core.types import Profile
@@ -107,15 +112,35 @@ class Problem:
     seg: tuple = ()                 # per layer i: ((owner, bytes), ...) passed into i, same stage
     shared: tuple = ()              # ((owner, last saver, bytes), ...), both on one stage
     work: tuple[int, ...] = ()      # per layer: measured backward bytes (PressStats.backward_bytes)
+    params: tuple[int, ...] = ()    # per layer: parameter bytes (its gradient's size)
+    # per layer: (first, accumulate, swapped) backward transients (PressStats.backward_transients)
+    transients: tuple = ()
+    # per layer: (keep, swapped) forward transients (PressStats.forward_transients)
+    forward_peaks: tuple = ()
+    schedule: str = "gpipe"
+    # per stage: its keep-all memory event by event (events.py), derived from the above
+    events: tuple = field(default=(), compare=False, repr=False)
 
     def movable(self, l: int) -> int:
         """Bytes reducing layer ``l`` can move out (module docstring, pinned bytes)."""
         return self.saved[l] - (self.pinned[l] if self.pinned else 0)
 
-    def restored(self, l: int) -> int:
-        """Bytes reduced layer ``l``'s own backward adds at its height: its movable bytes
-        back plus its measured backward working bytes (module docstring, transient)."""
-        return self.movable(l) + (self.work[l] if self.work else 0)
+    def swapped_back(self, l: int) -> int:
+        """Bytes of swapped layer ``l`` back at the height of its own backward (``_back_bytes``)."""
+        m = self.movable(l)
+        if not self.transients:
+            return m
+        _, accum, swapped = self.transients[l]
+        return min(m, max(0, swapped - accum))
+
+    def forward_change(self, l: int) -> int:
+        """How a reduced layer changes its stage's bytes during its own forward (<= 0): what
+        its forward holds swapped or recomputed less what it holds kept. Without
+        measurements 0: the moved storages' originals live while the layer runs."""
+        if not self.forward_peaks:
+            return 0
+        keep, swapped = self.forward_peaks[l]
+        return min(0, swapped - keep)
 
     @property
     def stages(self) -> int:
@@ -137,6 +162,8 @@ class Outcome:
     transient: tuple[int, ...]               # per stage
     received: tuple[int, ...]                # per stage: bytes held for d2d sources
     pinned: tuple[int, ...] = ()             # per stage: segment pins added back (docstring)
+    # per stage: how much lower keep-all stood at the event where the plan peaks
+    shift: tuple[int, ...] = ()
 
     def fits(self, capacity: int) -> bool:
         return max(self.peaks) <= capacity
@@ -195,22 +222,32 @@ def swap_penalty(nbytes: int, bandwidth: float, live: Sequence[float]) -> float:
 
 
 def problem(profile: Profile, balance: Sequence[int], capacity: Optional[int] = None,
-            predictor: Optional[str] = None) -> Problem:
-    """The planning problem of ``balance`` from a profile with MPress statistics."""
+            predictor: Optional[str] = None, base: Optional[Sequence[int]] = None) -> Problem:
+    """The planning problem of ``balance`` from a profile with MPress statistics. ``base``:
+    the keep-all peaks per stage when they were measured (a run of ``balance`` with every
+    layer kept, ``mcap.workflow.press.keep_all_peaks``); else the profile's prediction."""
     from mcap.core.recommend import costs_of
     check_profile(profile)
     if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, int)
                                  or capacity <= 0):
         raise McapError(f"capacity must be a positive number of bytes, got {capacity!r}")
     part = validate(balance, profile.model.num_layers)
-    base = costs_of(profile, predictor).peaks(part.balance)
+    if base is None:
+        base = costs_of(profile, predictor).peaks(part.balance)
+    elif len(base) != len(part.balance) or any(isinstance(b, bool) or not isinstance(b, int)
+                                               or b <= 0 for b in base):
+        raise McapError(f"measured keep-all peaks {list(base)!r} do not give one positive "
+                        f"byte count per stage of balance {','.join(map(str, part.balance))}")
     return problem_from(profile.model.spec, part.balance, base, profile.setup.schedule,
                         profile.setup.chunks, profile.press.saved_bytes,
                         profile.press.forward_seconds, profile.press.host_bandwidth,
                         profile.press.d2d_bandwidth, capacity,
                         overlap=profile.setup.device == "cuda",
                         boundaries=profile.press.boundaries, shared=profile.press.shared,
-                        work=profile.press.backward_bytes)
+                        work=profile.press.backward_bytes,
+                        params=[layer.param_bytes for layer in profile.model.layers],
+                        transients=profile.press.backward_transients,
+                        forward_peaks=profile.press.forward_transients)
 
 
 def check_profile(profile: Profile) -> None:
@@ -229,11 +266,16 @@ def problem_from(model: str, balance, base, schedule: str, chunks: int, saved, f
                  host_bandwidth: float, d2d_bandwidth: float,
                  capacity: Optional[int] = None, overlap: bool = True,
                  boundaries: Sequence = (), shared: Sequence = (),
-                 work: Sequence = ()) -> Problem:
+                 work: Sequence = (), params: Sequence = (),
+                 transients: Sequence = (), forward_peaks: Sequence = ()) -> Problem:
     """The problem from bare numbers (tests, benchmarks, scaling); ``overlap``: transfers
     may hide in live intervals (a device with copy engines, module docstring);
     ``boundaries``: ``PressStats.boundaries`` (empty: nothing pinned); ``work``:
-    ``PressStats.backward_bytes`` (empty: the transient counts saved bytes alone)."""
+    ``PressStats.backward_bytes``, ``params``: each layer's parameter bytes and
+    ``transients`` / ``forward_peaks``: ``PressStats.backward_transients`` /
+    ``forward_transients`` (empty: params + work, and saved bytes, in their place; they
+    locate the stage's peak in its iteration, ``events.py``, and say how much of a reduced
+    layer is on the device while it runs)."""
     balance = tuple(int(n) for n in balance)
     if len(saved) != sum(balance) or len(forward) != sum(balance):
         raise McapError(f"{len(saved)} saved sizes and {len(forward)} forward times for "
@@ -242,6 +284,15 @@ def problem_from(model: str, balance, base, schedule: str, chunks: int, saved, f
         raise McapError(f"{len(base)} stage peaks for {len(balance)} stages")
     if work and len(work) != len(saved):
         raise McapError(f"{len(work)} backward sizes for {len(saved)} layers")
+    if params and len(params) != len(saved):
+        raise McapError(f"{len(params)} parameter sizes for {len(saved)} layers")
+    if transients and (len(transients) != len(saved) or any(len(t) != 3 for t in transients)):
+        raise McapError(f"{len(transients)} backward transients for {len(saved)} layers "
+                        "(expected one (first, accumulate, swapped) triple per layer)")
+    if forward_peaks and (len(forward_peaks) != len(saved)
+                          or any(len(t) != 2 for t in forward_peaks)):
+        raise McapError(f"{len(forward_peaks)} forward transients for {len(saved)} layers "
+                        "(expected one (keep, swapped) pair per layer)")
     if not (host_bandwidth > 0 and d2d_bandwidth > 0):
         raise McapError(f"bandwidths must be > 0 bytes/s, got host {host_bandwidth!r}, "
                         f"d2d {d2d_bandwidth!r}")
@@ -256,14 +307,111 @@ def problem_from(model: str, balance, base, schedule: str, chunks: int, saved, f
                    "swap": swap_penalty(moved[l] + pin_out[l] / 2, host_bandwidth, live[l]),
                    "d2d": swap_penalty(moved[l] + pin_out[l] / 2, d2d_bandwidth, live[l])}
                   for l in range(len(saved)))
+    shared = tuple((int(o), int(k), int(n)) for o, k, n in shared
+                   if 0 <= o < k < len(saved) and _same_stage(balance, o, k))
+    saved = tuple(int(x) for x in saved)
+    work = tuple(int(x) for x in work)
+    params = tuple(int(x) for x in params)
+    transients = tuple(tuple(int(x) for x in t) for t in transients)
+    forward_peaks = tuple(tuple(int(x) for x in t) for t in forward_peaks)
+    events = tuple(_events(balance, schedule, chunks, saved, work, params, transients,
+                           forward_peaks, boundaries))
     return Problem(model, balance, tuple(int(b) for b in base),
-                   max_in_flight(schedule, len(balance), chunks), tuple(int(x) for x in saved),
+                   max_in_flight(schedule, len(balance), chunks), saved,
                    tuple(float(x) for x in forward), chunks, costs,
                    tuple(min(x) for x in live), capacity,
-                   tuple(int(a + b) for a, b in zip(pin_in, pin_out)), seg,
-                   tuple((int(o), int(k), int(n)) for o, k, n in shared
-                         if 0 <= o < k < len(saved) and _same_stage(balance, o, k)),
-                   tuple(int(x) for x in work))
+                   tuple(int(a + b) for a, b in zip(pin_in, pin_out)), seg, shared, work,
+                   params, transients, forward_peaks, schedule, events)
+
+
+def _events(balance, schedule, chunks, saved, work, params, transients, forward_peaks,
+            boundaries):
+    """Each stage's keep-all events (events.py)."""
+    for s, (a, z) in enumerate(windows(balance)):
+        yield _window_events(schedule, chunks, s, len(balance), a, z, saved, work, params,
+                             transients, forward_peaks, boundaries)
+
+
+def _window_events(schedule, chunks, s, G, a, z, saved, work, params, transients,
+                   forward_peaks, boundaries):
+    """The events of layers a..z as stage s of G. The stage's input lives in the schedule's
+    receive buffers (or the batch) for the whole iteration, so the bytes of it a layer
+    saves are taken out of that layer's varying bytes; the sizes of the tensors passed
+    between layers give the gradients the schedule keeps and those a backward receives
+    (``events.stage_events``); they only help locate the peak.
+    Without measured transients a backward holds its parameters' size (a new or an
+    accumulated gradient) plus its working bytes (``backward_bytes``)."""
+    varying = list(saved[a:z + 1])
+    held_out = grad_in = 0
+    grad_out = []
+    if boundaries:
+        for o, n in boundaries[a]:
+            if a <= o <= z:
+                varying[o - a] -= min(n, varying[o - a])
+        held_out = sum(n for o, n in boundaries[z + 1] if not a <= o <= z)
+        if s == G - 1:  # the loss (cross-entropy) keeps the output and its log-softmax
+            held_out = 2 * sum(n for _, n in boundaries[z + 1])
+        grad_in = sum(n for _, n in boundaries[a]) if s > 0 else 0
+        grad_out = [sum(n for _, n in boundaries[l + 1]) if l < z or s == G - 1 else 0
+                    for l in range(a, z + 1)]
+    layers = range(a, z + 1)
+    if transients:
+        first = [transients[l][0] for l in layers]
+        accum = [transients[l][1] for l in layers]
+    else:
+        first = accum = [(params[l] if params else 0) + (work[l] if work else 0) for l in layers]
+    # a forward's measured peak is above its start, where its input already lives: the
+    # part of that input the layer owns (its saved bytes count it) is added back
+    fwd = [forward_peaks[l][0] + (sum(n for o, n in boundaries[l] if o == l)
+                                  if boundaries and l > a else 0) for l in layers] \
+        if forward_peaks else ()
+    return stage_events(schedule, s, G, chunks, a, varying, params[a:z + 1] if params else (),
+                        first, accum, fwd, held_out, grad_in, grad_out, s == G - 1)
+
+
+def window_floor_drop(schedule: str, chunks: int, s: int, G: int, a: int, z: int, saved,
+                      work=(), params=(), shared=(), boundaries=(), transients=(),
+                      forward_peaks=()) -> int:
+    """How far swapping every layer of window a..z (stage s of G) lowers the stage's peak:
+    what :func:`floor_actions` saves there, for ranking many partitionings at once
+    (``jointsearch``) without building a :class:`Problem` for each."""
+    bal = tuple(x for x in (a, z - a + 1, len(saved) - 1 - z) if x)
+    pin_in, pin_out, _ = pins(bal, saved, boundaries)
+    mov = np.array([saved[l] - pin_in[l] - pin_out[l] for l in range(a, z + 1)], dtype=np.int64)
+    ev = _window_events(schedule, chunks, s, G, a, z, saved, work, params, transients,
+                        forward_peaks, boundaries)
+    early = [(o - a, k - a, min(n, int(mov[o - a]))) for o, k, n in shared if a <= o < k <= z]
+    back = _swapped_back(ev, _back_bytes(mov, transients[a:z + 1] if transients else ()), early)
+    fwd = np.zeros(z - a + 1, dtype=np.int64)
+    if forward_peaks:
+        for l in range(a, z + 1):
+            if mov[l - a] > 0:
+                keep, swapped = forward_peaks[l]
+                fwd[l - a] = min(0, swapped - keep)
+    level = ev.keep - ev.live @ mov + back + np.where(ev.fat >= 0, fwd[np.maximum(ev.fat, 0)], 0)
+    return int(ev.keep.max() - level.max())
+
+
+def _back_bytes(mov: np.ndarray, transients) -> np.ndarray:
+    """Per layer of a stage: how much of its movable bytes ``mov`` is back at the height
+    of its own backward when it was swapped: all of it, or with measured transients what
+    the swapped backward holds beyond the kept one (storages come back as backward needs
+    them), at most ``mov``."""
+    if not len(transients):
+        return mov
+    extra = np.array([max(0, t[2] - t[1]) for t in transients], dtype=np.int64)
+    return np.minimum(extra, mov)
+
+
+def _swapped_back(ev: StageEvents, back_own: np.ndarray, early) -> np.ndarray:
+    """[E] bytes of swapped layers back at each event: during a layer's own backward
+    ``back_own`` (0 for layers not swapped), and a storage later layers save too (``early``:
+    local (owner, last saver, bytes), only for swapped owners) from the last saver's
+    backward on."""
+    back = np.where(ev.at >= 0, back_own[np.maximum(ev.at, 0)], 0)
+    for o, k, n in early:
+        back = back + np.where((ev.at > o) & (ev.at <= k), n, 0)
+    return back
 
 
 def _same_stage(balance, a: int, b: int) -> bool:
@@ -305,12 +453,12 @@ def action_cost(p: Problem, a: LayerAction) -> float:
 
 
 def outcome(p: Problem, actions: Sequence[LayerAction]) -> Outcome:
-    """Every stage's peak and the added time under ``actions`` (one per layer, in order)."""
+    """Every stage's peak and the added time under ``actions`` (one per layer, in order):
+    the keep-all events of each stage (``events.py``) with what the plan moves away, brings
+    back and pins, at the event where the stage's memory is now highest (module docstring)."""
     if len(actions) != len(p.saved):
         raise McapError(f"{len(actions)} actions for {len(p.saved)} layers")
     stage = p.stage_of()
-    freed = [{k: 0 for k in ACTIONS[1:]} for _ in p.balance]
-    transient = [0] * p.stages
     received = [0] * p.stages
     added = 0.0
     for l, a in enumerate(actions):
@@ -319,30 +467,78 @@ def outcome(p: Problem, actions: Sequence[LayerAction]) -> Outcome:
         if a.action == "keep":
             continue
         s = stage[l]
-        freed[s][a.action] += p.held[s] * p.movable(l)
-        pair = p.movable(l - 1) if l > 0 and stage[l - 1] == s and actions[l - 1].action != "keep" else 0
-        transient[s] = max(transient[s], p.restored(l) + pair)
         if a.action == "d2d":
             if a.target is None or not 0 <= a.target < p.stages or a.target == s:
                 raise McapError(f"layer {l} on stage {s}: d2d target {a.target!r} is not "
                                 f"another stage of {p.stages}")
             received[a.target] += p.held[s] * p.movable(l)
         added += p.costs[l][a.action]
-    pinned = [0] * p.stages
-    if p.seg:
-        for i in segment_starts(p, actions):
-            for o, n in p.seg[i]:
-                if o == -1:  # saved by no layer: keep-all frees it, the checkpoint keeps it
-                    pinned[stage[i]] += p.held[stage[i]] * n
+    starts = set(segment_starts(p, actions))
+    peaks, freed, transient, pinned, shift = [], [], [], [], []
+    for s in range(p.stages):
+        level = _levels(p, actions, s, starts)
+        e = int(np.argmax(level.total))
+        ev: StageEvents = p.events[s]
+        shift.append(int(ev.keep.max() - ev.keep[e]))
+        freed.append({k: int(ev.live[e] @ v) for k, v in level.away.items()})
+        transient.append(int(level.back[e]))
+        pinned.append(int(level.pins[e]))
+        peaks.append(p.base[s] - shift[s] - int(level.gone[e]) + transient[s] + pinned[s]
+                     + received[s])
+    return Outcome(tuple(peaks), added, tuple(freed), tuple(transient), tuple(received),
+                   tuple(pinned), tuple(shift))
+
+
+@dataclass(frozen=True, eq=False)
+class _Levels:
+    away: dict          # action -> [n] movable bytes of the stage's layers with that action
+    gone: np.ndarray    # [E] bytes away at each event
+    back: np.ndarray    # [E] reduced bytes back at each event (swapped in, recomputed)
+    pins: np.ndarray    # [E] bytes a recompute keeps that keep-all would not (pins)
+    total: np.ndarray   # [E] keep-all bytes - gone + back + pins
+
+
+def _levels(p: Problem, actions: Sequence[LayerAction], s: int, starts) -> _Levels:
+    ev: StageEvents = p.events[s]
+    layers = list(p.layers(s))
+    n = len(layers)
+    mov = np.array([p.movable(l) for l in layers], dtype=np.int64)
+    act = [actions[l].action for l in layers]
+    away = {k: np.where(np.array([x == k for x in act], dtype=bool), mov, 0)
+            for k in ACTIONS[1:]}
+    gone = ev.live @ (away["recompute"] + away["swap"] + away["d2d"])
+    a = layers[0]
+    moved = away["swap"] + away["d2d"]
+    early = [(o - a, k - a, min(nb, p.movable(o))) for o, k, nb in p.shared
+             if a <= o <= layers[-1] and moved[o - a]]
+    own = np.array([p.swapped_back(l) if moved[l - a] else 0 for l in layers], dtype=np.int64)
+    back = _swapped_back(ev, own, early)
+    # during a reduced layer's own forward (swap, d2d or recompute)
+    fwd = np.array([p.forward_change(l) if act[i] != "keep" else 0
+                    for i, l in enumerate(layers)], dtype=np.int64)
+    back = back + np.where(ev.fat >= 0, fwd[np.maximum(ev.fat, 0)], 0)
+    # a recompute run is rebuilt at its last layer's backward and released layer by layer:
+    # during B(j), the run's layers from its first up to j are back
+    run = np.zeros(n + 1, dtype=np.int64)  # run[-1] (= run[n]) = 0 for forward events
+    acc = 0
+    for i in range(n):
+        acc = acc + int(mov[i]) if act[i] == "recompute" else 0
+        run[i] = acc
+    back = back + run[ev.at]
+    pin = np.zeros(n, dtype=np.int64)
+    for i, g in enumerate(layers):
+        if g in starts:  # the checkpoint holds the segment's input from F(i) to B(i)
+            for o, nb in p.seg[g]:
+                if o == -1:
+                    pin[i] += nb
                 elif actions[o].action != "keep":
-                    pinned[stage[i]] += p.held[stage[i]] * min(n, p.movable(o))
-    for o, k, n in p.shared:
-        if actions[o].action == "recompute" and \
+                    pin[i] += min(nb, p.movable(o))
+    pins = ev.live @ pin
+    for o, k, nb in p.shared:  # later savers keep a recomputed owner's storage to B(k)
+        if layers[0] <= o <= layers[-1] and actions[o].action == "recompute" and \
                 any(actions[m].action != "recompute" for m in range(o + 1, k + 1)):
-            pinned[stage[o]] += p.held[stage[o]] * min(n, p.movable(o))
-    peaks = tuple(p.base[s] - sum(freed[s].values()) + transient[s] + received[s] + pinned[s]
-                  for s in range(p.stages))
-    return Outcome(peaks, added, tuple(freed), tuple(transient), tuple(received), tuple(pinned))
+            pins = pins + min(nb, p.movable(o)) * ev.live[:, k - layers[0]]
+    return _Levels(away, gone, back, pins, ev.keep - gone + back + pins)
 
 
 def smallest_capacity(p: Problem) -> int:
@@ -351,57 +547,13 @@ def smallest_capacity(p: Problem) -> int:
 
 
 def floor_actions(p: Problem) -> list[LayerAction]:
-    """A plan of the smallest peak on every stage: swaps only (nothing frees more than swap,
-    it pins nothing a recompute segment would, and d2d only adds to the target; checked
-    against brute force in the tests). Without measured backward bytes that is every layer
-    swapped (reducing a layer adds at most its movable bytes to the transient and frees
-    ``held`` >= 1 times them). With them a layer whose working bytes outweigh what it
-    frees is better kept, so per stage and per transient bound ``T`` (every value a
-    reduced layer's term can take) a chain DP picks the swaps that free the most with every
-    term <= ``T``; the stage keeps the best ``T``."""
-    acts = keep(p)
-    for s in range(p.stages):
-        layers = list(p.layers(s))
-        terms = {0}
-        for j, l in enumerate(layers):
-            terms.add(p.restored(l))
-            if j:
-                terms.add(p.restored(l) + p.movable(layers[j - 1]))
-        best = (p.base[s], [])
-        for t in sorted(terms):
-            freed, chosen = _most_freed(p, layers, t)
-            peak = p.base[s] - p.held[s] * freed + _transient(p, layers, chosen)
-            if peak < best[0]:
-                best = (peak, chosen)
-        for l in best[1]:
-            acts[l] = LayerAction(l, "swap")
-    return acts
-
-
-def _transient(p: Problem, layers, chosen) -> int:
-    on = set(chosen)
-    return max((p.restored(l) + (p.movable(layers[j - 1]) if j and layers[j - 1] in on else 0)
-                for j, l in enumerate(layers) if l in on), default=0)
-
-
-def _most_freed(p: Problem, layers, bound: int) -> tuple[int, list[int]]:
-    """The swaps of ``layers`` (one stage) freeing the most movable bytes with every
-    transient term (``restored(l)``, plus the previous layer's movable bytes when it is
-    swapped too) at most ``bound``: a DP over the chain, state = previous layer swapped."""
-    NEG = -1
-    # best[k] = (freed, chosen) with the last layer seen swapped (k=1) or kept (k=0)
-    best = [(0, []), (NEG, [])]
-    for j, l in enumerate(layers):
-        kept = max(best, key=lambda x: x[0])
-        new_swap = (NEG, [])
-        if p.restored(l) <= bound and best[0][0] >= 0:
-            new_swap = (best[0][0] + p.movable(l), best[0][1] + [l])
-        if j and best[1][0] >= 0 and p.restored(l) + p.movable(layers[j - 1]) <= bound:
-            cand = (best[1][0] + p.movable(l), best[1][1] + [l])
-            if cand[0] > new_swap[0]:
-                new_swap = cand
-        best = [kept, new_swap]
-    return max(best, key=lambda x: x[0])
+    """A plan of the smallest peak on every stage: every layer with movable bytes swapped.
+    At every event a swapped layer's bytes are away or back exactly where keep-all holds
+    them, so a swap never raises a stage's memory; recompute frees the same and brings
+    back as much or more (its whole run) and may pin a segment input; d2d only adds to its
+    target (checked against brute force in the tests)."""
+    return [LayerAction(l, "swap") if p.movable(l) > 0 else LayerAction(l)
+            for l in range(len(p.saved))]
 
 
 def unreachable(p: Problem, capacity: int) -> McapError:

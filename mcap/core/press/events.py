@@ -1,0 +1,118 @@
+"""A stage's memory over one training iteration, event by event, with every layer kept.
+Pure (numpy, no torch).
+
+MPress decides per tensor from its *live interval* (II-C, Fig. 1): a layer's saved
+activations of micro-batch m are on the device from its forward F(l, m) until its backward
+B(l, m). What a plan saves therefore depends on *when* the stage peaks, not only on how many
+micro-batches are in flight. Measured on CPU stage processes (BENCHMARKS.md, "the peak in
+the backward"): VGG11's stage 0 (16 layers, 18 MB of weights) and AmoebaNet-D's stage 1
+peak inside the backward of the *second* micro-batch, when every weight gradient exists and
+the conv4_2 backward allocates its working set and a weight-sized gradient to accumulate;
+one micro-batch's activations are gone by then. A model that frees ``held x saved`` per
+reduced layer (the peak at the end of the forwards) promised 0.1-4% more than a plan freed.
+
+:func:`stage_events` walks the stage's op order (``mcap.core.timeline.op_order``: GPipe or
+1F1B) layer by layer: one event during each layer's forward and one during each layer's
+backward, of each micro-batch. At every event it records, per layer l of the stage, how
+many micro-batches' saved bytes of l are held (forward done, backward of l not finished),
+and the keep-all bytes that vary in the iteration:
+
+    keep[e] = sum_l saved[l] * live[e, l]            activations (and the stage output the
+            + outputs no layer saves                   schedule holds until backward)
+            + forward[l]                               during F(l, m): what the forward holds
+                                                       above its start at most
+            + grad_in per micro-batch whose backward is done (its input's gradient, sent on)
+            + sum of params[l] whose gradient exists   (allocated at the first backward of l)
+            + first[j] or accum[j]                     during B(j, m): the most the layer's
+                                                       backward holds above its start, in the
+                                                       iteration's first backward of j (its
+                                                       gradients allocated) or a later one
+                                                       (accumulated into them)
+            + grad_out[j]                              and its output's gradient
+
+Weights and optimizer state are the same at every event and left out, so only differences
+of ``keep`` mean anything: ``mcap.core.press.model.outcome`` uses ``base - max(keep) +
+max(keep + plan's change)``. A plan never touches parameters, gradients or working bytes;
+they only decide where the peak is.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from mcap.core.timeline import op_order
+
+
+@dataclass(frozen=True, eq=False)
+class StageEvents:
+    """One stage's events (module docstring). Local layer indices 0..n-1."""
+    start: int                 # global index of the stage's first layer
+    live: np.ndarray           # [E, n] int64: micro-batches whose saved bytes of l are held
+    at: np.ndarray             # [E] int64: local layer whose backward runs at e, else -1
+    fat: np.ndarray            # [E] int64: local layer whose forward runs at e, else -1
+    keep: np.ndarray           # [E] int64: keep-all bytes that vary (module docstring)
+
+    @property
+    def size(self) -> int:
+        return int(self.keep.shape[0])
+
+
+def stage_events(schedule: str, stage: int, stages: int, chunks: int, start: int,
+                 saved: Sequence[int], params: Sequence[int] = (), first: Sequence[int] = (),
+                 accum: Sequence[int] = (), forward: Sequence[int] = (), held_out: int = 0,
+                 grad_in: int = 0, grad_out: Sequence[int] = (),
+                 last: bool = False) -> StageEvents:
+    """Events of stage ``stage`` whose layers are ``start .. start + len(saved) - 1``.
+
+    Per layer of the stage: ``saved``, bytes saved for backward per micro-batch (held from
+    its forward to its backward); ``params``, parameter bytes (its gradient's size);
+    ``first`` / ``accum``, what its backward holds above its start in the iteration's
+    first backward of it and in a later one (``PressStats.backward_transients``);
+    ``forward``, what its forward holds above its start at most (at least ``saved``:
+    ``PressStats.forward_transients``; empty: ``saved``). ``held_out``: bytes of the stage's
+    output per micro-batch that no layer of it saves but the schedule holds until the
+    micro-batch's backward. ``grad_in``: bytes of the gradient of the stage's input per
+    micro-batch, which the schedule keeps from that micro-batch's backward to the end of
+    the iteration (its send to the previous stage is waited for at the end of the step; 0
+    on the first stage). The stage's input itself lives in the schedule's receive buffers
+    for the whole iteration: a constant, left out."""
+    n = len(saved)
+    P = list(params) or [0] * n
+    T1 = list(first) or [0] * n
+    T2 = list(accum) or [0] * n
+    F = list(forward) or list(saved)
+    G = list(grad_out) or [0] * n
+    live = [0] * n          # micro-batches of each layer held now
+    grads = 0               # bytes of the gradients that exist now
+    has_grad = [False] * n
+    acts = 0                # sum_l saved[l] * live[l] + the outputs the schedule holds
+    lives, ats, fats, keeps = [], [], [], []
+
+    def record(b: int, f: int, extra: int) -> None:
+        lives.append(list(live))
+        ats.append(b)
+        fats.append(f)
+        keeps.append(acts + grads + extra)
+
+    for kind, m in op_order(schedule, stage, stages, chunks):
+        if kind == "F":
+            for l in range(n):
+                record(-1, l, max(F[l], saved[l]))
+                live[l] += 1
+                acts += saved[l]
+            acts += held_out
+            continue
+        for j in reversed(range(n)):
+            record(j, -1, (T2[j] if has_grad[j] else T1[j]) + G[j])
+            live[j] -= 1
+            acts -= saved[j] + (held_out if j == n - 1 and last else 0)
+            if not has_grad[j]:
+                has_grad[j] = True
+                grads += P[j]
+        acts += grad_in
+    E = len(lives)
+    return StageEvents(start, np.array(lives, dtype=np.int64).reshape(E, n),
+                       np.array(ats, dtype=np.int64), np.array(fats, dtype=np.int64),
+                       np.array(keeps, dtype=np.int64))

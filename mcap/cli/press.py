@@ -1,13 +1,16 @@
 """``press``: MPress's memory-saving plan for one partitioning (MPress II-III, issue 16).
 
     python -m mcap press --profile P --balance 3,3,5,19 --capacity 512MiB \\
-        [--method mpress|milp] [--predictor NAME] [--out plan.json] [--json]
+        [--method mpress|milp] [--predictor NAME] [--measure-base] [--out plan.json] [--json]
 
 Prints per stage and layer what happens to its saved activations (keep, recompute, swap,
 d2d with its target stage), every stage's predicted peak after the plan and the predicted
 added time per iteration (``mcap.core.press``). ``--out`` writes the ``mcap.press/1`` file
 that ``measure --press`` runs; the path is checked before any work. A capacity no plan can
-meet exits 2 naming the smallest capacity that can be met. Never imports torch.
+meet exits 2 naming the smallest capacity that can be met. ``--measure-base`` first runs the
+partitioning with every layer kept (a real run on this machine, the profile's setup) and
+plans from its measured per-stage peaks instead of predicted ones; only then is torch
+imported.
 """
 from __future__ import annotations
 
@@ -31,6 +34,10 @@ def register(sub) -> None:
     p.add_argument("--method", choices=tuple(METHODS), default="mpress",
                    help="; ".join(f"{k}: {v}" for k, v in HELP.items()))
     add_predictor_option(p)
+    p.add_argument("--measure-base", action="store_true",
+                   help="measure the partitioning with every layer kept first (one real run "
+                        "here, the profile's setup) and plan from its per-stage peaks, not "
+                        "from predicted ones")
     p.add_argument("--out", type=Path, default=None, metavar="PLAN.json",
                    help="write the mcap.press/1 plan here (checked first; only an existing "
                         "mcap.press/1 file is replaced)")
@@ -38,15 +45,17 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_press)
 
 
-def plan_json(plan, base_peaks) -> dict:
-    """The ``--json`` answer: the contract keys plus the keep-all peaks for comparison."""
+def plan_json(plan, base_peaks, base: str = "predicted") -> dict:
+    """The ``--json`` answer: the contract keys plus the keep-all peaks for comparison
+    (``base``: whether they were predicted or measured)."""
     from mcap.core.pressplan import plan_to_json
     d = plan_to_json(plan)
     return {"balance": d["balance"], "capacity_bytes": d["capacity_bytes"],
             "method": d["method"], "plan": d["plan"],
             "predicted_peaks": d["predicted_peaks"], "predicted_peak": max(d["predicted_peaks"]),
             "predicted_added_seconds": d["predicted_added_seconds"],
-            "peaks_before": [int(b) for b in base_peaks], "counts": plan.counts()}
+            "peaks_before": [int(b) for b in base_peaks], "base": base,
+            "counts": plan.counts()}
 
 
 def print_plan(plan, base_peaks) -> None:
@@ -71,15 +80,29 @@ def cmd_press(args) -> int:
         from mcap.core.pressplan import PRESS_SCHEMA
         check_out(args.out, PRESS_SCHEMA, inputs=(args.profile,))  # before any work
     profile = load_profile(args.profile)
-    p = problem(profile, parse_balance(args.balance), args.capacity, args.predictor)
+    balance = parse_balance(args.balance)
+    base = None
+    if args.measure_base:
+        import sys
+        from mcap.core.partition import validate
+        from mcap.core.press.model import check_profile
+        from mcap.workflow.press import keep_all_peaks
+        check_profile(profile)  # the refusals a plan would give, before any run
+        validate(balance, profile.model.num_layers)
+        base, warning = keep_all_peaks(profile, balance)
+        if warning:
+            print(f"mcap: warning: {warning}", file=sys.stderr)
+    p = problem(profile, balance, args.capacity, args.predictor, base=base)
     plan = solve(p, args.capacity, args.method)
     if args.out is not None:
         from mcap.io.pressfile import save
         save(plan, args.out)
     if args.json:
-        print(json.dumps(plan_json(plan, p.base)))
+        print(json.dumps(plan_json(plan, p.base, "measured" if base else "predicted")))
     else:
         print_plan(plan, p.base)
+        if base:
+            print("(before: measured now with every layer kept)")
         if args.out is not None:
             print(f"wrote {args.out}")
     return 0

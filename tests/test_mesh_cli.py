@@ -135,3 +135,68 @@ def test_the_command_line_prints_no_traceback(tmp_path):
     r = subprocess.run([sys.executable, "-m", "mcap", "predict", "--profile", path, "--plan",
                         "3,3,2:tp4,2,2", "--mesh", "2x4"], capture_output=True, text=True)
     assert r.returncode == 2 and "Traceback" not in r.stderr and "span nodes" in r.stderr
+
+
+# --- --batch-size with --plan / --mesh (issue 15 audit): as --balance / --stages do -------
+
+def save_scaled(tmp_path, variants=(), name="scaled.json"):
+    """A batch-scaled profile (profile --profile-batch-sizes 4,8 at target 16): pp
+    statistics at 4 and 8, none of its own; ``variants`` (dp/tp) beside them."""
+    from mcap.core import batchscale
+    base = Profile(model=ModelInfo("toy", tuple(Layer(f"l{i}", 100 * (i + 1)) for i in range(L))),
+                   setup=Setup(stages=4, batch_size=16, chunks=2, engine="hybrid"),
+                   stats=stats(1.0), variants=tuple(variants))
+    prof = batchscale.scaled_profile(base, [VariantStats(4, stats(0.4), "pp", 1),
+                                            VariantStats(8, stats(0.6), "pp", 1)])
+    path = tmp_path / name
+    jsonio.save(prof, path)
+    return str(path)
+
+
+def peaks_of(capsys, *argv):
+    code, out, err = run(capsys, *argv, "--json")
+    assert code == 0, err
+    return json.loads(out)["predicted_peaks"]
+
+
+def test_plan_and_mesh_predict_at_batch_size_on_the_profiles_line(capsys, tmp_path):
+    path = save_scaled(tmp_path)
+    at = {}
+    for b in ("16", "32"):
+        balance = peaks_of(capsys, "predict", "--profile", path, "--balance", "3,3,3,3",
+                           "--batch-size", b)
+        plan = peaks_of(capsys, "predict", "--profile", path, "--plan", "3,3,3,3",
+                        "--batch-size", b)
+        assert plan == balance  # a pipeline-only plan is the balance, at every batch size
+        at[b] = plan
+        mesh = peaks_of(capsys, "recommend", "--profile", path, "--mesh", "1x4", "--batch-size", b)
+        stages = peaks_of(capsys, "recommend", "--profile", path, "--stages", "4",
+                          "--batch-size", b)
+        assert max(mesh) == max(stages)  # both the exact optimum of the same costs
+    assert max(at["32"]) > max(at["16"])  # the line grows: not the target's numbers again
+    code, out, _ = run(capsys, "predict", "--profile", path, "--plan", "3,3,3,3",
+                       "--batch-size", "32")
+    assert code == 0 and "at batch size 32 on the line through batch sizes 4 and 8" in out
+
+
+def test_plan_and_mesh_refuse_a_batch_size_the_profile_cannot_predict(capsys, tmp_path):
+    path = save(tmp_path, VARIANTS)  # one batch size, 16
+    code, _, balance_err = run(capsys, "predict", "--profile", path, "--balance", "6,6",
+                               "--batch-size", "32")
+    assert code == 2 and "predicting at batch size 32 needs statistics at two" in balance_err
+    for argv in (["predict", "--plan", "6,6"], ["predict", "--plan", "6,6:tp2"],
+                 ["recommend", "--mesh", "1x4"]):
+        code, out, err = run(capsys, argv[0], "--profile", path, *argv[1:], "--batch-size", "32")
+        assert (code, out, err) == (2, "", balance_err), argv
+    # at the profile's own batch size nothing changes
+    assert peaks_of(capsys, "predict", "--profile", path, "--plan", "6,6:tp2",
+                    "--batch-size", "16") == peaks_of(capsys, "predict", "--profile", path,
+                                                      "--plan", "6,6:tp2")
+    # pp on the line, but tp2 profiled at 16 only: a tp stage elsewhere is refused, naming it
+    scaled = save_scaled(tmp_path, VARIANTS)
+    code, _, err = run(capsys, "predict", "--profile", scaled, "--plan", "6,6:tp2",
+                       "--batch-size", "32")
+    assert code == 2 and "tp2 stage at batch size 32" in err and "batch size 16 only" in err
+    d = json.loads(run(capsys, "recommend", "--profile", scaled, "--mesh", "1x4",
+                       "--batch-size", "32", "--json")[1])
+    assert d["kinds"] == [] and d["batch_size"] == 32  # pipeline-only plans on the line

@@ -5,7 +5,9 @@ A stage config is (layers first..last, parallelism, degree) (``mcap.core.hybrid`
 per-device peak comes from:
 
 * ``pp`` (degree 1): the profile's own stage costs under the chosen predictor
-  (``mcap.core.recommend.costs_of``), exactly what ``predict --balance`` says (III-B1);
+  (``mcap.core.recommend.costs_at``), exactly what ``predict --balance`` says (III-B1), at
+  any ``batch_size`` it says it at (the profile's batch line, III-B2) and refused where it
+  refuses;
 * ``dp``/``tp`` at a profiled degree: the same predictor fitted on that variant's
   statistics and runs (``Profile.variants``; per device for dp/tp), "in similar fashion as
   for pipeline-parallel stages" (III-B3). At the profile's batch size the variant is fitted
@@ -78,11 +80,11 @@ def degree_fit(form: str, d1: int, m1, d2: int, m2, degree: int):
     return (inverse_fit if form == "inverse" else log_fit)(d1, m1, d2, m2, degree)
 
 
-def profile_command(profile: Profile) -> str:
-    """The command that adds the dp/tp statistics this profile lacks."""
+def profile_command(profile: Profile, batch_size: Optional[int] = None) -> str:
+    """The command that adds the dp/tp statistics this profile lacks (at ``batch_size``)."""
     s = profile.setup
     return (f"python -m mcap profile --model {profile.model.spec} --stages {s.stages} "
-            f"--batch-size {s.batch_size} --chunks {s.chunks}"
+            f"--batch-size {s.batch_size if batch_size is None else batch_size} --chunks {s.chunks}"
             + (f" --device {s.device}" if s.device != "cpu" else "") + " --parallel dp,tp")
 
 
@@ -123,6 +125,10 @@ class HybridCosts:
     profile: Profile
     predictor: Optional[str] = None
     degree_fit: str = "inverse"  # above the profiled degrees: DEGREE_FITS
+    # Predict at this batch size (None: the profile's own), as ``predict --balance
+    # --batch-size`` does: pp stages through ``recommend.costs_at`` (the profile's batch
+    # line, III-B2), dp/tp stages from their variants at it or the line through two.
+    batch_size: Optional[int] = None
 
     @property
     def num_layers(self) -> int:
@@ -130,7 +136,7 @@ class HybridCosts:
 
     @property
     def target(self) -> int:
-        return self.profile.setup.batch_size
+        return self.profile.setup.batch_size if self.batch_size is None else int(self.batch_size)
 
     def profiled(self, kind: str) -> dict[int, tuple[VariantStats, ...]]:
         """degree -> the variants usable at the target batch size: the one at it, else the
@@ -170,14 +176,20 @@ class HybridCosts:
             return None
         if len(have) >= 2 and degree > max(have):
             return None
-        others = [v for v in self.profile.variants if v.parallel == kind]
+        others = sorted({v.batch_size for v in self.profile.variants if v.parallel == kind})
+        if not have and others:
+            # Statistics of this kind exist, but not at (or either side of) the batch size
+            # asked for (``--batch-size``): one batch size draws no line (III-B2).
+            return (f"predicting a {kind}{degree} stage at batch size {self.target} needs the "
+                    f"profile's {kind} statistics at that batch size, or at two batch sizes for "
+                    f"the batch-size line (III-B2); the profile has them at batch size "
+                    f"{', '.join(map(str, others))} only. Predict at --batch-size {others[-1]}, "
+                    f"or add the runs at batch size {self.target} with: "
+                    f"{profile_command(self.profile, batch_size=self.target)}")
         said = (f"{kind} degrees {', '.join(str(d) for d in sorted(have))}" if have else
-                f"no {kind} statistics" + (
-                    f" usable at batch size {self.target} (it has batch sizes "
-                    f"{', '.join(str(v.batch_size) for v in others)}: one, where two are needed)"
-                    if others else ""))
+                f"no {kind} statistics")
         return (f"predicting a {kind}{degree} stage needs the profile's {kind} statistics at "
-                f"degree {degree}, or at two smaller degrees for the logarithmic fit (III-B3); "
+                f"degree {degree}, or at two smaller degrees for the degree fit (III-B3); "
                 f"the profile has {said}. Add the 2- and 4-way dp and tp runs with: "
                 f"{profile_command(self.profile)}")
 
@@ -185,8 +197,8 @@ class HybridCosts:
         return self.why_not(kind, degree) is None
 
     def pp_costs(self) -> StageCosts:
-        from mcap.core.recommend import costs_of
-        return costs_of(self.profile, self.predictor)
+        from mcap.core.recommend import costs_at
+        return costs_at(self.profile, self.batch_size, self.predictor)
 
     def _at_degree(self, kind: str, degree: int) -> StageCosts:
         from mcap.core.recommend import costs_of
@@ -276,6 +288,8 @@ class MeshRecommendation:
     prune: bool
     predictor: str
     missing: tuple[str, ...] = ()  # why a kind was left out of the search
+    batch_size: Optional[int] = None  # predicted at (the profile's own when None is asked)
+    line: Optional[dict] = None  # the pp costs' details: ``batch_line`` when on the line
 
     @property
     def peak(self) -> int:
@@ -287,7 +301,7 @@ class MeshRecommendation:
                 "plan": self.plan.as_json(), "predicted_peaks": list(self.peaks),
                 "predicted_peak": self.peak, "seconds": self.seconds,
                 "evaluated": self.evaluated, "kinds": list(self.kinds),
-                "missing": list(self.missing)}
+                "missing": list(self.missing), "batch_size": self.batch_size}
 
 
 def searchable(costs: HybridCosts, mesh: Mesh) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -313,14 +327,17 @@ def placeable(costs: HybridCosts, mesh: Mesh, kinds: Sequence[str]) -> list[tupl
 def recommend_mesh(profile: Profile, mesh: Mesh, method: str = "exact", prune: bool = True,
                    predictor: Optional[str] = None,
                    kinds: Optional[Sequence[str]] = None,
-                   degree_fit: str = "inverse") -> MeshRecommendation:
+                   degree_fit: str = "inverse",
+                   batch_size: Optional[int] = None) -> MeshRecommendation:
     """The plan of the profile's layers on ``mesh`` with the lowest predicted per-device peak
     (III-C, Algorithm 4 or the exact DP; both give the same plan). Configs (kind, degree) the
     profile cannot predict are left out, and ``missing`` says why; with no dp/tp config left
-    the plans are pipeline-only (one layer group per device)."""
+    the plans are pipeline-only (one layer group per device). ``batch_size``: predict there
+    (``HybridCosts.batch_size``), as ``recommend --stages --batch-size`` does."""
     if method not in METHODS:
         raise McapError(f"mesh method {method!r} is not one of {', '.join(METHODS)}")
-    hc = HybridCosts(profile, predictor, degree_fit)
+    hc = HybridCosts(profile, predictor, degree_fit, batch_size=batch_size)
+    pp = hc.pp_costs()  # refuses a batch size the profile cannot predict, before searching
     found, missing = searchable(hc, mesh)
     if kinds is not None:
         bad = [k for k in kinds if k not in KINDS]
@@ -348,7 +365,8 @@ def recommend_mesh(profile: Profile, mesh: Mesh, method: str = "exact", prune: b
     return MeshRecommendation(method, mesh, res.plan, tuple(int(p) for p in res.peaks),
                               res.seconds, res.explored, found,
                               prune=prune and method == "enumerate",  # the DP never prunes
-                              predictor=hc.pp_costs().predictor, missing=missing)
+                              predictor=pp.predictor, missing=missing, batch_size=hc.target,
+                              line=dict(pp.details or {}))
 
 
 @dataclass(frozen=True)

@@ -200,3 +200,14 @@ def test_plan_and_mesh_refuse_a_batch_size_the_profile_cannot_predict(capsys, tm
     d = json.loads(run(capsys, "recommend", "--profile", scaled, "--mesh", "1x4",
                        "--batch-size", "32", "--json")[1])
     assert d["kinds"] == [] and d["batch_size"] == 32  # pipeline-only plans on the line
+
+
+def test_a_batch_size_must_split_into_the_profiles_chunks(capsys, tmp_path):
+    path = save_scaled(tmp_path)  # --chunks 2
+    for argv in (["predict", "--balance", "3,3,3,3"], ["predict", "--plan", "3,3,3,3"],
+                 ["recommend", "--stages", "4"], ["recommend", "--mesh", "1x4"]):
+        code, out, err = run(capsys, argv[0], "--profile", path, *argv[1:], "--batch-size", "3")
+        assert code == 2 and out == "", argv
+        assert "batch size 3 does not split into 2 equal micro-batches (the profile's " \
+               "--chunks 2)" in err, err
+        assert run(capsys, argv[0], "--profile", path, *argv[1:], "--batch-size", "6")[0] == 0

@@ -130,6 +130,11 @@ class HybridCosts:
     # line, III-B2), dp/tp stages from their variants at it or the line through two.
     batch_size: Optional[int] = None
 
+    def __post_init__(self):
+        if self.batch_size is not None:  # also for plans without a pp stage
+            from mcap.core.batchscale import check_batch_size
+            check_batch_size(self.profile, int(self.batch_size))
+
     @property
     def num_layers(self) -> int:
         return self.profile.model.num_layers

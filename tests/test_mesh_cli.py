@@ -211,3 +211,21 @@ def test_a_batch_size_must_split_into_the_profiles_chunks(capsys, tmp_path):
         assert "batch size 3 does not split into 2 equal micro-batches (the profile's " \
                "--chunks 2)" in err, err
         assert run(capsys, argv[0], "--profile", path, *argv[1:], "--batch-size", "6")[0] == 0
+
+
+def test_missing_four_way_stages_name_the_eight_device_profile(capsys, tmp_path):
+    """A --stages 4 profile has dp2/tp2 only (a k-way stage is profiled on 2 groups of k):
+    the note names --stages 8, not the command that made this profile."""
+    path = save(tmp_path, (VARIANTS[0], VARIANTS[2]))  # dp2, tp2 on 4 devices
+    code, out, _ = run(capsys, "recommend", "--profile", path, "--mesh", "1x4", "--json")
+    d = json.loads(out)
+    assert code == 0 and d["kinds"] == ["dp", "tp"] and len(d["missing"]) == 2
+    for kind, why in zip(("dp", "tp"), d["missing"]):
+        assert f"{kind}4 stage" in why and f"{kind}4 needs --stages 8" in why, why
+        assert "profile --model toy --stages 8 --batch-size 16" in why, why
+    code, _, err = run(capsys, "predict", "--profile", path, "--plan", "12:dp8")
+    assert code == 2 and "dp4 needs --stages 8" in err and "--stages 8 " in err
+    # what a 4-device profile can measure keeps naming its own size
+    code, _, err = run(capsys, "predict", "--profile", save(tmp_path, (), "pp.json"), "--plan",
+                       "6,6:tp2")
+    assert code == 2 and "--stages 4 " in err and "needs --stages" not in err

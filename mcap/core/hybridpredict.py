@@ -80,10 +80,27 @@ def degree_fit(form: str, d1: int, m1, d2: int, m2, degree: int):
     return (inverse_fit if form == "inverse" else log_fit)(d1, m1, d2, m2, degree)
 
 
-def profile_command(profile: Profile, batch_size: Optional[int] = None) -> str:
-    """The command that adds the dp/tp statistics this profile lacks (at ``batch_size``)."""
+# The degrees ``profile --parallel`` measures (III-A1; ``mcap.workflow.hybrid``): a k-way
+# variant runs on at least 2 groups of k devices, so degree k needs ``--stages`` >= 2k.
+PROFILED_DEGREES = (2, 4)
+
+
+def profile_stages(profile: Profile, degree: Optional[int] = None) -> int:
+    """The ``--stages`` (devices) of a profile that measures ``degree`` or, above the
+    profiled degrees, the two largest of them (III-B3's fit): at least 2 groups of k."""
+    stages = profile.setup.stages
+    if degree is None:
+        return stages
+    return max(stages, 2 * min(degree, max(PROFILED_DEGREES)))
+
+
+def profile_command(profile: Profile, degree: Optional[int] = None,
+                    batch_size: Optional[int] = None) -> str:
+    """The command that adds the dp/tp statistics this profile lacks (for ``degree``: over
+    enough devices to measure it, :func:`profile_stages`; at ``batch_size``: there)."""
     s = profile.setup
-    return (f"python -m mcap profile --model {profile.model.spec} --stages {s.stages} "
+    return (f"python -m mcap profile --model {profile.model.spec} "
+            f"--stages {profile_stages(profile, degree)} "
             f"--batch-size {s.batch_size if batch_size is None else batch_size} --chunks {s.chunks}"
             + (f" --device {s.device}" if s.device != "cpu" else "") + " --parallel dp,tp")
 
@@ -190,13 +207,19 @@ class HybridCosts:
                     f"the batch-size line (III-B2); the profile has them at batch size "
                     f"{', '.join(map(str, others))} only. Predict at --batch-size {others[-1]}, "
                     f"or add the runs at batch size {self.target} with: "
-                    f"{profile_command(self.profile, batch_size=self.target)}")
+                    f"{profile_command(self.profile, degree, batch_size=self.target)}")
         said = (f"{kind} degrees {', '.join(str(d) for d in sorted(have))}" if have else
                 f"no {kind} statistics")
+        stages = profile_stages(self.profile, degree)
+        needed = min(degree, max(PROFILED_DEGREES))
+        where = ("" if stages == self.profile.setup.stages else
+                 f"; it was profiled over {self.profile.setup.stages} devices, and {kind}"
+                 f"{needed} needs --stages {stages} (a profile over {stages} devices: a k-way "
+                 f"stage is profiled on at least 2 groups of k devices)")
         return (f"predicting a {kind}{degree} stage needs the profile's {kind} statistics at "
                 f"degree {degree}, or at two smaller degrees for the degree fit (III-B3); "
-                f"the profile has {said}. Add the 2- and 4-way dp and tp runs with: "
-                f"{profile_command(self.profile)}")
+                f"the profile has {said}{where}. Add the 2- and 4-way dp and tp runs with: "
+                f"{profile_command(self.profile, degree)}")
 
     def available(self, kind: str, degree: int) -> bool:
         return self.why_not(kind, degree) is None

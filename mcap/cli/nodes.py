@@ -54,9 +54,21 @@ def torchrun_argv(args, devices: int) -> list[str]:
         raise McapError(f"{devices} devices do not split over {args.nnodes} nodes; each node "
                         "runs the same number of processes")
     host, port = _endpoint(args.rdzv_endpoint)
+    _check_local_processes(devices // args.nnodes, args.device)
     return [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(args.nnodes),
             "--node-rank", str(args.node_rank), "--nproc-per-node", str(devices // args.nnodes),
             "--rdzv-backend", "static", "--master-addr", host, "--master-port", str(port), "-m"]
+
+
+def _check_local_processes(processes: int, device: str) -> None:
+    """This node's ranks must be processes it can start (the engines' own check,
+    ``mcap.runner.engines.base.check_processes``), before torchrun starts any."""
+    from mcap.runner.engines.base import check_processes
+    gpus = None
+    if device == "cuda":
+        import torch
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    check_processes(processes, device, gpus, what="this node's share of the run")
 
 
 def spmd_argv(args, devices: int) -> list[str]:

@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from mcap.cli.main import main
@@ -229,3 +230,42 @@ def test_missing_four_way_stages_name_the_eight_device_profile(capsys, tmp_path)
     code, _, err = run(capsys, "predict", "--profile", save(tmp_path, (), "pp.json"), "--plan",
                        "6,6:tp2")
     assert code == 2 and "--stages 4 " in err and "needs --stages" not in err
+
+
+# --- merged profiles (profile --merge-to): plans in the model's real layers ----------------
+
+def save_merged(tmp_path, name="merged.json"):
+    from mcap.core import merging
+    prof = jsonio.load_profile(save(tmp_path, (), "unmerged.json"))
+    sizes = merging.merge_sizes(prof.stats, 5)
+    merged = merging.merge_profile(prof, sizes)
+    path = tmp_path / name
+    jsonio.save(merged, path)
+    return str(path), sizes
+
+
+def test_mesh_plans_of_a_merged_profile_are_in_real_layers(capsys, tmp_path):
+    from mcap.app.hybrid import measure_plan_args
+    from mcap.core import merging
+    path, sizes = save_merged(tmp_path)
+    assert len(sizes) == 5 and sum(sizes) == L and max(sizes) > 1
+    code, out, _ = run(capsys, "recommend", "--profile", path, "--mesh", "1x2", "--json")
+    d = json.loads(out)
+    plan = parse_plan(d["plan_text"])
+    assert code == 0 and sum(plan.balance) == L and d["plan"] == plan.as_json()
+    stages = json.loads(run(capsys, "recommend", "--profile", path, "--stages", "2", "--json")[1])
+    assert list(plan.balance) == stages["balance"]  # both paths print real layers
+    assert d["predicted_peaks"] == stages["predicted_peaks"]
+    # predict --plan takes that real-layer plan back and says the same peaks
+    assert peaks_of(capsys, "predict", "--profile", path, "--plan", d["plan_text"]) == \
+        d["predicted_peaks"]
+    # a cut inside a merged layer is refused naming it, as --balance is
+    inside = next(c for c in range(1, L) if c not in set(np.cumsum(sizes)))
+    code, _, err = run(capsys, "predict", "--profile", path, "--plan", f"{inside},{L - inside}")
+    assert code == 2 and f"plan {inside},{L - inside}: the stage boundary after layer " \
+                         f"{inside - 1} falls inside a merged layer" in err
+    # what the page's "measure this plan" runs: the real model and the real-layer plan
+    merged = jsonio.load_profile(path)
+    argv = measure_plan_args(merged, plan)
+    assert argv[argv.index("--model") + 1] == "toy" == merging.real_spec(merged)
+    assert argv[argv.index("--plan") + 1] == d["plan_text"]

@@ -124,9 +124,10 @@ def cmd_predict_plan(args) -> int:
 
     plan = parse_plan(args.plan)
     profile = _profile(args)
-    check_plan(plan, profile.model.num_layers, parse_mesh(args.mesh) if args.mesh else None)
     hc = HybridCosts(profile, args.predictor, args.degree_fit or "inverse",
                      batch_size=args.batch_size)  # as predict --balance --batch-size
+    # In the model's real layers, also for a merged profile (HybridCosts.peaks maps them).
+    check_plan(plan, hc.layers, parse_mesh(args.mesh) if args.mesh else None)
     peaks = hc.peaks(plan)
     if args.json:
         print(json.dumps({"predictor": hc.pp_costs().predictor, "plan_text": plan.text,

@@ -42,6 +42,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from mcap.core import merging
 from mcap.core.costs import StageCosts
 from mcap.core.errors import McapError, SearchTooLarge
 from mcap.core.hybrid import STORE_ENGINE, HybridPlan, Mesh, batch_line, check_plan
@@ -99,7 +100,7 @@ def profile_command(profile: Profile, degree: Optional[int] = None,
     """The command that adds the dp/tp statistics this profile lacks (for ``degree``: over
     enough devices to measure it, :func:`profile_stages`; at ``batch_size``: there)."""
     s = profile.setup
-    return (f"python -m mcap profile --model {profile.model.spec} "
+    return (f"python -m mcap profile --model {merging.real_spec(profile)} "
             f"--stages {profile_stages(profile, degree)} "
             f"--batch-size {s.batch_size if batch_size is None else batch_size} --chunks {s.chunks}"
             + (f" --device {s.device}" if s.device != "cpu" else "") + " --parallel dp,tp")
@@ -155,6 +156,12 @@ class HybridCosts:
     @property
     def num_layers(self) -> int:
         return self.profile.model.num_layers
+
+    @property
+    def layers(self) -> int:
+        """The model's real layers, which plans are written in (a merged profile predicts
+        over fewer, ``num_layers``; ``mcap.core.merging``)."""
+        return merging.real_layers(self.profile)
 
     @property
     def target(self) -> int:
@@ -256,9 +263,12 @@ class HybridCosts:
         return self.costs(kind, degree).stage(first, last)
 
     def peaks(self, plan: HybridPlan) -> tuple[int, ...]:
-        """Per-device predicted peaks of a plan, in stage order; its layers must sum to the
-        model's (``check_plan``)."""
-        check_plan(plan, self.num_layers)
+        """Per-device predicted peaks of a plan over the model's real layers, in stage order;
+        its layers must sum to the model's (``check_plan``). A merged profile predicts it on
+        its merged layers (``merging.contract_plan``, as ``predict --balance`` does)."""
+        sizes = merging.sizes_of(self.profile)
+        plan = check_plan(plan, self.num_layers) if sizes is None else \
+            merging.contract_plan(plan, sizes)
         out: list[int] = []
         first = 0
         for s in plan.stages:
@@ -390,7 +400,11 @@ def recommend_mesh(profile: Profile, mesh: Mesh, method: str = "exact", prune: b
 
     res: MeshResult = (exact_plan(L, mesh, cost, kinds=found, only=opts) if method == "exact"
                        else enumerate_plans(L, mesh, cost, prune=prune, kinds=found, only=opts))
-    return MeshRecommendation(method, mesh, res.plan, tuple(int(p) for p in res.peaks),
+    sizes = merging.sizes_of(profile)
+    # The search ran over a merged profile's merged layers; the plan is shown, measured and
+    # predicted again over the real ones, as ``recommend --stages`` prints its balance.
+    plan = res.plan if sizes is None else merging.expand_plan(res.plan, sizes)
+    return MeshRecommendation(method, mesh, plan, tuple(int(p) for p in res.peaks),
                               res.seconds, res.explored, found,
                               prune=prune and method == "enumerate",  # the DP never prunes
                               predictor=pp.predictor, missing=missing, batch_size=hc.target,
@@ -421,8 +435,12 @@ def pp_batch_sizes(profile: Profile) -> tuple[int, ...]:
 
 def batch_fit(profile: Profile, first: int, last: int, predictor: Optional[str] = None) -> BatchFit:
     """The line through pp stage ``first..last``'s predicted peaks at the two profiled batch
-    sizes nearest the target (``profile --capture``: B/4 and B/2); refused naming them."""
+    sizes nearest the target (``profile --capture``: B/4 and B/2); refused naming them.
+    ``first..last`` are real layers (a merged profile's stage: ``merging.merged_window``);
+    the returned fit keeps them."""
     from mcap.core.recommend import costs_of
+    sizes = merging.sizes_of(profile)
+    a, z = (first, last) if sizes is None else merging.merged_window(first, last, sizes)
     sizes = pp_batch_sizes(profile)
     target = profile.setup.batch_size
     if len(sizes) < 2:
@@ -434,5 +452,5 @@ def batch_fit(profile: Profile, first: int, last: int, predictor: Optional[str] 
     peaks = []
     for b in two:
         v = next(v for v in profile.variants if v.key == (b, "pp", 1))
-        peaks.append(costs_of(variant_profile(profile, v), predictor).stage(first, last))
+        peaks.append(costs_of(variant_profile(profile, v), predictor).stage(a, z))
     return BatchFit(first, last, (two[0], two[1]), (peaks[0], peaks[1]), target)

@@ -121,6 +121,24 @@ def test_cli_refuses_bad_sizes_before_any_run(tmp_path, capsys):
     assert not (tmp_path / "p.json").exists()
 
 
+def test_merge_to_below_what_the_scheme_profiles_is_refused_before_any_run(tmp_path, capsys,
+                                                                         monkeypatch):
+    """--merge-to 2 on 2 stages passed the range check (2..L), ran the first pass and only
+    then failed: the mcap scheme profiles at least G+1 = 3 layers on 2 stages."""
+    from mcap.runner.pool import WorkerPool
+    started = []
+    monkeypatch.setattr(WorkerPool, "start", lambda self: started.append(self))
+    spec = "gpt:layers=2,hidden=32,heads=2,vocab=64,seq=8"  # 4 layers
+    base = ["profile", "--model", spec, "--stages", "2", "--batch-size", "8", "--chunks", "2",
+            "--store", str(tmp_path / "s.sqlite"), "--out", str(tmp_path / "p.json")]
+    for extra in ([], ["--profile-batch-sizes", "4,8"]):
+        assert main(base + ["--merge-to", "2", *extra]) == 2
+        err = capsys.readouterr().err
+        assert ("--merge-to 2: the model has 4 layers and the mcap scheme profiles at least 3 "
+                "layers on 2 stages, so 3..4 merged layers are possible") in err, err
+    assert started == [] and not (tmp_path / "p.json").exists()
+
+
 @pytest.mark.integration
 def test_capture_profile_predicts_the_measured_peaks_at_the_target(tmp_path, capsys):
     from mcap.runner import open_runner

@@ -148,6 +148,29 @@ def test_profile_across_two_nodes_equals_the_local_profile(tmp_path):
         assert len(store.runs(study.id)) == len(across["runs"])
 
 
+@pytest.mark.parametrize("command", ["measure", "profile", "sweep"])
+def test_node_options_without_nnodes_are_refused_naming_them(tmp_path, capsys, command,
+                                                             monkeypatch):
+    """--node-rank / --rdzv-endpoint without --nnodes ran on this machine as if not given."""
+    from mcap.cli.main import main
+    from mcap.runner.pool import WorkerPool
+    started = []
+    monkeypatch.setattr(WorkerPool, "start", lambda self: started.append(self))
+    what = {"measure": ["--balance", "2,2"], "profile": ["--stages", "2", "--out",
+                                                        str(tmp_path / "p.json")],
+            "sweep": ["--stages", "2", "--out", str(tmp_path / "s.json")]}[command]
+    base = [command, "--model", GPT, "--batch-size", "8", "--chunks", "2", "--store",
+            str(tmp_path / "s.sqlite"), *what]
+    for extra, named in ((["--node-rank", "1"], "--node-rank 1 apply only across nodes"),
+                         (["--rdzv-endpoint", "h:1"], "--rdzv-endpoint h:1 apply only"),
+                         (["--node-rank", "0", "--rdzv-endpoint", "h:1"],
+                          "--node-rank 0 and --rdzv-endpoint h:1 apply only across nodes: "
+                          "give --nnodes N")):
+        assert main(base + extra) == 2
+        assert named in capsys.readouterr().err
+    assert started == [] and list(tmp_path.glob("*.json")) == []
+
+
 def test_nodes_refuse_what_runs_on_one_machine(tmp_path, capsys):
     from mcap.cli.main import main
 

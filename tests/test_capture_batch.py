@@ -193,3 +193,17 @@ def test_scale_file_says_how_mcap_profiled():
         back = from_dict(to_dict(s))
         assert back.capture == capture
         assert (words in report(back)) if words else "batch size" not in report(back)
+
+
+def test_profile_prints_one_line_per_profiled_batch_size():
+    """A batch-scaled profile's summary printed "pp1: 3 runs on 2 sub-meshes of 1 devices"
+    once per batch size, the same line twice; each line now says which batch size it is."""
+    from mcap.cli.profile import variant_lines
+    runs = (Run((2, 3), "ok", (1, 2), 1.0), Run((3, 2), "ok", (2, 1), 1.0))
+    base = Profile(MODEL, Setup(stages=2, batch_size=16, chunks=2), _stats(1))
+    prof = batchscale.scaled_profile(base, [VariantStats(b, _stats(b), "pp", 1, runs[:n])
+                                            for b, n in ((4, 2), (8, 1))])
+    assert variant_lines(prof) == ["  batch size 4: 2 runs", "  batch size 8: 1 run"]
+    hybrid = Profile(MODEL, Setup(stages=4, batch_size=16, chunks=2, engine="hybrid"),
+                     _stats(1), variants=(VariantStats(16, _stats(1), "dp", 2, runs),))
+    assert variant_lines(hybrid) == ["  dp2: 2 runs on 2 sub-meshes of 2 devices"]

@@ -163,8 +163,10 @@ def costs_at(profile: Profile, batch_size: Optional[int], predictor: str, fit: F
     A profile measured at that batch size is fitted as is; otherwise the line through the
     fitted costs of its two pp variants nearest ``batch_size`` (module docstring). A profile
     without two batch sizes cannot predict another one: refused naming the sizes."""
-    target = profile.setup.batch_size if batch_size is None else int(batch_size)
-    check_batch_size(profile, target)
+    target = profile.setup.batch_size
+    if batch_size is not None:  # only a size asked for: the profile's own is what it ran
+        target = int(batch_size)
+        check_batch_size(profile, target)
     variants = pp_variants(profile)
     if not extrapolated(profile) and target == profile.setup.batch_size:
         return fit(profile, predictor)

@@ -7,6 +7,7 @@ import streamlit as st
 from mcap.app import hybrid as app_hybrid
 from mcap.app import jobs
 from mcap.core.errors import McapError
+from mcap.core.merging import real_layers
 from mcap.core.hybrid import check_plan, parse_mesh, parse_plan
 from mcap.core.hybridpredict import (
     HybridCosts, batch_fit, pp_batch_sizes, profile_command, recommend_mesh,
@@ -24,7 +25,7 @@ st.title("Hybrid plans")
 profile = current("profile")
 st.caption(caption_of(profile))
 predictor = predictor_choice(st.sidebar, key="hybrid-predictor")
-layers = profile.model.num_layers
+layers = real_layers(profile)  # plans are in the model's real layers, merged profile or not
 
 left, right = st.columns(2)
 mesh_text = left.text_input(

@@ -9,6 +9,7 @@ the test's own (``MCAP_DATA_DIR``)."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from pathlib import Path
 
 import pytest
@@ -205,3 +206,43 @@ def test_the_bundled_dp_tp_profile_searches_real_hybrid_plans(tmp_path, monkeypa
     assert metric(at, "recommended plan") == rec.plan.text
     assert metric(at, "its predicted peak") == fmt_bytes(rec.peak)
     assert not at.error
+
+
+def test_a_merged_profiles_plans_are_in_real_layers(data, tmp_path):
+    """profile --merge-to: the page recommends, shows, checks and measures plans over the
+    model's real layers (recommend_mesh maps them back), never over the merged ones."""
+    from mcap.core import merging
+    from mcap.core.hybrid import parse_plan
+    _, base = data
+    b = base.setup.batch_size
+    scaled_base = dataclasses.replace(base, variants=(
+        VariantStats(b // 4, scaled(base.stats, 0.4), "pp", 1),
+        VariantStats(b // 2, scaled(base.stats, 0.6), "pp", 1)))
+    sizes = merging.merge_sizes(base.stats, 6)
+    merged = merging.merge_profile(scaled_base, sizes)
+    jsonio.save(merged, tmp_path / "data" / "merged.profile.json")
+    at = page("hybrid", profile="bundled:merged.profile.json", mesh="1x4")
+    rec = recommend_mesh(merged, parse_mesh("1x4"))
+    shown = metric(at, "recommended plan")
+    assert shown == rec.plan.text and sum(parse_plan(shown).balance) == base.model.num_layers
+    assert not at.error
+    # the batch-size line of the first stage, given in real layers
+    line = next(d.value for d in at.dataframe if "batch size" in d.value.columns)
+    assert list(line["batch size"]) == [b // 4, b // 2, b]
+    # a typed plan whose cut falls inside a merged layer: an st.error naming it
+    inside = next(c for c in range(1, sum(sizes)) if c not in set(itertools.accumulate(sizes)))
+    key = next(t.key for t in at.text_input if t.label == "Your plan")
+    rest = base.model.num_layers - inside
+    at.text_input(key=key).input(f"{inside},{rest - 2},1,1").run()
+    assert any("falls inside a merged layer" in e.value for e in at.error)
+    # "measure this plan" measures the real model with the real-layer plan
+    at.text_input(key=key).input(shown).run()
+    at.button(key="hybrid-measure").click().run()
+    assert not at.exception
+    from mcap.app import jobs
+    from mcap.store import default_store_path, open_store
+    store = open_store(str(default_store_path()))
+    job = store.list_jobs()[0]
+    jobs.cancel(store, job.id)
+    assert job.argv[job.argv.index("--plan") + 1] == shown
+    assert job.argv[job.argv.index("--model") + 1] == base.model.spec

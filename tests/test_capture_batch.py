@@ -121,6 +121,24 @@ def test_cli_refuses_bad_sizes_before_any_run(tmp_path, capsys):
     assert not (tmp_path / "p.json").exists()
 
 
+def test_merge_to_below_what_the_scheme_profiles_is_refused_before_any_run(tmp_path, capsys,
+                                                                         monkeypatch):
+    """--merge-to 2 on 2 stages passed the range check (2..L), ran the first pass and only
+    then failed: the mcap scheme profiles at least G+1 = 3 layers on 2 stages."""
+    from mcap.runner.pool import WorkerPool
+    started = []
+    monkeypatch.setattr(WorkerPool, "start", lambda self: started.append(self))
+    spec = "gpt:layers=2,hidden=32,heads=2,vocab=64,seq=8"  # 4 layers
+    base = ["profile", "--model", spec, "--stages", "2", "--batch-size", "8", "--chunks", "2",
+            "--store", str(tmp_path / "s.sqlite"), "--out", str(tmp_path / "p.json")]
+    for extra in ([], ["--profile-batch-sizes", "4,8"]):
+        assert main(base + ["--merge-to", "2", *extra]) == 2
+        err = capsys.readouterr().err
+        assert ("--merge-to 2: the model has 4 layers and the mcap scheme profiles at least 3 "
+                "layers on 2 stages, so 3..4 merged layers are possible") in err, err
+    assert started == [] and not (tmp_path / "p.json").exists()
+
+
 @pytest.mark.integration
 def test_capture_profile_predicts_the_measured_peaks_at_the_target(tmp_path, capsys):
     from mcap.runner import open_runner
@@ -175,3 +193,17 @@ def test_scale_file_says_how_mcap_profiled():
         back = from_dict(to_dict(s))
         assert back.capture == capture
         assert (words in report(back)) if words else "batch size" not in report(back)
+
+
+def test_profile_prints_one_line_per_profiled_batch_size():
+    """A batch-scaled profile's summary printed "pp1: 3 runs on 2 sub-meshes of 1 devices"
+    once per batch size, the same line twice; each line now says which batch size it is."""
+    from mcap.cli.profile import variant_lines
+    runs = (Run((2, 3), "ok", (1, 2), 1.0), Run((3, 2), "ok", (2, 1), 1.0))
+    base = Profile(MODEL, Setup(stages=2, batch_size=16, chunks=2), _stats(1))
+    prof = batchscale.scaled_profile(base, [VariantStats(b, _stats(b), "pp", 1, runs[:n])
+                                            for b, n in ((4, 2), (8, 1))])
+    assert variant_lines(prof) == ["  batch size 4: 2 runs", "  batch size 8: 1 run"]
+    hybrid = Profile(MODEL, Setup(stages=4, batch_size=16, chunks=2, engine="hybrid"),
+                     _stats(1), variants=(VariantStats(16, _stats(1), "dp", 2, runs),))
+    assert variant_lines(hybrid) == ["  dp2: 2 runs on 2 sub-meshes of 2 devices"]

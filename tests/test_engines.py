@@ -72,3 +72,31 @@ def test_engines_refuse_what_they_cannot_run_naming_the_values():
         engines.get("warp")
     with pytest.raises(McapError, match="engine 'warp' is not one of pipelining, torchgpipe"):
         open_runner(EXACT, Setup(stages=2, engine="warp"))
+
+
+def test_cpu_process_cap_refuses_before_a_process_starts(monkeypatch, tmp_path, capsys):
+    """One CPU process per stage/device, at most MAX_CPU_PROCESSES (64) unless
+    MCAP_MAX_CPU_PROCESSES raises it: measure --plan 4:tp128 starts nothing."""
+    from mcap.cli.main import main
+    from mcap.runner.pool import WorkerPool
+
+    monkeypatch.delenv("MCAP_MAX_CPU_PROCESSES", raising=False)
+    for name in ("pipelining", "hybrid"):
+        engines.get(name).check(Setup(stages=64, engine=name), 0)
+        with pytest.raises(McapError, match=f"a run of 65 devices on engine {name} needs 65 CPU "
+                                            "processes .* at most 64 .* MCAP_MAX_CPU_PROCESSES"):
+            engines.get(name).check(Setup(stages=65, engine=name), 0)
+    monkeypatch.setenv("MCAP_MAX_CPU_PROCESSES", "128")
+    engines.get("hybrid").check(Setup(stages=65, engine="hybrid"), 0)
+    monkeypatch.setenv("MCAP_MAX_CPU_PROCESSES", "lots")
+    with pytest.raises(McapError, match="MCAP_MAX_CPU_PROCESSES='lots' is not a whole number"):
+        engines.get("hybrid").check(Setup(stages=2, engine="hybrid"), 0)
+    monkeypatch.delenv("MCAP_MAX_CPU_PROCESSES")
+
+    started = []
+    monkeypatch.setattr(WorkerPool, "start", lambda self: started.append(self))
+    code = main(["measure", "--model", "gpt:layers=2,hidden=32,heads=2,vocab=64,seq=8",
+                 "--batch-size", "8", "--chunks", "2", "--plan", "4:tp128", "--store",
+                 str(tmp_path / "s.sqlite")])
+    err = capsys.readouterr().err
+    assert code == 2 and "needs 128 CPU processes" in err and started == []

@@ -8,7 +8,7 @@ import pytest
 
 from mcap.core.errors import InvalidPartitioning, McapError
 from mcap.core.hybrid import (
-    HybridPlan, Mesh, StageConfig, batch_line, check_plan, log_degree, merge_layers, parse_mesh,
+    MAX_DEVICES, HybridPlan, Mesh, StageConfig, batch_line, check_plan, log_degree, merge_layers, parse_mesh,
     parse_plan,
 )
 from mcap.core.meshsearch import configs, enumerate_plans, exact_plan
@@ -31,6 +31,31 @@ def test_plan_text_round_trips_and_counts_devices():
 def test_bad_plan_text_names_the_stage(text, message):
     with pytest.raises(InvalidPartitioning, match=message):
         parse_plan(text)
+
+
+@pytest.mark.parametrize("text,message", [
+    ("10:tp99999999999999999999", "degree 999999999999... \\(20 digits\\) is over every bound"),
+    ("1" * 5000, "layer count 111111111111... \\(5000 digits\\)"),
+    ("10:tp100000000", "degree 100000000, which is not a power of 2"),
+    ("4:tp1000", "degree 1000, which is not a power of 2"), ("2,2:dp6", "stage 1 has degree 6"),
+    ("10:tp131072", "degree 131,072; a plan has at most 65,536 devices"),
+    ("1:tp32768,1:tp32768,1", "uses more than 65,536 devices \\(stages 0..2 already 65,537\\)"),
+    (",".join(["1"] * 70000), "uses more than 65,536 devices")])
+def test_plan_sizes_are_refused_when_parsed(text, message):
+    """Degrees are powers of 2 and a plan has at most MAX_DEVICES devices, refused before
+    anything is allocated (10:tp100000000 once asked for 10^8 per-device peaks)."""
+    with pytest.raises(InvalidPartitioning, match=message) as err:
+        parse_plan(text)
+    assert len(str(err.value)) < 400  # a 5000-digit plan is not echoed whole
+    assert parse_plan("10:tp65536").devices == MAX_DEVICES  # the bound itself is a plan
+
+
+def test_mesh_sizes_are_refused_when_parsed():
+    assert parse_mesh("256x256").devices == MAX_DEVICES
+    with pytest.raises(McapError, match="mesh 1000x1000 has 1,000,000 devices; a mesh has at most"):
+        parse_mesh("1000x1000")
+    with pytest.raises(McapError, match=r"\(30 digits\) is over every bound"):
+        parse_mesh("1x" + "9" * 30)
 
 
 def test_plans_must_fit_the_model_and_the_mesh_naming_the_numbers():

@@ -46,6 +46,29 @@ def test_node_options_are_checked():
         spmd_argv(argparse.Namespace(**{**vars(args), "rdzv_endpoint": "nohost"}), 4)
 
 
+def test_a_node_starts_no_more_processes_than_it_may(monkeypatch):
+    """This node's share of the ranks is refused over the CPU process cap before torchrun
+    starts (mcap.runner.engines.base.check_processes), and allowed when raised."""
+    import argparse
+
+    from mcap.cli.nodes import spmd_argv
+    from mcap.core.hybrid import parse_plan
+
+    plan = parse_plan("4:dp256")
+    args = argparse.Namespace(nnodes=2, node_rank=0, rdzv_endpoint="127.0.0.1:29500",
+                              plan=plan, model=GPT, batch_size=512, chunks=2,
+                              schedule="gpipe", checkpoint="except_last", optimizer="sgd",
+                              device="cpu", threads=1, timeout=60.0, engine="auto",
+                              capacity=None)
+    monkeypatch.delenv("MCAP_MAX_CPU_PROCESSES", raising=False)
+    with pytest.raises(McapError, match="this node's share of the run needs 128 CPU processes "
+                                        ".* at most 64 .* MCAP_MAX_CPU_PROCESSES"):
+        spmd_argv(args, plan.devices)
+    monkeypatch.setenv("MCAP_MAX_CPU_PROCESSES", "128")
+    argv = spmd_argv(args, plan.devices)
+    assert argv[argv.index("--nproc-per-node") + 1] == "128"
+
+
 @pytest.mark.integration
 def test_two_nodes_on_localhost(tmp_path):
     from tests.test_hybrid_engine import reference_losses
@@ -123,6 +146,29 @@ def test_profile_across_two_nodes_equals_the_local_profile(tmp_path):
     with Store(tmp_path / "s0.sqlite") as store:
         (study,) = store.list_studies()
         assert len(store.runs(study.id)) == len(across["runs"])
+
+
+@pytest.mark.parametrize("command", ["measure", "profile", "sweep"])
+def test_node_options_without_nnodes_are_refused_naming_them(tmp_path, capsys, command,
+                                                             monkeypatch):
+    """--node-rank / --rdzv-endpoint without --nnodes ran on this machine as if not given."""
+    from mcap.cli.main import main
+    from mcap.runner.pool import WorkerPool
+    started = []
+    monkeypatch.setattr(WorkerPool, "start", lambda self: started.append(self))
+    what = {"measure": ["--balance", "2,2"], "profile": ["--stages", "2", "--out",
+                                                        str(tmp_path / "p.json")],
+            "sweep": ["--stages", "2", "--out", str(tmp_path / "s.json")]}[command]
+    base = [command, "--model", GPT, "--batch-size", "8", "--chunks", "2", "--store",
+            str(tmp_path / "s.sqlite"), *what]
+    for extra, named in ((["--node-rank", "1"], "--node-rank 1 apply only across nodes"),
+                         (["--rdzv-endpoint", "h:1"], "--rdzv-endpoint h:1 apply only"),
+                         (["--node-rank", "0", "--rdzv-endpoint", "h:1"],
+                          "--node-rank 0 and --rdzv-endpoint h:1 apply only across nodes: "
+                          "give --nnodes N")):
+        assert main(base + extra) == 2
+        assert named in capsys.readouterr().err
+    assert started == [] and list(tmp_path.glob("*.json")) == []
 
 
 def test_nodes_refuse_what_runs_on_one_machine(tmp_path, capsys):

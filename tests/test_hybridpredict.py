@@ -74,7 +74,8 @@ def test_missing_statistics_name_the_profile_command():
     with pytest.raises(McapError, match=r"dp8 stage .* dp degrees 2"):
         hc.stage(0, 3, "dp", 8)
     one = HybridCosts(make_profile([VariantStats(4, stats(0.3), "tp", 2)]))
-    with pytest.raises(McapError, match="batch sizes 4: one, where two are needed"):
+    with pytest.raises(McapError, match="tp2 stage at batch size 16 .* at batch size 4 only. "
+                                        "Predict at --batch-size 4"):
         one.stage(0, 3, "tp", 2)
     # pp from engine pipelining beside dp/tp from engine hybrid: refused (it reads higher)
     mixed = make_profile([DP2, DP4])

@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from mcap.cli.main import main
@@ -135,3 +136,136 @@ def test_the_command_line_prints_no_traceback(tmp_path):
     r = subprocess.run([sys.executable, "-m", "mcap", "predict", "--profile", path, "--plan",
                         "3,3,2:tp4,2,2", "--mesh", "2x4"], capture_output=True, text=True)
     assert r.returncode == 2 and "Traceback" not in r.stderr and "span nodes" in r.stderr
+
+
+# --- --batch-size with --plan / --mesh (issue 15 audit): as --balance / --stages do -------
+
+def save_scaled(tmp_path, variants=(), name="scaled.json"):
+    """A batch-scaled profile (profile --profile-batch-sizes 4,8 at target 16): pp
+    statistics at 4 and 8, none of its own; ``variants`` (dp/tp) beside them."""
+    from mcap.core import batchscale
+    base = Profile(model=ModelInfo("toy", tuple(Layer(f"l{i}", 100 * (i + 1)) for i in range(L))),
+                   setup=Setup(stages=4, batch_size=16, chunks=2, engine="hybrid"),
+                   stats=stats(1.0), variants=tuple(variants))
+    prof = batchscale.scaled_profile(base, [VariantStats(4, stats(0.4), "pp", 1),
+                                            VariantStats(8, stats(0.6), "pp", 1)])
+    path = tmp_path / name
+    jsonio.save(prof, path)
+    return str(path)
+
+
+def peaks_of(capsys, *argv):
+    code, out, err = run(capsys, *argv, "--json")
+    assert code == 0, err
+    return json.loads(out)["predicted_peaks"]
+
+
+def test_plan_and_mesh_predict_at_batch_size_on_the_profiles_line(capsys, tmp_path):
+    path = save_scaled(tmp_path)
+    at = {}
+    for b in ("16", "32"):
+        balance = peaks_of(capsys, "predict", "--profile", path, "--balance", "3,3,3,3",
+                           "--batch-size", b)
+        plan = peaks_of(capsys, "predict", "--profile", path, "--plan", "3,3,3,3",
+                        "--batch-size", b)
+        assert plan == balance  # a pipeline-only plan is the balance, at every batch size
+        at[b] = plan
+        mesh = peaks_of(capsys, "recommend", "--profile", path, "--mesh", "1x4", "--batch-size", b)
+        stages = peaks_of(capsys, "recommend", "--profile", path, "--stages", "4",
+                          "--batch-size", b)
+        assert max(mesh) == max(stages)  # both the exact optimum of the same costs
+    assert max(at["32"]) > max(at["16"])  # the line grows: not the target's numbers again
+    code, out, _ = run(capsys, "predict", "--profile", path, "--plan", "3,3,3,3",
+                       "--batch-size", "32")
+    assert code == 0 and "at batch size 32 on the line through batch sizes 4 and 8" in out
+
+
+def test_plan_and_mesh_refuse_a_batch_size_the_profile_cannot_predict(capsys, tmp_path):
+    path = save(tmp_path, VARIANTS)  # one batch size, 16
+    code, _, balance_err = run(capsys, "predict", "--profile", path, "--balance", "6,6",
+                               "--batch-size", "32")
+    assert code == 2 and "predicting at batch size 32 needs statistics at two" in balance_err
+    for argv in (["predict", "--plan", "6,6"], ["predict", "--plan", "6,6:tp2"],
+                 ["recommend", "--mesh", "1x4"]):
+        code, out, err = run(capsys, argv[0], "--profile", path, *argv[1:], "--batch-size", "32")
+        assert (code, out, err) == (2, "", balance_err), argv
+    # at the profile's own batch size nothing changes
+    assert peaks_of(capsys, "predict", "--profile", path, "--plan", "6,6:tp2",
+                    "--batch-size", "16") == peaks_of(capsys, "predict", "--profile", path,
+                                                      "--plan", "6,6:tp2")
+    # pp on the line, but tp2 profiled at 16 only: a tp stage elsewhere is refused, naming it
+    scaled = save_scaled(tmp_path, VARIANTS)
+    code, _, err = run(capsys, "predict", "--profile", scaled, "--plan", "6,6:tp2",
+                       "--batch-size", "32")
+    assert code == 2 and "tp2 stage at batch size 32" in err and "batch size 16 only" in err
+    d = json.loads(run(capsys, "recommend", "--profile", scaled, "--mesh", "1x4",
+                       "--batch-size", "32", "--json")[1])
+    assert d["kinds"] == [] and d["batch_size"] == 32  # pipeline-only plans on the line
+
+
+def test_a_batch_size_must_split_into_the_profiles_chunks(capsys, tmp_path):
+    path = save_scaled(tmp_path)  # --chunks 2
+    for argv in (["predict", "--balance", "3,3,3,3"], ["predict", "--plan", "3,3,3,3"],
+                 ["recommend", "--stages", "4"], ["recommend", "--mesh", "1x4"]):
+        code, out, err = run(capsys, argv[0], "--profile", path, *argv[1:], "--batch-size", "3")
+        assert code == 2 and out == "", argv
+        assert "batch size 3 does not split into 2 equal micro-batches (the profile's " \
+               "--chunks 2)" in err, err
+        assert run(capsys, argv[0], "--profile", path, *argv[1:], "--batch-size", "6")[0] == 0
+
+
+def test_missing_four_way_stages_name_the_eight_device_profile(capsys, tmp_path):
+    """A --stages 4 profile has dp2/tp2 only (a k-way stage is profiled on 2 groups of k):
+    the note names --stages 8, not the command that made this profile."""
+    path = save(tmp_path, (VARIANTS[0], VARIANTS[2]))  # dp2, tp2 on 4 devices
+    code, out, _ = run(capsys, "recommend", "--profile", path, "--mesh", "1x4", "--json")
+    d = json.loads(out)
+    assert code == 0 and d["kinds"] == ["dp", "tp"] and len(d["missing"]) == 2
+    for kind, why in zip(("dp", "tp"), d["missing"]):
+        assert f"{kind}4 stage" in why and f"{kind}4 needs --stages 8" in why, why
+        assert "profile --model toy --stages 8 --batch-size 16" in why, why
+    code, _, err = run(capsys, "predict", "--profile", path, "--plan", "12:dp8")
+    assert code == 2 and "dp4 needs --stages 8" in err and "--stages 8 " in err
+    # what a 4-device profile can measure keeps naming its own size
+    code, _, err = run(capsys, "predict", "--profile", save(tmp_path, (), "pp.json"), "--plan",
+                       "6,6:tp2")
+    assert code == 2 and "--stages 4 " in err and "needs --stages" not in err
+
+
+# --- merged profiles (profile --merge-to): plans in the model's real layers ----------------
+
+def save_merged(tmp_path, name="merged.json"):
+    from mcap.core import merging
+    prof = jsonio.load_profile(save(tmp_path, (), "unmerged.json"))
+    sizes = merging.merge_sizes(prof.stats, 5)
+    merged = merging.merge_profile(prof, sizes)
+    path = tmp_path / name
+    jsonio.save(merged, path)
+    return str(path), sizes
+
+
+def test_mesh_plans_of_a_merged_profile_are_in_real_layers(capsys, tmp_path):
+    from mcap.app.hybrid import measure_plan_args
+    from mcap.core import merging
+    path, sizes = save_merged(tmp_path)
+    assert len(sizes) == 5 and sum(sizes) == L and max(sizes) > 1
+    code, out, _ = run(capsys, "recommend", "--profile", path, "--mesh", "1x2", "--json")
+    d = json.loads(out)
+    plan = parse_plan(d["plan_text"])
+    assert code == 0 and sum(plan.balance) == L and d["plan"] == plan.as_json()
+    stages = json.loads(run(capsys, "recommend", "--profile", path, "--stages", "2", "--json")[1])
+    assert list(plan.balance) == stages["balance"]  # both paths print real layers
+    assert d["predicted_peaks"] == stages["predicted_peaks"]
+    # predict --plan takes that real-layer plan back and says the same peaks
+    assert peaks_of(capsys, "predict", "--profile", path, "--plan", d["plan_text"]) == \
+        d["predicted_peaks"]
+    # a cut inside a merged layer is refused naming it, as --balance is
+    inside = next(c for c in range(1, L) if c not in set(np.cumsum(sizes)))
+    code, _, err = run(capsys, "predict", "--profile", path, "--plan", f"{inside},{L - inside}")
+    assert code == 2 and f"plan {inside},{L - inside}: the stage boundary after layer " \
+                         f"{inside - 1} falls inside a merged layer" in err
+    # what the page's "measure this plan" runs: the real model and the real-layer plan
+    merged = jsonio.load_profile(path)
+    argv = measure_plan_args(merged, plan)
+    assert argv[argv.index("--model") + 1] == "toy" == merging.real_spec(merged)
+    assert argv[argv.index("--plan") + 1] == d["plan_text"]

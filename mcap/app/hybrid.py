@@ -15,8 +15,10 @@ def measure_plan_args(profile: Profile, plan: HybridPlan) -> list[str]:
     contract) under the profile's setup, so the measured peaks answer the predicted ones:
     also its device, schedule, checkpointing and optimizer (the engine, one process per
     device, follows from ``--plan``)."""
+    from mcap.core.merging import real_spec
     s = profile.setup
-    return ["--model", profile.model.spec, "--batch-size", str(s.batch_size),
+    # A merged profile's plans are over the real layers of the real model (recommend_mesh).
+    return ["--model", real_spec(profile), "--batch-size", str(s.batch_size),
             "--chunks", str(s.chunks), "--device", s.device, "--schedule", s.schedule,
             "--checkpoint", s.checkpoint, "--optimizer", s.optimizer,
             "--plan", plan.text, "--json"]

@@ -126,14 +126,15 @@ def cmd_predict(args) -> int:
                           "predicted_peaks": list(peaks), "predicted_peak": max(peaks)}))
         return 0
     print(f"balance {','.join(map(str, balance))}: predicted peak {fmt_bytes(max(peaks))} "
-          f"({max(peaks)} bytes; predictor {costs.predictor}{_line_note(costs)})")
+          f"({max(peaks)} bytes; predictor {costs.predictor}{line_note(costs.details)})")
     _stage_table(balance, peaks)
     return 0
 
 
-def _line_note(costs) -> str:
-    """Where the batch line came from (CAPTURE III-B2), when it did."""
-    line = (costs.details or {}).get("batch_line")
+def line_note(details) -> str:
+    """Where the batch line came from (CAPTURE III-B2), when it did: ``details`` of the
+    stage costs (``batchscale.LineCosts``)."""
+    line = (details or {}).get("batch_line")
     if not line:
         return ""
     return (f"; at batch size {line['target']} on the line through batch sizes "

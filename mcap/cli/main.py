@@ -45,6 +45,9 @@ def main(argv: list[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else 2
     args.argv = tuple(sys.argv[1:] if argv is None else argv)  # as given (mcap.cli.nodes)
     try:
+        check = getattr(args, "check_args", None)  # options that only make sense together
+        if check is not None:
+            check(args)
         return int(args.func(args) or 0)
     except McapError as exc:
         print(f"mcap: error: {exc}", file=sys.stderr)

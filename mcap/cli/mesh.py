@@ -89,6 +89,7 @@ def _profile(args):
 
 
 def cmd_recommend_mesh(args) -> int:
+    from mcap.cli.core import line_note
     from mcap.core.hybrid import parse_mesh
     from mcap.core.hybridpredict import METHODS, recommend_mesh
 
@@ -100,14 +101,16 @@ def cmd_recommend_mesh(args) -> int:
     if args.no_prune and method != "enumerate":
         raise McapError("--no-prune applies to --method enumerate (the DP does not prune)")
     rec = recommend_mesh(_profile(args), mesh, method, prune=not args.no_prune,
-                         predictor=args.predictor, degree_fit=args.degree_fit or "inverse")
+                         predictor=args.predictor, degree_fit=args.degree_fit or "inverse",
+                         batch_size=args.batch_size)
     if args.json:
         print(json.dumps(rec.as_json()))
         return 0
     print(f"mesh {mesh.text}, method {rec.method}"
           + (" (no pruning)" if method == "enumerate" and not rec.prune else "")
           + f": plan {rec.plan.text}, predicted peak {fmt_bytes(rec.peak)} ({rec.peak} bytes, "
-          f"predictor {rec.predictor}); {rec.evaluated} configs evaluated in {rec.seconds:.3f} s")
+          f"predictor {rec.predictor}{line_note(rec.line)}); {rec.evaluated} configs "
+          f"evaluated in {rec.seconds:.3f} s")
     for why in rec.missing:
         print(f"note: {why}")
     _device_table(rec.plan, rec.peaks)
@@ -115,13 +118,16 @@ def cmd_recommend_mesh(args) -> int:
 
 
 def cmd_predict_plan(args) -> int:
+    from mcap.cli.core import line_note
     from mcap.core.hybrid import check_plan, parse_mesh, parse_plan
     from mcap.core.hybridpredict import HybridCosts
 
     plan = parse_plan(args.plan)
     profile = _profile(args)
-    check_plan(plan, profile.model.num_layers, parse_mesh(args.mesh) if args.mesh else None)
-    hc = HybridCosts(profile, args.predictor, args.degree_fit or "inverse")
+    hc = HybridCosts(profile, args.predictor, args.degree_fit or "inverse",
+                     batch_size=args.batch_size)  # as predict --balance --batch-size
+    # In the model's real layers, also for a merged profile (HybridCosts.peaks maps them).
+    check_plan(plan, hc.layers, parse_mesh(args.mesh) if args.mesh else None)
     peaks = hc.peaks(plan)
     if args.json:
         print(json.dumps({"predictor": hc.pp_costs().predictor, "plan_text": plan.text,
@@ -129,7 +135,7 @@ def cmd_predict_plan(args) -> int:
                           "predicted_peak": max(peaks)}))
         return 0
     print(f"plan {plan.text}: predicted peak {fmt_bytes(max(peaks))} ({max(peaks)} bytes; "
-          f"predictor {hc.pp_costs().predictor})")
+          f"predictor {hc.pp_costs().predictor}{line_note(hc.pp_costs().details)})")
     _device_table(plan, peaks)
     return 0
 

@@ -29,10 +29,26 @@ from mcap.core.errors import McapError
 def add_node_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nnodes", type=argtypes.positive_int, default=None, metavar="N",
                    help="run across N nodes through torchrun (the same command on each node)")
-    p.add_argument("--node-rank", type=int, default=0, metavar="R",
-                   help="this node's rank, 0..N-1 (with --nnodes)")
+    p.add_argument("--node-rank", type=int, default=None, metavar="R",
+                   help="this node's rank, 0..N-1 (with --nnodes; default 0)")
     p.add_argument("--rdzv-endpoint", default=None, metavar="HOST:PORT",
                    help="node 0's address and a free port (with --nnodes)")
+    p.set_defaults(check_args=check_node_options)  # mcap.cli.main, before the command runs
+
+
+def check_node_options(args) -> None:
+    """``--node-rank`` / ``--rdzv-endpoint`` mean something only with ``--nnodes``: given
+    without it they were silently ignored (the run stayed on this machine); refused naming
+    them. With ``--nnodes`` the rank defaults to 0."""
+    if args.nnodes is None:
+        given = [f"{opt} {value}" for opt, value in (("--node-rank", args.node_rank),
+                                                      ("--rdzv-endpoint", args.rdzv_endpoint))
+                 if value is not None]
+        if given:
+            raise McapError(f"{' and '.join(given)} apply only across nodes: give --nnodes N "
+                            "as well, or leave them out to run on this machine")
+    elif args.node_rank is None:
+        args.node_rank = 0
 
 
 def _endpoint(text) -> tuple[str, int]:
@@ -54,9 +70,21 @@ def torchrun_argv(args, devices: int) -> list[str]:
         raise McapError(f"{devices} devices do not split over {args.nnodes} nodes; each node "
                         "runs the same number of processes")
     host, port = _endpoint(args.rdzv_endpoint)
+    _check_local_processes(devices // args.nnodes, args.device)
     return [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(args.nnodes),
             "--node-rank", str(args.node_rank), "--nproc-per-node", str(devices // args.nnodes),
             "--rdzv-backend", "static", "--master-addr", host, "--master-port", str(port), "-m"]
+
+
+def _check_local_processes(processes: int, device: str) -> None:
+    """This node's ranks must be processes it can start (the engines' own check,
+    ``mcap.runner.engines.base.check_processes``), before torchrun starts any."""
+    from mcap.runner.engines.base import check_processes
+    gpus = None
+    if device == "cuda":
+        import torch
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    check_processes(processes, device, gpus, what="this node's share of the run")
 
 
 def spmd_argv(args, devices: int) -> list[str]:

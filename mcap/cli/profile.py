@@ -215,11 +215,26 @@ def cmd_profile(args) -> int:
                                        parallel=args.parallel, **options)
         _write(result.profile, args.out, "profile", result.profile_id, store)
         print(profiling.summary("profile", result.tally, args.out, result.profile_id))
-        for v in result.profile.variants:  # --parallel (mcap.workflow.hybrid)
-            print(f"  {v.parallel}{v.degree}: {len(v.runs)} runs on {args.stages // v.degree} "
-                  f"sub-meshes of {v.degree} devices")
+        for line in variant_lines(result.profile):
+            print(line)
         return 0
     return _run(args, action)
+
+
+def variant_lines(profile) -> list[str]:
+    """One line per variant of a profile: a pp variant is a profiled batch size (--capture,
+    --profile-batch-sizes), a dp/tp one a degree's runs on sub-meshes (--parallel). A pp
+    variant once printed as "pp1: N runs on G sub-meshes of 1 devices", the same line for
+    every batch size."""
+    lines = []
+    for v in profile.variants:
+        if v.parallel == "pp":
+            n = len(v.runs)
+            lines.append(f"  batch size {v.batch_size}: {n} run{'' if n == 1 else 's'}")
+        else:
+            lines.append(f"  {v.parallel}{v.degree}: {len(v.runs)} runs on "
+                         f"{profile.setup.stages // v.degree} sub-meshes of {v.degree} devices")
+    return lines
 
 
 def cmd_sweep(args) -> int:

@@ -25,6 +25,7 @@ import numpy as np
 from mcap.core.costs import StageCosts
 from mcap.core.errors import McapError
 from mcap.core.hybrid import batch_line
+from mcap.core.setup import split_batch
 from mcap.core.types import LayerStats, Profile, VariantStats
 
 # The profile's ``extra`` key naming the batch sizes its statistics were extrapolated from.
@@ -145,15 +146,27 @@ class LineCosts(StageCosts):
 Fit = Callable[[Profile, str], StageCosts]
 
 
+def check_batch_size(profile: Profile, batch_size: int) -> int:
+    """A batch size to predict ``profile`` at: >= 1 and split into the profile's chunks as
+    every profiled run's was (``mcap.core.setup.split_batch``, the rule ``profile``
+    applies); McapError naming the values otherwise."""
+    if batch_size < 1:
+        raise McapError(f"--batch-size must be >= 1, got {batch_size}")
+    return split_batch(batch_size, profile.setup.chunks,
+                       f" (the profile's --chunks {profile.setup.chunks}): predict at a "
+                       f"multiple of {profile.setup.chunks}")
+
+
 def costs_at(profile: Profile, batch_size: Optional[int], predictor: str, fit: Fit) -> StageCosts:
     """``predictor``'s stage costs of ``profile`` at ``batch_size`` (None: the profile's own).
 
     A profile measured at that batch size is fitted as is; otherwise the line through the
     fitted costs of its two pp variants nearest ``batch_size`` (module docstring). A profile
     without two batch sizes cannot predict another one: refused naming the sizes."""
-    target = profile.setup.batch_size if batch_size is None else int(batch_size)
-    if target < 1:
-        raise McapError(f"--batch-size must be >= 1, got {target}")
+    target = profile.setup.batch_size
+    if batch_size is not None:  # only a size asked for: the profile's own is what it ran
+        target = int(batch_size)
+        check_batch_size(profile, target)
     variants = pp_variants(profile)
     if not extrapolated(profile) and target == profile.setup.batch_size:
         return fit(profile, predictor)

@@ -20,6 +20,42 @@ from mcap.core.errors import InvalidPartitioning, McapError
 PARALLEL = ("pp", "dp", "tp")
 _STAGE = re.compile(r"^\s*([0-9]+)\s*(?::\s*(dp|tp)\s*([0-9]+))?\s*$")
 
+# Sizes are refused when a plan or mesh is parsed, before anything is allocated or started
+# (a plan of 10:tp100000000 once asked for 10^8 per-device peaks, 4:tp1000 for 1000
+# processes): a degree is a power of 2 (the configs of III-C; a node's K devices take them
+# in halves), and a plan or mesh has at most MAX_DEVICES devices, far beyond any mesh the
+# profiles here predict. Whether this machine can start that many is the engine's check
+# (``mcap.runner.engines.base``: CPU processes, GPUs).
+MAX_DEVICES = 65_536
+_DIGITS = 9  # a longer count is over every bound; int() of 4,300+ digits is itself an error
+
+
+def _shown(text: str) -> str:
+    text = str(text)
+    return repr(text) if len(text) <= 60 else repr(text[:57] + "...")
+
+
+def _count(digits: str, what: str) -> int:
+    """A count from its digits, refusing one too long to be any plan's before ``int()``."""
+    if len(digits) > _DIGITS:
+        raise InvalidPartitioning(f"{what} {digits[:12]}... ({len(digits)} digits) is over "
+                                  f"every bound (a plan or mesh has at most {MAX_DEVICES:,} "
+                                  "devices)")
+    return int(digits)
+
+
+def check_degree(degree: int, where: str) -> int:
+    """A stage's degree: a power of 2 of at most MAX_DEVICES (module comment above)."""
+    if degree < 1:
+        raise InvalidPartitioning(f"{where} has degree {degree}; it must be at least 1")
+    if degree & (degree - 1):
+        raise InvalidPartitioning(f"{where} has degree {degree}, which is not a power of 2 "
+                                  "(1, 2, 4, 8, ...: CAPTURE's stage configs, III-C)")
+    if degree > MAX_DEVICES:
+        raise InvalidPartitioning(f"{where} has degree {degree:,}; a plan has at most "
+                                  f"{MAX_DEVICES:,} devices")
+    return degree
+
 
 @dataclass(frozen=True)
 class StageConfig:
@@ -78,34 +114,43 @@ class Mesh:
 def parse_mesh(text: str) -> Mesh:
     """``2x4`` -> Mesh(2 nodes, 4 devices each)."""
     m = re.fullmatch(r"\s*([0-9]+)\s*[xX]\s*([0-9]+)\s*", str(text))
-    if not m or int(m.group(1)) < 1 or int(m.group(2)) < 1:
-        raise McapError(f"mesh {text!r} is not NxK with N nodes and K devices per node, "
+    if m:
+        nodes, per_node = (_count(g, f"mesh {_shown(text)}:") for g in m.groups())
+    if not m or nodes < 1 or per_node < 1:
+        raise McapError(f"mesh {_shown(text)} is not NxK with N nodes and K devices per node, "
                         "both >= 1 (e.g. 1x4 or 2x4)")
-    return Mesh(int(m.group(1)), int(m.group(2)))
+    if nodes * per_node > MAX_DEVICES:
+        raise McapError(f"mesh {text.strip()} has {nodes * per_node:,} devices; a mesh has at "
+                        f"most {MAX_DEVICES:,}")
+    return Mesh(nodes, per_node)
 
 
 def parse_plan(text: str) -> HybridPlan:
     """``3,3,10:tp2`` -> HybridPlan; errors name the stage that does not parse."""
     parts = str(text).split(",")
-    stages = []
+    shown = _shown(text)
+    stages, devices = [], 0
     for i, part in enumerate(parts):
         m = _STAGE.match(part)
         if not m:
             raise InvalidPartitioning(
-                f"plan {text!r}: stage {i} is {part.strip()!r}; write N (N layers on one device) "
-                "or N:dpK / N:tpK (N layers on K devices), e.g. 3,3,10:tp2")
-        layers = int(m.group(1))
+                f"plan {shown}: stage {i} is {_shown(part.strip())}; write N (N layers on one "
+                "device) or N:dpK / N:tpK (N layers on K devices), e.g. 3,3,10:tp2")
+        layers = _count(m.group(1), f"plan {shown}: stage {i}'s layer count")
         if layers < 1:
-            raise InvalidPartitioning(f"plan {text!r}: stage {i} has {layers} layers; every "
+            raise InvalidPartitioning(f"plan {shown}: stage {i} has {layers} layers; every "
                                       "stage needs at least one")
         if m.group(2):
-            degree = int(m.group(3))
-            if degree < 1:
-                raise InvalidPartitioning(f"plan {text!r}: stage {i} has degree {degree}; it "
-                                          "must be at least 1")
+            degree = check_degree(_count(m.group(3), f"plan {shown}: stage {i}'s degree"),
+                                  f"plan {shown}: stage {i}")
             stages.append(StageConfig(layers, m.group(2) if degree > 1 else "pp", degree))
         else:
             stages.append(StageConfig(layers))
+        devices += stages[-1].degree
+        if devices > MAX_DEVICES:  # checked as it grows: 10^6 stages of tp65536 stop at once
+            raise InvalidPartitioning(f"plan {shown} uses more than {MAX_DEVICES:,} devices "
+                                      f"(stages 0..{i} already {devices:,}); a plan has at "
+                                      f"most {MAX_DEVICES:,}")
     return HybridPlan(tuple(stages))
 
 

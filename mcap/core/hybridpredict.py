@@ -5,7 +5,9 @@ A stage config is (layers first..last, parallelism, degree) (``mcap.core.hybrid`
 per-device peak comes from:
 
 * ``pp`` (degree 1): the profile's own stage costs under the chosen predictor
-  (``mcap.core.recommend.costs_of``), exactly what ``predict --balance`` says (III-B1);
+  (``mcap.core.recommend.costs_at``), exactly what ``predict --balance`` says (III-B1), at
+  any ``batch_size`` it says it at (the profile's batch line, III-B2) and refused where it
+  refuses;
 * ``dp``/``tp`` at a profiled degree: the same predictor fitted on that variant's
   statistics and runs (``Profile.variants``; per device for dp/tp), "in similar fashion as
   for pipeline-parallel stages" (III-B3). At the profile's batch size the variant is fitted
@@ -40,6 +42,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from mcap.core import merging
 from mcap.core.costs import StageCosts
 from mcap.core.errors import McapError, SearchTooLarge
 from mcap.core.hybrid import STORE_ENGINE, HybridPlan, Mesh, batch_line, check_plan
@@ -78,11 +81,28 @@ def degree_fit(form: str, d1: int, m1, d2: int, m2, degree: int):
     return (inverse_fit if form == "inverse" else log_fit)(d1, m1, d2, m2, degree)
 
 
-def profile_command(profile: Profile) -> str:
-    """The command that adds the dp/tp statistics this profile lacks."""
+# The degrees ``profile --parallel`` measures (III-A1; ``mcap.workflow.hybrid``): a k-way
+# variant runs on at least 2 groups of k devices, so degree k needs ``--stages`` >= 2k.
+PROFILED_DEGREES = (2, 4)
+
+
+def profile_stages(profile: Profile, degree: Optional[int] = None) -> int:
+    """The ``--stages`` (devices) of a profile that measures ``degree`` or, above the
+    profiled degrees, the two largest of them (III-B3's fit): at least 2 groups of k."""
+    stages = profile.setup.stages
+    if degree is None:
+        return stages
+    return max(stages, 2 * min(degree, max(PROFILED_DEGREES)))
+
+
+def profile_command(profile: Profile, degree: Optional[int] = None,
+                    batch_size: Optional[int] = None) -> str:
+    """The command that adds the dp/tp statistics this profile lacks (for ``degree``: over
+    enough devices to measure it, :func:`profile_stages`; at ``batch_size``: there)."""
     s = profile.setup
-    return (f"python -m mcap profile --model {profile.model.spec} --stages {s.stages} "
-            f"--batch-size {s.batch_size} --chunks {s.chunks}"
+    return (f"python -m mcap profile --model {merging.real_spec(profile)} "
+            f"--stages {profile_stages(profile, degree)} "
+            f"--batch-size {s.batch_size if batch_size is None else batch_size} --chunks {s.chunks}"
             + (f" --device {s.device}" if s.device != "cpu" else "") + " --parallel dp,tp")
 
 
@@ -123,14 +143,29 @@ class HybridCosts:
     profile: Profile
     predictor: Optional[str] = None
     degree_fit: str = "inverse"  # above the profiled degrees: DEGREE_FITS
+    # Predict at this batch size (None: the profile's own), as ``predict --balance
+    # --batch-size`` does: pp stages through ``recommend.costs_at`` (the profile's batch
+    # line, III-B2), dp/tp stages from their variants at it or the line through two.
+    batch_size: Optional[int] = None
+
+    def __post_init__(self):
+        if self.batch_size is not None:  # also for plans without a pp stage
+            from mcap.core.batchscale import check_batch_size
+            check_batch_size(self.profile, int(self.batch_size))
 
     @property
     def num_layers(self) -> int:
         return self.profile.model.num_layers
 
     @property
+    def layers(self) -> int:
+        """The model's real layers, which plans are written in (a merged profile predicts
+        over fewer, ``num_layers``; ``mcap.core.merging``)."""
+        return merging.real_layers(self.profile)
+
+    @property
     def target(self) -> int:
-        return self.profile.setup.batch_size
+        return self.profile.setup.batch_size if self.batch_size is None else int(self.batch_size)
 
     def profiled(self, kind: str) -> dict[int, tuple[VariantStats, ...]]:
         """degree -> the variants usable at the target batch size: the one at it, else the
@@ -170,23 +205,35 @@ class HybridCosts:
             return None
         if len(have) >= 2 and degree > max(have):
             return None
-        others = [v for v in self.profile.variants if v.parallel == kind]
+        others = sorted({v.batch_size for v in self.profile.variants if v.parallel == kind})
+        if not have and others:
+            # Statistics of this kind exist, but not at (or either side of) the batch size
+            # asked for (``--batch-size``): one batch size draws no line (III-B2).
+            return (f"predicting a {kind}{degree} stage at batch size {self.target} needs the "
+                    f"profile's {kind} statistics at that batch size, or at two batch sizes for "
+                    f"the batch-size line (III-B2); the profile has them at batch size "
+                    f"{', '.join(map(str, others))} only. Predict at --batch-size {others[-1]}, "
+                    f"or add the runs at batch size {self.target} with: "
+                    f"{profile_command(self.profile, degree, batch_size=self.target)}")
         said = (f"{kind} degrees {', '.join(str(d) for d in sorted(have))}" if have else
-                f"no {kind} statistics" + (
-                    f" usable at batch size {self.target} (it has batch sizes "
-                    f"{', '.join(str(v.batch_size) for v in others)}: one, where two are needed)"
-                    if others else ""))
+                f"no {kind} statistics")
+        stages = profile_stages(self.profile, degree)
+        needed = min(degree, max(PROFILED_DEGREES))
+        where = ("" if stages == self.profile.setup.stages else
+                 f"; it was profiled over {self.profile.setup.stages} devices, and {kind}"
+                 f"{needed} needs --stages {stages} (a profile over {stages} devices: a k-way "
+                 f"stage is profiled on at least 2 groups of k devices)")
         return (f"predicting a {kind}{degree} stage needs the profile's {kind} statistics at "
-                f"degree {degree}, or at two smaller degrees for the logarithmic fit (III-B3); "
-                f"the profile has {said}. Add the 2- and 4-way dp and tp runs with: "
-                f"{profile_command(self.profile)}")
+                f"degree {degree}, or at two smaller degrees for the degree fit (III-B3); "
+                f"the profile has {said}{where}. Add the 2- and 4-way dp and tp runs with: "
+                f"{profile_command(self.profile, degree)}")
 
     def available(self, kind: str, degree: int) -> bool:
         return self.why_not(kind, degree) is None
 
     def pp_costs(self) -> StageCosts:
-        from mcap.core.recommend import costs_of
-        return costs_of(self.profile, self.predictor)
+        from mcap.core.recommend import costs_at
+        return costs_at(self.profile, self.batch_size, self.predictor)
 
     def _at_degree(self, kind: str, degree: int) -> StageCosts:
         from mcap.core.recommend import costs_of
@@ -216,9 +263,12 @@ class HybridCosts:
         return self.costs(kind, degree).stage(first, last)
 
     def peaks(self, plan: HybridPlan) -> tuple[int, ...]:
-        """Per-device predicted peaks of a plan, in stage order; its layers must sum to the
-        model's (``check_plan``)."""
-        check_plan(plan, self.num_layers)
+        """Per-device predicted peaks of a plan over the model's real layers, in stage order;
+        its layers must sum to the model's (``check_plan``). A merged profile predicts it on
+        its merged layers (``merging.contract_plan``, as ``predict --balance`` does)."""
+        sizes = merging.sizes_of(self.profile)
+        plan = check_plan(plan, self.num_layers) if sizes is None else \
+            merging.contract_plan(plan, sizes)
         out: list[int] = []
         first = 0
         for s in plan.stages:
@@ -276,6 +326,8 @@ class MeshRecommendation:
     prune: bool
     predictor: str
     missing: tuple[str, ...] = ()  # why a kind was left out of the search
+    batch_size: Optional[int] = None  # predicted at (the profile's own when None is asked)
+    line: Optional[dict] = None  # the pp costs' details: ``batch_line`` when on the line
 
     @property
     def peak(self) -> int:
@@ -287,7 +339,7 @@ class MeshRecommendation:
                 "plan": self.plan.as_json(), "predicted_peaks": list(self.peaks),
                 "predicted_peak": self.peak, "seconds": self.seconds,
                 "evaluated": self.evaluated, "kinds": list(self.kinds),
-                "missing": list(self.missing)}
+                "missing": list(self.missing), "batch_size": self.batch_size}
 
 
 def searchable(costs: HybridCosts, mesh: Mesh) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -313,14 +365,17 @@ def placeable(costs: HybridCosts, mesh: Mesh, kinds: Sequence[str]) -> list[tupl
 def recommend_mesh(profile: Profile, mesh: Mesh, method: str = "exact", prune: bool = True,
                    predictor: Optional[str] = None,
                    kinds: Optional[Sequence[str]] = None,
-                   degree_fit: str = "inverse") -> MeshRecommendation:
+                   degree_fit: str = "inverse",
+                   batch_size: Optional[int] = None) -> MeshRecommendation:
     """The plan of the profile's layers on ``mesh`` with the lowest predicted per-device peak
     (III-C, Algorithm 4 or the exact DP; both give the same plan). Configs (kind, degree) the
     profile cannot predict are left out, and ``missing`` says why; with no dp/tp config left
-    the plans are pipeline-only (one layer group per device)."""
+    the plans are pipeline-only (one layer group per device). ``batch_size``: predict there
+    (``HybridCosts.batch_size``), as ``recommend --stages --batch-size`` does."""
     if method not in METHODS:
         raise McapError(f"mesh method {method!r} is not one of {', '.join(METHODS)}")
-    hc = HybridCosts(profile, predictor, degree_fit)
+    hc = HybridCosts(profile, predictor, degree_fit, batch_size=batch_size)
+    pp = hc.pp_costs()  # refuses a batch size the profile cannot predict, before searching
     found, missing = searchable(hc, mesh)
     if kinds is not None:
         bad = [k for k in kinds if k not in KINDS]
@@ -345,10 +400,15 @@ def recommend_mesh(profile: Profile, mesh: Mesh, method: str = "exact", prune: b
 
     res: MeshResult = (exact_plan(L, mesh, cost, kinds=found, only=opts) if method == "exact"
                        else enumerate_plans(L, mesh, cost, prune=prune, kinds=found, only=opts))
-    return MeshRecommendation(method, mesh, res.plan, tuple(int(p) for p in res.peaks),
+    sizes = merging.sizes_of(profile)
+    # The search ran over a merged profile's merged layers; the plan is shown, measured and
+    # predicted again over the real ones, as ``recommend --stages`` prints its balance.
+    plan = res.plan if sizes is None else merging.expand_plan(res.plan, sizes)
+    return MeshRecommendation(method, mesh, plan, tuple(int(p) for p in res.peaks),
                               res.seconds, res.explored, found,
                               prune=prune and method == "enumerate",  # the DP never prunes
-                              predictor=hc.pp_costs().predictor, missing=missing)
+                              predictor=pp.predictor, missing=missing, batch_size=hc.target,
+                              line=dict(pp.details or {}))
 
 
 @dataclass(frozen=True)
@@ -375,8 +435,12 @@ def pp_batch_sizes(profile: Profile) -> tuple[int, ...]:
 
 def batch_fit(profile: Profile, first: int, last: int, predictor: Optional[str] = None) -> BatchFit:
     """The line through pp stage ``first..last``'s predicted peaks at the two profiled batch
-    sizes nearest the target (``profile --capture``: B/4 and B/2); refused naming them."""
+    sizes nearest the target (``profile --capture``: B/4 and B/2); refused naming them.
+    ``first..last`` are real layers (a merged profile's stage: ``merging.merged_window``);
+    the returned fit keeps them."""
     from mcap.core.recommend import costs_of
+    sizes = merging.sizes_of(profile)
+    a, z = (first, last) if sizes is None else merging.merged_window(first, last, sizes)
     sizes = pp_batch_sizes(profile)
     target = profile.setup.batch_size
     if len(sizes) < 2:
@@ -388,5 +452,5 @@ def batch_fit(profile: Profile, first: int, last: int, predictor: Optional[str] 
     peaks = []
     for b in two:
         v = next(v for v in profile.variants if v.key == (b, "pp", 1))
-        peaks.append(costs_of(variant_profile(profile, v), predictor).stage(first, last))
+        peaks.append(costs_of(variant_profile(profile, v), predictor).stage(a, z))
     return BatchFit(first, last, (two[0], two[1]), (peaks[0], peaks[1]), target)

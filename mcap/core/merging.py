@@ -15,7 +15,7 @@ import dataclasses
 from typing import Optional, Sequence
 
 from mcap.core.errors import InvalidPartitioning, McapError
-from mcap.core.hybrid import merge_layers
+from mcap.core.hybrid import HybridPlan, check_plan, merge_layers
 from mcap.core.types import Layer, LayerStats, ModelInfo, Profile, Run, VariantStats
 
 EXTRA_KEY = "merged"
@@ -32,6 +32,21 @@ def sizes_of(profile: Profile) -> Optional[tuple[int, ...]]:
         raise McapError(f"the profile's extra.merged.sizes {sizes!r} is not one positive layer "
                         f"count per merged layer ({profile.model.num_layers})")
     return tuple(sizes)
+
+
+def real_layers(profile: Profile) -> int:
+    """The model's real layer count: what balances and plans are written in."""
+    sizes = sizes_of(profile)
+    return profile.model.num_layers if sizes is None else sum(sizes)
+
+
+def real_spec(profile: Profile) -> str:
+    """The spec of the model the profile's layers belong to (a merged profile's spec names
+    its groups, :func:`merged_spec`, and builds nothing): what ``measure`` is given."""
+    sizes = sizes_of(profile)
+    suffix = "" if sizes is None else merged_spec("", sizes)
+    spec = profile.model.spec
+    return spec[:-len(suffix)] if suffix and spec.endswith(suffix) else spec
 
 
 def merged_model(info: ModelInfo, sizes: Sequence[int]) -> ModelInfo:
@@ -69,13 +84,15 @@ def expand(balance: Sequence[int], sizes: Sequence[int]) -> tuple[int, ...]:
     return tuple(out)
 
 
-def contract(balance: Sequence[int], sizes: Sequence[int]) -> tuple[int, ...]:
+def contract(balance: Sequence[int], sizes: Sequence[int],
+             name: Optional[str] = None) -> tuple[int, ...]:
     """A balance over original layers -> over merged layers; refused naming the stage
-    boundary that falls inside a merged layer."""
+    boundary that falls inside a merged layer (``name``: how errors call it)."""
     total = sum(sizes)
+    name = name or f"balance {','.join(map(str, balance))}"
     if sum(balance) != total:
-        raise InvalidPartitioning(f"balance {','.join(map(str, balance))} places "
-                                  f"{sum(balance)} layers but the model has {total}")
+        raise InvalidPartitioning(f"{name} places {sum(balance)} layers but the model has "
+                                  f"{total}")
     ends, at = {}, 0
     for i, n in enumerate(sizes):
         at += n
@@ -85,12 +102,41 @@ def contract(balance: Sequence[int], sizes: Sequence[int]) -> tuple[int, ...]:
         cut += n
         if cut not in ends:
             raise InvalidPartitioning(
-                f"balance {','.join(map(str, balance))}: the stage boundary after layer "
+                f"{name}: the stage boundary after layer "
                 f"{cut - 1} falls inside a merged layer of this profile (merged sizes "
                 f"{','.join(map(str, sizes))}); boundaries must fall between merged layers")
         out.append(ends[cut] - prev)
         prev = ends[cut]
     return tuple(out)
+
+
+def expand_plan(plan: HybridPlan, sizes: Sequence[int]) -> HybridPlan:
+    """A hybrid plan over merged layers -> the same plan over the original layers (each
+    stage keeps its parallelism and degree): :func:`expand` of its balance."""
+    return HybridPlan(tuple(dataclasses.replace(s, layers=n)
+                            for s, n in zip(plan.stages, expand(plan.balance, sizes))))
+
+
+def contract_plan(plan: HybridPlan, sizes: Sequence[int]) -> HybridPlan:
+    """A hybrid plan over original layers -> over merged layers (:func:`contract`)."""
+    check_plan(plan, sum(sizes))
+    return HybridPlan(tuple(dataclasses.replace(s, layers=n) for s, n in
+                            zip(plan.stages, contract(plan.balance, sizes, f"plan {plan.text}"))))
+
+
+def merged_window(first: int, last: int, sizes: Sequence[int]) -> tuple[int, int]:
+    """Original layers first..last -> the merged layers holding exactly them; refused
+    naming the boundary that falls inside a merged layer."""
+    starts, at = {}, 0
+    for i, n in enumerate(sizes):
+        starts[at] = i
+        at += n
+    ends = {s + n - 1: i for s, i, n in ((s, i, sizes[i]) for s, i in starts.items())}
+    if first not in starts or last not in ends or first > last:
+        raise InvalidPartitioning(
+            f"layers {first}..{last} do not start and end at merged layers of this profile "
+            f"(merged sizes {','.join(map(str, sizes))})")
+    return starts[first], ends[last]
 
 
 def contract_run(run: Run, sizes: Sequence[int]) -> Optional[Run]:

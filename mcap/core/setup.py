@@ -42,9 +42,7 @@ def check_setup(setup: Setup, engines: Optional[tuple[str, ...]] = None) -> None
         value = getattr(setup, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise McapError(f"{name.replace('_', ' ')} must be an integer >= 1, got {value!r}")
-    if setup.batch_size % setup.chunks:
-        raise McapError(f"batch size {setup.batch_size} does not split into {setup.chunks} "
-                        "equal micro-batches")
+    split_batch(setup.batch_size, setup.chunks)
     if setup.schedule == "1f1b" and setup.chunks < setup.stages:
         raise McapError(f"schedule 1f1b needs at least as many micro-batches as stages: "
                         f"chunks {setup.chunks} < stages {setup.stages}")
@@ -69,6 +67,16 @@ def press_code(plan) -> str:
     run's own)."""
     return ",".join("d%d" % a.target if a.action == "d2d" else a.action[0]
                     for stage in plan.stages for a in stage)
+
+
+def split_batch(batch_size: int, chunks: int, where: str = "") -> int:
+    """Samples per micro-batch of ``batch_size`` split into ``chunks`` equal micro-batches,
+    the runner's rule for every run; McapError naming both otherwise (``where``: whose
+    chunks, e.g. " (the profile's chunks)")."""
+    if batch_size % chunks:
+        raise McapError(f"batch size {batch_size} does not split into {chunks} equal "
+                        f"micro-batches{where}")
+    return batch_size // chunks
 
 
 def micro_batch(setup: Setup) -> int:

@@ -36,7 +36,7 @@ def profile(spec: str, setup: Setup, out: Optional[Path], *, store, sizes: Seque
 
     started = time.monotonic()
     sizes = batchscale.check_sizes(sizes, setup.batch_size, setup.chunks)
-    check_merge_to(spec, setup, merge_to)
+    check_merge_to(spec, setup, merge_to, scheme)
     results: dict[int, ProfileResult] = {}
     groups, basis = None, []
     options = dict(store=store, scheme=scheme, job=job, stream=stream, timeout=timeout,
@@ -80,15 +80,22 @@ def profile(spec: str, setup: Setup, out: Optional[Path], *, store, sizes: Seque
     return ProfileResult(prof, profile_id, tally)
 
 
-def check_merge_to(spec: str, setup: Setup, merge_to: Optional[int]) -> None:
-    """``--merge-to`` must leave at least one merged layer per stage and at most the
-    model's layers; refused before any run."""
+def check_merge_to(spec: str, setup: Setup, merge_to: Optional[int],
+                   scheme: str = "mcap") -> None:
+    """``--merge-to`` must leave as many merged layers as the profiling scheme needs on
+    ``setup.stages`` (``mcap.core.plan.minimum_layers``: the merged layers are profiled
+    with it) and at most the model's layers; refused before any run."""
+    from mcap.core.plan import minimum_layers
     if merge_to is None:
         return
     layers = profiling.model_info(spec).num_layers
-    if not setup.stages <= merge_to <= layers:
-        raise McapError(f"--merge-to {merge_to}: the model has {layers} layers and --stages "
-                        f"{setup.stages}, so {setup.stages}..{layers} merged layers are possible")
+    low = max(setup.stages, minimum_layers(setup.stages, scheme))
+    if not low <= merge_to <= layers:
+        why = (f"the {scheme} scheme profiles at least {low} layers on {setup.stages} stages")
+        possible = (f"so {low}..{layers} merged layers are possible" if low <= layers else
+                    "so no layer count is possible: profile without --merge-to")
+        raise McapError(f"--merge-to {merge_to}: the model has {layers} layers and "
+                        f"{why}, {possible}")
 
 
 def sizes_from_args(target: int, explicit: Optional[Sequence[int]], capture: bool
@@ -117,7 +124,7 @@ def profile_merged(spec: str, setup: Setup, out: Optional[Path], *, store, merge
     on the merged layers. The merged profile is the result."""
     from mcap.io import jsonio
 
-    check_merge_to(spec, setup, merge_to)
+    check_merge_to(spec, setup, merge_to, options.get("scheme", "mcap"))
     started = time.monotonic()
     full = profiling.profile(spec, setup, None, store=store,
                              name=f"{name or 'merge'}: before merging", **options)

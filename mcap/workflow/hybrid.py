@@ -44,12 +44,13 @@ from typing import Optional, Sequence, TextIO
 
 from mcap.core.errors import McapError
 from mcap.core.hybrid import HybridPlan, StageConfig, check_micro_batches, store_engine
+from mcap.core.hybridpredict import PROFILED_DEGREES
 from mcap.core.types import LayerStats, Profile, Run, Setup, VariantStats
 from mcap.store import Store
 from mcap.workflow.progress import ProgressBar
 
 KINDS = ("dp", "tp")
-DEGREES = (2, 4)  # CAPTURE profiles 2- and 4-way only (III-A1)
+DEGREES = PROFILED_DEGREES  # CAPTURE profiles 2- and 4-way only (III-A1)
 
 
 def parse_kinds(text: str) -> tuple[str, ...]:

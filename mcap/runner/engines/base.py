@@ -10,11 +10,46 @@ balance (``run``: one ``StageResult`` per stage that process ran, measured with
 """
 from __future__ import annotations
 
-from typing import ClassVar
+import os
+from typing import ClassVar, Optional
 
 from mcap.core.errors import McapError
 from mcap.core.registry import Registry
 from mcap.core.types import Setup
+
+# CPU worker processes one run may start on this machine: each is a training process with
+# its own memory (a forked stage), so a typo such as ``--plan 4:tp1000`` would start a
+# thousand. A machine with the cores and memory for more raises it with this variable.
+MAX_CPU_PROCESSES = 64
+CPU_PROCESSES_ENV = "MCAP_MAX_CPU_PROCESSES"
+
+
+def max_cpu_processes() -> int:
+    """The CPU process cap: ``$MCAP_MAX_CPU_PROCESSES`` when set, else MAX_CPU_PROCESSES."""
+    text = os.environ.get(CPU_PROCESSES_ENV)
+    if text is None or not text.strip():
+        return MAX_CPU_PROCESSES
+    if not text.strip().isdigit() or len(text.strip()) > 7 or int(text) < 1:
+        raise McapError(f"{CPU_PROCESSES_ENV}={text!r:.40} is not a whole number of processes "
+                        ">= 1")
+    return int(text)
+
+
+def check_processes(processes: int, device: str, gpus: Optional[int] = None,
+                    what: str = "this run") -> None:
+    """Refuse, before any process starts, a count of worker processes this machine cannot
+    give: on the CPU more than :func:`max_cpu_processes`; on CUDA (``gpus`` counted) more
+    than one per GPU. The one check every engine and the multi-node launcher ask."""
+    if device == "cpu":
+        cap = max_cpu_processes()
+        if processes > cap:
+            raise McapError(f"{what} needs {processes:,} CPU processes (one per device) but "
+                            f"at most {cap} may be started on this machine; set "
+                            f"{CPU_PROCESSES_ENV} to allow more where the cores and memory "
+                            "are there")
+    elif device == "cuda" and gpus is not None and processes > gpus:
+        raise McapError(f"{what} needs {processes:,} CUDA devices (one per process) but this "
+                        f"machine has {gpus}")
 
 
 class Engine:
@@ -41,6 +76,9 @@ class Engine:
                             f"not {setup.device}")
         if setup.device == "cuda" and gpus == 0:
             raise McapError("device cuda was asked for but no CUDA device was found; use device cpu")
+        if setup.device == "cpu":  # CUDA: each engine says whether its stages may share a GPU
+            check_processes(self.processes(setup), "cpu",
+                            what=f"a run of {setup.stages} devices on engine {self.name}")
 
     # --- worker side (torch) ------------------------------------------------------------
     def build(self, init):

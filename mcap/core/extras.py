@@ -9,7 +9,8 @@
               "shared": [[owner, last, bytes], ...],         (optional)
               "backward_bytes": [int, ...],                  (optional: num_layers ints)
               "backward_transients": [[first, accumulate, swapped], ...],  (optional)
-              "forward_transients": [[keep, swapped], ...]}                (optional)
+              "forward_transients": [[keep, swapped], ...],                (optional)
+              "swap_seconds": [float, ...]}                                (optional)
 
 Reading checks every value (a file is data: types, ranges, lengths) and raises through the
 caller's ``fail(where, message)`` so the message names the file and the key. Runs are read
@@ -51,7 +52,9 @@ def press_to_json(press: PressStats) -> dict:
             **({"backward_transients": [[int(x) for x in t] for t in press.backward_transients]}
                if press.backward_transients else {}),
             **({"forward_transients": [[int(x) for x in t] for t in press.forward_transients]}
-               if press.forward_transients else {})}
+               if press.forward_transients else {}),
+            **({"swap_seconds": [float(x) for x in press.swap_seconds]}
+               if press.swap_seconds else {})}
 
 
 def _show(v: Any) -> str:
@@ -161,7 +164,13 @@ def press_from_json(x: Any, num_layers: int, fail) -> Optional[PressStats]:
                                                      fail, num_layers)))
     back_t = _rows(x, "backward_transients", ("first", "accumulate", "swapped"), num_layers, fail)
     fwd_t = _rows(x, "forward_transients", ("keep", "swapped"), num_layers, fail)
-    return PressStats(saved, fwd, host, d2d, bounds, tuple(shared), backward, back_t, fwd_t)
+    swap_s = ()
+    if x.get("swap_seconds") is not None:  # absent in files written before it was measured
+        swap_s = tuple(_num(b, f"press.swap_seconds[{j}]", fail, MAX_SECONDS)
+                       for j, b in enumerate(_list(x["swap_seconds"], "press.swap_seconds",
+                                                   fail, num_layers)))
+    return PressStats(saved, fwd, host, d2d, bounds, tuple(shared), backward, back_t, fwd_t,
+                      swap_s)
 
 
 def _rows(x: dict, key: str, names: tuple, num_layers: int, fail) -> tuple:

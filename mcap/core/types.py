@@ -190,6 +190,7 @@ class PressStats:
     backward_bytes: tuple[int, ...] = ()
     backward_transients: tuple[tuple[int, int, int], ...] = ()
     forward_transients: tuple[tuple[int, int], ...] = ()
+    swap_seconds: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,10 @@ process on the setup's device with the setup's intra-op threads:
   above the level where it starts (its saved storages and temporaries; swapped, what it
   holds until the moved storages' originals are let go): a plan that empties a stage's
   backward can move its peak into a forward.
+* ``swap_seconds[l]``: what host-swapping layer ``l`` adds to its forward and backward for
+  one micro-batch, timed here the way the runner swaps (:func:`transients`): the copies
+  out and back, the fresh allocations and the saved-tensor hooks' own work, which a
+  bandwidth alone does not show for small activations (VGG11's 4-16 KB layers).
 * ``forward_seconds[l]``: the layer's forward time per micro-batch with autograd
   recording (what recomputing it costs), the median of ``repeats`` after one warm-up.
 * ``host_bandwidth``: bytes per second of one direction of a host swap done the way the
@@ -86,14 +90,14 @@ def measure(spec: str, setup: Setup, repeats: int = REPEATS) -> PressStats:
         x = inputs[: micro_batch(setup)].to(device)
         saved, bounds, shared = saved_and_boundaries(module, x)
         backward = backward_bytes(module, x, device)
-        back_t, fwd_t = transients(module, x, device)
+        back_t, fwd_t, swap_s = transients(module, x, device, repeats)
         forward = forward_seconds(module, x, repeats, device)
         host = host_bandwidth(device, repeats)
         d2d = d2d_bandwidth(device, repeats)
     finally:
         torch.set_num_threads(old)
     return PressStats(tuple(saved), tuple(forward), host, d2d, bounds, shared, tuple(backward),
-                      tuple(back_t), tuple(fwd_t))
+                      tuple(back_t), tuple(fwd_t), tuple(swap_s))
 
 
 def _storages(out) -> list:
@@ -212,11 +216,14 @@ def _fresh(x):
     return tuple(one(t) for t in x) if isinstance(x, (tuple, list)) else one(x)
 
 
-def transients(module: torch.nn.Sequential, x: torch.Tensor, device: torch.device
-               ) -> tuple[list[tuple[int, int, int]], list[tuple[int, int]]]:
+def transients(module: torch.nn.Sequential, x: torch.Tensor, device: torch.device,
+               repeats: int = REPEATS
+               ) -> tuple[list[tuple[int, int, int]], list[tuple[int, int]], list[float]]:
     """Per layer, for one micro-batch, the most bytes held above the level where a pass
     starts (module docstring): its backward ``(first, accumulate, swapped)`` and its forward
-    ``(keep, swapped)``. Parameters require grad: ``first`` allocates their gradients,
+    ``(keep, swapped)``; and the seconds swapping it adds to its forward and backward (the
+    median over ``repeats`` of swapped minus kept, timed alternately: the copies, the fresh
+    allocations and the hooks' own work, as the runner does them). Parameters require grad: ``first`` allocates their gradients,
     ``accumulate`` adds to existing ones (the backwards of later micro-batches), ``swapped``
     too with every storage the layer saves moved to host memory at its forward by the
     runner's own hooks (``mcap.runner.press``) and brought back when backward unpacks it.
@@ -233,29 +240,37 @@ def transients(module: torch.nn.Sequential, x: torch.Tensor, device: torch.devic
             inputs.append(out)
             out = layer(out)
         del out
-    backward, forward = [], []
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    backward, forward, seconds = [], [], []
     for i, layer in enumerate(module):
         leaves = _leaves(inputs[i], i > 0)
         hooks = PressStage(torch.nn.Sequential(layer), [LayerAction(0, "swap")], 0)
         back, fwd = [], {}
         for mode in ("first", "accumulate", "swapped"):
-            up, down = _pass(layer, leaves, hooks if mode == "swapped" else None,
-                             now, reset, top)
+            up, down, _ = _pass(layer, leaves, hooks if mode == "swapped" else None,
+                                now, reset, top, sync)
             back.append(down)
             fwd[mode] = up
+        extra = []
+        for _ in range(repeats):  # timed alternately, both warm by now
+            kept = _pass(layer, leaves, None, now, reset, top, sync)[2]
+            extra.append(_pass(layer, leaves, hooks, now, reset, top, sync)[2] - kept)
         for p in layer.parameters():
             p.grad = None
         backward.append(tuple(back))
         forward.append((fwd["accumulate"], fwd["swapped"]))
+        seconds.append(max(0.0, statistics.median(extra)))
         del leaves, hooks
-    return backward, forward
+    return backward, forward, seconds
 
 
-def _pass(layer, leaves, hooks, now, reset, top) -> tuple[int, int]:
+def _pass(layer, leaves, hooks, now, reset, top, sync) -> tuple[int, int, float]:
     """One forward and backward of ``layer`` (swapping what it saves when ``hooks``, a
-    ``PressStage``): the peaks of each above its start."""
+    ``PressStage``): the peaks of each above its start, and the seconds both took."""
     from mcap.runner.press import Saver
 
+    sync()
+    t0 = time.perf_counter()
     xs = _fresh(leaves)
     saver = Saver(hooks) if hooks is not None else None
     if saver is not None:
@@ -272,12 +287,15 @@ def _pass(layer, leaves, hooks, now, reset, top) -> tuple[int, int]:
     outs = [t for t in (ys if isinstance(ys, tuple) else (ys,))
             if isinstance(t, torch.Tensor) and t.requires_grad]
     if not outs:  # nothing to differentiate (a layer on the model's integer input)
-        return up, 0
+        sync()
+        return up, 0, time.perf_counter() - t0
     grads = [torch.ones_like(t) for t in outs]
     start = now()
     reset()
     torch.autograd.backward(outs, grads)
-    return up, max(0, top() - start)
+    down = max(0, top() - start)
+    sync()
+    return up, down, time.perf_counter() - t0
 
 
 def _counters(device: torch.device):

@@ -58,7 +58,9 @@ own penalty, and a swap is free when its live interval hides it):
 
 * recompute: the layer's forward again in backward, ``forward_seconds`` per micro-batch;
 * swap / d2d: per micro-batch, ``2 * saved / bandwidth`` (out after forward, back before
-  backward; host or device-to-device bandwidth) minus the layer's *live interval* for that
+  backward; host or device-to-device bandwidth), or where ``profile --press`` timed it
+  (``PressStats.swap_seconds``) the measured swap of the layer, which also holds the
+  fresh allocations and the hooks' own work (a d2d swap: that overhead plus its copies) minus the layer's *live interval* for that
   micro-batch (from the end of its forward to the start of its backward, footnote 1),
   at least 0 (footnote 2). The overlap needs a copy engine beside the compute (CUDA side
   streams, MPress III-E); on CPU stage processes the saved-tensor hooks copy on the
@@ -217,8 +219,26 @@ def swap_penalty(nbytes: int, bandwidth: float, live: Sequence[float]) -> float:
     """Seconds a swap adds over the micro-batches: transfer out and back beyond the live interval."""
     if nbytes == 0:
         return 0.0
-    transfer = 2.0 * nbytes / bandwidth
-    return sum(max(0.0, transfer - x) for x in live)
+    return _penalty(2.0 * nbytes / bandwidth, live)
+
+
+def _penalty(transfer: float, live: Sequence[float]) -> float:
+    return sum(max(0.0, transfer - x) for x in live) if transfer > 0 else 0.0
+
+
+def _transfer(nbytes: float, bandwidth: float, host_bandwidth: float, measured: Sequence[float],
+              l: int) -> float:
+    """Seconds one micro-batch's swap of layer ``l`` takes out and back: measured as the
+    runner does it (``PressStats.swap_seconds``: the copies, fresh allocations and the
+    hooks' own work) where the profile has it, the part beyond the host copies carried to
+    a d2d swap at its own bandwidth; else ``2 * nbytes / bandwidth``."""
+    if nbytes <= 0:
+        return 0.0
+    copies = 2.0 * nbytes / bandwidth
+    if not measured:
+        return copies
+    overhead = max(0.0, measured[l] - 2.0 * nbytes / host_bandwidth)
+    return overhead + copies
 
 
 def problem(profile: Profile, balance: Sequence[int], capacity: Optional[int] = None,
@@ -247,7 +267,8 @@ def problem(profile: Profile, balance: Sequence[int], capacity: Optional[int] = 
                         work=profile.press.backward_bytes,
                         params=[layer.param_bytes for layer in profile.model.layers],
                         transients=profile.press.backward_transients,
-                        forward_peaks=profile.press.forward_transients)
+                        forward_peaks=profile.press.forward_transients,
+                        swap_seconds=profile.press.swap_seconds)
 
 
 def check_profile(profile: Profile) -> None:
@@ -267,7 +288,8 @@ def problem_from(model: str, balance, base, schedule: str, chunks: int, saved, f
                  capacity: Optional[int] = None, overlap: bool = True,
                  boundaries: Sequence = (), shared: Sequence = (),
                  work: Sequence = (), params: Sequence = (),
-                 transients: Sequence = (), forward_peaks: Sequence = ()) -> Problem:
+                 transients: Sequence = (), forward_peaks: Sequence = (),
+                 swap_seconds: Sequence = ()) -> Problem:
     """The problem from bare numbers (tests, benchmarks, scaling); ``overlap``: transfers
     may hide in live intervals (a device with copy engines, module docstring);
     ``boundaries``: ``PressStats.boundaries`` (empty: nothing pinned); ``work``:
@@ -289,6 +311,8 @@ def problem_from(model: str, balance, base, schedule: str, chunks: int, saved, f
     if transients and (len(transients) != len(saved) or any(len(t) != 3 for t in transients)):
         raise McapError(f"{len(transients)} backward transients for {len(saved)} layers "
                         "(expected one (first, accumulate, swapped) triple per layer)")
+    if swap_seconds and len(swap_seconds) != len(saved):
+        raise McapError(f"{len(swap_seconds)} swap times for {len(saved)} layers")
     if forward_peaks and (len(forward_peaks) != len(saved)
                           or any(len(t) != 2 for t in forward_peaks)):
         raise McapError(f"{len(forward_peaks)} forward transients for {len(saved)} layers "
@@ -304,8 +328,10 @@ def problem_from(model: str, balance, base, schedule: str, chunks: int, saved, f
     # its copy dropped when the forward returns (mcap.runner.press), a pinned input never.
     moved = [saved[l] - pin_in[l] - pin_out[l] for l in range(len(saved))]
     costs = tuple({"recompute": forward[l] * chunks,
-                   "swap": swap_penalty(moved[l] + pin_out[l] / 2, host_bandwidth, live[l]),
-                   "d2d": swap_penalty(moved[l] + pin_out[l] / 2, d2d_bandwidth, live[l])}
+                   "swap": _penalty(_transfer(moved[l] + pin_out[l] / 2, host_bandwidth,
+                                              host_bandwidth, swap_seconds, l), live[l]),
+                   "d2d": _penalty(_transfer(moved[l] + pin_out[l] / 2, d2d_bandwidth,
+                                             host_bandwidth, swap_seconds, l), live[l])}
                   for l in range(len(saved)))
     shared = tuple((int(o), int(k), int(n)) for o, k, n in shared
                    if 0 <= o < k < len(saved) and _same_stage(balance, o, k))
@@ -349,8 +375,8 @@ def _window_events(schedule, chunks, s, G, a, z, saved, work, params, transients
             if a <= o <= z:
                 varying[o - a] -= min(n, varying[o - a])
         held_out = sum(n for o, n in boundaries[z + 1] if not a <= o <= z)
-        if s == G - 1:  # the loss (cross-entropy) keeps the output and its log-softmax
-            held_out = 2 * sum(n for _, n in boundaries[z + 1])
+        if s == G - 1:  # the model's output, kept for the loss (events.stage_events)
+            held_out = sum(n for _, n in boundaries[z + 1])
         grad_in = sum(n for _, n in boundaries[a]) if s > 0 else 0
         grad_out = [sum(n for _, n in boundaries[l + 1]) if l < z or s == G - 1 else 0
                     for l in range(a, z + 1)]

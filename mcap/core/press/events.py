@@ -102,16 +102,18 @@ def stage_events(schedule: str, stage: int, stages: int, chunks: int, start: int
                 record(-1, l, max(F[l], saved[l]))
                 live[l] += 1
                 acts += saved[l]
-            acts += held_out
+            acts += held_out * (2 if last else 1)
             continue
+        if last:  # the loss's backward runs first and lets its log-softmax go
+            acts -= held_out
         for j in reversed(range(n)):
             record(j, -1, (T2[j] if has_grad[j] else T1[j]) + G[j])
             live[j] -= 1
-            acts -= saved[j] + (held_out if j == n - 1 and last else 0)
+            acts -= saved[j]
             if not has_grad[j]:
                 has_grad[j] = True
                 grads += P[j]
-        acts += grad_in
+        acts += grad_in - (held_out if last else 0)  # the output, dropped with the graph
     E = len(lives)
     return StageEvents(start, np.array(lives, dtype=np.int64).reshape(E, n),
                        np.array(ats, dtype=np.int64), np.array(fats, dtype=np.int64),

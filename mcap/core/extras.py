@@ -10,7 +10,8 @@
               "backward_bytes": [int, ...],                  (optional: num_layers ints)
               "backward_transients": [[first, accumulate, swapped], ...],  (optional)
               "forward_transients": [[keep, swapped], ...],                (optional)
-              "swap_seconds": [float, ...]}                                (optional)
+              "swap_seconds": [float, ...],                                (optional)
+              "recompute_transients": [[forward, backward], ...]}          (optional)
 
 Reading checks every value (a file is data: types, ranges, lengths) and raises through the
 caller's ``fail(where, message)`` so the message names the file and the key. Runs are read
@@ -54,7 +55,10 @@ def press_to_json(press: PressStats) -> dict:
             **({"forward_transients": [[int(x) for x in t] for t in press.forward_transients]}
                if press.forward_transients else {}),
             **({"swap_seconds": [float(x) for x in press.swap_seconds]}
-               if press.swap_seconds else {})}
+               if press.swap_seconds else {}),
+            **({"recompute_transients": [[int(x) for x in t]
+                                         for t in press.recompute_transients]}
+               if press.recompute_transients else {})}
 
 
 def _show(v: Any) -> str:
@@ -169,8 +173,9 @@ def press_from_json(x: Any, num_layers: int, fail) -> Optional[PressStats]:
         swap_s = tuple(_num(b, f"press.swap_seconds[{j}]", fail, MAX_SECONDS)
                        for j, b in enumerate(_list(x["swap_seconds"], "press.swap_seconds",
                                                    fail, num_layers)))
+    rec_t = _rows(x, "recompute_transients", ("forward", "backward"), num_layers, fail)
     return PressStats(saved, fwd, host, d2d, bounds, tuple(shared), backward, back_t, fwd_t,
-                      swap_s)
+                      swap_s, rec_t)
 
 
 def _rows(x: dict, key: str, names: tuple, num_layers: int, fail) -> tuple:

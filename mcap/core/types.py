@@ -191,6 +191,7 @@ class PressStats:
     backward_transients: tuple[tuple[int, int, int], ...] = ()
     forward_transients: tuple[tuple[int, int], ...] = ()
     swap_seconds: tuple[float, ...] = ()
+    recompute_transients: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)

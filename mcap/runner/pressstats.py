@@ -42,6 +42,9 @@ process on the setup's device with the setup's intra-op threads:
   above the level where it starts (its saved storages and temporaries; swapped, what it
   holds until the moved storages' originals are let go): a plan that empties a stage's
   backward can move its peak into a forward.
+* ``recompute_transients[l]``: ``(forward, backward)``, the same for the layer run as a
+  one-layer recompute segment (``torch.utils.checkpoint``, non-reentrant, as the runner
+  does): its forward keeps only its input, its backward re-runs the forward first.
 * ``swap_seconds[l]``: what host-swapping layer ``l`` adds to its forward and backward for
   one micro-batch, timed here the way the runner swaps (:func:`transients`): the copies
   out and back, the fresh allocations and the saved-tensor hooks' own work, which a
@@ -64,7 +67,7 @@ import contextlib
 import statistics
 import tempfile
 import time
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import torch
 
@@ -90,14 +93,15 @@ def measure(spec: str, setup: Setup, repeats: int = REPEATS) -> PressStats:
         x = inputs[: micro_batch(setup)].to(device)
         saved, bounds, shared = saved_and_boundaries(module, x)
         backward = backward_bytes(module, x, device)
-        back_t, fwd_t, swap_s = transients(module, x, device, repeats)
+        tr = transients(module, x, device, repeats)
         forward = forward_seconds(module, x, repeats, device)
         host = host_bandwidth(device, repeats)
         d2d = d2d_bandwidth(device, repeats)
     finally:
         torch.set_num_threads(old)
     return PressStats(tuple(saved), tuple(forward), host, d2d, bounds, shared, tuple(backward),
-                      tuple(back_t), tuple(fwd_t), tuple(swap_s))
+                      tuple(tr.backward), tuple(tr.forward), tuple(tr.seconds),
+                      tuple(tr.recompute))
 
 
 def _storages(out) -> list:
@@ -216,14 +220,22 @@ def _fresh(x):
     return tuple(one(t) for t in x) if isinstance(x, (tuple, list)) else one(x)
 
 
+class Transients(NamedTuple):
+    backward: list   # per layer (first, accumulate, swapped) bytes
+    forward: list    # per layer (keep, swapped) bytes
+    recompute: list  # per layer (forward, backward) bytes, under the runner's checkpoint
+    seconds: list    # per layer, seconds a host swap adds
+
+
 def transients(module: torch.nn.Sequential, x: torch.Tensor, device: torch.device,
-               repeats: int = REPEATS
-               ) -> tuple[list[tuple[int, int, int]], list[tuple[int, int]], list[float]]:
+               repeats: int = REPEATS) -> Transients:
     """Per layer, for one micro-batch, the most bytes held above the level where a pass
-    starts (module docstring): its backward ``(first, accumulate, swapped)`` and its forward
-    ``(keep, swapped)``; and the seconds swapping it adds to its forward and backward (the
-    median over ``repeats`` of swapped minus kept, timed alternately: the copies, the fresh
-    allocations and the hooks' own work, as the runner does them). Parameters require grad: ``first`` allocates their gradients,
+    starts (module docstring): its backward ``(first, accumulate, swapped)``, its forward
+    ``(keep, swapped)``, its forward and backward recomputed ``(forward, backward)`` (as the
+    runner's ``torch.utils.checkpoint`` segment of one layer does it: the backward
+    re-runs the forward first); and the seconds swapping it adds to its forward and
+    backward (the median over ``repeats`` of swapped minus kept, timed alternately: the
+    copies, the fresh allocations and the hooks' own work, as the runner does them). Parameters require grad: ``first`` allocates their gradients,
     ``accumulate`` adds to existing ones (the backwards of later micro-batches), ``swapped``
     too with every storage the layer saves moved to host memory at its forward by the
     runner's own hooks (``mcap.runner.press``) and brought back when backward unpacks it.
@@ -241,14 +253,14 @@ def transients(module: torch.nn.Sequential, x: torch.Tensor, device: torch.devic
             out = layer(out)
         del out
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
-    backward, forward, seconds = [], [], []
+    out = Transients([], [], [], [])
     for i, layer in enumerate(module):
         leaves = _leaves(inputs[i], i > 0)
         hooks = PressStage(torch.nn.Sequential(layer), [LayerAction(0, "swap")], 0)
         back, fwd = [], {}
-        for mode in ("first", "accumulate", "swapped"):
-            up, down, _ = _pass(layer, leaves, hooks if mode == "swapped" else None,
-                                now, reset, top, sync)
+        for mode in ("first", "accumulate", "swapped", "recompute"):
+            how = hooks if mode == "swapped" else RECOMPUTE if mode == "recompute" else None
+            up, down, _ = _pass(layer, leaves, how, now, reset, top, sync)
             back.append(down)
             fwd[mode] = up
         extra = []
@@ -257,22 +269,28 @@ def transients(module: torch.nn.Sequential, x: torch.Tensor, device: torch.devic
             extra.append(_pass(layer, leaves, hooks, now, reset, top, sync)[2] - kept)
         for p in layer.parameters():
             p.grad = None
-        backward.append(tuple(back))
-        forward.append((fwd["accumulate"], fwd["swapped"]))
-        seconds.append(max(0.0, statistics.median(extra)))
+        out.backward.append(tuple(back[:3]))
+        out.forward.append((fwd["accumulate"], fwd["swapped"]))
+        out.recompute.append((fwd["recompute"], back[3]))
+        out.seconds.append(max(0.0, statistics.median(extra)))
         del leaves, hooks
-    return backward, forward, seconds
+    return out
+
+
+RECOMPUTE = object()  # _pass: run the layer as a one-layer checkpoint segment
 
 
 def _pass(layer, leaves, hooks, now, reset, top, sync) -> tuple[int, int, float]:
-    """One forward and backward of ``layer`` (swapping what it saves when ``hooks``, a
-    ``PressStage``): the peaks of each above its start, and the seconds both took."""
+    """One forward and backward of ``layer`` (swapping what it saves when ``hooks`` is a
+    ``PressStage``, recomputing it when it is :data:`RECOMPUTE`): the peaks of each above
+    its start, and the seconds both took."""
+    from torch.utils.checkpoint import checkpoint
     from mcap.runner.press import Saver
 
     sync()
     t0 = time.perf_counter()
     xs = _fresh(leaves)
-    saver = Saver(hooks) if hooks is not None else None
+    saver = Saver(hooks) if hooks is not None and hooks is not RECOMPUTE else None
     if saver is not None:
         saver.layer = 0
     start = now()
@@ -280,7 +298,7 @@ def _pass(layer, leaves, hooks, now, reset, top, sync) -> tuple[int, int, float]
     with torch.enable_grad(), \
             torch.autograd.graph.saved_tensors_hooks(saver.pack, saver.unpack) \
             if saver is not None else contextlib.nullcontext():
-        out = layer(xs)
+        out = checkpoint(layer, xs, use_reentrant=False) if hooks is RECOMPUTE else layer(xs)
     up = max(0, top() - start)
     ys = _fresh(out)
     del out, xs

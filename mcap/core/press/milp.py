@@ -12,10 +12,12 @@ the MILP asks the same of every event:
                                                on ties keep, then spare the peers)
     subject to, for every stage s and event e of s:
         base_s - max(keep_s) + keep_s[e]
-          - sum_{l in s} live[e,l] saved_l red_l + fwd_f(e) red_f(e)   (during F(f): a reduced
-                                                               layer's forward holds less)
+          - sum_{l in s} live[e,l] saved_l red_l
+          + fwd_f(e)(swap) mv_f(e) + fwd_f(e)(recompute) recompute_f(e)  (during F(f): a
+                                                               reduced layer's forward holds less)
           + back_j(e) mv_j(e) + sum_{(o,k): o < j(e) <= k} bytes_ok mv_o   (swapped back)
-          + sum_{l <= j(e)} saved_l R_l,j(e)                 (a recompute run back in B(j))
+          + sum_{l < j(e)} saved_l R_l,j(e) + rback_j(e) recompute_j(e)   (a recompute
+                                                               run back in B(j))
           + sum_{i,o} live[e,i] bytes_io P_io                 (segment pins)
           + sum_{(o,k)} live[e,k] bytes_ok (recompute_o - Y_ok)   (shared storages)
           + sum_{l not in s} held_{s(l)} saved_l d2d_{l->s}   <= capacity
@@ -24,7 +26,8 @@ the MILP asks the same of every event:
                                                            pins what owner o passed into i)
           0 <= Y_ok <= recompute_m for m in o..k
 
-(``saved`` is the movable part, ``Problem.movable``, ``back`` ``Problem.swapped_back``; o = -1, a tensor no layer saves,
+(``saved`` is the movable part, ``Problem.movable``, ``back`` ``Problem.swapped_back``, ``rback`` ``Problem.recomputed_back``, ``fwd``
+``Problem.forward_change``; o = -1, a tensor no layer saves,
 drops the keep term). R, P and Y only appear on the left of a <=, so at the optimum they
 are the products they stand for: the program is ``model.outcome`` exactly. Bytes enter the
 solver in MiB; the plan it returns is checked in int bytes and solved again with a tighter
@@ -97,14 +100,20 @@ def _solve(p: Problem, bound: float, time_limit: float):
         for e in range(ev.size):
             live, j, f = ev.live[e], int(ev.at[e]), int(ev.fat[e])
             terms = [-(int(live[l - a]) * mv[l] / UNIT) * red[l] for l in mine if live[l - a] and mv[l]]
-            if f >= 0 and p.forward_change(a + f):  # a reduced layer's own forward
-                terms.append((p.forward_change(a + f) / UNIT) * red[a + f])
+            if f >= 0:  # a reduced layer's own forward
+                g = a + f
+                for action in ("recompute", "swap"):
+                    c = p.forward_change(g, action)
+                    if c:
+                        terms.append((c / UNIT) * (x[g, "recompute", None] if action == "recompute"
+                                                   else moved[g]))
             if j >= 0:
                 g = a + j  # B(g) runs: g's swapped bytes are back, and shared ones from later
                 terms.append((p.swapped_back(g) / UNIT) * moved[g])
                 terms += [(min(n, mv[o]) / UNIT) * moved[o] for o, k, n in p.shared
                           if o < g <= k]
-                terms += [(mv[l] / UNIT) * R[l, g] for l in range(a, g + 1) if mv[l]]
+                terms += [(mv[l] / UNIT) * R[l, g] for l in range(a, g) if mv[l]]
+                terms.append((p.recomputed_back(g) / UNIT) * x[g, "recompute", None])
             for i, pin in seg.items():
                 if a <= i <= mine[-1] and live[i - a]:
                     terms += [int(live[i - a]) * t for t in pin]

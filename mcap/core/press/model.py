@@ -119,6 +119,8 @@ class Problem:
     transients: tuple = ()
     # per layer: (keep, swapped) forward transients (PressStats.forward_transients)
     forward_peaks: tuple = ()
+    # per layer: (forward, backward) recomputed (PressStats.recompute_transients)
+    recompute_peaks: tuple = ()
     schedule: str = "gpipe"
     # per stage: its keep-all memory event by event (events.py), derived from the above
     events: tuple = field(default=(), compare=False, repr=False)
@@ -135,14 +137,26 @@ class Problem:
         _, accum, swapped = self.transients[l]
         return min(m, max(0, swapped - accum))
 
-    def forward_change(self, l: int) -> int:
+    def forward_change(self, l: int, action: str = "swap") -> int:
         """How a reduced layer changes its stage's bytes during its own forward (<= 0): what
-        its forward holds swapped or recomputed less what it holds kept. Without
+        its forward holds swapped (or recomputed) less what it holds kept. Without
         measurements 0: the moved storages' originals live while the layer runs."""
         if not self.forward_peaks:
             return 0
         keep, swapped = self.forward_peaks[l]
+        if action == "recompute" and self.recompute_peaks:
+            return min(0, self.recompute_peaks[l][0] - keep)
         return min(0, swapped - keep)
+
+    def recomputed_back(self, l: int) -> int:
+        """Bytes recomputed layer ``l`` holds beyond kept at the height of its own backward,
+        when it ends its recompute run (its forward runs again first): what its measured
+        recomputed backward holds beyond the kept one (``recompute_transients``; at least
+        its movable bytes, which come back); else its movable bytes."""
+        m = self.movable(l)
+        if not self.recompute_peaks or not self.transients:
+            return m
+        return max(m, self.recompute_peaks[l][1] - self.transients[l][1])
 
     @property
     def stages(self) -> int:
@@ -268,7 +282,8 @@ def problem(profile: Profile, balance: Sequence[int], capacity: Optional[int] = 
                         params=[layer.param_bytes for layer in profile.model.layers],
                         transients=profile.press.backward_transients,
                         forward_peaks=profile.press.forward_transients,
-                        swap_seconds=profile.press.swap_seconds)
+                        swap_seconds=profile.press.swap_seconds,
+                        recompute_peaks=profile.press.recompute_transients)
 
 
 def check_profile(profile: Profile) -> None:
@@ -289,7 +304,7 @@ def problem_from(model: str, balance, base, schedule: str, chunks: int, saved, f
                  boundaries: Sequence = (), shared: Sequence = (),
                  work: Sequence = (), params: Sequence = (),
                  transients: Sequence = (), forward_peaks: Sequence = (),
-                 swap_seconds: Sequence = ()) -> Problem:
+                 swap_seconds: Sequence = (), recompute_peaks: Sequence = ()) -> Problem:
     """The problem from bare numbers (tests, benchmarks, scaling); ``overlap``: transfers
     may hide in live intervals (a device with copy engines, module docstring);
     ``boundaries``: ``PressStats.boundaries`` (empty: nothing pinned); ``work``:
@@ -311,6 +326,10 @@ def problem_from(model: str, balance, base, schedule: str, chunks: int, saved, f
     if transients and (len(transients) != len(saved) or any(len(t) != 3 for t in transients)):
         raise McapError(f"{len(transients)} backward transients for {len(saved)} layers "
                         "(expected one (first, accumulate, swapped) triple per layer)")
+    if recompute_peaks and (len(recompute_peaks) != len(saved)
+                            or any(len(t) != 2 for t in recompute_peaks)):
+        raise McapError(f"{len(recompute_peaks)} recompute transients for {len(saved)} layers "
+                        "(expected one (forward, backward) pair per layer)")
     if swap_seconds and len(swap_seconds) != len(saved):
         raise McapError(f"{len(swap_seconds)} swap times for {len(saved)} layers")
     if forward_peaks and (len(forward_peaks) != len(saved)
@@ -340,6 +359,7 @@ def problem_from(model: str, balance, base, schedule: str, chunks: int, saved, f
     params = tuple(int(x) for x in params)
     transients = tuple(tuple(int(x) for x in t) for t in transients)
     forward_peaks = tuple(tuple(int(x) for x in t) for t in forward_peaks)
+    recompute_peaks = tuple(tuple(int(x) for x in t) for t in recompute_peaks)
     events = tuple(_events(balance, schedule, chunks, saved, work, params, transients,
                            forward_peaks, boundaries))
     return Problem(model, balance, tuple(int(b) for b in base),
@@ -347,7 +367,7 @@ def problem_from(model: str, balance, base, schedule: str, chunks: int, saved, f
                    tuple(float(x) for x in forward), chunks, costs,
                    tuple(min(x) for x in live), capacity,
                    tuple(int(a + b) for a, b in zip(pin_in, pin_out)), seg, shared, work,
-                   params, transients, forward_peaks, schedule, events)
+                   params, transients, forward_peaks, recompute_peaks, schedule, events)
 
 
 def _events(balance, schedule, chunks, saved, work, params, transients, forward_peaks,
@@ -540,16 +560,17 @@ def _levels(p: Problem, actions: Sequence[LayerAction], s: int, starts) -> _Leve
     own = np.array([p.swapped_back(l) if moved[l - a] else 0 for l in layers], dtype=np.int64)
     back = _swapped_back(ev, own, early)
     # during a reduced layer's own forward (swap, d2d or recompute)
-    fwd = np.array([p.forward_change(l) if act[i] != "keep" else 0
+    fwd = np.array([p.forward_change(l, act[i]) if act[i] != "keep" else 0
                     for i, l in enumerate(layers)], dtype=np.int64)
     back = back + np.where(ev.fat >= 0, fwd[np.maximum(ev.fat, 0)], 0)
     # a recompute run is rebuilt at its last layer's backward and released layer by layer:
     # during B(j), the run's layers from its first up to j are back
+    # (the layer whose backward runs holds what its recomputed backward measured beyond kept)
     run = np.zeros(n + 1, dtype=np.int64)  # run[-1] (= run[n]) = 0 for forward events
     acc = 0
-    for i in range(n):
+    for i, l in enumerate(layers):
+        run[i] = acc + p.recomputed_back(l) if act[i] == "recompute" else 0
         acc = acc + int(mov[i]) if act[i] == "recompute" else 0
-        run[i] = acc
     back = back + run[ev.at]
     pin = np.zeros(n, dtype=np.int64)
     for i, g in enumerate(layers):

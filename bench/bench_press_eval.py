@@ -119,6 +119,7 @@ def evaluate(spec: str, repeats: int, store, base: str = "predicted") -> dict:
                                               for st in pl.stages],
             "fits": max(measured) <= pl.capacity_bytes,
             "added_predicted": pl.predicted_added_seconds,
+            "work_predicted": pl.predicted_work_seconds,
             "added_measured": (statistics.median(window[i]) - plain_med) / ITERATIONS,
         })
     return {"spec": spec, "balance": list(balance), "profile_seconds": profile_s, "base_from": base,
@@ -159,7 +160,8 @@ def report(results: list[dict]) -> None:
                 cells.append(f"{mib(r['predicted'][s])}/{mib(r['measured'][s])} ({100 * e:+.1f}%)")
             fits.append(r["fits"])
             times.append((r["added_predicted"], r["added_measured"]))
-            cost.setdefault(r["capacity"], {})[r["method"]] = r["added_predicted"]
+            cost.setdefault(r["capacity"], {})[r["method"]] = r.get("work_predicted",
+                                                                   r["added_predicted"])
             acts = " ".join(f"{s}:" + ",".join(a[:3] + a[a.index('>'):] if ">" in a else a[:3]
                                                for a in st)
                             for s, st in enumerate(r["actions"]) if any(a != "keep" for a in st))

@@ -133,7 +133,7 @@ def test_milp_is_exact_with_working_bytes(seed):
     best = min((outcome(p, a).added_seconds for a in itertools.product(*opts)
                 if outcome(p, a).fits(cap)), default=None)
     m, h = solve(p, cap, "milp"), solve(p, cap, "mpress")
-    assert m.predicted_added_seconds == pytest.approx(best, abs=1e-6)
+    assert m.predicted_work_seconds == pytest.approx(best, abs=1e-6)
     for plan in (m, h):
         assert max(outcome(p, [a for st in plan.stages for a in st]).peaks) <= cap
     # the floor is exact: some plan meets it (every layer swapped), none goes below

@@ -36,8 +36,11 @@ def test_both_fit_every_device_and_milp_is_no_worse(seed):
         acts = [a for stage in plan.stages for a in stage]
         o = outcome(p, acts)
         assert max(plan.predicted_peaks) <= cap and o.peaks == plan.predicted_peaks
-        assert plan.predicted_added_seconds == pytest.approx(o.added_seconds)
-    assert m.predicted_added_seconds <= h.predicted_added_seconds + 1e-6
+        assert plan.predicted_work_seconds == pytest.approx(o.added_seconds)
+        # the wall clock grows by at most the work summed over stages (the schedule runs
+        # stages side by side; work off the critical path can hide in its slack)
+        assert 0 <= plan.predicted_added_seconds <= plan.predicted_work_seconds + 1e-12
+    assert m.predicted_work_seconds <= h.predicted_work_seconds + 1e-6
 
 
 def test_heuristic_within_measured_factor_of_exact():
@@ -46,8 +49,8 @@ def test_heuristic_within_measured_factor_of_exact():
     h = m = 0.0
     for seed in range(100, 140):
         p, cap = case(seed, L=10)
-        h += solve(p, cap, "mpress").predicted_added_seconds
-        m += solve(p, cap, "milp").predicted_added_seconds
+        h += solve(p, cap, "mpress").predicted_work_seconds
+        m += solve(p, cap, "milp").predicted_work_seconds
     assert m > 0 and h <= 1.2 * m
 
 
@@ -67,7 +70,7 @@ def _brute(p, cap):
 @pytest.mark.parametrize("seed", range(6))
 def test_milp_is_exact_and_smallest_capacity_is_smallest(seed):
     p, cap = case(seed, L=5, G=2)
-    assert solve(p, cap, "milp").predicted_added_seconds == pytest.approx(_brute(p, cap), abs=1e-6)
+    assert solve(p, cap, "milp").predicted_work_seconds == pytest.approx(_brute(p, cap), abs=1e-6)
     least = smallest_capacity(p)
     assert _brute(p, least) is not None and _brute(p, least - 1) is None
 

@@ -11,7 +11,8 @@
               "backward_transients": [[first, accumulate, swapped], ...],  (optional)
               "forward_transients": [[keep, swapped], ...],                (optional)
               "swap_seconds": [float, ...],                                (optional)
-              "recompute_transients": [[forward, backward], ...]}          (optional)
+              "recompute_transients": [[forward, backward], ...],          (optional)
+              "cores": int}                                                (optional)
 
 Reading checks every value (a file is data: types, ranges, lengths) and raises through the
 caller's ``fail(where, message)`` so the message names the file and the key. Runs are read
@@ -58,7 +59,8 @@ def press_to_json(press: PressStats) -> dict:
                if press.swap_seconds else {}),
             **({"recompute_transients": [[int(x) for x in t]
                                          for t in press.recompute_transients]}
-               if press.recompute_transients else {})}
+               if press.recompute_transients else {}),
+            **({"cores": int(press.cores)} if press.cores else {})}
 
 
 def _show(v: Any) -> str:
@@ -174,8 +176,11 @@ def press_from_json(x: Any, num_layers: int, fail) -> Optional[PressStats]:
                        for j, b in enumerate(_list(x["swap_seconds"], "press.swap_seconds",
                                                    fail, num_layers)))
     rec_t = _rows(x, "recompute_transients", ("forward", "backward"), num_layers, fail)
+    cores = None
+    if x.get("cores") is not None:
+        cores = _int(x["cores"], "press.cores", fail, 1, 2**20)
     return PressStats(saved, fwd, host, d2d, bounds, tuple(shared), backward, back_t, fwd_t,
-                      swap_s, rec_t)
+                      swap_s, rec_t, cores)
 
 
 def _rows(x: dict, key: str, names: tuple, num_layers: int, fail) -> tuple:

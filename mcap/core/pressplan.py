@@ -17,7 +17,9 @@ The file::
      "plan": [[{"layer": 0, "action": "keep"}, {"layer": 1, "action": "d2d", "target": 3},
                ...], ...],                  # one list per stage, its layers in order
      "predicted_peaks": [int, ...],         # per stage, after the plan
-     "predicted_added_seconds": float}      # per training iteration
+     "predicted_added_seconds": float,      # per training iteration, wall clock
+     "predicted_work_seconds": float}       # per iteration, the plan's work summed over
+                                            # stages (the planners' objective; optional)
 
 Reading checks every value (a plan file is data) and raises McapError naming it.
 """
@@ -48,7 +50,8 @@ class PressPlan:
     capacity_bytes: Optional[int] = None
     method: str = "mpress"
     predicted_peaks: tuple[int, ...] = ()
-    predicted_added_seconds: float = 0.0
+    predicted_added_seconds: float = 0.0  # wall clock per iteration (the schedule's delay)
+    predicted_work_seconds: Optional[float] = None  # summed over stages (the objective)
 
     def action(self, layer: int) -> LayerAction:
         for stage in self.stages:
@@ -73,7 +76,9 @@ def plan_to_json(plan: PressPlan) -> dict:
                        **({"target": a.target} if a.action == "d2d" else {})} for a in stage]
                      for stage in plan.stages],
             "predicted_peaks": [int(p) for p in plan.predicted_peaks],
-            "predicted_added_seconds": float(plan.predicted_added_seconds)}
+            "predicted_added_seconds": float(plan.predicted_added_seconds),
+            **({"predicted_work_seconds": float(plan.predicted_work_seconds)}
+               if plan.predicted_work_seconds is not None else {})}
 
 
 def _fail(where: str, msg: str) -> McapError:
@@ -138,13 +143,19 @@ def plan_from_json(d: Any) -> PressPlan:
     peaks = d.get("predicted_peaks", [])
     if not isinstance(peaks, list) or (peaks and len(peaks) != len(balance)):
         raise _fail("predicted_peaks", f"expected {len(balance)} peaks (one per stage)")
-    added = d.get("predicted_added_seconds", 0.0)
-    if isinstance(added, bool) or not isinstance(added, (int, float)) or math.isnan(added) \
-            or not 0 <= added <= 1e9:
-        raise _fail("predicted_added_seconds", f"expected seconds >= 0, found {added!r:.40}")
+    added = _seconds(d.get("predicted_added_seconds", 0.0), "predicted_added_seconds")
+    work = d.get("predicted_work_seconds")  # absent in older files
+    work = None if work is None else _seconds(work, "predicted_work_seconds")
     return PressPlan(model, balance, tuple(stages), cap, method,
                      tuple(_int(p, f"predicted_peaks[{i}]") for i, p in enumerate(peaks)),
-                     float(added))
+                     added, work)
+
+
+def _seconds(v: Any, where: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(v) \
+            or not 0 <= v <= 1e9:
+        raise _fail(where, f"expected seconds >= 0, found {v!r:.40}")
+    return float(v)
 
 
 def keep_all(model: str, balance: tuple[int, ...]) -> PressPlan:

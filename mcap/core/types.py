@@ -192,6 +192,7 @@ class PressStats:
     forward_transients: tuple[tuple[int, int], ...] = ()
     swap_seconds: tuple[float, ...] = ()
     recompute_transients: tuple[tuple[int, int], ...] = ()
+    cores: Optional[int] = None  # CPU cores the stage processes share (the time model)
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,8 @@ process on the setup's device with the setup's intra-op threads:
   one micro-batch, timed here the way the runner swaps (:func:`transients`): the copies
   out and back, the fresh allocations and the saved-tensor hooks' own work, which a
   bandwidth alone does not show for small activations (VGG11's 4-16 KB layers).
+* ``cores``: the CPU cores the stage processes share (``sched_getaffinity``): how many
+  stages can run at once, for the added time of a plan.
 * ``forward_seconds[l]``: the layer's forward time per micro-batch with autograd
   recording (what recomputing it costs), the median of ``repeats`` after one warm-up.
 * ``host_bandwidth``: bytes per second of one direction of a host swap done the way the
@@ -101,7 +103,7 @@ def measure(spec: str, setup: Setup, repeats: int = REPEATS) -> PressStats:
         torch.set_num_threads(old)
     return PressStats(tuple(saved), tuple(forward), host, d2d, bounds, shared, tuple(backward),
                       tuple(tr.backward), tuple(tr.forward), tuple(tr.seconds),
-                      tuple(tr.recompute))
+                      tuple(tr.recompute), _cores())
 
 
 def _storages(out) -> list:
@@ -314,6 +316,15 @@ def _pass(layer, leaves, hooks, now, reset, top, sync) -> tuple[int, int, float]
     down = max(0, top() - start)
     sync()
     return up, down, time.perf_counter() - t0
+
+
+def _cores() -> int:
+    """The CPU cores this process (and the stage processes it forks) may run on."""
+    import os
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 def _counters(device: torch.device):

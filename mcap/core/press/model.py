@@ -122,6 +122,7 @@ class Problem:
     # per layer: (forward, backward) recomputed (PressStats.recompute_transients)
     recompute_peaks: tuple = ()
     schedule: str = "gpipe"
+    parallel: int = 0               # stages that run at once (0: all; CPU: cores // threads)
     # per stage: its keep-all memory event by event (events.py), derived from the above
     events: tuple = field(default=(), compare=False, repr=False)
 
@@ -186,9 +187,13 @@ class Outcome:
 
 
 def op_times(balance: Sequence[int], schedule: str, chunks: int,
-             stage_forward: Sequence[float]) -> dict:
+             stage_forward: Sequence[float],
+             stage_backward: Optional[Sequence[float]] = None) -> dict:
     """(kind, stage, micro-batch) -> (start, end) seconds of one iteration: the op order of
-    ``mcap.core.timeline`` with real durations (forward per stage, backward x2)."""
+    ``mcap.core.timeline`` with real durations (forward per stage, backward x2 unless
+    given)."""
+    if stage_backward is None:
+        stage_backward = [BACKWARD_RATIO * x for x in stage_forward]
     G = len(balance)
     orders = [list(op_order(schedule, s, G, chunks)) for s in range(G)]
     done, out, free, cursor = {}, {}, [0.0] * G, [0] * G
@@ -203,7 +208,7 @@ def op_times(balance: Sequence[int], schedule: str, chunks: int,
             if not first and dep not in done:
                 continue
             start = max(free[s], 0.0 if first else done[dep])
-            dur = stage_forward[s] * (1.0 if kind == "F" else BACKWARD_RATIO)
+            dur = stage_forward[s] if kind == "F" else stage_backward[s]
             out[(kind, s, m)] = (start, start + dur)
             done[(kind, s, m)] = free[s] = start + dur
             cursor[s] += 1
@@ -283,7 +288,18 @@ def problem(profile: Profile, balance: Sequence[int], capacity: Optional[int] = 
                         transients=profile.press.backward_transients,
                         forward_peaks=profile.press.forward_transients,
                         swap_seconds=profile.press.swap_seconds,
-                        recompute_peaks=profile.press.recompute_transients)
+                        recompute_peaks=profile.press.recompute_transients,
+                        parallel=_parallel(profile))
+
+
+def _parallel(profile: Profile) -> int:
+    """How many stage processes run at once: on the CPU the cores ``profile --press`` saw
+    over each stage's intra-op threads (stage processes share the cores); 0 (all of
+    them) on CUDA or where the cores were not recorded."""
+    cores = profile.press.cores
+    if profile.setup.device == "cuda" or not cores:
+        return 0
+    return max(1, cores // max(1, profile.setup.threads))
 
 
 def check_profile(profile: Profile) -> None:
@@ -304,7 +320,8 @@ def problem_from(model: str, balance, base, schedule: str, chunks: int, saved, f
                  boundaries: Sequence = (), shared: Sequence = (),
                  work: Sequence = (), params: Sequence = (),
                  transients: Sequence = (), forward_peaks: Sequence = (),
-                 swap_seconds: Sequence = (), recompute_peaks: Sequence = ()) -> Problem:
+                 swap_seconds: Sequence = (), recompute_peaks: Sequence = (),
+                 parallel: int = 0) -> Problem:
     """The problem from bare numbers (tests, benchmarks, scaling); ``overlap``: transfers
     may hide in live intervals (a device with copy engines, module docstring);
     ``boundaries``: ``PressStats.boundaries`` (empty: nothing pinned); ``work``:
@@ -367,7 +384,8 @@ def problem_from(model: str, balance, base, schedule: str, chunks: int, saved, f
                    tuple(float(x) for x in forward), chunks, costs,
                    tuple(min(x) for x in live), capacity,
                    tuple(int(a + b) for a, b in zip(pin_in, pin_out)), seg, shared, work,
-                   params, transients, forward_peaks, recompute_peaks, schedule, events)
+                   params, transients, forward_peaks, recompute_peaks, schedule,
+                   max(0, int(parallel)), events)
 
 
 def _events(balance, schedule, chunks, saved, work, params, transients, forward_peaks,
@@ -610,12 +628,49 @@ def unreachable(p: Problem, capacity: int) -> McapError:
                      f"bytes (activations swapped out wherever that lowers the peak)")
 
 
+def delay(p: Problem, actions: Sequence[LayerAction]) -> float:
+    """The wall-clock seconds ``actions`` add to one iteration: every stage's forward and
+    backward of each micro-batch lengthened by its layers' penalties (a recompute in the
+    backward, a swap half out in the forward and half back in the backward), run through
+    the schedule (:func:`op_times`); the makespan's growth. Where fewer stage processes run
+    at once than there are stages (``Problem.parallel``: CPU stage processes sharing the
+    cores), the added work spread over the cores is a lower bound too. Not what the
+    planners minimise (``Outcome.added_seconds``, the work summed over stages, an upper
+    bound of this), but what a user waits."""
+    stage = p.stage_of()
+    f_add, b_add = [0.0] * p.stages, [0.0] * p.stages
+    for l, a in enumerate(actions):
+        if a.action == "keep":
+            continue
+        per_mb = p.costs[l][a.action] / p.chunks
+        if a.action == "recompute":
+            b_add[stage[l]] += per_mb
+        else:
+            f_add[stage[l]] += per_mb / 2
+            b_add[stage[l]] += per_mb / 2
+    fwd = [sum(p.forward[a:z + 1]) for a, z in windows(p.balance)]
+    before = _makespan(p, fwd, [BACKWARD_RATIO * x for x in fwd])
+    after = _makespan(p, [x + y for x, y in zip(fwd, f_add)],
+                      [BACKWARD_RATIO * x + y for x, y in zip(fwd, b_add)])
+    out = max(0.0, after - before)
+    if p.parallel and p.parallel < p.stages:
+        out = max(out, (sum(f_add) + sum(b_add)) * p.chunks / p.parallel)
+    return out
+
+
+def _makespan(p: Problem, fwd: Sequence[float], bwd: Sequence[float]) -> float:
+    t = op_times(p.balance, p.schedule, p.chunks, fwd, bwd)
+    return max(end for _, end in t.values())
+
+
 def to_plan(p: Problem, actions: Sequence[LayerAction], method: str,
             capacity: Optional[int]) -> PressPlan:
-    """The ``mcap.press/1`` record of ``actions`` with its predicted peaks and added time."""
+    """The ``mcap.press/1`` record of ``actions`` with its predicted peaks, added time
+    (:func:`delay`) and work (the planners' objective)."""
     o = outcome(p, actions)
     stages = tuple(tuple(actions[l] for l in p.layers(s)) for s in range(p.stages))
-    return PressPlan(p.model, p.balance, stages, capacity, method, o.peaks, o.added_seconds)
+    return PressPlan(p.model, p.balance, stages, capacity, method, o.peaks,
+                     delay(p, actions), o.added_seconds)
 
 
 def keep(p: Problem) -> list[LayerAction]:

@@ -4,7 +4,7 @@ its predicted added time, and a button that measures the plan for real."""
 import streamlit as st
 
 from mcap.app import jobs
-from mcap.app.press import measure_plan_args, write_plan
+from mcap.app.press import measure_plan_args, measured_keep_all, write_plan
 from mcap.core.errors import McapError
 from mcap.core.partition import parse_balance, validate
 from mcap.core.press import HELP, METHODS, problem, smallest_capacity, solve
@@ -43,7 +43,17 @@ method = right.selectbox("Planner", list(METHODS), key="savers-method",
                          help="; ".join(f"{k}: {v}" for k, v in HELP.items()))
 try:
     balance = validate(parse_balance(text), layers).balance
-    before = problem(profile, balance, None, predictor)
+except McapError as exc:
+    st.error(str(exc))
+    st.stop()
+s = store()
+measured = measured_keep_all(s, profile, balance) if s is not None else None
+use_measured = measured is not None and st.sidebar.checkbox(
+    "Plan from the measured keep-all run", value=True, key="savers-measured",
+    help="a run of this partitioning with every layer kept, on this machine, is in the "
+         "store: plan from its peaks instead of predicted ones (press --measure-base)")
+try:
+    before = problem(profile, balance, None, predictor, base=measured if use_measured else None)
 except McapError as exc:
     st.error(str(exc))
     st.stop()
@@ -56,7 +66,7 @@ capacity_mib = mid.number_input("Capacity per device (MiB)", min_value=0.01,
                                      f"reaches {fmt_bytes(least)}")
 capacity = int(capacity_mib * 2**20)
 try:
-    p = problem(profile, balance, capacity, predictor)
+    p = problem(profile, balance, capacity, predictor, base=before.base)
     plan = solve(p, capacity, method)
 except McapError as exc:
     st.error(str(exc))
@@ -73,8 +83,15 @@ if top <= capacity:
 table = fig_press.savers_table(p, plan)
 chart(fig_press.draw_savers(table, capacity, balance, dataset_name("profile")),
       key="savers-bars", name=f"savers-{balance_str(balance)}")
-st.dataframe(table_view(table, ("before", "after", "recompute", "swap", "d2d", "received",
-                                "transient", "segment")), hide_index=True, key="savers-table")
+st.dataframe(table_view(table, ("before", "after", "lower then", "recompute", "swap", "d2d",
+                                "received", "transient", "segment")), hide_index=True,
+             key="savers-table")
+st.caption("Each device at the moment its peak falls under the plan (MPress's live intervals: "
+           "the stage's iteration is followed event by event). A plan can move the peak: "
+           "*lower then* is how far below its own peak keep-all stood at that moment. "
+           + ("Before: measured now with every layer kept." if use_measured else
+              "Before: predicted. Measure the partitioning with every layer kept (below) to "
+              "plan from measured peaks."))
 downloads(table, f"mcap-savers-{balance_str(balance)}", "savers")
 chart(fig_press.draw_plan_grid(plan, dataset_name("profile")), key="savers-grid",
       name=f"plan-{balance_str(balance)}")
@@ -84,7 +101,14 @@ if len(balance) != setup.stages:
     st.info(f"Measuring needs {setup.stages} stages (the profile's setup); this partitioning "
             f"has {len(balance)}.")
 else:
-    s = store()
+    if s is not None and measured is None and st.button(
+            f"▶️ Measure {balance_str(balance)} with every layer kept (to plan from it)",
+            key="savers-measure-base"):
+        try:
+            job = jobs.launch(s, "measure", [*measure_args(profile, balance), "--json"], total=1)
+            st.session_state["savers-job"] = job.id
+        except (McapError, OSError) as exc:
+            st.error(f"Could not start the measurement: {exc}")
     if s is not None and st.button(f"▶️ Measure {balance_str(balance)} with this plan",
                                    key="savers-measure"):
         try:

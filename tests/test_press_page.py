@@ -82,3 +82,26 @@ def test_bad_input_is_named(stored):
     at.text_input(key="savers-balance").set_value("13,3,1,13").run()
     at.number_input(key="savers-capacity").set_value(10.0).run()
     assert any("smallest capacity that can be met" in e.value for e in at.error)
+
+
+def test_plans_from_a_measured_keep_all_run_when_the_store_has_one(stored):
+    """A keep-all run of the partitioning in the store (a page job, same model, setup and
+    machine) is what the page plans from, as ``press --measure-base`` does; without one
+    the page offers to measure it."""
+    from mcap.core.types import Run
+    path, ref = stored
+    at = page(profile=ref, balance="13,3,1,13")
+    assert at.button(key="savers-measure-base") is not None
+    assert "Before: predicted" in " ".join(c.value for c in at.caption)
+    prof = press_profile()
+    measured = (TOP - 2**20, TOP - 3 * 2**20, TOP - 3 * 2**20, TOP - 2 * 2**20)
+    s = Store(path)
+    s.record_run(s.study(prof.model, prof.setup),
+                 Run((13, 3, 1, 13), "ok", measured, 1.0), kind="measure", machine=prof.machine)
+    s.close()
+    at = page(profile=ref, balance="13,3,1,13")
+    assert at.checkbox(key="savers-measured").value
+    assert metric(at, "peak before") == f"{max(measured) / 2**20:.2f} MiB"
+    assert "Before: measured now" in " ".join(c.value for c in at.caption)
+    at.checkbox(key="savers-measured").uncheck().run()
+    assert metric(at, "peak before") == f"{TOP / 2**20:.2f} MiB"

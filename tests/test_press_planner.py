@@ -174,8 +174,10 @@ def test_savers_figure_data_adds_up():
     plan = solve(p, cap, "milp")
     t = fig_press.savers_table(p, plan)
     freed = t["recompute"] + t["swap"] + t["d2d"]
-    assert list(t["before"] - freed + t["transient"] + t["received"]) == list(plan.predicted_peaks)
-    assert t["received"].sum() == t["d2d"].sum()  # what d2d frees, a peer holds
+    assert list(t["before"] - t["lower then"] - freed + t["transient"] + t["received"]
+                + t["segment"]) == list(plan.predicted_peaks)
+    # a peer holds every micro-batch's copy; the source has at most that away at its peak
+    assert t["received"].sum() >= t["d2d"].sum()
     grid = fig_press.plan_grid(plan)
     assert grid.shape == (p.stages, len(p.saved))
     assert sum(v not in ("", "keep") for v in grid.to_numpy().ravel()) == \

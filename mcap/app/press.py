@@ -1,8 +1,10 @@
 """The Memory savers page's services: write a plan where dashboard jobs write their files,
-and the ``measure --press`` job's arguments (the page itself never touches files)."""
+the ``measure --press`` job's arguments, and a measured keep-all run to plan from (the page
+itself never touches files)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional, Sequence
 
 from mcap.core.pressplan import PressPlan
 from mcap.store import Store
@@ -26,3 +28,14 @@ def measure_plan_args(measure_args: list, plan_path: Path, capacity: int) -> lis
         i = args.index("--capacity")
         del args[i:i + 2]
     return [*args, "--capacity", str(int(capacity)), "--press", str(plan_path), "--json"]
+
+
+def measured_keep_all(store: Store, profile, balance: Sequence[int]) -> Optional[tuple[int, ...]]:
+    """The per-stage peaks of ``balance`` with every layer kept, measured in ``store`` under
+    the profile's model, setup and machine (a ``measure`` job of the page), or None: what
+    ``press --measure-base`` plans from."""
+    study = store.find_study(profile.model.spec, profile.setup)
+    if study is None:
+        return None
+    run = store.find_run(study, tuple(balance), machine=profile.machine)
+    return tuple(run.peaks) if run is not None and run.status == "ok" else None

@@ -22,10 +22,13 @@ def _actions(plan: PressPlan) -> list:
 
 
 def savers_table(p: Problem, plan: PressPlan) -> pd.DataFrame:
-    """One row per device: keep-all peak, peak after the plan, the bytes each technique
-    frees, what the device holds for its peers (d2d received) and the one-micro-batch
-    transient of reduced layers in backward and the bytes a recompute segment's input keeps
-    although their owner is reduced (``mcap.core.press.model``)."""
+    """One row per device, at the moment its peak falls under the plan
+    (``mcap.core.press.model``: the stage's iteration event by event): keep-all peak, peak
+    after the plan, how much lower keep-all stood at that moment ("lower then": the plan
+    moves the peak), the bytes each technique has away then, what the device holds for its
+    peers (d2d received), the reduced bytes back then (a swapped layer in its backward, a
+    recompute run) and the bytes a recompute segment's input keeps although their owner is
+    reduced. before - lower then - freed + back + received + segment = after."""
     o = outcome(p, _actions(plan))
     rows = []
     for s in range(p.stages):
@@ -35,15 +38,18 @@ def savers_table(p: Problem, plan: PressPlan) -> pd.DataFrame:
                      "recompute": o.freed[s]["recompute"], "swap": o.freed[s]["swap"],
                      "d2d": o.freed[s]["d2d"], "received": o.received[s],
                      "transient": o.transient[s],
-                     "segment": o.pinned[s] if o.pinned else 0})
+                     "segment": o.pinned[s] if o.pinned else 0,
+                     "lower then": o.shift[s] if o.shift else 0})
     return pd.DataFrame(rows)
 
 
 def draw_savers(table: pd.DataFrame, capacity: Optional[int], balance, dataset: str = "") -> go.Figure:
     """Per device two stacked bars: before (kept + what each technique frees, coloured by
-    technique) and after (kept + the backward transient + bytes held for peers)."""
+    technique, + how much lower keep-all stood when the plan peaks) and after (kept + the
+    reduced bytes back in backward + bytes held for peers + segment inputs)."""
     freed = table["recompute"] + table["swap"] + table["d2d"]
-    kept = table["before"] - freed
+    lower = table["lower then"] if "lower then" in table else 0 * freed
+    kept = table["before"] - freed - lower
     unit = unit_for([*table["before"], *table["after"], capacity])
     x = [[f"device {d}" for d in table["device"] for _ in (0, 1)],
          ["before", "after"] * len(table)]
@@ -58,7 +64,10 @@ def draw_savers(table: pd.DataFrame, capacity: Optional[int], balance, dataset: 
                         ("d2d", "freed by d2d swap")):
         fig.add_bar(x=x, y=pair(table[tech], zero), name=label, marker_color=ACTION_COLORS[tech],
                     marker_pattern_shape="/")
-    fig.add_bar(x=x, y=pair(zero, table["transient"]), name="backward transient",
+    if lower.any():
+        fig.add_bar(x=x, y=pair(lower, zero), name="keep-all lower when the plan peaks",
+                    marker_color="#d4d4d4", marker_pattern_shape=".")
+    fig.add_bar(x=x, y=pair(zero, table["transient"]), name="back in backward",
                 marker_color="#eeca3b")
     fig.add_bar(x=x, y=pair(zero, table["received"]), name="held for peers (d2d)",
                 marker_color="#2f7d32")

@@ -6,6 +6,8 @@ measured for real against their predictions.
     python bench/bench_press_eval.py --models gpt-wide --repeats 5   # larger swaps, for the time
     python bench/bench_press_eval.py --load data/press-eval-cpu4.json  # reprint, measure nothing
     python bench/bench_press_eval.py --base measured     # plan from a measured keep-all run
+    python bench/bench_press_eval.py --models vgg11-i64,gpt-l6,amoebanet-f48 --schedule 1f1b
+                                                          # held-out models, 1F1B
 
 Per model (4 CPU stages, GPipe, batch 8, 4 micro-batches, checkpoint never): profile with
 MPress statistics into a scratch store (``profile --press``), take mCAP's partitioning
@@ -45,7 +47,12 @@ MODELS = {
     # larger activations (8 MiB per block per micro-batch), so a swap's time rises above
     # the loaded machine's noise: the added-time check (BENCHMARKS.md)
     "gpt-wide": "gpt:layers=8,hidden=512,heads=8,vocab=2048,seq=128",
+    # held out: never looked at while the event model (mcap.core.press.events) was written
+    "vgg11-i64": "vgg11:image_size=64,hidden=1024",
+    "gpt-l6": "gpt:layers=6,hidden=384,heads=6,vocab=4096,seq=96",
+    "amoebanet-f48": "amoebanet-d:layers=6,filters=48,image_size=32,classes=10",
 }
+HELD_OUT = ("vgg11-i64", "gpt-l6", "amoebanet-f48")
 DEFAULT = ("vgg11", "gpt", "amoebanet")
 FRACTIONS = (0.0, 0.25, 0.5, 0.75, 0.95)  # of the way from the smallest capacity to the keep-all peak
 
@@ -55,7 +62,8 @@ def _pct(values, q):
     return v[min(len(v) - 1, int(round(q * (len(v) - 1))))] if v else float("nan")
 
 
-def evaluate(spec: str, repeats: int, store, base: str = "predicted") -> dict:
+def evaluate(spec: str, repeats: int, store, base: str = "predicted",
+             schedule: str = "gpipe") -> dict:
     from mcap.core import press
     from mcap.core.press.model import outcome, problem
     from mcap.core.recommend import recommend
@@ -63,7 +71,7 @@ def evaluate(spec: str, repeats: int, store, base: str = "predicted") -> dict:
     from mcap.runner import ITERATIONS, open_runner
     from mcap.workflow.profiling import profile
 
-    setup = Setup(stages=4, batch_size=8, chunks=4, checkpoint="never")
+    setup = Setup(stages=4, batch_size=8, chunks=4, checkpoint="never", schedule=schedule)
     t0 = time.monotonic()
     prof = profile(spec, setup, None, store=store, press=True).profile
     profile_s = time.monotonic() - t0
@@ -123,6 +131,7 @@ def evaluate(spec: str, repeats: int, store, base: str = "predicted") -> dict:
             "added_measured": (statistics.median(window[i]) - plain_med) / ITERATIONS,
         })
     return {"spec": spec, "balance": list(balance), "profile_seconds": profile_s, "base_from": base,
+            "schedule": schedule,
             "smallest": lo, "keep_all": hi, "base": list(p.base), "plain_peaks": plain_peaks,
             "press": {"host_bandwidth": prof.press.host_bandwidth,
                       "d2d_bandwidth": prof.press.d2d_bandwidth},
@@ -135,6 +144,7 @@ def report(results: list[dict]) -> None:
     fits, times, ratio = [], [], []
     for res in results:
         print(f"\n## {res['spec']}  balance {','.join(map(str, res['balance']))}  "
+              f"({res.get('schedule', 'gpipe')}, base {res.get('base_from', 'predicted')})  "
               f"(profile {res['profile_seconds']:.0f} s; host {res['press']['host_bandwidth'] / 1e9:.2f}"
               f" GB/s, d2d {res['press']['d2d_bandwidth'] / 1e9:.2f} GB/s)")
         w = res["windows"]["plain"]
@@ -203,6 +213,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json", type=Path, default=None, help="write the raw numbers here")
     ap.add_argument("--load", type=Path, default=None, help="report a --json file, measure nothing")
+    ap.add_argument("--schedule", choices=("gpipe", "1f1b"), default="gpipe")
     ap.add_argument("--base", choices=("predicted", "measured"), default="predicted",
                     help="plan from predicted keep-all peaks (default) or from a measured "
                          "keep-all run (press --measure-base)")
@@ -215,7 +226,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="mcap-presseval-") as scratch:
         store = open_store(Path(scratch) / "store.sqlite")
         for name in args.models.split(","):
-            results.append(evaluate(MODELS[name], args.repeats, store, args.base))
+            results.append(evaluate(MODELS[name], args.repeats, store, args.base, args.schedule))
             if args.json:
                 args.json.write_text(json.dumps(results, indent=1))
     report(results)

@@ -120,7 +120,8 @@ def _case(seed):
     fwd = [(s + rng.choice([0, 1]) * MiB, rng.choice([0, 1]) * MiB) for s in saved]
     p = problem_from("toy", (3, 2), (400 * MiB, 300 * MiB), rng.choice(["gpipe", "1f1b"]), 2,
                      saved, [rng.uniform(0.001, 0.02) for _ in range(L)], 1e8, 2e8, work=work,
-                     params=params, transients=trans, forward_peaks=fwd)
+                     params=params, transients=trans, forward_peaks=fwd,
+                     segment_bytes=rng.choice([0, MiB]))
     lo, hi = smallest_capacity(p), max(p.base)
     return p, int(lo + rng.uniform(0, 1) * (hi - lo))
 

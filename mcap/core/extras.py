@@ -12,7 +12,8 @@
               "forward_transients": [[keep, swapped], ...],                (optional)
               "swap_seconds": [float, ...],                                (optional)
               "recompute_transients": [[forward, backward], ...],          (optional)
-              "cores": int}                                                (optional)
+              "cores": int,                                                (optional)
+              "segment_bytes": int}                                        (optional)
 
 Reading checks every value (a file is data: types, ranges, lengths) and raises through the
 caller's ``fail(where, message)`` so the message names the file and the key. Runs are read
@@ -60,7 +61,8 @@ def press_to_json(press: PressStats) -> dict:
             **({"recompute_transients": [[int(x) for x in t]
                                          for t in press.recompute_transients]}
                if press.recompute_transients else {}),
-            **({"cores": int(press.cores)} if press.cores else {})}
+            **({"cores": int(press.cores)} if press.cores else {}),
+            **({"segment_bytes": int(press.segment_bytes)} if press.segment_bytes else {})}
 
 
 def _show(v: Any) -> str:
@@ -179,8 +181,9 @@ def press_from_json(x: Any, num_layers: int, fail) -> Optional[PressStats]:
     cores = None
     if x.get("cores") is not None:
         cores = _int(x["cores"], "press.cores", fail, 1, 2**20)
+    segment = _int(x.get("segment_bytes", 0), "press.segment_bytes", fail, 0, MAX_BYTES)
     return PressStats(saved, fwd, host, d2d, bounds, tuple(shared), backward, back_t, fwd_t,
-                      swap_s, rec_t, cores)
+                      swap_s, rec_t, cores, segment)
 
 
 def _rows(x: dict, key: str, names: tuple, num_layers: int, fail) -> tuple:

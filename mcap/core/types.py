@@ -193,6 +193,7 @@ class PressStats:
     swap_seconds: tuple[float, ...] = ()
     recompute_transients: tuple[tuple[int, int], ...] = ()
     cores: Optional[int] = None  # CPU cores the stage processes share (the time model)
+    segment_bytes: int = 0  # what each recompute segment keeps per micro-batch (CPU RNG state)
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,8 @@ process on the setup's device with the setup's intra-op threads:
   one micro-batch, timed here the way the runner swaps (:func:`transients`): the copies
   out and back, the fresh allocations and the saved-tensor hooks' own work, which a
   bandwidth alone does not show for small activations (VGG11's 4-16 KB layers).
+* ``segment_bytes``: what each recompute segment keeps per micro-batch beside its input (on
+  the CPU the checkpoint's copy of the RNG state, a tensor the tracker counts; 0 on CUDA).
 * ``cores``: the CPU cores the stage processes share (``sched_getaffinity``): how many
   stages can run at once, for the added time of a plan.
 * ``forward_seconds[l]``: the layer's forward time per micro-batch with autograd
@@ -103,7 +105,7 @@ def measure(spec: str, setup: Setup, repeats: int = REPEATS) -> PressStats:
         torch.set_num_threads(old)
     return PressStats(tuple(saved), tuple(forward), host, d2d, bounds, shared, tuple(backward),
                       tuple(tr.backward), tuple(tr.forward), tuple(tr.seconds),
-                      tuple(tr.recompute), _cores())
+                      tuple(tr.recompute), _cores(), _segment_bytes(device))
 
 
 def _storages(out) -> list:
@@ -316,6 +318,16 @@ def _pass(layer, leaves, hooks, now, reset, top, sync) -> tuple[int, int, float]
     down = max(0, top() - start)
     sync()
     return up, down, time.perf_counter() - t0
+
+
+def _segment_bytes(device: torch.device) -> int:
+    """What a recompute segment keeps beside its input in the stage's counted memory:
+    ``torch.utils.checkpoint`` (preserving RNG state, as the runner's does) copies the CPU
+    RNG state into a tensor the CPU tracker counts; on CUDA that copy is host memory, not
+    the GPU's."""
+    if device.type == "cuda":
+        return 0
+    return int(torch.get_rng_state().nbytes)
 
 
 def _cores() -> int:

@@ -19,6 +19,8 @@ the MILP asks the same of every event:
           + sum_{l < j(e)} saved_l R_l,j(e) + rback_j(e) recompute_j(e)   (a recompute
                                                                run back in B(j))
           + sum_{i,o} live[e,i] bytes_io P_io                 (segment pins)
+          + sum_i live[e,i] segment_bytes S_i                 (a segment's RNG state copy;
+                                                               S_i >= recompute_i - recompute_i-1)
           + sum_{(o,k)} live[e,k] bytes_ok (recompute_o - Y_ok)   (shared storages)
           + sum_{l not in s} held_{s(l)} saved_l d2d_{l->s}   <= capacity
     with  R_l,j >= sum_{t=l..j} recompute_t - (j - l),  R >= 0   (l .. j one recompute run)
@@ -84,6 +86,13 @@ def _solve(p: Problem, bound: float, time_limit: float):
             prob += v >= x[i, "recompute", None] - x[i - 1, "recompute", None] \
                 - (0 if o < 0 else x[o, "keep", None])
             seg.setdefault(i, []).append((n if o < 0 else min(n, mv[o])) / UNIT * v)
+    if p.segment_bytes:  # every recompute segment keeps the RNG state (model._levels)
+        for s in range(p.stages):
+            mine = list(p.layers(s))
+            for j, i in enumerate(mine):
+                v = prob.add_variable(f"S_{i}", lowBound=0)
+                prob += v >= x[i, "recompute", None] - (x[i - 1, "recompute", None] if j else 0)
+                seg.setdefault(i, []).append(p.segment_bytes / UNIT * v)
     shared = []
     for o, k, n in p.shared:  # freed by recomputing o only with every saver up to k (model.py)
         y = prob.add_variable(f"Y_{o}_{k}", lowBound=0)

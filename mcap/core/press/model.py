@@ -123,6 +123,7 @@ class Problem:
     recompute_peaks: tuple = ()
     schedule: str = "gpipe"
     parallel: int = 0               # stages that run at once (0: all; CPU: cores // threads)
+    segment_bytes: int = 0          # kept per recompute segment and micro-batch (RNG state)
     # per stage: its keep-all memory event by event (events.py), derived from the above
     events: tuple = field(default=(), compare=False, repr=False)
 
@@ -289,7 +290,8 @@ def problem(profile: Profile, balance: Sequence[int], capacity: Optional[int] = 
                         forward_peaks=profile.press.forward_transients,
                         swap_seconds=profile.press.swap_seconds,
                         recompute_peaks=profile.press.recompute_transients,
-                        parallel=_parallel(profile))
+                        parallel=_parallel(profile),
+                        segment_bytes=profile.press.segment_bytes)
 
 
 def _parallel(profile: Profile) -> int:
@@ -321,7 +323,7 @@ def problem_from(model: str, balance, base, schedule: str, chunks: int, saved, f
                  work: Sequence = (), params: Sequence = (),
                  transients: Sequence = (), forward_peaks: Sequence = (),
                  swap_seconds: Sequence = (), recompute_peaks: Sequence = (),
-                 parallel: int = 0) -> Problem:
+                 parallel: int = 0, segment_bytes: int = 0) -> Problem:
     """The problem from bare numbers (tests, benchmarks, scaling); ``overlap``: transfers
     may hide in live intervals (a device with copy engines, module docstring);
     ``boundaries``: ``PressStats.boundaries`` (empty: nothing pinned); ``work``:
@@ -385,7 +387,7 @@ def problem_from(model: str, balance, base, schedule: str, chunks: int, saved, f
                    tuple(min(x) for x in live), capacity,
                    tuple(int(a + b) for a, b in zip(pin_in, pin_out)), seg, shared, work,
                    params, transients, forward_peaks, recompute_peaks, schedule,
-                   max(0, int(parallel)), events)
+                   max(0, int(parallel)), max(0, int(segment_bytes)), events)
 
 
 def _events(balance, schedule, chunks, saved, work, params, transients, forward_peaks,
@@ -592,6 +594,8 @@ def _levels(p: Problem, actions: Sequence[LayerAction], s: int, starts) -> _Leve
     back = back + run[ev.at]
     pin = np.zeros(n, dtype=np.int64)
     for i, g in enumerate(layers):
+        if act[i] == "recompute" and (i == 0 or act[i - 1] != "recompute"):
+            pin[i] += p.segment_bytes  # every segment's copy of the RNG state, F(i) to B(i)
         if g in starts:  # the checkpoint holds the segment's input from F(i) to B(i)
             for o, nb in p.seg[g]:
                 if o == -1:

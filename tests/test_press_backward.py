@@ -237,3 +237,27 @@ def test_press_measure_base_plans_from_a_real_keep_all_run(gpt_press, capsys, tm
     rc = main(["press", "--profile", str(path), "--balance", "1,1", "--capacity", str(cap),
                "--measure-base"])
     assert rc == 2 and "sums to 2 but the model has 6 layers" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_vectorised_floor_is_the_floor_plans_peak(seed):
+    """``jointsearch`` ranks partitionings by ``model.window_floor_drop`` without building a
+    problem for each: it must equal the peaks of ``floor_actions`` under ``outcome``."""
+    from mcap.core.press.model import floor_actions, window_floor_drop
+    rng = random.Random(seed)
+    L, balance = 6, (2, 3, 1)
+    saved = [rng.choice([0, 1, 2, 4]) * MiB for _ in range(L)]
+    params = [rng.choice([0, 2, 8]) * MiB for _ in range(L)]
+    trans = [(p + MiB, rng.choice([1, 2]) * MiB, rng.choice([1, 3]) * MiB) for p in params]
+    fwd = [(s + MiB, rng.choice([0, 1]) * MiB) for s in saved]
+    bounds = [()] + [((rng.choice([b - 1, -1]), MiB),) for b in range(1, L + 1)]
+    shared = ((0, 1, MiB),) if saved[0] else ()
+    schedule = rng.choice(["gpipe", "1f1b"])
+    p = problem_from("toy", balance, (90 * MiB, 80 * MiB, 70 * MiB), schedule, 4, saved,
+                     [0.01] * L, 1e9, 1e9, boundaries=bounds, shared=shared, params=params,
+                     transients=trans, forward_peaks=fwd)
+    floor = outcome(p, floor_actions(p)).peaks
+    for s, (a, z) in enumerate(((0, 1), (2, 4), (5, 5))):
+        drop = window_floor_drop(schedule, 4, s, 3, a, z, saved, (), params, shared, bounds,
+                                 trans, fwd)
+        assert p.base[s] - drop == floor[s]

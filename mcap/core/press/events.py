@@ -17,8 +17,8 @@ backward, of each micro-batch. At every event it records, per layer l of the sta
 many micro-batches' saved bytes of l are held (forward done, backward of l not finished),
 and the keep-all bytes that vary in the iteration:
 
-    keep[e] = sum_l saved[l] * live[e, l]            activations (and the stage output the
-            + outputs no layer saves                   schedule holds until backward)
+    keep[e] = sum_l saved[l] * live[e, l]            activations
+            + outputs no layer saves                   (held by the schedule: stage_events)
             + forward[l]                               during F(l, m): what the forward holds
                                                        above its start at most
             + grad_in per micro-batch whose backward is done (its input's gradient, sent on)
@@ -71,13 +71,18 @@ def stage_events(schedule: str, stage: int, stages: int, chunks: int, start: int
     ``first`` / ``accum``, what its backward holds above its start in the iteration's
     first backward of it and in a later one (``PressStats.backward_transients``);
     ``forward``, what its forward holds above its start at most (at least ``saved``:
-    ``PressStats.forward_transients``; empty: ``saved``). ``held_out``: bytes of the stage's
-    output per micro-batch that no layer of it saves but the schedule holds until the
-    micro-batch's backward. ``grad_in``: bytes of the gradient of the stage's input per
-    micro-batch, which the schedule keeps from that micro-batch's backward to the end of
-    the iteration (its send to the previous stage is waited for at the end of the step; 0
-    on the first stage). The stage's input itself lives in the schedule's receive buffers
-    for the whole iteration: a constant, left out."""
+    ``PressStats.forward_transients``; empty: ``saved``); ``grad_out``, the bytes of the
+    gradient of its output, there during its backward (made by the next layer's; the last
+    layer's arrives in a receive buffer the schedule keeps: 0 there, except on the ``last``
+    stage, where the loss makes it). ``held_out``: bytes of the stage's output per
+    micro-batch that no layer of it saves: kept to the end of the step (its send is waited
+    for there); on the ``last`` stage the loss (cross-entropy) also keeps a log-softmax of
+    the same size until its backward, the first of the micro-batch's, and the schedule the
+    output itself until the micro-batch's backward is done. ``grad_in``: bytes of the
+    gradient of the stage's input per micro-batch, kept from that micro-batch's backward to
+    the end of the step (in the receive buffers' ``.grad`` and the sends waited for at the
+    end; 0 on the first stage). The stage's input itself lives in the schedule's receive
+    buffers for the whole iteration: a constant, left out."""
     n = len(saved)
     P = list(params) or [0] * n
     T1 = list(first) or [0] * n

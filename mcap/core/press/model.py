@@ -132,12 +132,8 @@ class Problem:
         return self.saved[l] - (self.pinned[l] if self.pinned else 0)
 
     def swapped_back(self, l: int) -> int:
-        """Bytes of swapped layer ``l`` back at the height of its own backward (``_back_bytes``)."""
-        m = self.movable(l)
-        if not self.transients:
-            return m
-        _, accum, swapped = self.transients[l]
-        return min(m, max(0, swapped - accum))
+        """Bytes of swapped layer ``l`` back at the height of its own backward (:func:`swap_back`)."""
+        return swap_back(self.movable(l), self.transients[l] if self.transients else None)
 
     def forward_change(self, l: int, action: str = "swap") -> int:
         """How a reduced layer changes its stage's bytes during its own forward (<= 0): what
@@ -447,7 +443,9 @@ def window_floor_drop(schedule: str, chunks: int, s: int, G: int, a: int, z: int
     ev = _window_events(schedule, chunks, s, G, a, z, saved, work, params, transients,
                         forward_peaks, boundaries)
     early = [(o - a, k - a, min(n, int(mov[o - a]))) for o, k, n in shared if a <= o < k <= z]
-    back = _swapped_back(ev, _back_bytes(mov, transients[a:z + 1] if transients else ()), early)
+    own = np.array([swap_back(int(mov[l - a]), transients[l] if transients else None)
+                    for l in range(a, z + 1)], dtype=np.int64)
+    back = _swapped_back(ev, own, early)
     fwd = np.zeros(z - a + 1, dtype=np.int64)
     if forward_peaks:
         for l in range(a, z + 1):
@@ -458,15 +456,14 @@ def window_floor_drop(schedule: str, chunks: int, s: int, G: int, a: int, z: int
     return int(ev.keep.max() - level.max())
 
 
-def _back_bytes(mov: np.ndarray, transients) -> np.ndarray:
-    """Per layer of a stage: how much of its movable bytes ``mov`` is back at the height
-    of its own backward when it was swapped: all of it, or with measured transients what
-    the swapped backward holds beyond the kept one (storages come back as backward needs
-    them), at most ``mov``."""
-    if not len(transients):
-        return mov
-    extra = np.array([max(0, t[2] - t[1]) for t in transients], dtype=np.int64)
-    return np.minimum(extra, mov)
+def swap_back(movable: int, transient: Optional[Sequence[int]]) -> int:
+    """How much of a swapped layer's ``movable`` bytes is back at the height of its own
+    backward: all of it, or with its measured ``(first, accumulate, swapped)`` backward
+    transients what the swapped backward holds beyond the kept one (storages come back as
+    backward needs them), at most ``movable``."""
+    if transient is None:
+        return movable
+    return min(movable, max(0, transient[2] - transient[1]))
 
 
 def _swapped_back(ev: StageEvents, back_own: np.ndarray, early) -> np.ndarray:

@@ -183,12 +183,7 @@ def backward_bytes(module: torch.nn.Sequential, x: torch.Tensor,
     """Per layer, the peak bytes its backward allocates beyond what is live when it starts
     (module docstring)."""
     now, reset, top = _counters(device)
-    with torch.no_grad():  # every layer's input, recorded once
-        inputs, out = [], x
-        for layer in module:
-            inputs.append(out)
-            out = layer(out)
-        del out
+    inputs = _layer_inputs(module, x)
     sizes = []
     for i, layer in enumerate(module):
         params = [p for p in layer.parameters() if p.requires_grad]
@@ -250,12 +245,7 @@ def transients(module: torch.nn.Sequential, x: torch.Tensor, device: torch.devic
     from mcap.runner.press import PressStage
 
     now, reset, top = _counters(device)
-    with torch.no_grad():  # every layer's input, recorded once
-        inputs, out = [], x
-        for layer in module:
-            inputs.append(out)
-            out = layer(out)
-        del out
+    inputs = _layer_inputs(module, x)
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
     out = Transients([], [], [], [])
     for i, layer in enumerate(module):
@@ -337,6 +327,16 @@ def _cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         return os.cpu_count() or 1
+
+
+def _layer_inputs(module: torch.nn.Sequential, x: torch.Tensor) -> list:
+    """Every layer's input for one micro-batch, recorded once without autograd."""
+    with torch.no_grad():
+        inputs, out = [], x
+        for layer in module:
+            inputs.append(out)
+            out = layer(out)
+    return inputs
 
 
 def _counters(device: torch.device):

@@ -84,3 +84,74 @@ def test_profile_keeps_tensor_parallel_statistics(tmp_path):
             predicted = hc.peaks(parse_plan(text))
             assert all(abs(p - m) <= 0.03 * m for p, m in zip(predicted, measured)), \
                 (text, predicted, measured)
+
+
+def test_parallel_with_press_is_refused_naming_why(tmp_path, capsys):
+    from mcap.cli.main import main
+    argv = ["profile", "--model", GPT, "--stages", "4", "--batch-size", "8", "--chunks", "2",
+            "--parallel", "dp", "--press", "--store", str(tmp_path / "s.sqlite"),
+            "--out", str(tmp_path / "p.json")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "an MPress plan applies to a --balance, never to a hybrid --plan" in err
+    assert "Traceback" not in err and not (tmp_path / "p.json").exists()
+
+
+@pytest.mark.integration
+def test_parallel_profiles_merged_layers_and_plans_map_back(tmp_path, capsys):
+    """``profile --parallel dp,tp --merge-to 5`` (CAPTURE III-A3 with III-A1): the dp/tp
+    profiling partitionings are those of the 5 merged layers (fewer runs than over the 6
+    real ones), measured and stored as real-layer plans; predictions and ``recommend
+    --mesh`` take and print plans over the real layers."""
+    import json
+
+    from mcap.cli.main import main
+    from mcap.core import merging
+    from mcap.core.hybridpredict import HybridCosts
+    from mcap.core.plan import profiling_plan
+    from mcap.io import jsonio
+    from mcap.runner import open_runner
+    from mcap.store import Store
+
+    out, db = tmp_path / "m.json", tmp_path / "s.sqlite"
+    assert main(["profile", "--model", GPT, "--stages", "4", "--batch-size", "8", "--chunks",
+                 "2", "--parallel", "dp,tp", "--merge-to", "5", "--store", str(db),
+                 "--out", str(out)]) == 0
+    prof = jsonio.load_profile(out)
+    sizes = merging.sizes_of(prof)
+    assert prof.model.num_layers == 5 and sum(sizes) == 6
+    assert [(v.parallel, v.degree) for v in prof.variants] == [("dp", 2), ("tp", 2)]
+    for v in prof.variants:
+        # the merged layers' partitionings over 2 sub-meshes, then the whole model
+        assert [r.balance for r in v.runs] == \
+            [p.balance for p in variant_plans(5, 2, v.parallel, 2, "mcap")] + [(5,)]
+        assert len(v.runs) < len(profiling_plan(6, 2, "mcap").runs) + 1  # what merging saves
+        assert v.stats.num_layers == 5 and all(r.status == "ok" for r in v.runs)
+    with Store(db) as store:  # stored as the real-layer plans they ran
+        hybrid = [s for s in store.list_studies() if s.setup.engine.startswith("hybrid:")]
+        assert hybrid and all(sum(r.balance) == 6 for s in hybrid for r in store.runs(s.id))
+
+    capsys.readouterr()
+    assert main(["recommend", "--profile", str(out), "--mesh", "1x4", "--json"]) == 0
+    rec = json.loads(capsys.readouterr().out)
+    assert sum(s["layers"] for s in rec["plan"]) == 6  # real layers
+    hc = HybridCosts(prof)
+    assert rec["predicted_peaks"] == list(hc.peaks(parse_plan(rec["plan_text"])))
+
+    # Predicted vs measured on plans the profile did not run, written over the real layers
+    setup = Setup(stages=4, batch_size=8, chunks=2, engine="hybrid")
+    merged = (parse_plan("2,2:dp2,1"), parse_plan("2:tp2,3:dp2"))
+    with open_runner(GPT, setup, timeout=120) as runner:
+        for plan in (merging.expand_plan(p, sizes) for p in merged):
+            _close(plan, hc.peaks(plan), runner.measure_plan(plan).peaks, pp=0.05)
+
+
+def _close(plan, predicted, measured, pp: float) -> None:
+    """Per device: dp within 5%, pp within ``pp``, tp within the issue's 10% for hybrid
+    plans (a tp device's peak varies by up to 4% between identical runs on CPU: gloo's
+    collective buffers, measured on this GPT at batch sizes 16-64)."""
+    kinds = [s.parallel for s in plan.stages for _ in range(s.degree)]
+    for kind, p, m in zip(kinds, predicted, measured):
+        bound = {"pp": pp, "dp": 0.05, "tp": 0.10}[kind]
+        assert abs(p - m) <= bound * m, (plan.text, kind, predicted, measured)
+

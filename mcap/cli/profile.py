@@ -91,7 +91,8 @@ def register(sub) -> None:
                    help="also profile 2- and 4-way data- (dp) / tensor-parallel (tp) stages on "
                         "engine hybrid (CAPTURE III-A1): degree k when --stages holds at least "
                         "2 groups of k devices; the pipeline-only runs then run on engine "
-                        "hybrid too (the default engine becomes hybrid)")
+                        "hybrid too (the default engine becomes hybrid). With --merge-to they "
+                        "run on the merged layers")
     p.add_argument("--out", required=True, type=Path, metavar="FILE.json", help=OUT_HELP % "profile")
     p.add_argument("--press", action="store_true",
                    help="also measure MPress's costs: per layer the activation bytes saved "
@@ -185,10 +186,17 @@ def cmd_profile(args) -> int:
                         "layers; it cannot be combined with --capture, --profile-batch-sizes "
                         "or --merge-to (profile twice)")
 
-    if args.parallel and (sizes is not None or args.merge_to is not None or args.press):
+    if args.parallel and args.press:
+        # MPress plans apply to pipeline-only partitionings (measure --press refuses --plan,
+        # recommend --press refuses --mesh); --press measures each layer whole on one
+        # device, not a dp stage's share of the rows or a tp stage's shards.
+        raise McapError("--press measures MPress statistics for pipeline-only partitionings "
+                        "(an MPress plan applies to a --balance, never to a hybrid --plan); it "
+                        "cannot be combined with --parallel (profile twice)")
+    if args.parallel and sizes is not None:
         raise McapError("--parallel profiles data/tensor-parallel stages at the target batch "
-                        "size on the real layers; it cannot be combined with --capture, "
-                        "--profile-batch-sizes, --merge-to or --press yet (profile twice)")
+                        "size; it cannot be combined with --capture or --profile-batch-sizes "
+                        "yet (profile twice)")
     if args.parallel:
         # The pipeline-only runs of a hybrid profile run on the engine its dp/tp runs and
         # its plans run on (mcap.workflow.hybrid.check_base_engine says why).
@@ -209,7 +217,7 @@ def cmd_profile(args) -> int:
                                      merge_to=args.merge_to, **options)
         elif args.merge_to is not None:
             result = capture.profile_merged(args.model, setup, None, merge_to=args.merge_to,
-                                            **options)
+                                            parallel=args.parallel, **options)
         else:
             result = profiling.profile(args.model, setup, None, press=args.press,
                                        parallel=args.parallel, **options)

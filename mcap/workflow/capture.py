@@ -117,20 +117,26 @@ def sizes_from_args(target: int, explicit: Optional[Sequence[int]], capture: boo
 
 
 def profile_merged(spec: str, setup: Setup, out: Optional[Path], *, store, merge_to: int,
-                   name: Optional[str] = None, **options) -> ProfileResult:
+                   name: Optional[str] = None, parallel: Sequence[str] = (),
+                   **options) -> ProfileResult:
     """mCAP's profile at ``setup.batch_size`` on all layers, then the same batch size on
     the ``merge_to`` merged layers (III-A3), whose runs are mostly composed from the first
-    pass's stages. With one batch size this saves no profiling; prediction and search run
-    on the merged layers. The merged profile is the result."""
+    pass's stages. With one batch size this saves no pipeline profiling; prediction and
+    search run on the merged layers. ``parallel`` (dp, tp): the dp/tp runs (III-A1) are
+    made on the merged layers only, and that is what merging saves here (module docstring
+    of ``mcap.workflow.hybrid``). The merged profile is the result."""
     from mcap.io import jsonio
 
     check_merge_to(spec, setup, merge_to, options.get("scheme", "mcap"))
+    if parallel:  # before any run
+        from mcap.workflow.hybrid import check_parallel
+        check_parallel(parallel, setup)
     started = time.monotonic()
     full = profiling.profile(spec, setup, None, store=store,
                              name=f"{name or 'merge'}: before merging", **options)
     groups = merging.merge_sizes(full.profile.stats, merge_to)
     merged = profiling.profile(spec, setup, None, store=store, name=name, groups=groups,
-                               **options)
+                               parallel=parallel, **options)
     if out is not None:
         jsonio.save(merged.profile, out)
     a, b = full.tally, merged.tally

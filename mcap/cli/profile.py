@@ -92,7 +92,8 @@ def register(sub) -> None:
                         "engine hybrid (CAPTURE III-A1): degree k when --stages holds at least "
                         "2 groups of k devices; the pipeline-only runs then run on engine "
                         "hybrid too (the default engine becomes hybrid). With --merge-to they "
-                        "run on the merged layers")
+                        "run on the merged layers, with --capture / --profile-batch-sizes at "
+                        "each profiling batch size")
     p.add_argument("--out", required=True, type=Path, metavar="FILE.json", help=OUT_HELP % "profile")
     p.add_argument("--press", action="store_true",
                    help="also measure MPress's costs: per layer the activation bytes saved "
@@ -193,10 +194,6 @@ def cmd_profile(args) -> int:
         raise McapError("--press measures MPress statistics for pipeline-only partitionings "
                         "(an MPress plan applies to a --balance, never to a hybrid --plan); it "
                         "cannot be combined with --parallel (profile twice)")
-    if args.parallel and sizes is not None:
-        raise McapError("--parallel profiles data/tensor-parallel stages at the target batch "
-                        "size; it cannot be combined with --capture or --profile-batch-sizes "
-                        "yet (profile twice)")
     if args.parallel:
         # The pipeline-only runs of a hybrid profile run on the engine its dp/tp runs and
         # its plans run on (mcap.workflow.hybrid.check_base_engine says why).
@@ -214,7 +211,7 @@ def cmd_profile(args) -> int:
                        reuse=args.reuse)
         if sizes is not None:
             result = capture.profile(args.model, setup, None, sizes=sizes,
-                                     merge_to=args.merge_to, **options)
+                                     merge_to=args.merge_to, parallel=args.parallel, **options)
         elif args.merge_to is not None:
             result = capture.profile_merged(args.model, setup, None, merge_to=args.merge_to,
                                             parallel=args.parallel, **options)
@@ -235,12 +232,14 @@ def variant_lines(profile) -> list[str]:
     variant once printed as "pp1: N runs on G sub-meshes of 1 devices", the same line for
     every batch size."""
     lines = []
+    sizes = {v.batch_size for v in profile.variants if v.parallel != "pp"}
     for v in profile.variants:
         if v.parallel == "pp":
             n = len(v.runs)
             lines.append(f"  batch size {v.batch_size}: {n} run{'' if n == 1 else 's'}")
-        else:
-            lines.append(f"  {v.parallel}{v.degree}: {len(v.runs)} runs on "
+        else:  # with --capture and --parallel, a dp/tp line per batch size: say which
+            at = f" at batch size {v.batch_size}" if len(sizes) > 1 else ""
+            lines.append(f"  {v.parallel}{v.degree}{at}: {len(v.runs)} runs on "
                          f"{profile.setup.stages // v.degree} sub-meshes of {v.degree} devices")
     return lines
 

@@ -43,6 +43,9 @@ stands for (``mcap.core.merging.expand_plan``) and stored as that real-layer run
 the same record an unmerged profile would measure and reuse; the statistics are extracted
 over the merged layers, which is what the pp statistics of a merged profile are over, and
 ``HybridCosts`` maps plans between the two (``merging.contract_plan`` / ``expand_plan``).
+At several batch sizes (``--capture``, ``--profile-batch-sizes``) each size gets its own
+variant per (kind, degree), and a dp/tp stage is predicted on the line through two of them
+(III-B2, ``mcap.core.hybridpredict.HybridCosts``).
 """
 from __future__ import annotations
 

@@ -202,9 +202,15 @@ def cmd_profile(args) -> int:
             args.engine = "hybrid"
         check_base_engine(args.engine)
 
-    if args.nnodes is not None and (args.press or args.parallel):
-        raise McapError("--nnodes profiles pipeline stages (engine pipelining); --press and "
-                        "--parallel run on one machine")
+    if args.nnodes is not None and args.press:
+        raise McapError("--press measures MPress statistics in this one process, on this "
+                        "machine; it cannot be combined with --nnodes")
+    if args.nnodes is not None and args.parallel:  # exit 2 on every node before torchrun
+        from mcap.workflow.hybrid import check_parallel
+        check_parallel(args.parallel, setup_from_args(args))
+        if sizes is not None:
+            from mcap.workflow.capture import check_parallel_sizes
+            check_parallel_sizes(args.parallel, setup_from_args(args), sizes)
 
     def action(profiling, setup, store):
         options = dict(store=store, scheme=args.scheme, job=args.job, timeout=args.timeout,

@@ -70,9 +70,6 @@ with st.form("profile-form"):
 if submitted:
     try:
         parse_spec(spec)  # unknown model or parameter: McapError naming it
-        if parallel and capture:
-            raise McapError("--parallel profiles dp/tp stages at the target batch size; it "
-                            "cannot be combined with --capture yet: profile twice")
         if parallel:  # its pipeline-only runs too (mcap.workflow.hybrid.check_base_engine)
             engine = "hybrid"
         setup = Setup(stages=int(stages), batch_size=int(batch), chunks=int(chunks), schedule=schedule,

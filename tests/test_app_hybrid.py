@@ -142,15 +142,19 @@ def test_profile_page_adds_the_capture_flags(data):
     assert not at.exception and not at.error, [e.value for e in at.error]
     assert "--capture" in at.session_state["profile-confirm"][2]
     at.checkbox(key="profile-parallel").check()
-    at.button(key="profile-start").click().run()  # the CLI refuses both: so does the page
-    assert any("cannot be combined with --capture" in e.value for e in at.error)
+    at.button(key="profile-start").click().run()  # both: dp/tp runs at each batch size
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    both = at.session_state["profile-confirm"][2]
+    assert "--capture" in both and both[both.index("--parallel") + 1] == "dp,tp"
+    from mcap.cli.main import build_parser
+    parsed = build_parser().parse_args(["profile", *both])
+    assert parsed.capture and parsed.parallel and parsed.engine == "hybrid"
     at.checkbox(key="profile-capture").uncheck()
     at.button(key="profile-start").click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     args = at.session_state["profile-confirm"][2]
     assert args[args.index("--parallel") + 1] == "dp,tp" and "--capture" not in args
     assert args[args.index("--engine") + 1] == "hybrid"  # what profile --parallel runs on
-    from mcap.cli.main import build_parser
     parsed = build_parser().parse_args(["profile", *args])  # the job's own command line
     assert parsed.engine == "hybrid" and parsed.parallel
     at.selectbox(key="profile-command").set_value("sweep")

@@ -148,6 +148,49 @@ def test_profile_across_two_nodes_equals_the_local_profile(tmp_path):
         assert len(store.runs(study.id)) == len(across["runs"])
 
 
+@pytest.mark.integration
+def test_parallel_profile_across_two_nodes_equals_the_local_profile(tmp_path):
+    """``profile --parallel dp --nnodes 2`` on localhost: its pipeline-only and dp2 runs go
+    through torchrun on engine hybrid (one rank per device; the whole model as one dp2 stage
+    runs on ranks 0-1 while ranks 2-3 only join its sub-group), and node 0's profile equals a
+    one-machine profile of the same setup."""
+    model = "gpt:layers=4,hidden=32,heads=2,vocab=64,seq=8"  # 6 layers
+    common = ["profile", "--model", model, "--stages", "4", "--batch-size", "8", "--chunks",
+              "2", "--parallel", "dp", "--timeout", "120"]
+    port = _free_port()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+
+    def node(rank):
+        return subprocess.Popen(
+            [sys.executable, "-m", "mcap", *common, "--store", str(tmp_path / f"s{rank}.sqlite"),
+             "--out", str(tmp_path / f"p{rank}.json"), "--nnodes", "2", "--node-rank",
+             str(rank), "--rdzv-endpoint", f"127.0.0.1:{port}"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
+
+    one, zero = node(1), node(0)
+    out0, err0 = zero.communicate(timeout=280)
+    out1, err1 = one.communicate(timeout=60)
+    assert zero.returncode == 0 and one.returncode == 0, (err0[-2000:], err1[-2000:])
+    assert not (tmp_path / "p1.json").exists()
+    across = json.loads((tmp_path / "p0.json").read_text())
+    assert across["setup"]["engine"] == "hybrid"
+
+    from mcap.cli.main import main
+    assert main([*common, "--store", str(tmp_path / "local.sqlite"),
+                 "--out", str(tmp_path / "local.json")]) == 0
+    local = json.loads((tmp_path / "local.json").read_text())
+    for key in ("setup", "machine", "mem_isolated", "mem_added"):
+        assert across[key] == local[key], key
+    assert [r["peaks"] for r in across["runs"]] == [r["peaks"] for r in local["runs"]]
+    (dp2,), (here,) = across["variants"], local["variants"]
+    for key in ("batch_size", "parallel", "degree", "mem_isolated", "mem_added"):
+        assert dp2[key] == here[key], key
+    assert [(r["balance"], r["peaks"]) for r in dp2["runs"]] == \
+        [(r["balance"], r["peaks"]) for r in here["runs"]]
+    assert (dp2["parallel"], dp2["degree"]) == ("dp", 2)
+    assert dp2["runs"][-1]["balance"] == [6]  # the whole model on one sub-mesh of 2
+
+
 @pytest.mark.parametrize("command", ["measure", "profile", "sweep"])
 def test_node_options_without_nnodes_are_refused_naming_them(tmp_path, capsys, command,
                                                              monkeypatch):
@@ -180,4 +223,11 @@ def test_nodes_refuse_what_runs_on_one_machine(tmp_path, capsys):
     assert main(["profile", *base, "--engine", "torchgpipe", "--out", str(tmp_path / "p.json")]) == 2
     assert "engine torchgpipe does not run across nodes" in capsys.readouterr().err
     assert main(["sweep", *base, "--stages", "9", "--out", str(tmp_path / "s.json")]) == 2
+    assert main(["profile", *base, "--press", "--out", str(tmp_path / "p.json")]) == 2
+    assert "cannot be combined with --nnodes" in capsys.readouterr().err
+    # --parallel goes across nodes, but a micro-batch its dp2 runs cannot split exits 2 on
+    # every node before torchrun starts (port 1 would refuse a rendezvous)
+    assert main(["profile", *base, "--stages", "4", "--chunks", "2", "--batch-size", "2",
+                 "--parallel", "dp", "--out", str(tmp_path / "p.json")]) == 2
+    assert "micro-batch size 1" in capsys.readouterr().err
     assert not (tmp_path / "p.json").exists() and not (tmp_path / "s.json").exists()

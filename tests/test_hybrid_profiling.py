@@ -84,3 +84,136 @@ def test_profile_keeps_tensor_parallel_statistics(tmp_path):
             predicted = hc.peaks(parse_plan(text))
             assert all(abs(p - m) <= 0.03 * m for p, m in zip(predicted, measured)), \
                 (text, predicted, measured)
+
+
+def test_parallel_with_press_is_refused_naming_why(tmp_path, capsys):
+    from mcap.cli.main import main
+    argv = ["profile", "--model", GPT, "--stages", "4", "--batch-size", "8", "--chunks", "2",
+            "--parallel", "dp", "--press", "--store", str(tmp_path / "s.sqlite"),
+            "--out", str(tmp_path / "p.json")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "an MPress plan applies to a --balance, never to a hybrid --plan" in err
+    assert "Traceback" not in err and not (tmp_path / "p.json").exists()
+
+
+@pytest.mark.integration
+def test_parallel_profiles_merged_layers_and_plans_map_back(tmp_path, capsys):
+    """``profile --parallel dp,tp --merge-to 5`` (CAPTURE III-A3 with III-A1): the dp/tp
+    profiling partitionings are those of the 5 merged layers (fewer runs than over the 6
+    real ones), measured and stored as real-layer plans; predictions and ``recommend
+    --mesh`` take and print plans over the real layers."""
+    import json
+
+    from mcap.cli.main import main
+    from mcap.core import merging
+    from mcap.core.hybridpredict import HybridCosts
+    from mcap.core.plan import profiling_plan
+    from mcap.io import jsonio
+    from mcap.runner import open_runner
+    from mcap.store import Store
+
+    out, db = tmp_path / "m.json", tmp_path / "s.sqlite"
+    assert main(["profile", "--model", GPT, "--stages", "4", "--batch-size", "8", "--chunks",
+                 "2", "--parallel", "dp,tp", "--merge-to", "5", "--store", str(db),
+                 "--out", str(out)]) == 0
+    prof = jsonio.load_profile(out)
+    sizes = merging.sizes_of(prof)
+    assert prof.model.num_layers == 5 and sum(sizes) == 6
+    assert [(v.parallel, v.degree) for v in prof.variants] == [("dp", 2), ("tp", 2)]
+    for v in prof.variants:
+        # the merged layers' partitionings over 2 sub-meshes, then the whole model
+        assert [r.balance for r in v.runs] == \
+            [p.balance for p in variant_plans(5, 2, v.parallel, 2, "mcap")] + [(5,)]
+        assert len(v.runs) < len(profiling_plan(6, 2, "mcap").runs) + 1  # what merging saves
+        assert v.stats.num_layers == 5 and all(r.status == "ok" for r in v.runs)
+    with Store(db) as store:  # stored as the real-layer plans they ran
+        hybrid = [s for s in store.list_studies() if s.setup.engine.startswith("hybrid:")]
+        assert hybrid and all(sum(r.balance) == 6 for s in hybrid for r in store.runs(s.id))
+
+    capsys.readouterr()
+    assert main(["recommend", "--profile", str(out), "--mesh", "1x4", "--json"]) == 0
+    rec = json.loads(capsys.readouterr().out)
+    assert sum(s["layers"] for s in rec["plan"]) == 6  # real layers
+    hc = HybridCosts(prof)
+    assert rec["predicted_peaks"] == list(hc.peaks(parse_plan(rec["plan_text"])))
+
+    # Predicted vs measured on plans the profile did not run, written over the real layers
+    setup = Setup(stages=4, batch_size=8, chunks=2, engine="hybrid")
+    merged = (parse_plan("2,2:dp2,1"), parse_plan("2:tp2,3:dp2"))
+    with open_runner(GPT, setup, timeout=120) as runner:
+        for plan in (merging.expand_plan(p, sizes) for p in merged):
+            _close(plan, hc.peaks(plan), runner.measure_plan(plan).peaks, pp=0.05)
+
+
+def _close(plan, predicted, measured, pp: float) -> None:
+    """Per device: dp within 5%, pp within ``pp``, tp within the issue's 10% for hybrid
+    plans (a tp device's peak varies by up to 4% between identical runs on CPU: gloo's
+    collective buffers, measured on this GPT at batch sizes 16-64)."""
+    kinds = [s.parallel for s in plan.stages for _ in range(s.degree)]
+    for kind, p, m in zip(kinds, predicted, measured):
+        bound = {"pp": pp, "dp": 0.05, "tp": 0.10}[kind]
+        assert abs(p - m) <= bound * m, (plan.text, kind, predicted, measured)
+
+
+def test_parallel_at_profiling_batch_sizes_is_checked_before_any_run(tmp_path, capsys,
+                                                                      monkeypatch):
+    """--parallel with --profile-batch-sizes: a size whose micro-batch a dp2 stage cannot
+    split is refused before any process starts, naming the size."""
+    from mcap.cli.main import main
+    from mcap.runner.pool import WorkerPool
+    started = []
+    monkeypatch.setattr(WorkerPool, "start", lambda self: started.append(self))
+    assert main(["profile", "--model", GPT, "--stages", "4", "--batch-size", "16", "--chunks",
+                 "2", "--parallel", "dp", "--profile-batch-sizes", "2,8", "--store",
+                 str(tmp_path / "s.sqlite"), "--out", str(tmp_path / "p.json")]) == 2
+    err = capsys.readouterr().err
+    assert "profiling batch size 2:" in err and "micro-batch size 1" in err, err
+    assert started == [] and not (tmp_path / "p.json").exists()
+
+
+@pytest.mark.integration
+def test_parallel_with_batch_sizes_predicts_dp_tp_stages_on_the_line(tmp_path, capsys):
+    """``profile --parallel dp,tp --profile-batch-sizes 16,32`` with target 64 (III-A2/B2
+    with III-A1): dp2 and tp2 statistics at both sizes; a dp/tp stage's peak at 64 is the
+    line through its peaks at 16 and 32, per (kind, degree), and matches the measured one."""
+    import json
+
+    from mcap.cli.main import main
+    from mcap.core import batchscale
+    from mcap.core.hybrid import batch_line
+    from mcap.core.hybridpredict import HybridCosts
+    from mcap.io import jsonio
+    from mcap.runner import open_runner
+
+    out, db = tmp_path / "c.json", tmp_path / "s.sqlite"
+    assert main(["profile", "--model", GPT, "--stages", "4", "--batch-size", "64", "--chunks",
+                 "2", "--parallel", "dp,tp", "--profile-batch-sizes", "16,32", "--store",
+                 str(db), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "dp2 at batch size 16: 6 runs" in printed and "tp2 at batch size 32: 6 runs" in printed
+    prof = jsonio.load_profile(out)
+    assert batchscale.extrapolated(prof) and prof.setup.batch_size == 64
+    assert sorted(v.key for v in prof.variants) == sorted(
+        (b, k, d) for b in (16, 32) for k, d in (("pp", 1), ("dp", 2), ("tp", 2)))
+
+    hc = HybridCosts(prof)
+    plans = ("2,3:dp2,1", "1,4:tp2,1")
+    for text in plans:  # the line through the two sizes' own predictions, per stage
+        plan = parse_plan(text)
+        at = {b: HybridCosts(prof, batch_size=b).peaks(plan) for b in (16, 32)}
+        assert hc.peaks(plan) == tuple(round(batch_line(a, 16, b, 32, 64))
+                                       for a, b in zip(at[16], at[32]))
+    # Measured at 64: a pp stage within 10% (the embedding alone, 1,4:tp2,1's first stage,
+    # is 8% low: its peak is not yet linear in micro-batches of 8 and 16 samples, the pp
+    # line's own limit, BENCHMARKS.md "CAPTURE"); dp and tp devices: _close.
+    setup = Setup(stages=4, batch_size=64, chunks=2, engine="hybrid")
+    with open_runner(GPT, setup, timeout=120) as runner:
+        for text in plans:
+            plan = parse_plan(text)
+            _close(plan, hc.peaks(plan), runner.measure_plan(plan).peaks, pp=0.10)
+    assert main(["predict", "--profile", str(out), "--plan", plans[0], "--batch-size", "128",
+                 "--json"]) == 0
+    at128 = json.loads(capsys.readouterr().out)["predicted_peaks"]
+    assert list(HybridCosts(prof, batch_size=128).peaks(parse_plan(plans[0]))) == at128
+    assert at128[1] > hc.peaks(parse_plan(plans[0]))[1]  # the dp stage grows with the batch

@@ -11,8 +11,9 @@ unknown); the other nodes print nothing.
 ``profile`` and ``sweep`` take the same three options: every node starts torchrun with
 devices / N ranks of ``mcap.cli.spmd_run``, whose rank 0 (on node 0) runs the command itself,
 unchanged (store, plan, oom fallback, resume, output file), with each run's stages trained on
-the ranks of all nodes (:mod:`mcap.runner.spmdrunner`). Input is checked on every node before
-torchrun starts, and node 0 exits with the command's own status.
+the ranks of all nodes (:mod:`mcap.runner.spmdrunner`); ``profile --parallel dp,tp`` runs its
+pipeline-only and dp/tp runs there on engine hybrid, one rank per device. Input is checked on
+every node before torchrun starts, and node 0 exits with the command's own status.
 """
 from __future__ import annotations
 
@@ -142,9 +143,10 @@ def launch_command(args, setup) -> int:
     import os
     import tempfile
 
-    if setup.engine != "pipelining":
-        raise McapError(f"--nnodes runs engine pipelining; engine {setup.engine} does not run "
-                        "across nodes")
+    from mcap.runner.spmdrunner import ENGINES
+    if setup.engine not in ENGINES:
+        raise McapError(f"--nnodes runs engines {' and '.join(ENGINES)}; engine {setup.engine} "
+                        "does not run across nodes")
     devices = setup.stages
     command = _without_node_options(list(args.argv))
     argv = torchrun_argv(args, devices) + ["mcap.cli.spmd_run", "--device", args.device,

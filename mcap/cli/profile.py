@@ -91,7 +91,9 @@ def register(sub) -> None:
                    help="also profile 2- and 4-way data- (dp) / tensor-parallel (tp) stages on "
                         "engine hybrid (CAPTURE III-A1): degree k when --stages holds at least "
                         "2 groups of k devices; the pipeline-only runs then run on engine "
-                        "hybrid too (the default engine becomes hybrid)")
+                        "hybrid too (the default engine becomes hybrid). With --merge-to they "
+                        "run on the merged layers, with --capture / --profile-batch-sizes at "
+                        "each profiling batch size")
     p.add_argument("--out", required=True, type=Path, metavar="FILE.json", help=OUT_HELP % "profile")
     p.add_argument("--press", action="store_true",
                    help="also measure MPress's costs: per layer the activation bytes saved "
@@ -185,10 +187,13 @@ def cmd_profile(args) -> int:
                         "layers; it cannot be combined with --capture, --profile-batch-sizes "
                         "or --merge-to (profile twice)")
 
-    if args.parallel and (sizes is not None or args.merge_to is not None or args.press):
-        raise McapError("--parallel profiles data/tensor-parallel stages at the target batch "
-                        "size on the real layers; it cannot be combined with --capture, "
-                        "--profile-batch-sizes, --merge-to or --press yet (profile twice)")
+    if args.parallel and args.press:
+        # MPress plans apply to pipeline-only partitionings (measure --press refuses --plan,
+        # recommend --press refuses --mesh); --press measures each layer whole on one
+        # device, not a dp stage's share of the rows or a tp stage's shards.
+        raise McapError("--press measures MPress statistics for pipeline-only partitionings "
+                        "(an MPress plan applies to a --balance, never to a hybrid --plan); it "
+                        "cannot be combined with --parallel (profile twice)")
     if args.parallel:
         # The pipeline-only runs of a hybrid profile run on the engine its dp/tp runs and
         # its plans run on (mcap.workflow.hybrid.check_base_engine says why).
@@ -197,19 +202,25 @@ def cmd_profile(args) -> int:
             args.engine = "hybrid"
         check_base_engine(args.engine)
 
-    if args.nnodes is not None and (args.press or args.parallel):
-        raise McapError("--nnodes profiles pipeline stages (engine pipelining); --press and "
-                        "--parallel run on one machine")
+    if args.nnodes is not None and args.press:
+        raise McapError("--press measures MPress statistics in this one process, on this "
+                        "machine; it cannot be combined with --nnodes")
+    if args.nnodes is not None and args.parallel:  # exit 2 on every node before torchrun
+        from mcap.workflow.hybrid import check_parallel
+        check_parallel(args.parallel, setup_from_args(args))
+        if sizes is not None:
+            from mcap.workflow.capture import check_parallel_sizes
+            check_parallel_sizes(args.parallel, setup_from_args(args), sizes)
 
     def action(profiling, setup, store):
         options = dict(store=store, scheme=args.scheme, job=args.job, timeout=args.timeout,
                        reuse=args.reuse)
         if sizes is not None:
             result = capture.profile(args.model, setup, None, sizes=sizes,
-                                     merge_to=args.merge_to, **options)
+                                     merge_to=args.merge_to, parallel=args.parallel, **options)
         elif args.merge_to is not None:
             result = capture.profile_merged(args.model, setup, None, merge_to=args.merge_to,
-                                            **options)
+                                            parallel=args.parallel, **options)
         else:
             result = profiling.profile(args.model, setup, None, press=args.press,
                                        parallel=args.parallel, **options)
@@ -227,12 +238,14 @@ def variant_lines(profile) -> list[str]:
     variant once printed as "pp1: N runs on G sub-meshes of 1 devices", the same line for
     every batch size."""
     lines = []
+    sizes = {v.batch_size for v in profile.variants if v.parallel != "pp"}
     for v in profile.variants:
         if v.parallel == "pp":
             n = len(v.runs)
             lines.append(f"  batch size {v.batch_size}: {n} run{'' if n == 1 else 's'}")
-        else:
-            lines.append(f"  {v.parallel}{v.degree}: {len(v.runs)} runs on "
+        else:  # with --capture and --parallel, a dp/tp line per batch size: say which
+            at = f" at batch size {v.batch_size}" if len(sizes) > 1 else ""
+            lines.append(f"  {v.parallel}{v.degree}{at}: {len(v.runs)} runs on "
                          f"{profile.setup.stages // v.degree} sub-meshes of {v.degree} devices")
     return lines
 

@@ -97,6 +97,13 @@ def stage_group(groups: dict, plan: HybridPlan, stage: int, backend: Optional[st
     return mine
 
 
+def join_groups(groups: dict, plan) -> None:
+    """Create every stage sub-group of ``plan`` from a rank that runs none of its devices
+    (under torchrun a plan may use fewer devices than there are ranks,
+    ``mcap.runner.spmdrunner``): ``new_group`` is collective over the whole world."""
+    stage_group(groups, as_plan(plan), -1, None)
+
+
 def device_mesh(groups: dict, group, device_type: str):
     """The stage's DeviceMesh, made once per sub-group, kept and uncounted (as the process
     group is): it holds a small tensor (8 bytes seen) that would otherwise count in every

@@ -15,6 +15,14 @@ is done, however it ends, it broadcasts ``None`` and every rank leaves.
 The machine of the runs: every rank reports its fingerprint (:mod:`mcap.core.machine`); when
 all are equal (identical nodes) the runs carry it, otherwise they carry none ("machine
 unknown"), since no single machine measured them.
+
+Engine hybrid (``profile --parallel dp,tp --nnodes N``): rank d is device d of the plan and
+trains its part as a hybrid device process does (:func:`mcap.runner.hybrid.run_device`), the
+pipeline-only runs as plans of one-device stages. A plan may use fewer devices than there
+are ranks (a 2-way sub-mesh profiled alone on 2 of 4 devices: the whole model as one dp/tp
+stage, ``mcap.workflow.hybrid``); the ranks past its devices train nothing but still join
+the creation of its stages' sub-groups, which is collective over all ranks, and report no
+result.
 """
 from __future__ import annotations
 
@@ -25,6 +33,9 @@ from typing import Optional, Sequence
 
 from mcap.core.errors import McapError
 from mcap.core.types import Run, Setup
+
+
+ENGINES = ("pipelining", "hybrid")  # the engines whose runs go across nodes
 
 
 def run_of(balance: tuple[int, ...], results: Sequence, seconds: float, setup: Setup) -> Run:
@@ -54,14 +65,21 @@ class _Rank:
         self.local = int(os.environ.get("LOCAL_RANK", self.rank))
         self._key = None
         self._resident = None
+        self._groups: dict = {}  # engine hybrid's stage sub-groups, made once and kept
 
-    def stage(self, spec: str, setup: Setup, balance: tuple[int, ...]):
-        """Train this rank's stage of ``balance``; its StageResult."""
+    def stage(self, spec: str, setup: Setup, job):
+        """Train this rank's stage of ``job`` (a balance; under engine hybrid a balance or a
+        HybridPlan); its StageResult, or None for a rank past the plan's devices."""
         from mcap.runner.machine import pin_threads
         from mcap.runner.pipelining import build_resident, run_stage
         from mcap.runner.protocol import StageResult
 
+        hybrid = setup.engine == "hybrid"
         try:
+            if hybrid and self.rank >= setup.stages:
+                from mcap.runner.hybrid import join_groups
+                join_groups(self._groups, job)  # collective over every rank (module docstring)
+                return None
             if self._key != (spec, setup):
                 self._resident = None
                 gc.unfreeze()
@@ -71,7 +89,11 @@ class _Rank:
                 self._key = (spec, setup)
                 gc.collect()
                 gc.freeze()
-            return run_stage(self._resident, setup, balance, self.rank, local_device=self.local)
+            if hybrid:
+                from mcap.runner.hybrid import run_device
+                return run_device(self._resident, setup, job, self.rank, self._groups,
+                                  local_device=self.local)
+            return run_stage(self._resident, setup, job, self.rank, local_device=self.local)
         except Exception as exc:  # noqa: BLE001 - reported as a failed run, like a stage process
             return StageResult(stage=self.rank, status="failed",
                                error=f"rank {self.rank}: {type(exc).__name__}: {exc}")
@@ -107,16 +129,20 @@ class _Leader:
         self._machines: dict = {}
         self.stopped = False
 
-    def measure(self, spec: str, setup: Setup, balance: tuple[int, ...]) -> Run:
-        if setup.stages != self.me.world:
+    def measure(self, spec: str, setup: Setup, job, balance: tuple[int, ...] = None) -> Run:
+        """One run of ``job`` on the ranks (``balance``: the Run's, default ``job`` itself);
+        engine hybrid may leave ranks past ``setup.stages`` devices idle."""
+        world = self.me.world
+        if setup.stages > world or (setup.stages != world and setup.engine != "hybrid"):
             raise McapError(f"setup has {setup.stages} stages but torchrun started "
-                            f"{self.me.world} ranks (--stages must equal the ranks of all nodes)")
-        self.me.dist.broadcast_object_list([("run", spec, setup, balance)], src=0)
+                            f"{world} ranks (--stages must equal the ranks of all nodes)")
+        self.me.dist.broadcast_object_list([("run", spec, setup, job)], src=0)
         start = time.monotonic()
-        mine = self.me.stage(spec, setup, balance)
-        results = [None] * self.me.world
+        mine = self.me.stage(spec, setup, job)
+        results = [None] * world
         self.me.dist.gather_object(mine, results, dst=0)
-        return run_of(balance, results, time.monotonic() - start, setup)
+        return run_of(tuple(job) if balance is None else balance, results[:setup.stages],
+                      time.monotonic() - start, setup)
 
     def machine(self, setup: Setup):
         """Every rank's fingerprint; the common one, or None when the nodes differ."""
@@ -145,9 +171,9 @@ class SpmdRunner:
         parse_spec(spec)
         check_trusted(spec)
         check_setup(setup)
-        if setup.engine != "pipelining":
-            raise McapError(f"across nodes only engine pipelining runs; this setup asks for "
-                            f"{setup.engine}")
+        if setup.engine not in ENGINES:
+            raise McapError(f"across nodes only engines {' and '.join(ENGINES)} run; this "
+                            f"setup asks for {setup.engine}")
         self.leader, self.spec, self.setup = leader, spec, setup
         self._info = None
 
@@ -170,6 +196,23 @@ class SpmdRunner:
             raise McapError("MPress plans are not run across nodes")
         balance = check_balance(balance, self.setup.stages, self.model_info.num_layers)
         return self.leader.measure(self.spec, self.setup, balance)
+
+    def measure_plan(self, plan) -> Run:
+        """A hybrid plan on the ranks, as :meth:`mcap.runner.Runner.measure_plan` (engine
+        hybrid, ``setup.stages`` = its devices): peaks per device, in stage order."""
+        from mcap.core.errors import InvalidPartitioning
+        from mcap.core.hybrid import as_plan, check_micro_batches, check_plan
+
+        plan = as_plan(plan)
+        if self.setup.engine != "hybrid":
+            raise McapError(f"plan {plan.text} needs engine hybrid; this runner runs "
+                            f"{self.setup.engine}")
+        check_plan(plan, self.model_info.num_layers)
+        if plan.devices != self.setup.stages:
+            raise InvalidPartitioning(f"plan {plan.text} uses {plan.devices} devices but this "
+                                      f"runner has {self.setup.stages}")
+        check_micro_batches(plan, self.setup.batch_size, self.setup.chunks)
+        return self.leader.measure(self.spec, self.setup, plan, plan.balance)
 
     def close(self) -> None:
         pass  # the ranks stay for the next runner; the leader's stop() ends them

@@ -11,7 +11,10 @@ from those statistics, and then every batch size is profiled on the merged layer
 (Lm - G + 1 runs instead of L - G + 1, at the first size mostly composed from the stages
 already measured: what the merger saves is the later sizes' runs). The result's
 statistics at the target come from the batch line (``mcap.core.batchscale``) unless the
-target is one of the profiled sizes.
+target is one of the profiled sizes. With ``parallel`` (dp, tp; III-A1) every size also
+gets its dp/tp variants (``mcap.workflow.hybrid``, on the merged layers with ``merge_to``);
+a dp/tp stage at the target is read off the line through two of them per (kind, degree),
+as ``mcap.core.hybridpredict.HybridCosts`` does.
 """
 from __future__ import annotations
 
@@ -30,13 +33,18 @@ from mcap.workflow.profiling import DEFAULT_TIMEOUT, ProfileResult, Tally
 def profile(spec: str, setup: Setup, out: Optional[Path], *, store, sizes: Sequence[int],
             merge_to: Optional[int] = None, scheme: str = "mcap", job: Optional[int] = None,
             stream: Optional[TextIO] = None, timeout: float = DEFAULT_TIMEOUT,
-            name: Optional[str] = None, reuse: bool = True) -> ProfileResult:
-    """The CAPTURE profile of ``spec`` at ``setup.batch_size`` (module docstring)."""
+            name: Optional[str] = None, reuse: bool = True,
+            parallel: Sequence[str] = ()) -> ProfileResult:
+    """The CAPTURE profile of ``spec`` at ``setup.batch_size`` (module docstring).
+    ``parallel`` (dp, tp): every batch size also gets its dp/tp variants (III-A1), over the
+    merged layers with ``merge_to``; a dp/tp stage is then predicted on the line through
+    two of them (III-B2)."""
     from mcap.io import jsonio
 
     started = time.monotonic()
     sizes = batchscale.check_sizes(sizes, setup.batch_size, setup.chunks)
     check_merge_to(spec, setup, merge_to, scheme)
+    check_parallel_sizes(parallel, setup, sizes)
     results: dict[int, ProfileResult] = {}
     groups, basis = None, []
     options = dict(store=store, scheme=scheme, job=job, stream=stream, timeout=timeout,
@@ -56,17 +64,19 @@ def profile(spec: str, setup: Setup, out: Optional[Path], *, store, sizes: Seque
         at = dataclasses.replace(setup, batch_size=b)
         results[b] = profiling.profile(
             spec, at, None, name=f"{name or 'capture'}: batch size {b} of {setup.batch_size}",
-            groups=groups, **options)
+            groups=groups, parallel=parallel, **options)
     machine = results[sizes[-1]].profile.machine
     profiles = {b: r.profile for b, r in results.items()}
     variants = tuple(VariantStats(b, p.stats, "pp", 1, p.runs) for b, p in profiles.items())
+    # Each size's dp/tp variants, at that size (mcap.workflow.hybrid).
+    hybrid = tuple(v for p in profiles.values() for v in p.variants if v.parallel != "pp")
     last = profiles[sizes[-1]]
     base = Profile(model=last.model, setup=setup, stats=last.stats, machine=machine,
-                   extra=dict(last.extra) if last.extra else None)
+                   extra=dict(last.extra) if last.extra else None, variants=hybrid)
     if setup.batch_size in profiles:
         at_target = profiles[setup.batch_size]
         prof = dataclasses.replace(base, stats=at_target.stats, runs=at_target.runs,
-                                   variants=variants)
+                                   variants=hybrid + variants)
     else:
         prof = batchscale.scaled_profile(base, variants)
     if out is not None:
@@ -98,6 +108,20 @@ def check_merge_to(spec: str, setup: Setup, merge_to: Optional[int],
                         f"{why}, {possible}")
 
 
+def check_parallel_sizes(parallel: Sequence[str], setup: Setup, sizes: Sequence[int]) -> None:
+    """``--parallel`` at every profiling batch size: each size's micro-batches must split
+    over the profiled degrees (``mcap.workflow.hybrid.check_parallel``); refused before any
+    run, naming the size."""
+    if not parallel:
+        return
+    from mcap.workflow.hybrid import check_parallel
+    for b in sizes:
+        try:
+            check_parallel(parallel, dataclasses.replace(setup, batch_size=b))
+        except McapError as exc:
+            raise McapError(f"profiling batch size {b}: {exc}") from None
+
+
 def sizes_from_args(target: int, explicit: Optional[Sequence[int]], capture: bool
                     ) -> Optional[tuple[int, ...]]:
     """The profiling batch sizes the command line asks for: ``--profile-batch-sizes`` as
@@ -117,20 +141,26 @@ def sizes_from_args(target: int, explicit: Optional[Sequence[int]], capture: boo
 
 
 def profile_merged(spec: str, setup: Setup, out: Optional[Path], *, store, merge_to: int,
-                   name: Optional[str] = None, **options) -> ProfileResult:
+                   name: Optional[str] = None, parallel: Sequence[str] = (),
+                   **options) -> ProfileResult:
     """mCAP's profile at ``setup.batch_size`` on all layers, then the same batch size on
     the ``merge_to`` merged layers (III-A3), whose runs are mostly composed from the first
-    pass's stages. With one batch size this saves no profiling; prediction and search run
-    on the merged layers. The merged profile is the result."""
+    pass's stages. With one batch size this saves no pipeline profiling; prediction and
+    search run on the merged layers. ``parallel`` (dp, tp): the dp/tp runs (III-A1) are
+    made on the merged layers only, and that is what merging saves here (module docstring
+    of ``mcap.workflow.hybrid``). The merged profile is the result."""
     from mcap.io import jsonio
 
     check_merge_to(spec, setup, merge_to, options.get("scheme", "mcap"))
+    if parallel:  # before any run
+        from mcap.workflow.hybrid import check_parallel
+        check_parallel(parallel, setup)
     started = time.monotonic()
     full = profiling.profile(spec, setup, None, store=store,
                              name=f"{name or 'merge'}: before merging", **options)
     groups = merging.merge_sizes(full.profile.stats, merge_to)
     merged = profiling.profile(spec, setup, None, store=store, name=name, groups=groups,
-                               **options)
+                               parallel=parallel, **options)
     if out is not None:
         jsonio.save(merged.profile, out)
     a, b = full.tally, merged.tally

@@ -35,6 +35,17 @@ kept with their per-device peaks in ``Profile.variants`` and recorded in the sto
 ``hybrid:<layout>`` study of their plan (``mcap.core.hybrid.store_engine``), so an
 interrupted profile resumes without measuring them again and none is ever read as a
 pipeline-only run.
+
+On merged layers (CAPTURE III-A3, ``profile --parallel dp,tp --merge-to Lm``): the sub-mesh
+partitionings are those of the Lm merged layers (Lm - S + 1 runs per (kind, degree) under
+mCAP's scheme instead of L - S + 1), each measured as the plan over the real layers it
+stands for (``mcap.core.merging.expand_plan``) and stored as that real-layer run, so it is
+the same record an unmerged profile would measure and reuse; the statistics are extracted
+over the merged layers, which is what the pp statistics of a merged profile are over, and
+``HybridCosts`` maps plans between the two (``merging.contract_plan`` / ``expand_plan``).
+At several batch sizes (``--capture``, ``--profile-batch-sizes``) each size gets its own
+variant per (kind, degree), and a dp/tp stage is predicted on the line through two of them
+(III-B2, ``mcap.core.hybridpredict.HybridCosts``).
 """
 from __future__ import annotations
 
@@ -88,12 +99,26 @@ def _stage_peaks(plan: HybridPlan, run: Run) -> Run:
 
 def profile_variant(spec: str, info, setup: Setup, store: Store, kind: str, degree: int,
                     scheme: str, *, timeout: float, stream: Optional[TextIO] = None,
-                    machine=None) -> tuple[VariantStats, int, int]:
-    """Profile one (kind, degree): (VariantStats, runs measured now, runs found stored)."""
+                    machine=None, groups: Optional[Sequence[int]] = None
+                    ) -> tuple[VariantStats, int, int]:
+    """Profile one (kind, degree): (VariantStats, runs measured now, runs found stored).
+
+    ``info`` is the model's real layers; ``groups`` (real layers per merged layer) profiles
+    the merged layers instead (module docstring): the runs and statistics returned are over
+    them, the runs measured and stored are over the real layers."""
+    from mcap.core import merging
     from mcap.core.stats import extract
 
+    layers = info.num_layers if groups is None else len(groups)
+
+    def real(plan: HybridPlan) -> HybridPlan:
+        return plan if groups is None else merging.expand_plan(plan, groups)
+
+    def ours(run: Run, plan: HybridPlan) -> Run:  # the run over the profiled layers
+        return dataclasses.replace(run, balance=plan.balance)
+
     subs = setup.stages // degree
-    plans = variant_plans(info.num_layers, subs, kind, degree, scheme)
+    plans = variant_plans(layers, subs, kind, degree, scheme)
     run_setup = dataclasses.replace(setup, stages=subs * degree, engine="hybrid",
                                     schedule="gpipe")
     check_micro_batches(plans[0], setup.batch_size, setup.chunks)
@@ -104,29 +129,30 @@ def profile_variant(spec: str, info, setup: Setup, store: Store, kind: str, degr
     with contextlib.ExitStack() as stack:
         runner = None
         for plan in plans:
+            at = real(plan)
             study = store.study(info, dataclasses.replace(
-                setup, stages=subs, engine=store_engine(plan)))
-            found = store.find_run(study, plan.balance, machine=machine) \
+                setup, stages=subs, engine=store_engine(at)))
+            found = store.find_run(study, at.balance, machine=machine) \
                 if machine is not None else None
             if found is not None:
                 # The store keeps the per-stage record; per-device peaks are not stored.
                 reused += 1
-                bar.advance(plan.balance, measured=False, note="stored")
-                device_runs.append(found)
-                stage_runs.append(found)
+                bar.advance(at.balance, measured=False, note="stored")
+                device_runs.append(ours(found, plan))
+                stage_runs.append(ours(found, plan))
                 continue
             if runner is None:
                 from mcap.runner import open_runner
                 runner = stack.enter_context(open_runner(spec, run_setup, timeout=timeout))
                 machine = machine or runner.machine
-            bar.start(plan.balance)
-            run = runner.measure_plan(plan)
-            staged = _stage_peaks(plan, run)
+            bar.start(at.balance)
+            run = runner.measure_plan(at)
+            staged = _stage_peaks(at, run)
             store.record_run(study, staged, kind="profile", machine=runner.machine)
             measured += 1
-            bar.advance(plan.balance, measured=True, note=run.status)
-            device_runs.append(run)
-            stage_runs.append(staged)
+            bar.advance(at.balance, measured=True, note=run.status)
+            device_runs.append(ours(run, plan))
+            stage_runs.append(ours(staged, plan))
         bar.close()
     if subs == 2:  # identify mem_added(L-1) (module docstring)
         whole = HybridPlan((StageConfig(info.num_layers, kind, degree),))
@@ -136,9 +162,10 @@ def profile_variant(spec: str, info, setup: Setup, store: Store, kind: str, degr
         measured += now
         reused += 1 - now
         if run.status == "ok":
-            device_runs.append(run)  # last: variant_profile reads the stages off the first
-            stage_runs.append(_stage_peaks(whole, run))
-    stats: LayerStats = extract(stage_runs, info.num_layers)
+            mine = HybridPlan((StageConfig(layers, kind, degree),))
+            device_runs.append(ours(run, mine))  # last: variant_profile reads the stages off the first
+            stage_runs.append(ours(_stage_peaks(whole, run), mine))
+    stats: LayerStats = extract(stage_runs, layers)
     return (VariantStats(setup.batch_size, stats, kind, degree, tuple(device_runs)),
             measured, reused)
 
@@ -188,13 +215,22 @@ def add_parallel_variants(prof: Profile, spec: str, store: Store, kinds: Sequenc
                           scheme: str = "mcap", *, timeout: float,
                           stream: Optional[TextIO] = None) -> Profile:
     """``prof`` with a VariantStats per (kind, degree) the setup's devices allow (CAPTURE
-    III-A1); McapError when they allow none, naming the device count."""
+    III-A1) at its batch size; McapError when they allow none, naming the device count. A
+    merged ``prof`` (``mcap.core.merging``) gets them over its merged layers."""
+    from mcap.core import merging
+    from mcap.workflow.profiling import model_info
+
     setup = prof.setup
     todo = check_parallel(kinds, setup)
-    variants = [v for v in prof.variants if (v.parallel, v.degree) not in set(todo)]
+    groups = merging.sizes_of(prof)
+    info = prof.model if groups is None else model_info(spec)
+    variants = [v for v in prof.variants
+                if (v.batch_size, v.parallel, v.degree) not in
+                {(setup.batch_size, k, d) for k, d in todo}]
     for kind, degree in todo:
-        v, _, _ = profile_variant(spec, prof.model, setup, store, kind, degree, scheme,
-                                  timeout=timeout, stream=stream, machine=prof.machine)
+        v, _, _ = profile_variant(spec, info, setup, store, kind, degree, scheme,
+                                  timeout=timeout, stream=stream, machine=prof.machine,
+                                  groups=groups)
         variants.append(v)
     return dataclasses.replace(prof, variants=tuple(variants))
 

@@ -233,7 +233,8 @@ def profile(spec: str, setup: Setup, out: Optional[Path], *, store: Store, schem
     ``press`` also measures MPress's statistics (``Profile.press``, mcap.workflow.press).
 
     ``parallel`` (dp, tp): also profile 2- and 4-way data- / tensor-parallel stages into
-    ``Profile.variants`` (CAPTURE III-A1, ``mcap.workflow.hybrid``).
+    ``Profile.variants`` (CAPTURE III-A1, ``mcap.workflow.hybrid``), at ``setup.batch_size``
+    and over the merged layers when ``groups`` is given.
 
     Raises ``MissingStatistics`` naming the layers when no partitioning that would yield
     their statistics fits; every run measured until then stays in the store."""
@@ -248,9 +249,6 @@ def profile(spec: str, setup: Setup, out: Optional[Path], *, store: Store, schem
     info = real if groups is None else merging.merged_model(real, groups)
     _check_stages(info, setup)
     if parallel:  # refused before any run, naming the values
-        if groups is not None:
-            raise McapError("parallel (dp/tp) profiling runs on the real layers; it cannot "
-                            "be combined with merged layers (groups) yet")
         from mcap.workflow.hybrid import check_parallel
         check_parallel(parallel, setup)
     plan = profiling_plan(info.num_layers, setup.stages, scheme).runs

@@ -110,13 +110,9 @@ def test_node_options_are_dropped_from_the_forwarded_command():
     assert _without_node_options(argv) == ["profile", "--model", GPT, "--out", "p.json"]
 
 
-@pytest.mark.integration
-def test_profile_across_two_nodes_equals_the_local_profile(tmp_path):
-    """``profile --nnodes 2`` on localhost: node 0 writes the profile and its store, and on
-    CPU its statistics are byte-equal to a one-machine profile of the same setup."""
-    model = "gpt:layers=4,hidden=32,heads=2,vocab=64,seq=8"
-    common = ["profile", "--model", model, "--stages", "4", "--batch-size", "8", "--chunks",
-              "2", "--engine", "pipelining", "--timeout", "120"]
+def _profile_on_two_nodes(tmp_path, common) -> None:
+    """Run ``python -m mcap *common`` as node 1 and node 0 of a 2-node localhost rendezvous,
+    each with its own store (s0/s1.sqlite) and output (p0/p1.json); both must exit 0."""
     port = _free_port()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
 
@@ -128,9 +124,19 @@ def test_profile_across_two_nodes_equals_the_local_profile(tmp_path):
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
 
     one, zero = node(1), node(0)
-    out0, err0 = zero.communicate(timeout=280)
-    out1, err1 = one.communicate(timeout=60)
+    _, err0 = zero.communicate(timeout=280)
+    _, err1 = one.communicate(timeout=60)
     assert zero.returncode == 0 and one.returncode == 0, (err0[-2000:], err1[-2000:])
+
+
+@pytest.mark.integration
+def test_profile_across_two_nodes_equals_the_local_profile(tmp_path):
+    """``profile --nnodes 2`` on localhost: node 0 writes the profile and its store, and on
+    CPU its statistics are byte-equal to a one-machine profile of the same setup."""
+    model = "gpt:layers=4,hidden=32,heads=2,vocab=64,seq=8"
+    common = ["profile", "--model", model, "--stages", "4", "--batch-size", "8", "--chunks",
+              "2", "--engine", "pipelining", "--timeout", "120"]
+    _profile_on_two_nodes(tmp_path, common)
     assert not (tmp_path / "p1.json").exists()  # node 1 only trains its ranks' stages
     across = json.loads((tmp_path / "p0.json").read_text())
 
@@ -157,20 +163,7 @@ def test_parallel_profile_across_two_nodes_equals_the_local_profile(tmp_path):
     model = "gpt:layers=4,hidden=32,heads=2,vocab=64,seq=8"  # 6 layers
     common = ["profile", "--model", model, "--stages", "4", "--batch-size", "8", "--chunks",
               "2", "--parallel", "dp", "--timeout", "120"]
-    port = _free_port()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-
-    def node(rank):
-        return subprocess.Popen(
-            [sys.executable, "-m", "mcap", *common, "--store", str(tmp_path / f"s{rank}.sqlite"),
-             "--out", str(tmp_path / f"p{rank}.json"), "--nnodes", "2", "--node-rank",
-             str(rank), "--rdzv-endpoint", f"127.0.0.1:{port}"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
-
-    one, zero = node(1), node(0)
-    out0, err0 = zero.communicate(timeout=280)
-    out1, err1 = one.communicate(timeout=60)
-    assert zero.returncode == 0 and one.returncode == 0, (err0[-2000:], err1[-2000:])
+    _profile_on_two_nodes(tmp_path, common)
     assert not (tmp_path / "p1.json").exists()
     across = json.loads((tmp_path / "p0.json").read_text())
     assert across["setup"]["engine"] == "hybrid"

@@ -58,6 +58,24 @@ STARTUP_TIMEOUT = 300.0  # seconds for the stage processes to get ready
 __all__ = ["open_runner", "runner_override", "Runner", "check_setup", "check_balance", "ITERATIONS"]
 
 
+def runnable_plan(plan, setup: Setup, num_layers: int):
+    """``plan`` (text or HybridPlan) as a HybridPlan a runner of ``setup`` can measure:
+    engine hybrid, the model's layers, one device per stage process, micro-batches every
+    degree splits. McapError naming the values otherwise (both runners share this)."""
+    from mcap.core.hybrid import as_plan, check_micro_batches, check_plan
+
+    plan = as_plan(plan)
+    if setup.engine != "hybrid":
+        raise McapError(f"plan {plan.text} needs engine hybrid; this runner runs "
+                        f"{setup.engine}")
+    check_plan(plan, num_layers)
+    if plan.devices != setup.stages:
+        raise InvalidPartitioning(f"plan {plan.text} uses {plan.devices} devices but this "
+                                  f"runner has {setup.stages}")
+    check_micro_batches(plan, setup.batch_size, setup.chunks)
+    return plan
+
+
 def check_setup(setup: Setup) -> None:
     """Reject a setup no engine can run, naming the values (``mcap.core.setup``)."""
     from mcap.core.setup import check_setup as pure_check
@@ -162,19 +180,9 @@ class Runner:
         III): a Run whose balance is the layers per stage and whose peaks (and breakdown)
         are per device, in stage order. ``last_results`` keeps each device's StageResult
         (its ``losses``). Bad plans raise McapError naming the values."""
-        from mcap.core.hybrid import as_plan, check_micro_batches, check_plan
-
         if self._closed:
             raise McapError("this runner is closed; open a new one with open_runner()")
-        plan = as_plan(plan)
-        if self.setup.engine != "hybrid":
-            raise McapError(f"plan {plan.text} needs engine hybrid; this runner runs "
-                            f"{self.setup.engine}")
-        check_plan(plan, self.model_info.num_layers)
-        if plan.devices != self.setup.stages:
-            raise InvalidPartitioning(f"plan {plan.text} uses {plan.devices} devices but this "
-                                      f"runner has {self.setup.stages}")
-        check_micro_batches(plan, self.setup.batch_size, self.setup.chunks)
+        plan = runnable_plan(plan, self.setup, self.model_info.num_layers)
         return self._run(plan.balance, plan.stages)
 
     def _run(self, balance: tuple[int, ...], job, press=None) -> Run:

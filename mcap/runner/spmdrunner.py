@@ -200,18 +200,9 @@ class SpmdRunner:
     def measure_plan(self, plan) -> Run:
         """A hybrid plan on the ranks, as :meth:`mcap.runner.Runner.measure_plan` (engine
         hybrid, ``setup.stages`` = its devices): peaks per device, in stage order."""
-        from mcap.core.errors import InvalidPartitioning
-        from mcap.core.hybrid import as_plan, check_micro_batches, check_plan
+        from mcap.runner import runnable_plan
 
-        plan = as_plan(plan)
-        if self.setup.engine != "hybrid":
-            raise McapError(f"plan {plan.text} needs engine hybrid; this runner runs "
-                            f"{self.setup.engine}")
-        check_plan(plan, self.model_info.num_layers)
-        if plan.devices != self.setup.stages:
-            raise InvalidPartitioning(f"plan {plan.text} uses {plan.devices} devices but this "
-                                      f"runner has {self.setup.stages}")
-        check_micro_batches(plan, self.setup.batch_size, self.setup.chunks)
+        plan = runnable_plan(plan, self.setup, self.model_info.num_layers)
         return self.leader.measure(self.spec, self.setup, plan, plan.balance)
 
     def close(self) -> None:

@@ -41,7 +41,10 @@ def test_transients_count_gradients_and_a_swapped_layer_coming_back():
     block = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64))
     model = nn.Sequential(nn.Linear(64, 64), block)
     x = torch.randn(8, 64)
-    back, fwd, rec, seconds = transients(model, x, torch.device("cpu"))
+    back, fwd, rec, seconds, again = transients(model, x, torch.device("cpu"))
+    # timed, not byte-exact: one value per layer, never negative (a median of differences
+    # clipped at 0)
+    assert len(seconds) == len(again) == 2 and min(seconds + again) >= 0
     w = 64 * 64 * 4 + 64 * 4  # one Linear's parameters
     act = 8 * 64 * 4          # one activation
     first, accum, swapped = back[1]
@@ -151,7 +154,8 @@ def test_backward_bytes_round_trip_and_older_files_load(tmp_path):
     old = jsonio.load_profile(tmp_path / "old.profile.json").press
     assert old.backward_bytes == () and old.saved_bytes == p.press.saved_bytes
     q = dataclasses.replace(p, press=dataclasses.replace(p.press,
-                                                         backward_bytes=tuple(range(n))))
+                                                         backward_bytes=tuple(range(n)),
+                                                         recompute_seconds=(0.5,) * n))
     jsonio.save(q, tmp_path / "q.profile.json")
     assert jsonio.load_profile(tmp_path / "q.profile.json").press == q.press
     from mcap.store import Store
@@ -162,6 +166,17 @@ def test_backward_bytes_round_trip_and_older_files_load(tmp_path):
     (tmp_path / "bad.profile.json").write_text(json.dumps(d))
     with pytest.raises(SchemaError, match=r"press.backward_bytes\[3\]"):
         jsonio.load_profile(tmp_path / "bad.profile.json")
+    d = jsonio.to_dict(q)
+    d["press"]["recompute_seconds"][2] = "slow"
+    (tmp_path / "bad2.profile.json").write_text(json.dumps(d))
+    with pytest.raises(SchemaError, match=r"press.recompute_seconds\[2\]"):
+        jsonio.load_profile(tmp_path / "bad2.profile.json")
+    # without it (older files) a recompute costs the forward alone
+    assert p.press.recompute_seconds == ()
+    from mcap.core.press.model import problem
+    old_p = problem(p, (n // 2, n - n // 2))
+    assert [c["recompute"] for c in old_p.costs] == pytest.approx(
+        [f * p.setup.chunks for f in p.press.forward_seconds])
 
 
 SPEC = "gpt:layers=4,hidden=256,heads=4,vocab=512,seq=64"
@@ -197,6 +212,10 @@ def test_plans_at_the_floor_and_between_fit_when_measured_for_real(gpt_press):
     assert all(t[0] > 0 for t in prof.press.backward_transients[1:])  # gradients
     balance = recommend(prof, 2, "exact").balance
     p = press.problem(prof, balance)
+    # a recompute costs what profile --press timed a one-layer segment at, per micro-batch
+    assert len(prof.press.recompute_seconds) == n
+    assert [c["recompute"] for c in p.costs] == pytest.approx(
+        [s * prof.setup.chunks for s in prof.press.recompute_seconds])
     lo, hi = press.smallest_capacity(p), max(p.base)
     plans = [press.solve(p, int(lo + f * (hi - lo)), "milp") for f in (0.0, 0.25, 0.5)]
     with open_runner(SPEC, prof.setup) as runner:

@@ -13,7 +13,8 @@
               "swap_seconds": [float, ...],                                (optional)
               "recompute_transients": [[forward, backward], ...],          (optional)
               "cores": int,                                                (optional)
-              "segment_bytes": int}                                        (optional)
+              "segment_bytes": int,                                        (optional)
+              "recompute_seconds": [float, ...]}                           (optional)
 
 Reading checks every value (a file is data: types, ranges, lengths) and raises through the
 caller's ``fail(where, message)`` so the message names the file and the key. Runs are read
@@ -62,7 +63,9 @@ def press_to_json(press: PressStats) -> dict:
                                          for t in press.recompute_transients]}
                if press.recompute_transients else {}),
             **({"cores": int(press.cores)} if press.cores else {}),
-            **({"segment_bytes": int(press.segment_bytes)} if press.segment_bytes else {})}
+            **({"segment_bytes": int(press.segment_bytes)} if press.segment_bytes else {}),
+            **({"recompute_seconds": [float(x) for x in press.recompute_seconds]}
+               if press.recompute_seconds else {})}
 
 
 def _show(v: Any) -> str:
@@ -182,8 +185,13 @@ def press_from_json(x: Any, num_layers: int, fail) -> Optional[PressStats]:
     if x.get("cores") is not None:
         cores = _int(x["cores"], "press.cores", fail, 1, 2**20)
     segment = _int(x.get("segment_bytes", 0), "press.segment_bytes", fail, 0, MAX_BYTES)
+    rec_s = ()
+    if x.get("recompute_seconds") is not None:  # absent in files written before it was measured
+        rec_s = tuple(_num(b, f"press.recompute_seconds[{j}]", fail, MAX_SECONDS)
+                      for j, b in enumerate(_list(x["recompute_seconds"],
+                                                  "press.recompute_seconds", fail, num_layers)))
     return PressStats(saved, fwd, host, d2d, bounds, tuple(shared), backward, back_t, fwd_t,
-                      swap_s, rec_t, cores, segment)
+                      swap_s, rec_t, cores, segment, rec_s)
 
 
 def _rows(x: dict, key: str, names: tuple, num_layers: int, fail) -> tuple:

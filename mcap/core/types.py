@@ -194,6 +194,9 @@ class PressStats:
     recompute_transients: tuple[tuple[int, int], ...] = ()
     cores: Optional[int] = None  # CPU cores the stage processes share (the time model)
     segment_bytes: int = 0  # what each recompute segment keeps per micro-batch (CPU RNG state)
+    # per layer: seconds recomputing it (a one-layer checkpoint segment) adds per
+    # micro-batch, measured (empty: older files; the forward time stands in)
+    recompute_seconds: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -139,7 +139,7 @@ def run_stage(res: Resident, setup: Setup, balance: tuple[int, ...], rank: int,
         objects += [layers, stage_mod, stage, schedule, optimizer]
         gc.collect()
         window.start()
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         for _ in range(ITERATIONS):
             if optimizer is not None:
                 optimizer.zero_grad(set_to_none=True)
@@ -155,7 +155,7 @@ def run_stage(res: Resident, setup: Setup, balance: tuple[int, ...], rank: int,
                         else contextlib.nullcontext():
                     optimizer.step()
             window.mark_iteration()
-        seconds = time.perf_counter() - start
+        seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
         if isinstance(stage_mod, exchange.Exchanged):  # the neighbours' copies are made
             stage_mod.finish()
         window.stop()
@@ -163,7 +163,7 @@ def run_stage(res: Resident, setup: Setup, balance: tuple[int, ...], rank: int,
             links.finish()
         return StageResult(rank, "ok", window.peaks()[0], window.breakdowns()[0], seconds,
                            iteration_peaks=tuple(p[0] for p in window.iteration_peaks),
-                           held_before=window.held_before)
+                           held_before=window.held_before, cpu_seconds=cpu)
     except Exception as exc:  # a run's failure is data (ARCHITECTURE.md, Records)
         window.stop()
         status, message = classify(exc)

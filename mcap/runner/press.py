@@ -290,4 +290,12 @@ def press_stage(layers: nn.Sequential, job: PressJob, setup, rank: int,
         for t in targets:
             channels.to(t)
     links = Links(server, channels) if server or channels else None
+    if all(a.action == "keep" for a in actions):
+        # Nothing of this stage moves (it may still hold peers' d2d copies, through its
+        # server): it runs as in the plain run. The hooks would change no byte, but their
+        # Python call per saved tensor costs CPU time the plan's cost model does not have
+        # (AmoebaNet-D's cells: 2-4 ms of a 11-35 ms stage iteration, 9 repeats,
+        # bench/bench_press_time.py).
+        from mcap.runner.train import Recomputed
+        return Recomputed(layers, setup.checkpoint, setup.chunks), links
     return PressStage(layers, actions, rank, channels), links

@@ -49,12 +49,26 @@ process on the setup's device with the setup's intra-op threads:
   one micro-batch, timed here the way the runner swaps (:func:`transients`): the copies
   out and back, the fresh allocations and the saved-tensor hooks' own work, which a
   bandwidth alone does not show for small activations (VGG11's 4-16 KB layers).
+* ``recompute_seconds[l]``: what recomputing layer ``l`` as a one-layer segment adds to its
+  forward and backward for one micro-batch, timed like ``swap_seconds`` (the runner's
+  ``torch.utils.checkpoint``, non-reentrant, preserving the RNG state): the forward again
+  and the checkpoint's own work. On CPU stage processes that work outweighs a small
+  layer's forward: an AmoebaNet-D cell at micro-batch 2 forwards in 0.4-0.7 ms, and its
+  checkpointed forward and backward take 1.6-1.9 ms longer than the plain ones.
 * ``segment_bytes``: what each recompute segment keeps per micro-batch beside its input (on
   the CPU the checkpoint's copy of the RNG state, a tensor the tracker counts; 0 on CUDA).
 * ``cores``: the CPU cores the stage processes share (``sched_getaffinity``): how many
   stages can run at once, for the added time of a plan.
 * ``forward_seconds[l]``: the layer's forward time per micro-batch with autograd
   recording (what recomputing it costs), the median of ``repeats`` after one warm-up.
+
+Times (``forward_seconds``, ``swap_seconds``, ``recompute_seconds``) are read on :func:`clock`: on CUDA the wall
+clock after a synchronize; on the CPU this process's CPU time (``time.process_time``, all
+its threads: the d2d probe's receiving thread too). Stage processes pinned to one intra-op
+thread run a layer on one core, so on a quiet machine the two agree, and on a loaded one
+(other jobs, or stage processes sharing the cores) the CPU time is still what the layer
+costs while the wall clock also holds the time it waited for a core
+(``bench/bench_press_time.py`` checks the plan's added CPU time against it).
 * ``host_bandwidth``: bytes per second of one direction of a host swap done the way the
   runner does it: on the CPU a copy into a numpy buffer (memory the tracker does not
   count) and back into a fresh tensor; on CUDA a pinned host buffer with non-blocking
@@ -105,7 +119,8 @@ def measure(spec: str, setup: Setup, repeats: int = REPEATS) -> PressStats:
         torch.set_num_threads(old)
     return PressStats(tuple(saved), tuple(forward), host, d2d, bounds, shared, tuple(backward),
                       tuple(tr.backward), tuple(tr.forward), tuple(tr.seconds),
-                      tuple(tr.recompute), _cores(), _segment_bytes(device))
+                      tuple(tr.recompute), _cores(), _segment_bytes(device),
+                      tuple(tr.recompute_seconds))
 
 
 def _storages(out) -> list:
@@ -224,6 +239,7 @@ class Transients(NamedTuple):
     forward: list    # per layer (keep, swapped) bytes
     recompute: list  # per layer (forward, backward) bytes, under the runner's checkpoint
     seconds: list    # per layer, seconds a host swap adds
+    recompute_seconds: list  # per layer, seconds recomputing it as a segment adds
 
 
 def transients(module: torch.nn.Sequential, x: torch.Tensor, device: torch.device,
@@ -247,7 +263,8 @@ def transients(module: torch.nn.Sequential, x: torch.Tensor, device: torch.devic
     now, reset, top = _counters(device)
     inputs = _layer_inputs(module, x)
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
-    out = Transients([], [], [], [])
+    tick = clock(device)
+    out = Transients([], [], [], [], [])
     for i, layer in enumerate(module):
         leaves = _leaves(inputs[i], i > 0)
         hooks = PressStage(torch.nn.Sequential(layer), [LayerAction(0, "swap")], 0)
@@ -257,16 +274,18 @@ def transients(module: torch.nn.Sequential, x: torch.Tensor, device: torch.devic
             up, down, _ = _pass(layer, leaves, how, now, reset, top, sync)
             back.append(down)
             fwd[mode] = up
-        extra = []
-        for _ in range(repeats):  # timed alternately, both warm by now
-            kept = _pass(layer, leaves, None, now, reset, top, sync)[2]
-            extra.append(_pass(layer, leaves, hooks, now, reset, top, sync)[2] - kept)
+        extra, again = [], []
+        for _ in range(repeats):  # timed alternately, all warm by now
+            kept = _pass(layer, leaves, None, now, reset, top, sync, tick)[2]
+            extra.append(_pass(layer, leaves, hooks, now, reset, top, sync, tick)[2] - kept)
+            again.append(_pass(layer, leaves, RECOMPUTE, now, reset, top, sync, tick)[2] - kept)
         for p in layer.parameters():
             p.grad = None
         out.backward.append(tuple(back[:3]))
         out.forward.append((fwd["accumulate"], fwd["swapped"]))
         out.recompute.append((fwd["recompute"], back[3]))
         out.seconds.append(max(0.0, statistics.median(extra)))
+        out.recompute_seconds.append(max(0.0, statistics.median(again)))
         del leaves, hooks
     return out
 
@@ -274,7 +293,13 @@ def transients(module: torch.nn.Sequential, x: torch.Tensor, device: torch.devic
 RECOMPUTE = object()  # _pass: run the layer as a one-layer checkpoint segment
 
 
-def _pass(layer, leaves, hooks, now, reset, top, sync) -> tuple[int, int, float]:
+def clock(device: torch.device) -> Callable[[], float]:
+    """The timer of this module's seconds (module docstring): the wall clock on CUDA (the
+    caller synchronizes), this process's CPU seconds on the CPU."""
+    return time.perf_counter if device.type == "cuda" else time.process_time
+
+
+def _pass(layer, leaves, hooks, now, reset, top, sync, tick=time.perf_counter) -> tuple[int, int, float]:
     """One forward and backward of ``layer`` (swapping what it saves when ``hooks`` is a
     ``PressStage``, recomputing it when it is :data:`RECOMPUTE`): the peaks of each above
     its start, and the seconds both took."""
@@ -282,7 +307,7 @@ def _pass(layer, leaves, hooks, now, reset, top, sync) -> tuple[int, int, float]
     from mcap.runner.press import Saver
 
     sync()
-    t0 = time.perf_counter()
+    t0 = tick()
     xs = _fresh(leaves)
     saver = Saver(hooks) if hooks is not None and hooks is not RECOMPUTE else None
     if saver is not None:
@@ -300,14 +325,14 @@ def _pass(layer, leaves, hooks, now, reset, top, sync) -> tuple[int, int, float]
             if isinstance(t, torch.Tensor) and t.requires_grad]
     if not outs:  # nothing to differentiate (a layer on the model's integer input)
         sync()
-        return up, 0, time.perf_counter() - t0
+        return up, 0, tick() - t0
     grads = [torch.ones_like(t) for t in outs]
     start = now()
     reset()
     torch.autograd.backward(outs, grads)
     down = max(0, top() - start)
     sync()
-    return up, down, time.perf_counter() - t0
+    return up, down, tick() - t0
 
 
 def _segment_bytes(device: torch.device) -> int:
@@ -362,16 +387,17 @@ def forward_seconds(module: torch.nn.Sequential, x: torch.Tensor, repeats: int,
                     device: torch.device) -> list[float]:
     times: list[list[float]] = [[] for _ in module]
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    tick = clock(device)
     with torch.enable_grad():
         for r in range(repeats + 1):  # the first pass warms up (allocator, oneDNN caches)
             out = x
             for i, layer in enumerate(module):
                 sync()
-                start = time.perf_counter()
+                start = tick()
                 out = layer(out)
                 sync()
                 if r:
-                    times[i].append(time.perf_counter() - start)
+                    times[i].append(tick() - start)
             del out
     return [statistics.median(t) for t in times]
 

@@ -82,6 +82,11 @@ class StageResult:
     # for checking a plan trains as one process would), and what the device left replicated
     losses: tuple[float, ...] = ()
     note: Optional[str] = None
+    # CPU seconds this process spent over the same iterations (all its threads): the
+    # stage's own work without the time it waited for a core or a neighbour, which on
+    # CPU stage processes sharing cores is the one time figure that does not depend on
+    # the load (bench/bench_press_time.py); 0.0 where the engine does not record it.
+    cpu_seconds: float = 0.0
 
 
 @dataclass(frozen=True)

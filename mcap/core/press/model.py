@@ -56,7 +56,11 @@ nothing, the earlier, optimistic model (BENCHMARKS.md).
 **Time** (seconds per training iteration, MPress III-D's cost model: each optimisation's
 own penalty, and a swap is free when its live interval hides it):
 
-* recompute: the layer's forward again in backward, ``forward_seconds`` per micro-batch;
+* recompute: the layer's forward again in backward and the checkpoint's own work, as
+  ``profile --press`` timed a one-layer segment (``PressStats.recompute_seconds``) per
+  micro-batch; profiles without it (older files) take ``forward_seconds``, the forward
+  alone. Consecutive recomputed layers share one segment in the runner, so summing
+  one-layer segments over-states a longer segment's overhead (the safe side);
 * swap / d2d: per micro-batch, ``2 * saved / bandwidth`` (out after forward, back before
   backward; host or device-to-device bandwidth), or where ``profile --press`` timed it
   (``PressStats.swap_seconds``) the measured swap of the layer, which also holds the
@@ -287,7 +291,8 @@ def problem(profile: Profile, balance: Sequence[int], capacity: Optional[int] = 
                         swap_seconds=profile.press.swap_seconds,
                         recompute_peaks=profile.press.recompute_transients,
                         parallel=_parallel(profile),
-                        segment_bytes=profile.press.segment_bytes)
+                        segment_bytes=profile.press.segment_bytes,
+                        recompute_seconds=profile.press.recompute_seconds)
 
 
 def _parallel(profile: Profile) -> int:
@@ -319,7 +324,8 @@ def problem_from(model: str, balance, base, schedule: str, chunks: int, saved, f
                  work: Sequence = (), params: Sequence = (),
                  transients: Sequence = (), forward_peaks: Sequence = (),
                  swap_seconds: Sequence = (), recompute_peaks: Sequence = (),
-                 parallel: int = 0, segment_bytes: int = 0) -> Problem:
+                 parallel: int = 0, segment_bytes: int = 0,
+                 recompute_seconds: Sequence = ()) -> Problem:
     """The problem from bare numbers (tests, benchmarks, scaling); ``overlap``: transfers
     may hide in live intervals (a device with copy engines, module docstring);
     ``boundaries``: ``PressStats.boundaries`` (empty: nothing pinned); ``work``:
@@ -347,6 +353,8 @@ def problem_from(model: str, balance, base, schedule: str, chunks: int, saved, f
                         "(expected one (forward, backward) pair per layer)")
     if swap_seconds and len(swap_seconds) != len(saved):
         raise McapError(f"{len(swap_seconds)} swap times for {len(saved)} layers")
+    if recompute_seconds and len(recompute_seconds) != len(saved):
+        raise McapError(f"{len(recompute_seconds)} recompute times for {len(saved)} layers")
     if forward_peaks and (len(forward_peaks) != len(saved)
                           or any(len(t) != 2 for t in forward_peaks)):
         raise McapError(f"{len(forward_peaks)} forward transients for {len(saved)} layers "
@@ -361,7 +369,8 @@ def problem_from(model: str, balance, base, schedule: str, chunks: int, saved, f
     # A swap moves the movable bytes out and back; a pinned output is copied out once and
     # its copy dropped when the forward returns (mcap.runner.press), a pinned input never.
     moved = [saved[l] - pin_in[l] - pin_out[l] for l in range(len(saved))]
-    costs = tuple({"recompute": forward[l] * chunks,
+    again = recompute_seconds or forward  # measured, else the forward alone (older files)
+    costs = tuple({"recompute": again[l] * chunks,
                    "swap": _penalty(_transfer(moved[l] + pin_out[l] / 2, host_bandwidth,
                                               host_bandwidth, swap_seconds, l), live[l]),
                    "d2d": _penalty(_transfer(moved[l] + pin_out[l] / 2, d2d_bandwidth,

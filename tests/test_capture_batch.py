@@ -184,6 +184,33 @@ def test_merge_to_profiles_the_second_size_on_merged_layers(tmp_path, capsys):
     assert sum(json.loads(capsys.readouterr().out)["balance"]) == 4  # real layers
 
 
+@pytest.mark.integration
+def test_merge_to_stores_each_measured_run_once_under_the_real_model(tmp_path, capsys):
+    """``profile --merge-to``: every run is measured over the real layers and recorded in
+    the real model's study; saving the merged profile copied those runs again into a study
+    of the merged spec. The store now holds each once, and the merged profile exports (and
+    loads) with its runs over the merged layers, as written to --out."""
+    from mcap.store import Store
+    out, db = tmp_path / "m.json", str(tmp_path / "s.sqlite")
+    spec = "gpt:layers=2,hidden=32,heads=2,vocab=64,seq=8"  # 4 layers
+    assert main(["profile", "--model", spec, "--stages", "2", "--batch-size", "4", "--chunks",
+                 "2", "--merge-to", "3", "--store", db, "--out", str(out)]) == 0
+    prof = jsonio.load_profile(out)
+    assert prof.runs and all(sum(r.balance) == 3 for r in prof.runs)
+    with Store(db) as store:
+        records = store.run_records()
+        assert {store.get_study(r.study_id).model.spec for r in records} == {spec}
+        keys = [(r.run.balance, r.run.peaks, r.run.seconds) for r in records]
+        assert len(keys) == len(set(keys)) == 3  # (1,3), (2,2), (3,1): once each
+        [_, merged] = store.list_profiles()
+        assert merged.spec == prof.model.spec and merged.num_runs == len(prof.runs)
+        loaded = store.load_profile(merged.id)
+    assert loaded == prof and loaded.extra == prof.extra
+    again = tmp_path / "again.json"
+    assert main(["export", "--store", db, "--profile", str(merged.id), "--out", str(again)]) == 0
+    assert json.loads(again.read_text()) == json.loads(out.read_text())
+
+
 def test_scale_file_says_how_mcap_profiled():
     from mcap.core.scaling import Scaling, from_dict, report, to_dict
     setup = Setup(stages=4, batch_size=16, chunks=4, capacity_bytes=40 * 2**20)

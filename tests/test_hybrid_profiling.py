@@ -217,3 +217,38 @@ def test_parallel_with_batch_sizes_predicts_dp_tp_stages_on_the_line(tmp_path, c
     at128 = json.loads(capsys.readouterr().out)["predicted_peaks"]
     assert list(HybridCosts(prof, batch_size=128).peaks(parse_plan(plans[0]))) == at128
     assert at128[1] > hc.peaks(parse_plan(plans[0]))[1]  # the dp stage grows with the batch
+
+
+@pytest.mark.integration
+def test_profile_summary_counts_the_dp_tp_runs(tmp_path, capsys):
+    """``profile --parallel dp,tp``'s summary line counted only the pipeline-only runs
+    ("3 measured now, 0 reused"), not the 12 dp/tp runs it measured (CAPTURE, issue 15):
+    each count now holds them and says how many of it they were, measured now and, run
+    again, found in the store."""
+    from mcap.cli.main import main
+    from mcap.workflow.profiling import ProfileResult
+
+    argv = ["profile", "--model", GPT, "--stages", "4", "--batch-size", "8", "--chunks", "2",
+            "--parallel", "dp,tp", "--store", str(tmp_path / "s.sqlite"),
+            "--out", str(tmp_path / "p.json")]
+    from mcap.core.plan import profiling_plan
+    pp = len(profiling_plan(6, 4, "mcap").runs)  # the pipeline-only profiling runs: 3
+    dp_tp = 2 * (len(variant_plans(6, 2, "dp", 2, "mcap")) + 1)  # + the whole model each
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert (f"profile: {pp + dp_tp} runs (of them {dp_tp} dp/tp; {pp + dp_tp} ok, 0 oom, "
+            f"0 failed); {pp + dp_tp} measured now (of them {dp_tp} dp/tp), 0 reused from "
+            f"the store; ") in printed, printed
+    assert main(argv) == 0  # again: every run is found in the store
+    printed = capsys.readouterr().out
+    assert (f"; 0 measured now, {pp + dp_tp} reused from the store (of them {dp_tp} dp/tp); "
+            in printed), printed
+    # a result wrapping the same profile again (capture.profile_merged does) counts them once
+    from mcap.store import Store
+    from mcap.workflow.profiling import Tally, profile
+    with Store(tmp_path / "s.sqlite") as store:
+        setup = Setup(stages=4, batch_size=8, chunks=2, engine="hybrid")
+        result = profile(GPT, setup, None, store=store, parallel=("dp", "tp"))
+    assert (result.tally.reused, result.tally.parallel_reused) == (pp + dp_tp, dp_tp)
+    again = ProfileResult(result.profile, result.profile_id, Tally.combined([result.tally], 1.0))
+    assert again.tally.reused == pp + dp_tp and len(again.tally.parallel_runs) == dp_tp

@@ -156,3 +156,14 @@ def test_fallback_never_retries_a_stage_that_ran_out_of_memory():
     info = model_info("amoebanet-d:layers=6,filters=16")
     text = _missing_message(info, runs, "")
     assert "layers 9 and 10 ran out of memory together on one stage" in text
+
+
+def test_summary_line_counts_dp_tp_runs_in_each_count():
+    """profile --parallel: the dp/tp runs are in the runs, measured and reused counts, each
+    saying how many of it they were; without them the line reads as before."""
+    runs = (Run((1, 2), "ok", (5, 6), 1.0),)
+    dp_tp = (Run((1, 2), "ok", (5, 6), 1.0), Run((3,), "oom", None, 1.0))
+    tally = Tally(2, 1, 3.25, runs, parallel_measured=1, parallel_reused=1, parallel_runs=dp_tp)
+    assert summary("profile", tally, None, 4) == (
+        "profile: 3 runs (of them 2 dp/tp; 2 ok, 1 oom, 0 failed); 2 measured now (of them "
+        "1 dp/tp), 1 reused from the store (of them 1 dp/tp); 3.2 s (store profile id 4)")

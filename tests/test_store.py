@@ -112,6 +112,58 @@ def test_saving_a_profile_links_runs_already_recorded(store):
     assert len(store.runs(study)) == 4
 
 
+def test_a_merged_profile_links_the_real_models_runs_without_copying_them(store):
+    """profile --merge-to (CAPTURE III-A3) records each run over the real layers in the real
+    model's study; saving the merged profile copied every one of them again, over merged
+    layers, into a study of the merged model (which nothing can build). They are linked
+    now: one record per measurement, and the profile loads with its merged runs."""
+    from mcap.app.searches import measured_runs
+    from mcap.core import merging
+    sizes = (2, 1, 2, 1)  # 6 real layers -> 4 merged ones
+    real = store.study(MODEL, SETUP)
+    measured = (ok_run((2, 4)), ok_run((3, 3)), Run((5, 1), "oom", None, 0.5))
+    for r in measured:
+        store.record_run(real, r)
+    store.record_run(real, ok_run((1, 5)), kind="measure")  # splits a merged layer
+    merged = merging.merge_profile(Profile(MODEL, SETUP, LayerStats((1,) * 6, (None,) + (1,) * 5)),
+                                   sizes)
+    composed = dataclasses.replace(ok_run((3, 1)), seconds=0.0, samples_per_second=None,
+                                   composed=True)  # not recorded: saved with the profile
+    runs = tuple(dataclasses.replace(r, balance=merging.contract(r.balance, sizes))
+                 for r in measured) + (composed,)
+    profile = dataclasses.replace(merged, runs=runs)
+    pid = store.save_profile(profile, name="merged")
+
+    assert store.load_profile(pid) == profile
+    assert store.load_profile(pid).extra == profile.extra
+    assert store.run_records()[:4] == store.run_records(real)[:4]  # nothing copied
+    assert [r.run.balance for r in store.run_records()] == [
+        (2, 4), (3, 3), (5, 1), (1, 5), (5, 1)]  # + the composed run, over the real layers
+    assert store.runs(real)[-1].composed
+    home = store.find_study(profile.model.spec, SETUP)
+    assert home is not None and store.runs(home) == ()  # the profile's model, no runs
+    [p] = store.list_profiles()
+    assert (p.spec, p.num_runs, p.study_id) == (profile.model.spec, 4, home.id)
+    assert store.save_profile(profile) != pid and len(store.run_records()) == 5  # again: linked
+    # the dashboard's measured runs of the merged profile: the real ones over merged layers
+    found = measured_runs(profile, store=store)
+    assert set(found) == set(runs) and len(found) == 2 * len(runs)
+
+
+def test_a_merged_profile_without_its_real_study_keeps_its_runs(store):
+    """A merged profile saved where the real model's runs are not (another store): its runs
+    stay in its own study, and it loads as saved."""
+    from mcap.core import merging
+    sizes = (2, 1, 2, 1)
+    merged = merging.merge_profile(Profile(MODEL, SETUP, LayerStats((1,) * 6, (None,) + (1,) * 5)),
+                                   sizes)
+    profile = dataclasses.replace(merged, runs=(ok_run((1, 3)), ok_run((2, 2))))
+    pid = store.save_profile(profile)
+    assert store.load_profile(pid) == profile
+    [study] = store.list_studies()
+    assert (study.spec, study.num_runs) == (profile.model.spec, 2)
+
+
 def test_missing_items_are_named(store):
     for call, what in ((store.load_profile, "profile 7"), (store.load_sweep, "sweep 7"),
                        (store.job, "job 7"), (store.get_study, "study 7")):

@@ -210,14 +210,23 @@ def sweep_predictions(profile: Profile, sweep: Sweep,
 
 def measured_runs(profile: Profile, sweep: Optional[Sweep] = None, store=None) -> tuple:
     """Every measured run of the profile's model and setup that we know of: the profile's
-    own, the sweep's (same model and setup), and the store's for that study."""
+    own, the sweep's (same model and setup), and the store's for that study. A merged
+    profile's runs are stored in the real model's study (``Store.save_profile``): those
+    whose stage boundaries fall between merged layers are given over the merged layers."""
+    from mcap.core import merging
     runs = list(profile.runs)
     if sweep is not None and mismatch(profile, sweep) is None:
         runs += list(sweep.runs)
     if store is not None:
         study = store.find_study(profile.model.spec, profile.setup)
-        if study is not None:
+        if study is not None:  # a merged profile's runs were copied here before
             runs += list(store.runs(study))
+        sizes = merging.sizes_of(profile)
+        real = None if sizes is None else \
+            store.find_study(merging.real_spec(profile), profile.setup)
+        if real is not None:
+            runs += [r for r in (merging.contract_run(x, sizes) for x in store.runs(real))
+                     if r is not None]
     return tuple(runs)
 
 

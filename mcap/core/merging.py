@@ -67,8 +67,10 @@ def merged_model(info: ModelInfo, sizes: Sequence[int]) -> ModelInfo:
 
 def merged_spec(spec: str, sizes: Sequence[int]) -> str:
     """The merged model's name: the real spec plus the group sizes. Another model than the
-    real one (the store keeps their runs apart, and nothing builds it: a command that would
-    run it is refused by the spec parser rather than measuring the wrong layers)."""
+    real one (the store keeps a merged profile in its own study, its runs linked in the real
+    model's study where they were recorded, ``Store.save_profile``; nothing builds it: a
+    command that would run it is refused by the spec parser rather than measuring the wrong
+    layers)."""
     return f"{spec} merged {','.join(map(str, sizes))}"
 
 

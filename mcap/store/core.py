@@ -11,6 +11,7 @@ serialises its use of the one connection.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import sqlite3
 import threading
@@ -19,6 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Optional, Sequence, Union
 
+from mcap.core import merging
 from mcap.core.errors import McapError, StoreError
 from mcap.store import records as rec
 from mcap.store.checks import check_run, is_int, layer_diff
@@ -294,7 +296,12 @@ class Store:
     # --- profiles and sweeps ----------------------------------------------------------
 
     def save_profile(self, profile: Profile, name: Optional[str] = None) -> int:
-        """Store a profile (statistics and runs) in one transaction; returns its id."""
+        """Store a profile (statistics and runs) in one transaction; returns its id.
+
+        A merged profile (``mcap.core.merging``, ``profile --merge-to``) is kept in the
+        study of its merged model, but its runs are the real model's runs, measured and
+        recorded in the real model's study as they finished: they are linked there, over
+        the real layers, not copied into the merged study (:meth:`_merged_runs_home`)."""
         stats = profile.stats
         n = profile.model.num_layers
         if len(stats.mem_isolated) != n or len(stats.mem_added) != n:
@@ -304,7 +311,8 @@ class Store:
         with self._write() as conn:
             study = self._get_or_create_study(conn, profile.model, profile.setup)
             machine = self._machine_key(conn, profile.machine)
-            run_ids = self._reuse_or_insert(conn, study, profile.runs, "profile", machine)
+            home, runs = self._merged_runs_home(conn, profile) or (study, profile.runs)
+            run_ids = self._reuse_or_insert(conn, home, runs, "profile", machine)
             cur = conn.execute(
                 "INSERT INTO profiles (study_id, name, mem_isolated, mem_added, extra, created, "
                 "machine) VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -327,8 +335,47 @@ class Store:
             machine = self._machine_row(conn, row[4])
         stats = LayerStats(rec.ints_or_none(row[1]), rec.ints_or_none(row[2]))
         extra, variants, press = rec.profile_extra_from_json(row[3], study.model.num_layers)
-        return Profile(study.model, study.setup, stats, runs, extra, machine=machine,
-                       variants=variants, press=press)
+        profile = Profile(study.model, study.setup, stats, runs, extra, machine=machine,
+                          variants=variants, press=press)
+        sizes = merging.sizes_of(profile)
+        if sizes is not None and any(sum(r.balance) != len(sizes) for r in runs):
+            # linked from the real model's study (save_profile): back over merged layers
+            try:
+                runs = tuple(r if sum(r.balance) == len(sizes) else
+                             dataclasses.replace(r, balance=merging.contract(r.balance, sizes))
+                             for r in runs)
+            except McapError as exc:
+                raise StoreError(f"store {self.path}: profile {profile_id}'s runs do not fit "
+                                 f"its merged layers: {exc}") from None
+            profile = dataclasses.replace(profile, runs=runs)
+        return profile
+
+    def _merged_runs_home(self, conn, profile: Profile) -> Optional[tuple[Study, tuple[Run, ...]]]:
+        """Where a merged profile's runs are stored: (the real model's study, the runs over
+        its real layers), or None for an unmerged profile.
+
+        The profiling runs of a merged profile are measured as partitionings of the real
+        layers and recorded in the real model's study (``workflow.profiling.profile``), where
+        resuming, reuse and every listing of runs find them; the merged model's study holds
+        the profile only (its model: nothing builds a merged spec). Without the real study in
+        this store (a merged profile saved elsewhere), or when its layers do not merge into
+        the profile's, the runs stay with the profile's study as before."""
+        sizes = merging.sizes_of(profile)
+        if sizes is None:
+            return None
+        row = conn.execute(f"SELECT {rec.STUDY_COLUMNS} FROM studies WHERE key = ?",
+                           (rec.study_key(merging.real_spec(profile), profile.setup),)).fetchone()
+        if row is None:
+            return None
+        real = rec.study_from_row(row)
+        try:
+            if merging.merged_model(real.model, sizes) != profile.model:
+                return None
+            runs = tuple(dataclasses.replace(r, balance=merging.expand(r.balance, sizes))
+                         for r in profile.runs)
+        except McapError:
+            return None
+        return real, runs
 
     def list_profiles(self) -> tuple[Summary, ...]:
         return self._summaries("profiles", "profile_runs", "profile_id")

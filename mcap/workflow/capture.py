@@ -82,11 +82,8 @@ def profile(spec: str, setup: Setup, out: Optional[Path], *, store, sizes: Seque
     if out is not None:
         jsonio.save(prof, out)
     profile_id = store.save_profile(prof, name=name)
-    tallies = [r.tally for r in basis + list(results.values())]
-    tally = Tally(sum(t.measured for t in tallies), sum(t.reused for t in tallies),
-                  time.monotonic() - started, tuple(r for t in tallies for r in t.runs),
-                  tuple(b for t in tallies for b in t.fallback),
-                  composed=sum(t.composed for t in tallies))
+    tally = Tally.combined([r.tally for r in basis + list(results.values())],
+                           time.monotonic() - started)  # each size's dp/tp runs too
     return ProfileResult(prof, profile_id, tally)
 
 
@@ -163,7 +160,5 @@ def profile_merged(spec: str, setup: Setup, out: Optional[Path], *, store, merge
                                parallel=parallel, **options)
     if out is not None:
         jsonio.save(merged.profile, out)
-    a, b = full.tally, merged.tally
-    tally = Tally(a.measured + b.measured, a.reused + b.reused, time.monotonic() - started,
-                  a.runs + b.runs, a.fallback + b.fallback, composed=a.composed + b.composed)
+    tally = Tally.combined([full.tally, merged.tally], time.monotonic() - started)
     return ProfileResult(merged.profile, merged.profile_id, tally)

@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from dataclasses import dataclass
 from typing import Optional, Sequence, TextIO
 
 from mcap.core.errors import McapError
@@ -72,6 +73,32 @@ def parse_kinds(text: str) -> tuple[str, ...]:
         raise McapError(f"--parallel {text!r}: expected a comma-separated list of "
                         f"{' and '.join(KINDS)}, e.g. dp,tp")
     return kinds
+
+
+@dataclass(frozen=True)
+class ParallelTally:
+    """The dp/tp runs a profile's ``--parallel`` made: how many were measured now or found
+    stored, and each one as stored (per-stage peaks, whatever its status)."""
+    measured: int = 0
+    reused: int = 0
+    runs: tuple[Run, ...] = ()
+
+    def __add__(self, other: "ParallelTally") -> "ParallelTally":
+        return ParallelTally(self.measured + other.measured, self.reused + other.reused,
+                             self.runs + other.runs)
+
+
+# The attribute of the Profile ``add_parallel_variants`` returns that carries its
+# ParallelTally to ``profiling.ProfileResult`` (:func:`take_tally`); not a field, so it is
+# neither compared nor saved.
+_TALLY_ATTR = "_mcap_parallel_tally"
+
+
+def take_tally(prof: Profile) -> Optional[ParallelTally]:
+    """The ParallelTally ``add_parallel_variants`` left on ``prof``, removed from it so
+    that it is counted once (a result wrapping the same profile again finds None)."""
+    made = prof.__dict__.pop(_TALLY_ATTR, None)
+    return made if isinstance(made, ParallelTally) else None
 
 
 def variant_degrees(kinds: Sequence[str], devices: int) -> list[tuple[str, int]]:
@@ -100,8 +127,8 @@ def _stage_peaks(plan: HybridPlan, run: Run) -> Run:
 def profile_variant(spec: str, info, setup: Setup, store: Store, kind: str, degree: int,
                     scheme: str, *, timeout: float, stream: Optional[TextIO] = None,
                     machine=None, groups: Optional[Sequence[int]] = None
-                    ) -> tuple[VariantStats, int, int]:
-    """Profile one (kind, degree): (VariantStats, runs measured now, runs found stored).
+                    ) -> tuple[VariantStats, ParallelTally]:
+    """Profile one (kind, degree): (VariantStats, the runs it measured now or found stored).
 
     ``info`` is the model's real layers; ``groups`` (real layers per merged layer) profiles
     the merged layers instead (module docstring): the runs and statistics returned are over
@@ -126,6 +153,7 @@ def profile_variant(spec: str, info, setup: Setup, store: Store, kind: str, degr
     measured = reused = 0
     device_runs: list[Run] = []
     stage_runs: list[Run] = []
+    made: list[Run] = []  # every run as stored, the whole-model one too (ParallelTally)
     with contextlib.ExitStack() as stack:
         runner = None
         for plan in plans:
@@ -137,6 +165,7 @@ def profile_variant(spec: str, info, setup: Setup, store: Store, kind: str, degr
             if found is not None:
                 # The store keeps the per-stage record; per-device peaks are not stored.
                 reused += 1
+                made.append(found)
                 bar.advance(at.balance, measured=False, note="stored")
                 device_runs.append(ours(found, plan))
                 stage_runs.append(ours(found, plan))
@@ -150,6 +179,7 @@ def profile_variant(spec: str, info, setup: Setup, store: Store, kind: str, degr
             staged = _stage_peaks(at, run)
             store.record_run(study, staged, kind="profile", machine=runner.machine)
             measured += 1
+            made.append(staged)
             bar.advance(at.balance, measured=True, note=run.status)
             device_runs.append(ours(run, plan))
             stage_runs.append(ours(staged, plan))
@@ -161,13 +191,14 @@ def profile_variant(spec: str, info, setup: Setup, store: Store, kind: str, degr
                                     timeout=timeout, machine=machine)
         measured += now
         reused += 1 - now
+        made.append(_stage_peaks(whole, run))
         if run.status == "ok":
             mine = HybridPlan((StageConfig(layers, kind, degree),))
             device_runs.append(ours(run, mine))  # last: variant_profile reads the stages off the first
             stage_runs.append(ours(_stage_peaks(whole, run), mine))
     stats: LayerStats = extract(stage_runs, layers)
     return (VariantStats(setup.batch_size, stats, kind, degree, tuple(device_runs)),
-            measured, reused)
+            ParallelTally(measured, reused, tuple(made)))
 
 
 def _measure_or_find(spec: str, info, setup: Setup, store: Store, plan: HybridPlan,
@@ -216,7 +247,10 @@ def add_parallel_variants(prof: Profile, spec: str, store: Store, kinds: Sequenc
                           stream: Optional[TextIO] = None) -> Profile:
     """``prof`` with a VariantStats per (kind, degree) the setup's devices allow (CAPTURE
     III-A1) at its batch size; McapError when they allow none, naming the device count. A
-    merged ``prof`` (``mcap.core.merging``) gets them over its merged layers."""
+    merged ``prof`` (``mcap.core.merging``) gets them over its merged layers.
+
+    The runs measured now and found stored go with the returned profile to the command's
+    summary (:func:`take_tally`, read by ``profiling.ProfileResult``)."""
     from mcap.core import merging
     from mcap.workflow.profiling import model_info
 
@@ -227,14 +261,18 @@ def add_parallel_variants(prof: Profile, spec: str, store: Store, kinds: Sequenc
     variants = [v for v in prof.variants
                 if (v.batch_size, v.parallel, v.degree) not in
                 {(setup.batch_size, k, d) for k, d in todo}]
+    tally = ParallelTally()
     for kind, degree in todo:
-        v, _, _ = profile_variant(spec, info, setup, store, kind, degree, scheme,
+        v, made = profile_variant(spec, info, setup, store, kind, degree, scheme,
                                   timeout=timeout, stream=stream, machine=prof.machine,
                                   groups=groups)
         variants.append(v)
-    return dataclasses.replace(prof, variants=tuple(variants))
+        tally += made
+    out = dataclasses.replace(prof, variants=tuple(variants))
+    object.__setattr__(out, _TALLY_ATTR, tally)  # frozen: not a field (take_tally)
+    return out
 
 
-__all__ = ["KINDS", "DEGREES", "parse_kinds", "check_base_engine", "variant_degrees",
+__all__ = ["KINDS", "DEGREES", "ParallelTally", "take_tally", "parse_kinds", "check_base_engine", "variant_degrees",
            "variant_plans", "check_parallel",
            "profile_variant", "add_parallel_variants"]

@@ -47,7 +47,12 @@ class MissingStatistics(McapError):
 
 @dataclass(frozen=True)
 class Tally:
-    """What a command did: runs in its result, how many were measured now or reused."""
+    """What a command did: runs in its result, how many were measured now or reused.
+
+    ``measured`` and ``reused`` count every run the command made, the dp/tp runs of
+    ``profile --parallel`` (``parallel_runs``, mcap.workflow.hybrid) too; ``runs`` are the
+    pipeline-only runs of the result and ``parallel_measured`` / ``parallel_reused`` say
+    how many of the counts were dp/tp runs."""
     measured: int
     reused: int
     seconds: float
@@ -55,6 +60,29 @@ class Tally:
     fallback: tuple[tuple[int, ...], ...] = ()  # balances added by the oom fallback
     composed: int = 0  # runs composed from other runs' stages (mcap.core.cover), not measured
     cover: int = 0     # covering partitionings a reusing sweep chose to measure
+    parallel_measured: int = 0  # of ``measured``, dp/tp runs (--parallel)
+    parallel_reused: int = 0    # of ``reused``, dp/tp runs
+    parallel_runs: tuple[Run, ...] = ()  # the dp/tp runs, per-stage peaks as stored
+
+    def with_parallel(self, made) -> "Tally":
+        """This tally with the dp/tp runs of ``made`` (a hybrid.ParallelTally) added."""
+        return dataclasses.replace(
+            self, measured=self.measured + made.measured, reused=self.reused + made.reused,
+            parallel_measured=self.parallel_measured + made.measured,
+            parallel_reused=self.parallel_reused + made.reused,
+            parallel_runs=self.parallel_runs + tuple(made.runs))
+
+    @staticmethod
+    def combined(tallies: Sequence["Tally"], seconds: float) -> "Tally":
+        """One tally for a command made of several (CAPTURE's passes, mcap.workflow.capture)."""
+        return Tally(sum(t.measured for t in tallies), sum(t.reused for t in tallies), seconds,
+                     tuple(r for t in tallies for r in t.runs),
+                     tuple(b for t in tallies for b in t.fallback),
+                     composed=sum(t.composed for t in tallies),
+                     cover=sum(t.cover for t in tallies),
+                     parallel_measured=sum(t.parallel_measured for t in tallies),
+                     parallel_reused=sum(t.parallel_reused for t in tallies),
+                     parallel_runs=tuple(r for t in tallies for r in t.parallel_runs))
 
 
 @dataclass(frozen=True)
@@ -62,6 +90,14 @@ class ProfileResult:
     profile: Profile
     profile_id: int
     tally: Tally
+
+    def __post_init__(self):
+        # ``profile --parallel`` counts its pipeline-only runs in the Tally it is given; the
+        # dp/tp runs come with the profile they were added to (hybrid.take_tally).
+        from mcap.workflow.hybrid import take_tally
+        made = take_tally(self.profile)
+        if made is not None:
+            object.__setattr__(self, "tally", self.tally.with_parallel(made))
 
 
 @dataclass(frozen=True)
@@ -545,14 +581,22 @@ def sweep(spec: str, setup: Setup, out: Optional[Path], *, store: Store,
 
 
 def summary(kind: str, tally: Tally, out: Optional[Path], stored_id: int) -> str:
-    ok = sum(r.status == "ok" for r in tally.runs)
-    oom = sum(r.status == "oom" for r in tally.runs)
-    failed = len(tally.runs) - ok - oom
+    """The command's last line. With dp/tp runs (``profile --parallel``) they are counted
+    with the rest, each count saying how many of it they were."""
+    runs = tally.runs + tally.parallel_runs
+    ok = sum(r.status == "ok" for r in runs)
+    oom = sum(r.status == "oom" for r in runs)
+    failed = len(runs) - ok - oom
     where = f" -> {out}" if out else ""
     extra = f", {len(tally.fallback)} fallback" if tally.fallback else ""
     composed = (f", {tally.composed} composed from measured stages"
                 f"{f' ({tally.cover} covering runs)' if tally.cover else ''}"
                 if tally.composed else "")
-    return (f"{kind}: {len(tally.runs)} runs ({ok} ok, {oom} oom, {failed} failed{extra}); "
-            f"{tally.measured} measured now, {tally.reused} reused from the store{composed}; "
+    parallel = len(tally.parallel_runs)
+    measured = f" (of them {tally.parallel_measured} dp/tp)" if tally.parallel_measured else ""
+    reused = f" (of them {tally.parallel_reused} dp/tp)" if tally.parallel_reused else ""
+    return (f"{kind}: {len(runs)} runs ({f'of them {parallel} dp/tp; ' if parallel else ''}"
+            f"{ok} ok, {oom} oom, {failed} failed{extra}); "
+            f"{tally.measured} measured now{measured}, {tally.reused} reused from the "
+            f"store{reused}{composed}; "
             f"{tally.seconds:.1f} s{where} (store {kind} id {stored_id})")

@@ -88,19 +88,6 @@ class ParallelTally:
                              self.runs + other.runs)
 
 
-# The attribute of the Profile ``add_parallel_variants`` returns that carries its
-# ParallelTally to ``profiling.ProfileResult`` (:func:`take_tally`); not a field, so it is
-# neither compared nor saved.
-_TALLY_ATTR = "_mcap_parallel_tally"
-
-
-def take_tally(prof: Profile) -> Optional[ParallelTally]:
-    """The ParallelTally ``add_parallel_variants`` left on ``prof``, removed from it so
-    that it is counted once (a result wrapping the same profile again finds None)."""
-    made = prof.__dict__.pop(_TALLY_ATTR, None)
-    return made if isinstance(made, ParallelTally) else None
-
-
 def variant_degrees(kinds: Sequence[str], devices: int) -> list[tuple[str, int]]:
     """The (kind, degree) sets this many devices allow (module docstring)."""
     return [(kind, k) for kind in kinds for k in DEGREES if devices // k >= 2]
@@ -244,13 +231,11 @@ def check_parallel(kinds: Sequence[str], setup: Setup) -> list[tuple[str, int]]:
 
 def add_parallel_variants(prof: Profile, spec: str, store: Store, kinds: Sequence[str],
                           scheme: str = "mcap", *, timeout: float,
-                          stream: Optional[TextIO] = None) -> Profile:
+                          stream: Optional[TextIO] = None) -> tuple[Profile, ParallelTally]:
     """``prof`` with a VariantStats per (kind, degree) the setup's devices allow (CAPTURE
-    III-A1) at its batch size; McapError when they allow none, naming the device count. A
-    merged ``prof`` (``mcap.core.merging``) gets them over its merged layers.
-
-    The runs measured now and found stored go with the returned profile to the command's
-    summary (:func:`take_tally`, read by ``profiling.ProfileResult``)."""
+    III-A1) at its batch size, and the dp/tp runs that took (measured now or found stored,
+    for the command's summary); McapError when they allow none, naming the device count. A
+    merged ``prof`` (``mcap.core.merging``) gets them over its merged layers."""
     from mcap.core import merging
     from mcap.workflow.profiling import model_info
 
@@ -268,11 +253,9 @@ def add_parallel_variants(prof: Profile, spec: str, store: Store, kinds: Sequenc
                                   groups=groups)
         variants.append(v)
         tally += made
-    out = dataclasses.replace(prof, variants=tuple(variants))
-    object.__setattr__(out, _TALLY_ATTR, tally)  # frozen: not a field (take_tally)
-    return out
+    return dataclasses.replace(prof, variants=tuple(variants)), tally
 
 
-__all__ = ["KINDS", "DEGREES", "ParallelTally", "take_tally", "parse_kinds", "check_base_engine", "variant_degrees",
+__all__ = ["KINDS", "DEGREES", "ParallelTally", "parse_kinds", "check_base_engine", "variant_degrees",
            "variant_plans", "check_parallel",
            "profile_variant", "add_parallel_variants"]

@@ -91,14 +91,6 @@ class ProfileResult:
     profile_id: int
     tally: Tally
 
-    def __post_init__(self):
-        # ``profile --parallel`` counts its pipeline-only runs in the Tally it is given; the
-        # dp/tp runs come with the profile they were added to (hybrid.take_tally).
-        from mcap.workflow.hybrid import take_tally
-        made = take_tally(self.profile)
-        if made is not None:
-            object.__setattr__(self, "tally", self.tally.with_parallel(made))
-
 
 @dataclass(frozen=True)
 class SweepResult:
@@ -352,13 +344,15 @@ def profile(spec: str, setup: Setup, out: Optional[Path], *, store: Store, schem
         if parallel:
             from mcap.workflow import hybrid
             m.close()  # the pipeline stage processes make way for the hybrid ones
-            prof = hybrid.add_parallel_variants(prof, spec, store, parallel, scheme,
-                                                timeout=timeout, stream=stream)
+            prof, made = hybrid.add_parallel_variants(prof, spec, store, parallel, scheme,
+                                                      timeout=timeout, stream=stream)
         if out is not None:
             jsonio.save(prof, out)
         profile_id = store.save_profile(prof, name=name)
     tally = Tally(m.measured, m.reused, time.monotonic() - started, used, tuple(fallback),
                   composed=m.composed)
+    if parallel:  # the dp/tp runs are counted too (the summary says how many of each)
+        tally = tally.with_parallel(made)
     return ProfileResult(prof, profile_id, tally)
 
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import gc
+import os
 import time
 from dataclasses import dataclass
 from typing import Optional
@@ -116,14 +117,63 @@ def device_mesh(groups: dict, group, device_type: str):
     return groups[key]
 
 
+RELEASE_TIMEOUT_S = 60.0  # a gloo worker thread drops a finished Work within microseconds
+
+
+def released(tensor: torch.Tensor, holders: int = 1) -> torch.Tensor:
+    """Return ``tensor`` once no more than ``holders`` references to it are left, i.e. once
+    gloo's worker thread has let go of the finished collective that used it.
+
+    A gloo collective runs on one of the process group's worker threads, and its Work keeps
+    references to the collective's input and output tensors. ``wait()`` returns when the
+    Work is marked complete, but the worker thread drops its own reference (its local copy
+    and ``workInProgress_``) only after that, when the OS schedules it again. With the main
+    thread already done with the buffers, they are freed on the worker thread whenever that
+    happens: in about one tp run in seven on the 2-core VM, after the main thread had
+    allocated the next tensors (the next Linear's output, the loss), so the same run's
+    peak held one gathered-logits buffer and its input shard more (+0.5 to +1.5 MiB on an
+    8-layer GPT head, traced with a per-thread log of the CPU tracker; BENCHMARKS.md,
+    "Repeatability"). Waiting here until the worker has let go makes every buffer free at
+    the point where the program drops it, the same point in every run; nothing is hidden:
+    the bytes are counted for exactly as long as the program holds them.
+
+    The Work's own references are the only ones that go away by themselves, so the count
+    always comes down; if it does not within :data:`RELEASE_TIMEOUT_S`, something else
+    keeps the tensor and the run fails instead of measuring a timing-dependent peak.
+    Only CPU tensors are waited for: on CUDA, NCCL's watchdog thread releases finished
+    Works on its own period and the caching allocator frees stream-ordered, and the GPU's
+    peak is ``max_memory_allocated``."""
+    if tensor.device.type != "cpu" or tensor._use_count() <= holders:
+        return tensor
+    deadline = time.monotonic() + RELEASE_TIMEOUT_S
+    while tensor._use_count() > holders:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"a collective's tensor is still referenced "
+                               f"{tensor._use_count()} times (expected {holders}) "
+                               f"{RELEASE_TIMEOUT_S:.0f} s after the collective finished")
+        os.sched_yield()  # releases the GIL as well, in case the worker needs it
+    return tensor
+
+
+def _wait_released(tensor: torch.Tensor) -> torch.Tensor:
+    """``funcol._maybe_wrap_tensor`` for :func:`synchronous_collectives`: wait for the
+    functional collective that produced ``tensor`` (a fresh output only this caller holds),
+    then for gloo's worker thread to drop its Work (:func:`released`). The Work's output
+    references are destroyed last (they sit in its base class), so by then its input
+    references are gone too."""
+    from torch.distributed import _functional_collectives as funcol
+    return released(funcol.wait_tensor(tensor))
+
+
 def synchronous_collectives() -> None:
     """DTensor's collectives return AsyncCollectiveTensors in eager mode: gloo completes
     them on its own thread and their buffers are freed whenever the consumer happens to
     wait, so the same run's peak varied by a few KiB from run to run. Waiting at once (what
-    the functional collectives do under tracing) makes the peak repeat; the traffic and
-    the buffers are the same."""
+    the functional collectives do under tracing) and until gloo's worker thread has
+    released the collective (:func:`released`: +0.5 to +1.5 MiB in some runs otherwise)
+    makes the peak repeat; the traffic and the buffers are the same."""
     from torch.distributed import _functional_collectives as funcol
-    funcol._maybe_wrap_tensor = funcol.wait_tensor
+    funcol._maybe_wrap_tensor = _wait_released
 
 
 def tensor_parallel(layers: nn.Module, mesh) -> tuple[str, ...]:
@@ -309,7 +359,9 @@ class _Links:
         if self.me.config.parallel != "dp" and self.me.config.degree > 1:
             for g in grads:
                 if g is not None:
+                    holders = g._use_count()
                     dist.broadcast(g, src=self.me.start, group=group)
+                    released(g, holders)  # gloo's worker drops its Work here, not later
         return outs, grads
 
 

@@ -39,6 +39,7 @@ import contextlib
 import copy
 import gc
 import os
+import sys
 import time
 from dataclasses import dataclass
 from typing import Optional
@@ -117,63 +118,125 @@ def device_mesh(groups: dict, group, device_type: str):
     return groups[key]
 
 
-RELEASE_TIMEOUT_S = 60.0  # a gloo worker thread drops a finished Work within microseconds
+RELEASE_TIMEOUT_S = 10.0  # a finished collective's worker lets go within microseconds of CPU
+AMBIGUOUS_WAIT_S = 0.05   # see _wait_released
 
 
-def released(tensor: torch.Tensor, holders: int = 1) -> torch.Tensor:
-    """Return ``tensor`` once no more than ``holders`` references to it are left, i.e. once
-    gloo's worker thread has let go of the finished collective that used it.
+def references(tensor: torch.Tensor) -> tuple[int, int, int]:
+    """Who holds ``tensor``: (C++ references to the tensor, tensors and views holding its
+    storage, Python references to it). The last one counts the caller's own references and
+    this call's, so compare only readings taken at the same place."""
+    return (tensor._use_count(), memtrack.storage_use_count(tensor),
+            sys.getrefcount(tensor) - 2)  # -2: this call's argument and getrefcount's
+
+
+def released(tensor: torch.Tensor, want: tuple[int, int, int],
+             patience: Optional[float] = None) -> bool:
+    """Wait until ``tensor``'s :func:`references`, as the caller reads them, are down to
+    ``want``, i.e. until gloo's
+    worker thread has let go of the finished collective that used it; True when they are
+    (False only when ``patience`` seconds ran out first).
 
     A gloo collective runs on one of the process group's worker threads, and its Work keeps
-    references to the collective's input and output tensors. ``wait()`` returns when the
-    Work is marked complete, but the worker thread drops its own reference (its local copy
-    and ``workInProgress_``) only after that, when the OS schedules it again. With the main
-    thread already done with the buffers, they are freed on the worker thread whenever that
-    happens: in about one tp run in seven on the 2-core VM, after the main thread had
-    allocated the next tensors (the next Linear's output, the loss), so the same run's
-    peak held one gathered-logits buffer and its input shard more (+0.5 to +1.5 MiB on an
-    8-layer GPT head, traced with a per-thread log of the CPU tracker; BENCHMARKS.md,
-    "Repeatability"). Waiting here until the worker has let go makes every buffer free at
-    the point where the program drops it, the same point in every run; nothing is hidden:
-    the bytes are counted for exactly as long as the program holds them.
+    the collective's tensors (and views of them). ``wait()`` returns when the Work is
+    marked complete; the worker thread drops its references only after that, when the OS
+    schedules it again, and the last C++ reference to a tensor that has a Python object
+    also gives back the reference the C++ side holds on that object (torch's "PyObject
+    preservation"), which needs the GIL. Either way, a buffer the main thread had already
+    let go of was freed on the worker thread whenever it got there: in about one tp run in
+    seven on the 2-core VM after the main thread had allocated the next tensors, so the
+    same run's peak held a gathered-logits buffer and its input shard more (+0.5 to +1.5
+    MiB on an 8-layer GPT head; found with a per-thread log of the CPU tracker's
+    allocations and frees, BENCHMARKS.md, "Repeatability"). Waiting here until all three
+    counts are back makes each buffer free where the program drops it, at the same point in
+    every run. Nothing is hidden: the bytes count for exactly as long as the program holds
+    them, as for every other tensor. The wait yields the CPU and the GIL, which the worker
+    may need.
 
-    The Work's own references are the only ones that go away by themselves, so the count
-    always comes down; if it does not within :data:`RELEASE_TIMEOUT_S`, something else
-    keeps the tensor and the run fails instead of measuring a timing-dependent peak.
-    Only CPU tensors are waited for: on CUDA, NCCL's watchdog thread releases finished
-    Works on its own period and the caching allocator frees stream-ordered, and the GPU's
-    peak is ``max_memory_allocated``."""
-    if tensor.device.type != "cpu" or tensor._use_count() <= holders:
-        return tensor
-    deadline = time.monotonic() + RELEASE_TIMEOUT_S
-    while tensor._use_count() > holders:
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"a collective's tensor is still referenced "
-                               f"{tensor._use_count()} times (expected {holders}) "
-                               f"{RELEASE_TIMEOUT_S:.0f} s after the collective finished")
-        os.sched_yield()  # releases the GIL as well, in case the worker needs it
-    return tensor
+    Only the Work's references go away by themselves; if they are not gone within
+    :data:`RELEASE_TIMEOUT_S`, something else keeps the tensor and the run fails rather than
+    measure a timing-dependent peak. Only CPU tensors are waited for: on CUDA, NCCL's
+    watchdog releases finished Works on its own period and the peak is
+    ``max_memory_allocated``."""
+    if tensor.device.type != "cpu":
+        return True
+    start = time.monotonic()
+    while True:
+        cxx, storage, python = references(tensor)
+        got = (cxx, storage, python - 1)  # -1: this call's own argument, as the caller reads it
+        if all(g <= w for g, w in zip(got, want)):
+            return True
+        waited = time.monotonic() - start
+        if patience is not None and waited > patience:
+            return False
+        if waited > RELEASE_TIMEOUT_S:
+            raise RuntimeError(f"a collective's tensor is still held {got} (tensor, storage, "
+                               f"Python) times, expected {want}, {RELEASE_TIMEOUT_S:.0f} s "
+                               f"after the collective finished")
+        os.sched_yield()  # releases the GIL as well
 
 
 def _wait_released(tensor: torch.Tensor) -> torch.Tensor:
     """``funcol._maybe_wrap_tensor`` for :func:`synchronous_collectives`: wait for the
-    functional collective that produced ``tensor`` (a fresh output only this caller holds),
-    then for gloo's worker thread to drop its Work (:func:`released`). The Work's output
-    references are destroyed last (they sit in its base class), so by then its input
-    references are gone too."""
+    functional collective that produced ``tensor``, a fresh output only the caller holds,
+    then for gloo's worker thread to let go of it (:func:`released`).
+
+    Whether the C++ side holds one reference on the output's Python object is known only
+    while the Work still holds the tensor (in every one of several thousand collectives
+    traced, since the other devices take part): then it does, and Python alone holds one
+    less. When the Work had already let go before this call, the worker may or may not
+    still owe that reference; it is given :data:`AMBIGUOUS_WAIT_S` to pay it."""
     from torch.distributed import _functional_collectives as funcol
-    return released(funcol.wait_tensor(tensor))
+    if tensor.device.type != "cpu":
+        return funcol.wait_tensor(tensor)
+    cxx, _, python = references(tensor)
+    held = cxx > 1
+    funcol.wait_tensor(tensor)
+    if not released(tensor, (1, 1, python - 1), None if held else AMBIGUOUS_WAIT_S):
+        released(tensor, (1, 1, python))
+    return tensor
+
+
+def _inputs_released(collective):
+    """Wrap a functional collective so that it returns once gloo's worker thread has let go
+    of its input as well (the Work keeps the input too, e.g. the shard an all-gather
+    gathers): the input's :func:`references` are back to what they were before the call."""
+    if getattr(collective, "_mcap_inputs_released", False):
+        return collective
+
+    def call(tensor, *args, **kwargs):
+        if not isinstance(tensor, torch.Tensor) or tensor.device.type != "cpu":
+            return collective(tensor, *args, **kwargs)
+        before = references(tensor)
+        out = collective(tensor, *args, **kwargs)
+        released(tensor, before)
+        return out
+
+    call._mcap_inputs_released = True
+    call.__name__ = collective.__name__
+    call.__doc__ = collective.__doc__
+    return call
+
+
+# The functional collectives DTensor's redistributions call (``funcol.<name>`` looked up
+# at each call, so patching the module attribute reaches them).
+COLLECTIVES = ("all_reduce", "all_gather_tensor", "all_gather_single", "reduce_scatter_tensor",
+               "reduce_scatter_single", "all_to_all_single")
 
 
 def synchronous_collectives() -> None:
     """DTensor's collectives return AsyncCollectiveTensors in eager mode: gloo completes
     them on its own thread and their buffers are freed whenever the consumer happens to
     wait, so the same run's peak varied by a few KiB from run to run. Waiting at once (what
-    the functional collectives do under tracing) and until gloo's worker thread has
-    released the collective (:func:`released`: +0.5 to +1.5 MiB in some runs otherwise)
-    makes the peak repeat; the traffic and the buffers are the same."""
+    the functional collectives do under tracing), and until gloo's worker thread has let
+    go of the collective's output and input (:func:`released`; +0.5 to +1.5 MiB in some
+    runs otherwise), makes the peak repeat; the traffic and the buffers are the same."""
     from torch.distributed import _functional_collectives as funcol
+    memtrack.load()  # references() reads storage counts through the extension
     funcol._maybe_wrap_tensor = _wait_released
+    for name in COLLECTIVES:
+        if hasattr(funcol, name):
+            setattr(funcol, name, _inputs_released(getattr(funcol, name)))
 
 
 def tensor_parallel(layers: nn.Module, mesh) -> tuple[str, ...]:
@@ -211,6 +274,13 @@ def tensor_parallel(layers: nn.Module, mesh) -> tuple[str, ...]:
             else:
                 replicated.append(name)
     if plan:
+        # Every device cloned its layers from the same resident model, so each takes its
+        # shard of a weight from its own copy (src_data_rank None) instead of device 0
+        # scattering or broadcasting it: the same shards, no traffic, and no collective
+        # buffers for gloo's worker thread to free after the measured window opened
+        # (traced: 64-256 KiB weight chunks freed there in about 1 run in 8).
+        for style in plan.values():
+            style.src_data_rank = None
         parallelize_module(layers, mesh, plan)
     return tuple(replicated)
 
@@ -359,9 +429,9 @@ class _Links:
         if self.me.config.parallel != "dp" and self.me.config.degree > 1:
             for g in grads:
                 if g is not None:
-                    holders = g._use_count()
+                    before = references(g)
                     dist.broadcast(g, src=self.me.start, group=group)
-                    released(g, holders)  # gloo's worker drops its Work here, not later
+                    released(g, before)  # gloo's worker lets go of g here, not later
         return outs, grads
 
 

@@ -279,9 +279,7 @@ def tensor_parallel(layers: nn.Module, mesh) -> tuple[str, ...]:
         # scattering or broadcasting it: the same shards, no traffic, and no collective
         # buffers for gloo's worker thread to free after the measured window opened
         # (traced: 64-256 KiB weight chunks freed there in about 1 run in 8).
-        for style in plan.values():
-            style.src_data_rank = None
-        parallelize_module(layers, mesh, plan)
+        parallelize_module(layers, mesh, plan, src_data_rank=None)
     return tuple(replicated)
 
 

@@ -133,9 +133,8 @@ def references(tensor: torch.Tensor) -> tuple[int, int, int]:
 def released(tensor: torch.Tensor, want: tuple[int, int, int],
              patience: Optional[float] = None) -> bool:
     """Wait until ``tensor``'s :func:`references`, as the caller reads them, are down to
-    ``want``, i.e. until gloo's
-    worker thread has let go of the finished collective that used it; True when they are
-    (False only when ``patience`` seconds ran out first).
+    ``want``, i.e. until gloo's worker thread has let go of the finished collective that
+    used it; True when they are (False only when ``patience`` seconds ran out first).
 
     A gloo collective runs on one of the process group's worker threads, and its Work keeps
     the collective's tensors (and views of them). ``wait()`` returns when the Work is

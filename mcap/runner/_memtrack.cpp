@@ -160,6 +160,15 @@ bool retag(const at::Tensor& t, int category) {
   return true;
 }
 
+// How many tensors (and views) hold t's storage: mcap.runner.hybrid waits for a finished
+// gloo collective's views to go before the main thread goes on. Read here, not through
+// torch._C._storage_Use_Count(t.untyped_storage()._cdata), which would give the storage
+// a Python object of its own, whose last reference a gloo thread could then drop.
+int64_t storage_use_count(const at::Tensor& t) {
+  if (!t.defined() || !t.has_storage()) return 0;
+  return static_cast<int64_t>(t.storage().use_count());
+}
+
 std::vector<int64_t> current_by_category() {
   std::vector<int64_t> out(kCategories);
   for (int i = 0; i < kCategories; ++i) out[i] = by_cat[i].load();
@@ -182,6 +191,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_suspended", &set_suspended);
   m.def("set_tag", &set_tag);
   m.def("retag", &retag);
+  m.def("storage_use_count", &storage_use_count);
   m.def("current_by_category", &current_by_category);
   m.def("peak_by_category", &peak_by_category);
 }

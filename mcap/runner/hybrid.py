@@ -38,6 +38,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import gc
+import os
+import sys
 import time
 from dataclasses import dataclass
 from typing import Optional
@@ -116,14 +118,124 @@ def device_mesh(groups: dict, group, device_type: str):
     return groups[key]
 
 
+RELEASE_TIMEOUT_S = 10.0  # a finished collective's worker lets go within microseconds of CPU
+AMBIGUOUS_WAIT_S = 0.05   # see _wait_released
+
+
+def references(tensor: torch.Tensor) -> tuple[int, int, int]:
+    """Who holds ``tensor``: (C++ references to the tensor, tensors and views holding its
+    storage, Python references to it). The last one counts the caller's own references and
+    this call's, so compare only readings taken at the same place."""
+    return (tensor._use_count(), memtrack.storage_use_count(tensor),
+            sys.getrefcount(tensor) - 2)  # -2: this call's argument and getrefcount's
+
+
+def released(tensor: torch.Tensor, want: tuple[int, int, int],
+             patience: Optional[float] = None) -> bool:
+    """Wait until ``tensor``'s :func:`references`, as the caller reads them, are down to
+    ``want``, i.e. until gloo's worker thread has let go of the finished collective that
+    used it; True when they are (False only when ``patience`` seconds ran out first).
+
+    A gloo collective runs on one of the process group's worker threads, and its Work keeps
+    the collective's tensors (and views of them). ``wait()`` returns when the Work is
+    marked complete; the worker thread drops its references only after that, when the OS
+    schedules it again, and the last C++ reference to a tensor that has a Python object
+    also gives back the reference the C++ side holds on that object (torch's "PyObject
+    preservation"), which needs the GIL. Either way, a buffer the main thread had already
+    let go of was freed on the worker thread whenever it got there: in about one tp run in
+    seven on the 2-core VM after the main thread had allocated the next tensors, so the
+    same run's peak held a gathered-logits buffer and its input shard more (+0.5 to +1.5
+    MiB on an 8-layer GPT head; found with a per-thread log of the CPU tracker's
+    allocations and frees, BENCHMARKS.md, "Repeatability"). Waiting here until all three
+    counts are back makes each buffer free where the program drops it, at the same point in
+    every run. Nothing is hidden: the bytes count for exactly as long as the program holds
+    them, as for every other tensor. The wait yields the CPU and the GIL, which the worker
+    may need.
+
+    Only the Work's references go away by themselves; if they are not gone within
+    :data:`RELEASE_TIMEOUT_S`, something else keeps the tensor and the run fails rather than
+    measure a timing-dependent peak. Only CPU tensors are waited for: on CUDA, NCCL's
+    watchdog releases finished Works on its own period and the peak is
+    ``max_memory_allocated``."""
+    if tensor.device.type != "cpu":
+        return True
+    start = time.monotonic()
+    while True:
+        cxx, storage, python = references(tensor)
+        got = (cxx, storage, python - 1)  # -1: this call's own argument, as the caller reads it
+        if all(g <= w for g, w in zip(got, want)):
+            return True
+        waited = time.monotonic() - start
+        if patience is not None and waited > patience:
+            return False
+        if waited > RELEASE_TIMEOUT_S:
+            raise RuntimeError(f"a collective's tensor is still held {got} (tensor, storage, "
+                               f"Python) times, expected {want}, {RELEASE_TIMEOUT_S:.0f} s "
+                               f"after the collective finished")
+        os.sched_yield()  # releases the GIL as well
+
+
+def _wait_released(tensor: torch.Tensor) -> torch.Tensor:
+    """``funcol._maybe_wrap_tensor`` for :func:`synchronous_collectives`: wait for the
+    functional collective that produced ``tensor``, a fresh output only the caller holds,
+    then for gloo's worker thread to let go of it (:func:`released`).
+
+    Whether the C++ side holds one reference on the output's Python object is known only
+    while the Work still holds the tensor (in every one of several thousand collectives
+    traced, since the other devices take part): then it does, and Python alone holds one
+    less. When the Work had already let go before this call, the worker may or may not
+    still owe that reference; it is given :data:`AMBIGUOUS_WAIT_S` to pay it."""
+    from torch.distributed import _functional_collectives as funcol
+    if tensor.device.type != "cpu":
+        return funcol.wait_tensor(tensor)
+    cxx, _, python = references(tensor)
+    held = cxx > 1
+    funcol.wait_tensor(tensor)
+    if not released(tensor, (1, 1, python - 1), None if held else AMBIGUOUS_WAIT_S):
+        released(tensor, (1, 1, python))
+    return tensor
+
+
+def _inputs_released(collective):
+    """Wrap a functional collective so that it returns once gloo's worker thread has let go
+    of its input as well (the Work keeps the input too, e.g. the shard an all-gather
+    gathers): the input's :func:`references` are back to what they were before the call."""
+    if getattr(collective, "_mcap_inputs_released", False):
+        return collective
+
+    def call(tensor, *args, **kwargs):
+        if not isinstance(tensor, torch.Tensor) or tensor.device.type != "cpu":
+            return collective(tensor, *args, **kwargs)
+        before = references(tensor)
+        out = collective(tensor, *args, **kwargs)
+        released(tensor, before)
+        return out
+
+    call._mcap_inputs_released = True
+    call.__name__ = collective.__name__
+    call.__doc__ = collective.__doc__
+    return call
+
+
+# The functional collectives DTensor's redistributions call (``funcol.<name>`` looked up
+# at each call, so patching the module attribute reaches them).
+COLLECTIVES = ("all_reduce", "all_gather_tensor", "all_gather_single", "reduce_scatter_tensor",
+               "reduce_scatter_single", "all_to_all_single")
+
+
 def synchronous_collectives() -> None:
     """DTensor's collectives return AsyncCollectiveTensors in eager mode: gloo completes
     them on its own thread and their buffers are freed whenever the consumer happens to
     wait, so the same run's peak varied by a few KiB from run to run. Waiting at once (what
-    the functional collectives do under tracing) makes the peak repeat; the traffic and
-    the buffers are the same."""
+    the functional collectives do under tracing), and until gloo's worker thread has let
+    go of the collective's output and input (:func:`released`; +0.5 to +1.5 MiB in some
+    runs otherwise), makes the peak repeat; the traffic and the buffers are the same."""
     from torch.distributed import _functional_collectives as funcol
-    funcol._maybe_wrap_tensor = funcol.wait_tensor
+    memtrack.load()  # references() reads storage counts through the extension
+    funcol._maybe_wrap_tensor = _wait_released
+    for name in COLLECTIVES:
+        if hasattr(funcol, name):
+            setattr(funcol, name, _inputs_released(getattr(funcol, name)))
 
 
 def tensor_parallel(layers: nn.Module, mesh) -> tuple[str, ...]:
@@ -161,7 +273,12 @@ def tensor_parallel(layers: nn.Module, mesh) -> tuple[str, ...]:
             else:
                 replicated.append(name)
     if plan:
-        parallelize_module(layers, mesh, plan)
+        # Every device cloned its layers from the same resident model, so each takes its
+        # shard of a weight from its own copy (src_data_rank None) instead of device 0
+        # scattering or broadcasting it: the same shards, no traffic, and no collective
+        # buffers for gloo's worker thread to free after the measured window opened
+        # (traced: 64-256 KiB weight chunks freed there in about 1 run in 8).
+        parallelize_module(layers, mesh, plan, src_data_rank=None)
     return tuple(replicated)
 
 
@@ -309,7 +426,9 @@ class _Links:
         if self.me.config.parallel != "dp" and self.me.config.degree > 1:
             for g in grads:
                 if g is not None:
+                    before = references(g)
                     dist.broadcast(g, src=self.me.start, group=group)
+                    released(g, before)  # gloo's worker lets go of g here, not later
         return outs, grads
 
 

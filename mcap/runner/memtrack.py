@@ -174,6 +174,13 @@ def retag(tensor, category: int) -> bool:
     return bool(_need().retag(tensor, category))
 
 
+def storage_use_count(tensor) -> int:
+    """How many tensors and views hold ``tensor``'s storage (0 without one), read without
+    giving the storage a Python object (``mcap.runner.hybrid.references``). Needs
+    :func:`load` only, not :func:`install`."""
+    return int(_load().storage_use_count(tensor))
+
+
 def current_breakdown() -> tuple[int, int, int, int]:
     """Bytes now per category, in :data:`CATEGORIES` order."""
     return tuple(int(v) for v in _need().current_by_category())

@@ -44,10 +44,14 @@ fitted, so ``held_out_error`` reports the error before the term.
 """
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 
 from mcap.core.costs import Term, TermCosts
-from mcap.core.predictors.base import Predictor, Windows, held_out, ok_runs, register
+from mcap.core.predictors.base import (
+    Predictor, Windows, fit_terms, held_out, ok_runs, register,
+)
 from mcap.core.predictors.maxparam import (
     WEIGHTS, costs_of, fit_maxparam, param_term, without_runs,
 )
@@ -99,38 +103,72 @@ class PerStage(Predictor):
         if base.error is None:
             return costs_of(base, self.name)
         wins = Windows(profile.runs, len(pb))
-        weights = _per_kind(wins, layers, base.terms[0].weight)
-        fit = _per_layer(wins, layers, _layer_weights(layers, weights))
-        fit.details = {"largest parameter tensor": weights,
-                       **_layer_details(layers, weights, fit.terms[0])}
-        grid = _presence_weights(profile.runs, pb, fit)
-        if grid:
-            joint = _with_presence(wins, layers, weights, min(grid), max(grid))
-            if joint is not None:
-                w = joint.terms[1].weight
-                kinds = joint.details["largest parameter tensor"]
-                refined = _per_layer(wins, layers, _layer_weights(layers, kinds),
-                                     (presence_term(pb, w),))
-                if refined.error < joint.error:
-                    refined.details = {**joint.details,
-                                       **_layer_details(layers, kinds, refined.terms[0])}
-                    joint = refined
-            if joint is not None and joint.error <= (1 - KEEP_IF_BETTER_BY) * fit.error:
-                fit = joint
-        mid = middle_term(wins, fit)
-        if mid is not None:
-            refit = wins.score(fit.terms + (mid,))
-            if refit is not None:
-                refit.details = {**fit.details, MIDDLE: {
-                    layers[a].name: v for a, v in enumerate(mid.values) if v}}
-                refit.error = fit.error  # its windows are fitted now: the error before it
-                fit = refit
+        fit = _once_per_stage(profile, layers, wins, base.terms[0].weight)
+        fit = _with_middle(profile, layers, wins, fit)
         costs = costs_of(fit, self.name)
         costs.details.update(fit.details)
         return costs
 
 
+def _once_per_stage(profile: Profile, layers, wins: Windows, start=None):
+    """The max and presence terms chosen by the held-out error of ``wins`` (``start``: the
+    common max-term weight to refine from; None: chosen on ``wins``)."""
+    pb = [l.param_bytes for l in layers]
+    if start is None:
+        start = fit_terms(profile.runs, len(pb), [(param_term(pb, c),) for c in WEIGHTS],
+                          wins).terms[0].weight
+    weights = _per_kind(wins, layers, start)
+    fit = _per_layer(wins, layers, _layer_weights(layers, weights))
+    fit.details = {"largest parameter tensor": weights,
+                   **_layer_details(layers, weights, fit.terms[0])}
+    grid = _presence_weights(profile.runs, pb, fit)
+    if grid:
+        joint = _with_presence(wins, layers, weights, min(grid), max(grid))
+        if joint is not None:
+            w = joint.terms[1].weight
+            kinds = joint.details["largest parameter tensor"]
+            refined = _per_layer(wins, layers, _layer_weights(layers, kinds),
+                                 (presence_term(pb, w),))
+            if refined.error < joint.error:
+                refined.details = {**joint.details,
+                                   **_layer_details(layers, kinds, refined.terms[0])}
+                joint = refined
+        if joint is not None and joint.error <= (1 - KEEP_IF_BETTER_BY) * fit.error:
+            fit = joint
+    return fit
+
+
 MIDDLE = "middle stage of 2+ layers, by its first layer"
+
+
+def _with_middle(profile: Profile, layers, wins: Windows, fit):
+    """``fit`` plus the middle-stage term where the held-out windows show one (module
+    docstring), else ``fit``. The once-per-stage terms are chosen first, on every held-out
+    window: with one middle window per first layer a max or presence term and a middle
+    term can explain the same bytes, and the once-per-stage terms came first."""
+    mid = middle_term(wins, fit)
+    if mid is None:
+        return fit
+    refit = wins.score(fit.terms + (mid,))
+    if refit is None:
+        return fit
+    refit.details = {**fit.details, MIDDLE: {
+        layers[a].name: v for a, v in enumerate(mid.values) if v}}
+    refit.error = fit.error  # its windows are fitted now: the error before it
+    return refit
+
+
+def _middle(wins: Windows, idx: np.ndarray) -> np.ndarray:
+    first, last = wins.first[idx], wins.last[idx]
+    return (first > 0) & (last > first) & (last < wins.L - 1)
+
+
+def middle_residuals(wins: Windows, fit) -> np.ndarray:
+    """Measured minus predicted under ``fit`` of the held-out middle windows of 2+ layers."""
+    if not wins.complete or wins.held.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    h = wins.held[_middle(wins, wins.held)]
+    return wins.peaks[h] - costs_of(fit, "perstage").stage_costs(wins.first[h], wins.last[h])
 
 
 def middle_term(wins: Windows, fit) -> "Term | None":
@@ -142,7 +180,7 @@ def middle_term(wins: Windows, fit) -> "Term | None":
     L = wins.L
     h = wins.held
     first, last = wins.first[h], wins.last[h]
-    mid = (first > 0) & (last > first) & (last < L - 1)
+    mid = _middle(wins, h)
     if not mid.any():
         return None
     pred = costs_of(fit, "perstage").stage_costs(first[mid], last[mid])

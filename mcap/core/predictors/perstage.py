@@ -44,14 +44,10 @@ fitted, so ``held_out_error`` reports the error before the term.
 """
 from __future__ import annotations
 
-import copy
-
 import numpy as np
 
 from mcap.core.costs import Term, TermCosts
-from mcap.core.predictors.base import (
-    Predictor, Windows, fit_terms, held_out, ok_runs, register,
-)
+from mcap.core.predictors.base import Predictor, Windows, held_out, ok_runs, register
 from mcap.core.predictors.maxparam import (
     WEIGHTS, costs_of, fit_maxparam, param_term, without_runs,
 )
@@ -110,13 +106,10 @@ class PerStage(Predictor):
         return costs
 
 
-def _once_per_stage(profile: Profile, layers, wins: Windows, start=None):
-    """The max and presence terms chosen by the held-out error of ``wins`` (``start``: the
-    common max-term weight to refine from; None: chosen on ``wins``)."""
+def _once_per_stage(profile: Profile, layers, wins: Windows, start: float):
+    """The max and presence terms chosen by the held-out error of ``wins``, the max-term
+    weight refined from ``start``."""
     pb = [l.param_bytes for l in layers]
-    if start is None:
-        start = fit_terms(profile.runs, len(pb), [(param_term(pb, c),) for c in WEIGHTS],
-                          wins).terms[0].weight
     weights = _per_kind(wins, layers, start)
     fit = _per_layer(wins, layers, _layer_weights(layers, weights))
     fit.details = {"largest parameter tensor": weights,
@@ -163,33 +156,22 @@ def _middle(wins: Windows, idx: np.ndarray) -> np.ndarray:
     return (first > 0) & (last > first) & (last < wins.L - 1)
 
 
-def middle_residuals(wins: Windows, fit) -> np.ndarray:
-    """Measured minus predicted under ``fit`` of the held-out middle windows of 2+ layers."""
-    if not wins.complete or wins.held.size == 0:
-        return np.zeros(0, dtype=np.int64)
-    h = wins.held[_middle(wins, wins.held)]
-    return wins.peaks[h] - costs_of(fit, "perstage").stage_costs(wins.first[h], wins.last[h])
-
-
 def middle_term(wins: Windows, fit) -> "Term | None":
     """The middle-stage term (module docstring) from the held-out windows of ``wins`` under
     ``fit``, or None when those windows do not show it (no middle window of 2+ layers held
     out, none under-predicted, or one over-predicted)."""
     if not wins.complete or wins.held.size == 0:
         return None
-    L = wins.L
-    h = wins.held
-    first, last = wins.first[h], wins.last[h]
-    mid = _middle(wins, h)
-    if not mid.any():
+    h = wins.held[_middle(wins, wins.held)]
+    if not h.size:
         return None
-    pred = costs_of(fit, "perstage").stage_costs(first[mid], last[mid])
-    resid = wins.peaks[h][mid] - pred
+    first = wins.first[h]
+    resid = wins.peaks[h] - costs_of(fit, "perstage").stage_costs(first, wins.last[h])
     if (resid < 0).any() or not (resid > 0).any():
         return None
-    values = [0] * L
-    for a in np.unique(first[mid]):
-        values[int(a)] = int(np.median(resid[first[mid] == a]))
+    values = [0] * wins.L
+    for a in np.unique(first):
+        values[int(a)] = int(np.median(resid[first == a]))
     return Term(MIDDLE, "midfirst", tuple(values), 1.0)
 
 

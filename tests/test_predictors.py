@@ -206,3 +206,57 @@ def test_perstage_recovers_a_workspace_that_differs_between_equal_layers(monkeyp
     assert refined.details["largest parameter tensor, per layer"]["l4"] == 5.0
     monkeypatch.setattr(perstage, "MAX_REFINED_LAYERS", 0)  # one c per kind only
     assert _shaped_errors(make(prof, "perstage")).max() > 0.05
+
+
+# --- the middle-stage term (perstage; BENCHMARKS.md "2026-11-25: middle stages") --------------
+
+PASSED = (0, 6, 9, 4, 7, 0, 5, 3, 0, 0, 6, 0)  # bytes each layer forwards of its own input
+# (0 for layers 8 and 9: the plan reads mem_added(9), mem_added(10) from middle windows
+# starting there, so a middle term of theirs would be inside those statistics)
+CHUNKS = 4
+
+
+def truth_pass(a: int, z: int) -> int:
+    """An additive truth plus what a middle stage of 2+ layers holds per micro-batch for the
+    input its first layer forwards (alone on a middle stage it forwards the receive buffer),
+    as AmoebaNet-D on CPU (BENCHMARKS.md, 2026-11-25)."""
+    middle = 0 < a < z < L - 1
+    return truth_add(a, z) + (CHUNKS * PASSED[a] if middle else 0)
+
+
+def test_midfirst_term_counts_only_middle_stages_of_two_or_more_layers():
+    from mcap.core.costs import Term
+    t = Term("m", "midfirst", (1, 10, 20, 30, 40), 1.0)
+    first = np.array([0, 0, 1, 1, 1, 2, 3, 4, 1])
+    last = np.array([0, 2, 1, 2, 3, 3, 4, 4, 4])
+    # first stage, first stage, one layer, middle, middle, middle, last, last, last
+    assert t.evaluate(first, last).tolist() == [0, 0, 0, 10, 10, 20, 0, 0, 0]
+    assert Term("m", "midfirst", (1, 10, 20, 30, 40), 0.5).evaluate(first, last)[3] == 5
+
+
+def test_middle_term_reads_what_each_held_out_middle_window_is_under_predicted_by():
+    from mcap.core.costs import TermCosts
+    from mcap.core.predict import cost_table
+    from mcap.core.predictors.base import Windows, held_out, ok_runs
+    from mcap.core.predictors.perstage import middle_term
+    prof = profile_of(truth_pass)
+    wins = Windows(prof.runs, L)
+    listing = wins.score(())  # Listing 1.1 alone: the truth's additive part is exact
+    term = middle_term(wins, listing)
+    shown = {a for (a, z), _ in held_out(ok_runs(prof.runs, L), L) if 0 < a < z < L - 1}
+    assert shown == {2, 3, 4, 5, 6, 7}  # one middle window per first layer; none for 1
+    assert term.values == tuple(CHUNKS * PASSED[a] if a in shown else 0 for a in range(L))
+    costs = TermCosts(cost_table(wins.score((term,)).stats), (term,), "t")
+    for a in range(1, L - 1):
+        for z in range(a + 1, L - 1):  # exact where shown, as low as before where not
+            assert costs.stage(a, z) == truth_pass(a, z) - (0 if a in shown else CHUNKS * PASSED[a])
+
+
+def test_perstage_adds_no_middle_term_when_middle_windows_err_both_ways():
+    from mcap.core.predictors.perstage import MIDDLE
+
+    def noisy(a, z):  # middle windows off by +-3 bytes: not memory Listing 1.1 leaves out
+        return truth_max(a, z) + ((3 if a % 2 else -3) if 0 < a < z < L - 1 else 0)
+
+    assert MIDDLE not in make(profile_of(noisy), "perstage").details
+    assert MIDDLE not in make(profile_of(truth_max), "perstage").details

@@ -11,7 +11,13 @@ cannot express them, ARCHITECTURE.md, "Predictors"):
 * a **max term** ``w * max(values[first..last])``: memory the stage pays once, sized by its
   largest layer (e.g. temporaries the size of the largest parameter tensor);
 * a **presence term** ``w * [any values[first..last] > 0]``: memory paid once if the stage
-  holds any layer of a kind (e.g. a library workspace the first matmul allocates).
+  holds any layer of a kind (e.g. a library workspace the first matmul allocates);
+* a **middle-first term** ``w * values[first]`` for a *middle* stage (neither first nor
+  last: ``first > 0`` and ``last < L - 1``) of two or more layers, else 0: memory such a
+  stage pays by its first layer that Listing 1.1's prefix windows never see (a layer that
+  passes its input on in its output, as AmoebaNet's cells pass their skip state: alone on
+  a middle stage it forwards the receive buffer itself, behind another layer of the stage
+  it forwards a new tensor held per micro-batch; ``mcap.core.predictors.perstage``).
 
 Range maxima come from a sparse table, O(L log L) memory (never an L x L array).
 """
@@ -81,7 +87,8 @@ class AdditiveCosts(StageCosts):
 
 @dataclass(frozen=True)
 class Term:
-    """One once-per-stage term: ``kind`` "max" or "presence" over per-layer ``values``."""
+    """One once-per-stage term: ``kind`` "max", "presence" or "midfirst" over per-layer
+    ``values`` (module docstring)."""
     name: str
     kind: str
     values: tuple[int, ...]
@@ -97,6 +104,11 @@ class Term:
             return np.rint(self.weight * index.max(first, last)).astype(np.int64)
         if self.kind == "presence":
             return np.rint(self.weight * index.any(first, last)).astype(np.int64)
+        if self.kind == "midfirst":
+            first, last = np.asarray(first), np.asarray(last)
+            v = np.asarray(self.values, dtype=np.int64)
+            middle = (first > 0) & (last > first) & (last < len(v) - 1)
+            return np.where(middle, np.rint(self.weight * v[first]), 0).astype(np.int64)
         raise ValueError(f"unknown term kind {self.kind!r}")
 
 

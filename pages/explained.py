@@ -2,6 +2,7 @@
 which micro-batch's activations and how its memory rises and falls over one iteration."""
 import streamlit as st
 
+from mcap.app.press import below_least, capacity_input_mib
 from mcap.core.errors import McapError
 from mcap.figures import timeline as fig_tl
 from mcap.figures._style import balance_str, fmt_bytes, table_view
@@ -100,7 +101,7 @@ except McapError as exc:
 least, top = smallest_capacity(before), max(before.base)
 a, b, c = st.columns(3)
 cap_mib = a.number_input("Capacity per device (MiB)", min_value=0.01, step=1.0,
-                         value=round((setup.capacity_bytes or (least + top) // 2) / 2**20, 2),
+                         value=capacity_input_mib(setup.capacity_bytes or (least + top) // 2),
                          key="tl-press-capacity",
                          help=f"keep-all peak {fmt_bytes(top)}; the least any plan reaches "
                               f"{fmt_bytes(least)}")
@@ -115,7 +116,7 @@ try:
                     stage_memory(balance, params, before.base, setup.schedule, setup.chunks, copies))
     eff = effect(before, [x for stage in plan.stages for x in stage], tl_p, device)
 except McapError as exc:
-    st.error(str(exc))
+    st.error(" ".join(filter(None, (str(exc), below_least(capacity, least)))))
     st.stop()
 st.caption(f"Plan ({method}) under {fmt_bytes(capacity)}: device {device}'s predicted peak "
            f"{fmt_bytes(before.base[device])} before, {fmt_bytes(plan.predicted_peaks[device])} "

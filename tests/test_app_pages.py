@@ -561,3 +561,29 @@ def test_partition_space_can_show_composed_points_with_estimated_throughput(bund
     assert metric(at, "ok with throughput") == measured  # estimates are not measurements
     assert any("hollow points" in c.value for c in at.caption)
     assert "circle-open" in at.get("plotly_chart")[0].proto.spec
+
+
+def test_partition_space_keeps_a_partitioning_chosen_elsewhere(bundled):
+    """A partitioning typed on Predict that is no point of the scatter (composed by stage
+    reuse: no measured throughput) stays the shared one: visiting Partition space used to
+    replace it with its first point, so Predict came back showing another partitioning.
+    The page's lowest measured peak is the sweep's, as on the Overview, not the scatter's."""
+    _, profile, _, sweep = bundled
+    points = {balance_str(r.balance) for r in sweep.runs
+              if r.status == "ok" and r.samples_per_second is not None}
+    composed = next(r for r in sweep.runs if r.status == "ok" and balance_str(r.balance) not in points)
+    typed = ",".join(map(str, composed.balance))
+    at = page("predict")
+    at.text_input(key="pick-text").set_value(typed).run()
+    at.switch_page("pages/space.py").run()
+    assert not at.exception and not errors(at)
+    assert at.query_params["balance"] == typed
+    best = min((r for r in sweep.runs if r.status == "ok"), key=lambda r: r.peak)
+    assert metric(at, "lowest measured peak") == fmt_bytes(best.peak)
+    at.switch_page("pages/predict.py").run()
+    assert at.text_input(key="pick-text").value == typed
+    # a point chosen on this page is shared as before
+    choice = sorted(points)[0]
+    at.switch_page("pages/space.py").run()
+    at.selectbox(key="space-pick").set_value(choice).run()
+    assert at.query_params["balance"] == choice.replace("-", ",")

@@ -36,7 +36,9 @@ if default_balance is None:  # an even split until a partitioning is chosen else
 left, mid, right = st.columns([2, 1, 1])
 text = left.text_input("Partitioning (layers per device)", value=default_balance, key="tl-balance",
                        help=f"comma-separated layer counts summing to {layers}, e.g. 3,3,5,19")
-labels = {"gpipe": "GPipe with checkpointing", "1f1b": "1F1B"}
+# "with checkpointing" only where the profile was measured so (not on checkpoint never)
+labels = {"gpipe": "GPipe" + (" with checkpointing" if setup.checkpoint != "never" else ""),
+          "1f1b": "1F1B"}
 # The dataset's own schedule first: the levels are calibrated on it (stage_memory).
 own = setup.schedule if setup.schedule in TIMELINE_SCHEDULES else TIMELINE_SCHEDULES[0]
 sched_default = shared("schedule", own)

@@ -611,3 +611,12 @@ def test_recommend_leaves_a_minutes_long_bf_out_of_the_table(bundled):
     assert metric(at, "recommended") == balance_str(exact.balance)
     assert searches.render_skip("bf", layers, profile.setup.stages) is None
     assert searches.render_skip("exact", layers, stages) is None
+
+
+def test_teaching_view_names_checkpointing_only_where_the_profile_used_it(bundled):
+    """The schedule was labelled "GPipe with checkpointing" under a caption reading
+    "checkpoint never" for the bundled press profile."""
+    at = page("explained", profile="bundled:vgg11-b8-never-cpu4-press.profile.json")
+    assert list(at.radio(key="tl-schedule").options) == ["GPipe", "1F1B"]
+    at = page("explained")
+    assert list(at.radio(key="tl-schedule").options) == ["GPipe with checkpointing", "1F1B"]

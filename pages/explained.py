@@ -118,7 +118,8 @@ try:
                     stage_memory(balance, params, before.base, setup.schedule, setup.chunks, copies))
     eff = effect(before, [x for stage in plan.stages for x in stage], tl_p, device)
 except McapError as exc:
-    st.error(" ".join(filter(None, (str(exc), below_least(capacity, least)))))
+    hint = below_least(capacity, least)
+    st.error(str(exc) + ("" if hint is None else f". {hint}"))
     st.stop()
 st.caption(f"Plan ({method}) under {fmt_bytes(capacity)}: device {device}'s predicted peak "
            f"{fmt_bytes(before.base[device])} before, {fmt_bytes(plan.predicted_peaks[device])} "

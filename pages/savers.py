@@ -71,7 +71,8 @@ try:
     p = problem(profile, balance, capacity, predictor, base=before.base)
     plan = solve(p, capacity, method)
 except McapError as exc:
-    st.error(" ".join(filter(None, (str(exc), below_least(capacity, least)))))
+    hint = below_least(capacity, least)
+    st.error(str(exc) + ("" if hint is None else f". {hint}"))
     st.stop()
 
 c = st.columns(4)

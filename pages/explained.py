@@ -2,6 +2,7 @@
 which micro-batch's activations and how its memory rises and falls over one iteration."""
 import streamlit as st
 
+from mcap.app.press import below_least, capacity_input_mib
 from mcap.core.errors import McapError
 from mcap.figures import timeline as fig_tl
 from mcap.figures._style import balance_str, fmt_bytes, table_view
@@ -35,7 +36,9 @@ if default_balance is None:  # an even split until a partitioning is chosen else
 left, mid, right = st.columns([2, 1, 1])
 text = left.text_input("Partitioning (layers per device)", value=default_balance, key="tl-balance",
                        help=f"comma-separated layer counts summing to {layers}, e.g. 3,3,5,19")
-labels = {"gpipe": "GPipe with checkpointing", "1f1b": "1F1B"}
+# "with checkpointing" only where the profile was measured so (not on checkpoint never)
+labels = {"gpipe": "GPipe" + (" with checkpointing" if setup.checkpoint != "never" else ""),
+          "1f1b": "1F1B"}
 # The dataset's own schedule first: the levels are calibrated on it (stage_memory).
 own = setup.schedule if setup.schedule in TIMELINE_SCHEDULES else TIMELINE_SCHEDULES[0]
 sched_default = shared("schedule", own)
@@ -100,7 +103,7 @@ except McapError as exc:
 least, top = smallest_capacity(before), max(before.base)
 a, b, c = st.columns(3)
 cap_mib = a.number_input("Capacity per device (MiB)", min_value=0.01, step=1.0,
-                         value=round((setup.capacity_bytes or (least + top) // 2) / 2**20, 2),
+                         value=capacity_input_mib(setup.capacity_bytes or (least + top) // 2),
                          key="tl-press-capacity",
                          help=f"keep-all peak {fmt_bytes(top)}; the least any plan reaches "
                               f"{fmt_bytes(least)}")
@@ -115,7 +118,8 @@ try:
                     stage_memory(balance, params, before.base, setup.schedule, setup.chunks, copies))
     eff = effect(before, [x for stage in plan.stages for x in stage], tl_p, device)
 except McapError as exc:
-    st.error(str(exc))
+    hint = below_least(capacity, least)
+    st.error(str(exc) + ("" if hint is None else f". {hint}"))
     st.stop()
 st.caption(f"Plan ({method}) under {fmt_bytes(capacity)}: device {device}'s predicted peak "
            f"{fmt_bytes(before.base[device])} before, {fmt_bytes(plan.predicted_peaks[device])} "

@@ -41,7 +41,9 @@ except McapError as exc:
 remember("mesh", mesh.text)
 costs = HybridCosts(profile, predictor)
 
-if not rec.kinds:
+if not rec.kinds and (why := app_hybrid.pipeline_only_why(profile, mesh)) is not None:
+    st.info(why)
+elif not rec.kinds:
     st.info("This profile has no data- or tensor-parallel statistics, so the plans here are "
             "pipeline-only (one layer group per device). Profile the 2- and 4-way dp and tp "
             f"stages to search hybrid plans:\n\n`{profile_command(profile)}`")

@@ -2,6 +2,7 @@
 best-so-far curve grow, compare every method and baseline, and copy a ready snippet."""
 import streamlit as st
 
+from mcap.app import searches
 from mcap.core.errors import McapError
 from mcap.core.search import get
 from mcap.models.spec import is_trusted, is_user_spec, untrusted_note
@@ -87,7 +88,8 @@ if method == "bo":
         rec = run.result
 else:
     try:
-        rec = recommendation(profile, stages, method, **tol)
+        with st.spinner(f"{method} is searching…"):
+            rec = recommendation(profile, stages, method, **tol)
     except McapError as exc:
         st.error(str(exc))
         st.stop()
@@ -105,6 +107,11 @@ st.subheader("All methods and baselines")
 rows = []
 for name in QUICK:
     if name == "bo":
+        continue
+    # the method chosen above has run already (cached): its row costs nothing
+    skip = None if name == method else searches.render_skip(name, layers, stages)
+    if skip is not None:
+        st.caption(skip)
         continue
     try:
         rows.append(recommendation(profile, stages, name, **(tol if get(name).tolerance else {})))

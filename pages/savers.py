@@ -4,7 +4,9 @@ its predicted added time, and a button that measures the plan for real."""
 import streamlit as st
 
 from mcap.app import jobs
-from mcap.app.press import measure_plan_args, measured_keep_all, write_plan
+from mcap.app.press import (
+    below_least, capacity_input_mib, measure_plan_args, measured_keep_all, write_plan,
+)
 from mcap.core.errors import McapError
 from mcap.core.partition import parse_balance, validate
 from mcap.core.press import HELP, METHODS, problem, smallest_capacity, solve
@@ -61,7 +63,7 @@ remember("balance", ",".join(map(str, balance)))
 least, top = smallest_capacity(before), max(before.base)
 start = setup.capacity_bytes or (least + top) // 2
 capacity_mib = mid.number_input("Capacity per device (MiB)", min_value=0.01,
-                                value=round(start / 2**20, 2), step=1.0, key="savers-capacity",
+                                value=capacity_input_mib(start), step=1.0, key="savers-capacity",
                                 help=f"keep-all peak {fmt_bytes(top)}; the least any plan "
                                      f"reaches {fmt_bytes(least)}")
 capacity = int(capacity_mib * 2**20)
@@ -69,7 +71,8 @@ try:
     p = problem(profile, balance, capacity, predictor, base=before.base)
     plan = solve(p, capacity, method)
 except McapError as exc:
-    st.error(str(exc))
+    hint = below_least(capacity, least)
+    st.error(str(exc) + ("" if hint is None else f". {hint}"))
     st.stop()
 
 c = st.columns(4)

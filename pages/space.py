@@ -78,7 +78,10 @@ c = st.columns(4)
 c[0].metric("measured partitionings", len(sweep.runs))
 c[1].metric("ok with throughput", ok - int(points["estimated"].sum()))
 c[2].metric("on the Pareto front", int(points["pareto"].sum()))
-c[3].metric("lowest measured peak", fmt_bytes(int(points["peak"].min())) if ok else "-")
+lowest = min((r.peak for r in sweep.runs if r.status == "ok" and r.peaks), default=None)
+c[3].metric("lowest measured peak", fmt_bytes(lowest) if lowest is not None else "-",
+            help="over every ok partitioning of the sweep, composed ones included (as on the "
+                 "Overview), not only the points drawn")
 composed = sum(1 for r in sweep.runs if r.status == "ok" and getattr(r, "composed", False))
 if composed:
     if show_estimates:
@@ -111,10 +114,10 @@ if clicked is None:
     st.session_state.pop("space-last-click", None)
 elif clicked != st.session_state.get("space-last-click"):
     st.session_state["space-last-click"] = selected = clicked
-if selected not in options:
-    selected = options[0] if options else None
-if selected is not None:
+if selected in options:  # chosen here or elsewhere: the URL and the other pages keep it
     remember("balance", selected.replace("-", ","))
+else:  # a partitioning from another page that is not a point here stays the shared one
+    selected = options[0] if options else None
 chart(fig_space.draw_space(points, selected, dataset=name),
       key="space-chart", name="partition-space", on_select="rerun", selection_mode="points")
 

@@ -250,3 +250,19 @@ def test_a_merged_profiles_plans_are_in_real_layers(data, tmp_path):
     jobs.cancel(store, job.id)
     assert job.argv[job.argv.index("--plan") + 1] == shown
     assert job.argv[job.argv.index("--model") + 1] == base.model.spec
+
+
+def test_a_mesh_with_one_device_per_node_does_not_deny_the_profiles_dp_tp(tmp_path, monkeypatch):
+    """On mesh 1x1 (or 2x1) no stage can be dp or tp, but the bundled dp/tp profile has those
+    statistics: the page used to say 'This profile has no data- or tensor-parallel
+    statistics' and offer the command that makes them. It now names the mesh as the reason."""
+    monkeypatch.setenv("MCAP_STORE", str(tmp_path / "store.sqlite"))
+    name = "gpt-l8-h128-cpu8-dptp.profile.json"
+    for mesh in ("1x1", "2x1"):
+        at = page("hybrid", profile=f"bundled:{name}", mesh=mesh)
+        info = " ".join(i.value for i in at.info)
+        assert "no data- or tensor-parallel statistics" not in info, info
+        assert f"Mesh {mesh} has one device per node" in info
+        assert not at.error
+    at.text_input(key="hybrid-mesh").set_value("1x4").run()
+    assert not any("one device per node" in i.value for i in at.info)

@@ -561,3 +561,62 @@ def test_partition_space_can_show_composed_points_with_estimated_throughput(bund
     assert metric(at, "ok with throughput") == measured  # estimates are not measurements
     assert any("hollow points" in c.value for c in at.caption)
     assert "circle-open" in at.get("plotly_chart")[0].proto.spec
+
+
+def test_partition_space_keeps_a_partitioning_chosen_elsewhere(bundled):
+    """A partitioning typed on Predict that is no point of the scatter (composed by stage
+    reuse: no measured throughput) stays the shared one: visiting Partition space used to
+    replace it with its first point, so Predict came back showing another partitioning.
+    The page's lowest measured peak is the sweep's, as on the Overview, not the scatter's."""
+    _, profile, _, sweep = bundled
+    points = {balance_str(r.balance) for r in sweep.runs
+              if r.status == "ok" and r.samples_per_second is not None}
+    composed = next(r for r in sweep.runs if r.status == "ok" and balance_str(r.balance) not in points)
+    typed = ",".join(map(str, composed.balance))
+    at = page("predict")
+    at.text_input(key="pick-text").set_value(typed).run()
+    at.switch_page("pages/space.py").run()
+    assert not at.exception and not errors(at)
+    assert at.query_params["balance"] == typed
+    best = min((r for r in sweep.runs if r.status == "ok"), key=lambda r: r.peak)
+    assert metric(at, "lowest measured peak") == fmt_bytes(best.peak)
+    at.switch_page("pages/predict.py").run()
+    assert at.text_input(key="pick-text").value == typed
+    # a point chosen on this page is shared as before
+    choice = sorted(points)[0]
+    at.switch_page("pages/space.py").run()
+    at.selectbox(key="space-pick").set_value(choice).run()
+    assert at.query_params["balance"] == choice.replace("-", ",")
+
+
+def test_recommend_leaves_a_minutes_long_bf_out_of_the_table(bundled):
+    """Stages 12 of 30 layers: bf would predict 34.6 M partitionings (40 s on the project's
+    loaded 2-core VM, 15 stages 77.6 M) every time the page drew its comparison table,
+    whatever method was chosen. The table leaves it out with a caption saying why; chosen
+    as the method it still runs, and small counts keep their bf row."""
+    from mcap.app import searches
+    from mcap.core.partition import count
+    _, profile, _, _ = bundled
+    layers = profile.model.num_layers
+    stages = 12
+    assert count(layers, stages) > searches.RENDER_PARTITIONINGS >= count(layers, profile.setup.stages)
+    at = page("recommend")
+    at.number_input(key="rec-stages").set_value(stages).run()
+    assert not at.exception and not errors(at)
+    table = frame(at, "method", "search_seconds")
+    assert table["method"].tolist() == ["exact", "uniform", "params"]
+    assert any("bf is left out" in c.value and f"{count(layers, stages):,}" in c.value
+               for c in at.caption)
+    exact = recommend(profile, stages, "exact")
+    assert metric(at, "recommended") == balance_str(exact.balance)
+    assert searches.render_skip("bf", layers, profile.setup.stages) is None
+    assert searches.render_skip("exact", layers, stages) is None
+
+
+def test_teaching_view_names_checkpointing_only_where_the_profile_used_it(bundled):
+    """The schedule was labelled "GPipe with checkpointing" under a caption reading
+    "checkpoint never" for the bundled press profile."""
+    at = page("explained", profile="bundled:vgg11-b8-never-cpu4-press.profile.json")
+    assert list(at.radio(key="tl-schedule").options) == ["GPipe", "1F1B"]
+    at = page("explained")
+    assert list(at.radio(key="tl-schedule").options) == ["GPipe with checkpointing", "1F1B"]

@@ -105,3 +105,30 @@ def test_plans_from_a_measured_keep_all_run_when_the_store_has_one(stored):
     assert "Before: measured now" in " ".join(c.value for c in at.caption)
     at.checkbox(key="savers-measured").uncheck().run()
     assert metric(at, "peak before") == f"{TOP / 2**20:.2f} MiB"
+
+
+def test_bundled_press_profile_opens_on_mcaps_pick_without_an_error(tmp_path, monkeypatch):
+    """mCAP's pick of the bundled press profile (16,10,1,3) has a fullest device no plan
+    lowers (least capacity == keep-all peak). The capacity input used to start at that peak
+    rounded to the nearest 0.01 MiB, 2,622 bytes below it, so the page's default view was
+    "no plan fits". Rounded up, it fits; a capacity below the least says so in MiB."""
+    from mcap.app.press import capacity_input_mib
+    from mcap.core.press import problem, smallest_capacity
+    from mcap.io import datasets
+    monkeypatch.setenv("MCAP_STORE", str(tmp_path / "store.sqlite"))
+    name = "bundled:vgg11-b8-never-cpu4-press.profile.json"
+    at = page(profile=name)
+    assert not at.error, [e.value for e in at.error]
+    assert any("without a plan" in s.value for s in at.success)
+    prof = datasets.load(datasets.parse_ref(name))
+    balance = tuple(int(x) for x in at.text_input(key="savers-balance").value.split(","))
+    least = smallest_capacity(problem(prof, balance))
+    assert at.number_input(key="savers-capacity").value * 2**20 >= least
+    assert capacity_input_mib(least) * 2**20 - least < 2**20 / 100
+    at.number_input(key="savers-capacity").set_value(capacity_input_mib(least) - 0.01).run()
+    assert any(f"at least {capacity_input_mib(least):.2f} MiB" in e.value for e in at.error), \
+        [e.value for e in at.error]
+    # the teaching page's plan section starts from the same rounding
+    at.switch_page("pages/explained.py").run()
+    at.text_input(key="tl-balance").set_value(",".join(map(str, balance))).run()
+    assert not at.exception and not at.error, [e.value for e in at.error]

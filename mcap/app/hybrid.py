@@ -24,6 +24,21 @@ def measure_plan_args(profile: Profile, plan: HybridPlan) -> list[str]:
             "--plan", plan.text, "--json"]
 
 
+def pipeline_only_why(profile: Profile, mesh) -> Optional[str]:
+    """Why a profile that has dp/tp statistics still gets pipeline-only plans on ``mesh``
+    (a stage never spans two nodes, so one device per node leaves no room for a dp or tp
+    stage), or None when the profile has no dp/tp statistics (the page then says how to
+    profile them) or the mesh has room."""
+    from mcap.core.hybridpredict import KINDS
+    if mesh.per_node > 1 or not any(v.parallel in KINDS and v.degree > 1
+                                    for v in profile.variants):
+        return None
+    return (f"Mesh {mesh.text} has one device per node and a stage never spans two nodes, so "
+            f"no stage can be data- or tensor-parallel: the plans here are pipeline-only. "
+            f"This profile has dp and tp statistics; give a node more devices (e.g. "
+            f"{mesh.nodes}x2) to search them.")
+
+
 def plan_result(log_text: str) -> Optional[dict]:
     """The last JSON object a ``measure --json`` job printed (None before it printed one, or
     when the line is cut off)."""

@@ -10,6 +10,22 @@ from mcap.core.pressplan import PressPlan
 from mcap.store import Store
 
 
+def capacity_input_mib(nbytes: int) -> float:
+    """A capacity as the pages' number input shows it (MiB, two decimals), rounded **up**:
+    rounded to the nearest hundredth it can fall below the bytes it stands for, and a
+    default at the least capacity any plan reaches (a partitioning whose fullest device
+    nothing can lower) then opened the page on "no plan fits"."""
+    return -(-int(nbytes) * 100 // 2**20) / 100
+
+
+def below_least(capacity: int, least: int) -> Optional[str]:
+    """A sentence for a capacity under the least any plan reaches, in the input's unit."""
+    if capacity >= least:
+        return None
+    return (f"Capacity {capacity / 2**20:.2f} MiB is below what any plan reaches for this "
+            f"partitioning: enter at least {capacity_input_mib(least):.2f} MiB.")
+
+
 def write_plan(store: Store, plan: PressPlan) -> Path:
     """The plan as an ``mcap.press/1`` file under ``out/`` beside the store
     (``mcap.app.jobs.output_path``: unique per store and job), written atomically."""

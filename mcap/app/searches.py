@@ -29,6 +29,24 @@ def quick_methods() -> tuple[str, ...]:
     return tuple(m for m in names(on_demand=False) if m != "time")
 
 
+# bf predicts every partitioning: past this many it takes from seconds to many minutes
+# (about 1 M/s on the project's loaded 2-core VM), too long for a table drawn on every rerun.
+RENDER_PARTITIONINGS = 5 * 10 ** 6
+
+
+def render_skip(method: str, num_layers: int, stages: int) -> Optional[str]:
+    """Why a page should not run ``method`` just to fill a comparison table, or None."""
+    from mcap.core.partition import count
+    if method != "bf" or not 1 <= stages <= num_layers:
+        return None
+    n = count(num_layers, stages)
+    if n <= RENDER_PARTITIONINGS:
+        return None
+    return (f"bf is left out of this table: {n:,} partitionings of {num_layers} layers on "
+            f"{stages} stages take minutes to predict one by one; exact finds the same lowest "
+            f"peak. Choose Method bf to run it anyway.")
+
+
 def label(method: str) -> str:
     return get(method).label
 

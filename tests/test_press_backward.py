@@ -68,12 +68,25 @@ def test_swapping_and_recomputing_a_layer_cost_cpu_time():
     """What ``profile --press`` times on the CPU (this process's CPU seconds): a swap's
     copies and hooks, and a recompute segment's forward again and checkpoint work, both
     above a plain pass. Layers large enough (1 MiB activations) that the median of 5
-    differences cannot round to 0 (a 2 KB layer can, on a loaded machine)."""
+    differences cannot round to 0 (a 2 KB layer can, on a loaded machine). The swap on a
+    memory-heavy layer (two ReLUs saving 4 MiB each: 16 MiB copied out and back against two
+    elementwise passes), the recompute on a compute-heavy one: a 1024 x 1024 matmul (about
+    2 GFLOP) whose ReLU saves its output, so the segment must run the matmul again. (A bare
+    Linear recomputes nothing: its backward needs only its input and weight, which the
+    checkpoint holds, and the non-reentrant checkpoint stops recomputing once every needed
+    tensor is back; an elementwise layer's forward again can cost no more CPU time than the
+    page faults of keeping its output.) One intra-op thread, as the stage processes run."""
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(1024, 1024), nn.Sequential(nn.Linear(1024, 1024), nn.ReLU()))
-    x = torch.randn(256, 1024)
-    *_, seconds, again = transients(model, x, torch.device("cpu"))
-    assert seconds[1] > 0 and again[1] > 0, (seconds, again)
+    model = nn.Sequential(nn.Linear(1024, 1024), nn.Sequential(nn.Linear(1024, 1024), nn.ReLU()),
+                          nn.Sequential(nn.ReLU(), nn.ReLU()))
+    x = torch.randn(1024, 1024)
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        *_, seconds, again = transients(model, x, torch.device("cpu"))
+    finally:
+        torch.set_num_threads(old)
+    assert again[1] > 0 and seconds[2] > 0, (seconds, again)
 
 
 def _heavy(saved, params, trans, balance=(2,), chunks=4):

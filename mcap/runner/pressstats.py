@@ -54,7 +54,10 @@ process on the setup's device with the setup's intra-op threads:
   ``torch.utils.checkpoint``, non-reentrant, preserving the RNG state): the forward again
   and the checkpoint's own work. On CPU stage processes that work outweighs a small
   layer's forward: an AmoebaNet-D cell at micro-batch 2 forwards in 0.4-0.7 ms, and its
-  checkpointed forward and backward take 1.6-1.9 ms longer than the plain ones.
+  checkpointed forward and backward take 1.6-1.9 ms longer than the plain ones. And it can
+  be less than the forward: the non-reentrant checkpoint stops recomputing once every
+  tensor the backward needs is back, so a layer whose backward needs only its input (a
+  bare Linear: input and weight) recomputes nothing.
 * ``segment_bytes``: what each recompute segment keeps per micro-batch beside its input (on
   the CPU the checkpoint's copy of the RNG state, a tensor the tracker counts; 0 on CUDA).
 * ``cores``: the CPU cores the stage processes share (``sched_getaffinity``): how many
@@ -63,9 +66,10 @@ process on the setup's device with the setup's intra-op threads:
   recording (what recomputing it costs), the median of ``repeats`` after one warm-up.
 
 Times (``forward_seconds``, ``swap_seconds``, ``recompute_seconds``) are read on :func:`clock`: on CUDA the wall
-clock after a synchronize; on the CPU this process's CPU time (``time.process_time``, all
-its threads: the d2d probe's receiving thread too). Stage processes pinned to one intra-op
-thread run a layer on one core, so on a quiet machine the two agree, and on a loaded one
+clock after a synchronize; on the CPU CPU time (``time.thread_time`` with one intra-op
+thread, as the stage processes run: the layer runs on the calling thread, and no other
+thread of the process counts; ``time.process_time`` with more). Stage processes pinned to
+one intra-op thread run a layer on one core, so on a quiet machine the two agree, and on a loaded one
 (other jobs, or stage processes sharing the cores) the CPU time is still what the layer
 costs while the wall clock also holds the time it waited for a core
 (``bench/bench_press_time.py`` checks the plan's added CPU time against it).
@@ -295,8 +299,12 @@ RECOMPUTE = object()  # _pass: run the layer as a one-layer checkpoint segment
 
 def clock(device: torch.device) -> Callable[[], float]:
     """The timer of this module's seconds (module docstring): the wall clock on CUDA (the
-    caller synchronizes), this process's CPU seconds on the CPU."""
-    return time.perf_counter if device.type == "cuda" else time.process_time
+    caller synchronizes); on the CPU the calling thread's CPU seconds when torch runs ops
+    on it alone (one intra-op thread, the stage processes' default: other threads of the
+    process, idle or not, add nothing), else the whole process's."""
+    if device.type == "cuda":
+        return time.perf_counter
+    return time.thread_time if torch.get_num_threads() == 1 else time.process_time
 
 
 def _pass(layer, leaves, hooks, now, reset, top, sync, tick=time.perf_counter) -> tuple[int, int, float]:

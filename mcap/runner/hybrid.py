@@ -334,9 +334,26 @@ def ddp_settles(ddp: nn.Module, inner: nn.Module) -> None:
 
 
 def _sum_hook(group, bucket):
-    """DDP comm hook: sum the bucket over the stage's devices (module docstring)."""
-    work = dist.all_reduce(bucket.buffer(), group=group, async_op=True)
-    return work.get_future().then(lambda fut: fut.value()[0])
+    """DDP comm hook: sum the bucket over the stage's devices (module docstring).
+
+    On the CPU the sum is done before the hook returns, and the hook returns only once
+    gloo's worker thread has let go of the bucket (:func:`released`): otherwise the worker
+    could still hold it when DDP rebuilds its buckets at the next forward
+    (:func:`ddp_settles`) and drops the old ones, and the old bucket (as big as the stage's
+    weights) was then freed whenever the worker got there (seen during the next backward).
+    The bucket is summed in place either way, so no bytes change, only where the old
+    bucket is freed; the reducer waits for every bucket's result at the end of the
+    backward anyway."""
+    buffer = bucket.buffer()
+    if buffer.device.type != "cpu":
+        work = dist.all_reduce(buffer, group=group, async_op=True)
+        return work.get_future().then(lambda fut: fut.value()[0])
+    before = references(buffer)
+    dist.all_reduce(buffer, group=group)
+    released(buffer, before)
+    done = torch.futures.Future()
+    done.set_result(buffer)
+    return done
 
 
 def _tensors(x) -> list:

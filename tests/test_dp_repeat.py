@@ -6,10 +6,11 @@ at construction it broadcast the parameters from device 0, and at the first forw
 after the first gradient all-reduce it rebuilds its buckets and broadcasts their layout.
 gloo's worker thread let go of those tensors (and of the old buckets, which the previous
 all-reduce still held) only when the OS scheduled it again, so under load a dp device's
-peak sometimes held them: +4 bytes to +216 bytes, or an old bucket (up to the stage's
-weight bytes), in about one dp run in eight on the 2-core VM (BENCHMARKS.md,
-"Repeatability"). Engine hybrid now builds DDP without the init broadcast (the devices
-clone identical layers) and starts each forward once gloo has freed what DDP's
+peak sometimes held them: +4 to +216 bytes, or part of an old bucket (the stage's weight
+bytes), in 14 of 240 runs of this GPT's dp plans on the 2-core VM under load
+(BENCHMARKS.md, "Repeatability"). Engine hybrid now builds DDP without the init broadcast
+(the devices clone identical layers), sums gradients in a comm hook that returns once gloo
+has let go of the bucket, and starts each forward once gloo has freed what DDP's
 pre-forward used (``mcap.runner.hybrid.ddp_settles``).
 
 The test measures the same dp plans again and again, after themselves and after other

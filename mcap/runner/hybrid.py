@@ -13,7 +13,10 @@ backwards in reverse; mCAP 3.5's fill-drain) over point-to-point sends between t
   micro-batches (``no_sync``) and DDP all-reduces them once, in the last backward, as
   ``torch.distributed.pipelining`` drives a DDP stage (a stage without parameters has
   nothing to reduce and runs without DDP). The loss gradient reaching a stage
-  is already that of the whole batch's mean, so DDP sums (a comm hook) instead of averaging;
+  is already that of the whole batch's mean, so DDP sums (a comm hook) instead of averaging.
+  DDP starts without broadcasting the weights (every device clones the same layers), and
+  on the CPU each forward and gradient sum goes on only once gloo has freed DDP's
+  collective buffers (:func:`ddp_settles`, :func:`_sum_hook`), so the peak repeats;
 - a **tensor-parallel** stage of degree k is k processes sharding the stage's
   ``nn.Linear`` layers with ``torch.distributed.tensor.parallel`` over the sub-group's
   ``DeviceMesh``: a Linear followed (through parameter-free element-wise activations only)
@@ -306,10 +309,11 @@ def ddp_settles(ddp: nn.Module, inner: nn.Module) -> None:
     broadcasts the module's buffers (BatchNorm's statistics) when it syncs them. As for
     tensor parallelism (:func:`released`), gloo's worker thread keeps a finished broadcast's
     tensors until the OS schedules it again, and the bucket rebuild drops the old buckets
-    while the worker may still hold them from the previous iteration's all-reduce: a
-    per-thread log of the tracker saw these freed on the worker during the next forward
-    or backward in about one dp run in eight under load, moving the peak of a small GPT's
-    dp stage by 4 bytes to 216 bytes and up to 160 KB (BENCHMARKS.md, "Repeatability").
+    while the worker may still hold them from the previous iteration's all-reduce
+    (:func:`_sum_hook` now waits for that one): a per-thread log of the tracker saw these
+    freed on the worker during the next forward or backward, which moved the peak of a
+    small GPT's dp stages in 14 of 240 runs under load (+4 to +216 bytes, or +76 to +166
+    KB while an old bucket was still held; BENCHMARKS.md, "Repeatability").
 
     What DDP's pre-forward keeps is what it dropped: the rebuilt buckets are as big as the
     old ones, and buffers are synced in place. So the held bytes after it are those before
@@ -551,9 +555,9 @@ def run_device(res: Resident, setup: Setup, plan, rank: int, groups: dict,
             # device 0 at construction. Every device cloned its layers from the same
             # resident model, so they start identical without it (as tensor_parallel's
             # src_data_rank=None), and the broadcast's flat copy of the stage's weights
-            # was freed by gloo's worker thread whenever it got there, after the window
-            # had opened in about one run in eight under load (up to the stage's weight
-            # bytes more on its peak).
+            # was freed by gloo's worker thread whenever it got there: inside the measured
+            # window in 55 of 440 device runs of a small GPT under load (on the peak
+            # whenever the peak came first).
             ddp = DistributedDataParallel(
                 stage_mod, process_group=group, init_sync=False,
                 device_ids=[device.index] if device.type == "cuda" else None)

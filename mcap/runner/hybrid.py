@@ -312,7 +312,7 @@ def ddp_settles(ddp: nn.Module, inner: nn.Module) -> None:
     while the worker may still hold them from the previous iteration's all-reduce
     (:func:`_sum_hook` now waits for that one): a per-thread log of the tracker saw these
     freed on the worker during the next forward or backward, which moved the peak of a
-    small GPT's dp stages in 14 of 240 runs under load (+4 to +216 bytes, or +76 to +166
+    small GPT's dp stages in 14 of 240 runs under load (+4 to +216 bytes, or +76 to +170
     KB while an old bucket was still held; BENCHMARKS.md, "Repeatability").
 
     What DDP's pre-forward keeps is what it dropped: the rebuilt buckets are as big as the

@@ -13,7 +13,10 @@ backwards in reverse; mCAP 3.5's fill-drain) over point-to-point sends between t
   micro-batches (``no_sync``) and DDP all-reduces them once, in the last backward, as
   ``torch.distributed.pipelining`` drives a DDP stage (a stage without parameters has
   nothing to reduce and runs without DDP). The loss gradient reaching a stage
-  is already that of the whole batch's mean, so DDP sums (a comm hook) instead of averaging;
+  is already that of the whole batch's mean, so DDP sums (a comm hook) instead of averaging.
+  DDP starts without broadcasting the weights (every device clones the same layers), and
+  on the CPU each forward and gradient sum goes on only once gloo has freed DDP's
+  collective buffers (:func:`ddp_settles`, :func:`_sum_hook`), so the peak repeats;
 - a **tensor-parallel** stage of degree k is k processes sharding the stage's
   ``nn.Linear`` layers with ``torch.distributed.tensor.parallel`` over the sub-group's
   ``DeviceMesh``: a Linear followed (through parameter-free element-wise activations only)
@@ -282,10 +285,79 @@ def tensor_parallel(layers: nn.Module, mesh) -> tuple[str, ...]:
     return tuple(replicated)
 
 
+def settled(held: int) -> None:
+    """Wait until the CPU tracker's bytes are back to ``held`` (or below), i.e. until gloo's
+    worker thread has freed the buffers of collectives the main thread has finished with
+    but has no handle to (DDP's own, :func:`ddp_settles`); the same wait and limit as
+    :func:`released`."""
+    start = time.monotonic()
+    while memtrack.current() > held:
+        if time.monotonic() - start > RELEASE_TIMEOUT_S:
+            raise RuntimeError(f"{memtrack.current() - held} bytes a collective used are "
+                               f"still held {RELEASE_TIMEOUT_S:.0f} s after it finished")
+        os.sched_yield()  # releases the GIL as well
+
+
+def ddp_settles(ddp: nn.Module, inner: nn.Module) -> None:
+    """Make each of ``ddp``'s forwards start the computation once gloo has freed what DDP's
+    own pre-forward collectives used (CPU stages; ``inner`` is the module DDP wraps).
+
+    Before every forward, ``DistributedDataParallel`` may run collectives of its own, on
+    tensors only its C++ side holds: once, at the first forward after the first gradient
+    all-reduce, it rebuilds its buckets in gradient order and broadcasts the new bucket
+    layout (``sync_bucket_indices``: a 4-byte bucket count and 4 bytes a parameter), and it
+    broadcasts the module's buffers (BatchNorm's statistics) when it syncs them. As for
+    tensor parallelism (:func:`released`), gloo's worker thread keeps a finished broadcast's
+    tensors until the OS schedules it again, and the bucket rebuild drops the old buckets
+    while the worker may still hold them from the previous iteration's all-reduce
+    (:func:`_sum_hook` now waits for that one): a per-thread log of the tracker saw these
+    freed on the worker during the next forward or backward, which moved the peak of a
+    small GPT's dp stages in 14 of 240 runs under load (+4 to +216 bytes, or +76 to +170
+    KB while an old bucket was still held; BENCHMARKS.md, "Repeatability").
+
+    What DDP's pre-forward keeps is what it dropped: the rebuilt buckets are as big as the
+    old ones, and buffers are synced in place. So the held bytes after it are those before
+    it once the worker has let go, and the forward waits for that (:func:`settled`) between
+    DDP's pre-forward and the module's own forward (a pre-hook on each). Nothing a real DDP
+    process holds is hidden: the new buckets and the broadcasts' tensors are counted while
+    DDP holds them (the rebuild allocates the new buckets before dropping the old ones, as a
+    GPU's allocator would count it), and each is freed where DDP drops it, in every run."""
+    if not memtrack.installed():
+        return
+    held: list[int] = []
+
+    def before(module, args):
+        held.append(memtrack.current())
+
+    def after(module, args):
+        if held:
+            settled(held.pop())
+
+    ddp.register_forward_pre_hook(before)
+    inner.register_forward_pre_hook(after)
+
+
 def _sum_hook(group, bucket):
-    """DDP comm hook: sum the bucket over the stage's devices (module docstring)."""
-    work = dist.all_reduce(bucket.buffer(), group=group, async_op=True)
-    return work.get_future().then(lambda fut: fut.value()[0])
+    """DDP comm hook: sum the bucket over the stage's devices (module docstring).
+
+    On the CPU the sum is done before the hook returns, and the hook returns only once
+    gloo's worker thread has let go of the bucket (:func:`released`): otherwise the worker
+    could still hold it when DDP rebuilds its buckets at the next forward
+    (:func:`ddp_settles`) and drops the old ones, and the old bucket (as big as the stage's
+    weights) was then freed whenever the worker got there (seen during the next backward).
+    The bucket is summed in place either way, so no bytes change, only where the old
+    bucket is freed; the reducer waits for every bucket's result at the end of the
+    backward anyway."""
+    buffer = bucket.buffer()
+    if buffer.device.type != "cpu":
+        work = dist.all_reduce(buffer, group=group, async_op=True)
+        return work.get_future().then(lambda fut: fut.value()[0])
+    before = references(buffer)
+    dist.all_reduce(buffer, group=group)
+    released(buffer, before)
+    done = torch.futures.Future()
+    done.set_result(buffer)
+    return done
 
 
 def _tensors(x) -> list:
@@ -479,10 +551,19 @@ def run_device(res: Resident, setup: Setup, plan, rank: int, groups: dict,
         # to all-reduce, and DDP refuses such a module: its devices just take their rows.
         if pl.config.parallel == "dp" and any(p.requires_grad for p in layers.parameters()):
             from torch.nn.parallel import DistributedDataParallel
+            # init_sync=False: no shape check and no broadcast of the parameters from
+            # device 0 at construction. Every device cloned its layers from the same
+            # resident model, so they start identical without it (as tensor_parallel's
+            # src_data_rank=None), and the broadcast's flat copy of the stage's weights
+            # was freed by gloo's worker thread whenever it got there: inside the measured
+            # window in 55 of 440 device runs of a small GPT under load (on the peak
+            # whenever the peak came first).
             ddp = DistributedDataParallel(
-                stage_mod, process_group=group,
+                stage_mod, process_group=group, init_sync=False,
                 device_ids=[device.index] if device.type == "cuda" else None)
             ddp.register_comm_hook(group, _sum_hook)
+            if device.type == "cpu":
+                ddp_settles(ddp, stage_mod)
             stage_mod = ddp
         optimizer = make_optimizer(setup, layers.parameters())
         objects += [layers, stage_mod, optimizer]
@@ -547,8 +628,11 @@ def run_device(res: Resident, setup: Setup, plan, rank: int, groups: dict,
         window.stop()
         if is_last and pl.config.parallel == "dp":
             total = torch.tensor(losses, dtype=torch.float64)
+            before = references(total)
             dist.all_reduce(total, group=group)
+            released(total, before)  # freed here, not in the next run's window
             losses = total.tolist()
+            del total
         keep = is_last and pl.local == 0
         note = f"tp replicated {', '.join(replicated)}" if replicated else None
         return StageResult(rank, "ok", window.peaks()[0], window.breakdowns()[0], seconds,

@@ -140,13 +140,7 @@ def test_profile_across_two_nodes_equals_the_local_profile(tmp_path):
     assert not (tmp_path / "p1.json").exists()  # node 1 only trains its ranks' stages
     across = json.loads((tmp_path / "p0.json").read_text())
 
-    from mcap.cli.main import main
-    assert main([*common, "--store", str(tmp_path / "local.sqlite"),
-                 "--out", str(tmp_path / "local.json")]) == 0
-    local = json.loads((tmp_path / "local.json").read_text())
-    for key in ("setup", "machine", "mem_isolated", "mem_added"):
-        assert across[key] == local[key], key
-    assert [r["peaks"] for r in across["runs"]] == [r["peaks"] for r in local["runs"]]
+    _equals_local_profile(tmp_path, common, across)
 
     from mcap.store import Store
     with Store(tmp_path / "s0.sqlite") as store:
@@ -168,13 +162,7 @@ def test_parallel_profile_across_two_nodes_equals_the_local_profile(tmp_path):
     across = json.loads((tmp_path / "p0.json").read_text())
     assert across["setup"]["engine"] == "hybrid"
 
-    from mcap.cli.main import main
-    assert main([*common, "--store", str(tmp_path / "local.sqlite"),
-                 "--out", str(tmp_path / "local.json")]) == 0
-    local = json.loads((tmp_path / "local.json").read_text())
-    for key in ("setup", "machine", "mem_isolated", "mem_added"):
-        assert across[key] == local[key], key
-    assert [r["peaks"] for r in across["runs"]] == [r["peaks"] for r in local["runs"]]
+    local = _equals_local_profile(tmp_path, common, across)
     (dp2,), (here,) = across["variants"], local["variants"]
     for key in ("batch_size", "parallel", "degree", "mem_isolated", "mem_added"):
         assert dp2[key] == here[key], key
@@ -224,3 +212,16 @@ def test_nodes_refuse_what_runs_on_one_machine(tmp_path, capsys):
                  "--parallel", "dp", "--out", str(tmp_path / "p.json")]) == 2
     assert "micro-batch size 1" in capsys.readouterr().err
     assert not (tmp_path / "p.json").exists() and not (tmp_path / "s.json").exists()
+
+
+def _equals_local_profile(tmp_path, common, across: dict) -> dict:
+    """Profile ``common`` on this machine alone and check node 0's profile ``across``
+    equals it (setup, machine, statistics, every run's peaks); returns the local one."""
+    from mcap.cli.main import main
+    assert main([*common, "--store", str(tmp_path / "local.sqlite"),
+                 "--out", str(tmp_path / "local.json")]) == 0
+    local = json.loads((tmp_path / "local.json").read_text())
+    for key in ("setup", "machine", "mem_isolated", "mem_added"):
+        assert across[key] == local[key], key
+    assert [r["peaks"] for r in across["runs"]] == [r["peaks"] for r in local["runs"]]
+    return local

@@ -8,6 +8,7 @@ from mcap.core.errors import McapError
 from mcap.io import agreement
 from mcap.io.datasets import datasets_dir
 from mcap.figures import devices as fig_dev
+from mcap.figures import overview as fig_over
 from mcap.figures import space as fig_space
 from mcap.figures._style import fmt_bytes, table_view
 from mcap.core.types import Prediction
@@ -78,7 +79,7 @@ c = st.columns(4)
 c[0].metric("measured partitionings", len(sweep.runs))
 c[1].metric("ok with throughput", ok - int(points["estimated"].sum()))
 c[2].metric("on the Pareto front", int(points["pareto"].sum()))
-lowest = min((r.peak for r in sweep.runs if r.status == "ok" and r.peaks), default=None)
+lowest = fig_over.headline(sweep).lowest_peak  # the Overview's own figure
 c[3].metric("lowest measured peak", fmt_bytes(lowest) if lowest is not None else "-",
             help="over every ok partitioning of the sweep, composed ones included (as on the "
                  "Overview), not only the points drawn")

@@ -100,6 +100,40 @@ def install() -> None:
     Idempotent. Call it before building the model: what was allocated before is not counted.
     """
     _load().install()
+    _count_storage_copies()
+
+
+_copies_counted = False
+
+
+def _count_storage_copies() -> None:
+    """Count storages that torch makes outside the registered CPU allocator.
+
+    ``torch.UntypedStorage(nbytes)`` takes c10's *default* CPU allocator, not the one
+    registered at a higher priority (this tracker), and ``copy.deepcopy`` of a plain tensor
+    clones its storage that way (``_StorageBase.clone``). So a deep-copied stage's
+    BatchNorm running statistics went uncounted (0-84 KB per AmoebaNet-D stage, issue 25),
+    while its parameters (``Parameter.__deepcopy__`` clones the tensor) were counted. A CPU
+    storage's clone now allocates through ``torch.empty``, which takes the registered one;
+    other devices keep torch's own clone."""
+    global _copies_counted
+    if _copies_counted:
+        return
+    import torch
+    from torch.storage import _StorageBase
+
+    original = _StorageBase.clone
+
+    def clone(self):
+        if self.device.type != "cpu":
+            return original(self)
+        fresh = torch.empty((self.nbytes(),), dtype=torch.uint8).untyped_storage()
+        out = type(self)(fresh) if type(self) is not type(fresh) else fresh
+        return out.copy_(self)
+
+    clone.__doc__ = original.__doc__
+    _StorageBase.clone = clone
+    _copies_counted = True
 
 
 def installed() -> bool:

@@ -197,13 +197,20 @@ def test_store_keeps_composed_flag_and_find_run_skips_composed(tmp_path):
     store.close()
 
 
-def test_a_version_2_store_gains_the_composed_column_in_place(tmp_path):
-    path = tmp_path / "old.sqlite"
-    line = ("\n    composed    INTEGER NOT NULL DEFAULT 0 -- 1: composed from other runs "
-            "(mcap.core.cover)")
-    v2 = opening._SCHEMA.replace("machines(key), -- Machine", "machines(key) -- Machine")
-    v2 = v2.replace(line, "").replace(f"user_version = {opening.SCHEMA_VERSION}", "user_version = 2")
-    assert "composed" not in v2  # what schema 2 wrote: runs without the column
+def test_a_version_2_store_gains_the_later_columns_in_place(tmp_path):
+    """A store written by schema 2 (no runs.composed; nor what schema 4 added: runs.times,
+    runs.estimated, stage_runs) is upgraded in place to a new store's tables."""
+    import re
+
+    new, path = tmp_path / "new.sqlite", tmp_path / "old.sqlite"
+    Store(new).close()
+    # What schema 2 wrote: today's tables without the later columns and table.
+    v2 = re.sub(r"\n-- One stage run alone.*?CREATE INDEX stage_runs_study[^;]*;", "",
+                opening._SCHEMA, flags=re.S)
+    v2 = re.sub(r",?\n    (composed|times|estimated) [^\n]*", "", v2)
+    v2 = v2.replace("machines(key), -- Machine", "machines(key) -- Machine")
+    v2 = v2.replace(f"user_version = {opening.SCHEMA_VERSION}", "user_version = 2")
+    assert not re.search(r"composed|stage_runs|estimated", v2)
     conn = sqlite3.connect(path)
     for statement in v2.split(";"):
         if statement.strip():
@@ -215,7 +222,14 @@ def test_a_version_2_store_gains_the_composed_column_in_place(tmp_path):
     store.record_run(study, Run((1, 3), "ok", (1, 2), 0.1), kind="measure")
     assert store.runs(study)[0].composed is False
     store.close()
-    conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == opening.SCHEMA_VERSION == 3
-    assert "composed" in [row[1] for row in conn.execute("PRAGMA table_info(runs)")]
-    conn.close()
+
+    def tables(p):
+        c = sqlite3.connect(p)
+        out = {name: [row[1:] for row in c.execute(f"PRAGMA table_info({name})")]
+               for (name,) in c.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        version = c.execute("PRAGMA user_version").fetchone()[0]
+        c.close()
+        return out, version
+
+    assert tables(path) == tables(new)
+    assert tables(path)[1] == opening.SCHEMA_VERSION == 4

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Hashable, Iterable, Optional, Sequence
 
 from mcap.core.errors import McapError
-from mcap.core.types import SCHEDULES, MemoryBreakdown, Run
+from mcap.core.types import SCHEDULES, MemoryBreakdown, Run, StageRun, StageTimes
 
 StageKey = tuple  # (first, last, position or index); hashable, ordered
 
@@ -162,10 +162,12 @@ def _prune(picked: list[int], keysets, have) -> list[int]:
 
 @dataclass(frozen=True)
 class StageRecord:
-    """What one measured stage says: its peak, its breakdown if recorded, and the run."""
+    """What one measured stage says: its peak, its breakdown if recorded, the run, and
+    its times where it ran alone (``mcap.runner.alone``)."""
     peak: int
     breakdown: Optional[MemoryBreakdown]
     source: tuple[int, ...]
+    times: Optional[StageTimes] = None
 
 
 @dataclass
@@ -199,12 +201,8 @@ class Knowledge:
                 raise McapError(f"ok run {list(run.balance)} needs one peak per stage")
             for s, k in enumerate(keys):
                 bd = run.breakdown[s] if run.breakdown is not None else None
-                old = self.ok.get(k)
-                # Where a key's peak varies (CUDA), keep the highest: memory is a limit.
-                if old is None or int(run.peaks[s]) > old.peak:
-                    self.ok[k] = StageRecord(int(run.peaks[s]), bd, tuple(run.balance))
-                for j in self._waiting.pop(k, ()):  # oom runs that may now name their stage
-                    self._settle(j)
+                times = run.times[s] if run.times is not None else None
+                self._ok(k, StageRecord(int(run.peaks[s]), bd, tuple(run.balance), times))
         else:
             self.tried.update(keys)
             if run.status == "oom":
@@ -212,6 +210,35 @@ class Knowledge:
                 j = len(self._oom_runs) - 1
                 for k in self._settle(j):
                     self._waiting.setdefault(k, []).append(j)
+
+    def _ok(self, k, record: StageRecord) -> None:
+        old = self.ok.get(k)
+        # Where a key's peak varies (CUDA), keep the highest: memory is a limit.
+        if old is None or record.peak > old.peak:
+            self.ok[k] = record if record.times is not None or old is None else \
+                StageRecord(record.peak, record.breakdown, record.source, old.times)
+        elif old.times is None and record.times is not None:
+            self.ok[k] = StageRecord(old.peak, old.breakdown, old.source, record.times)
+        for j in self._waiting.pop(k, ()):  # oom runs that may now name their stage
+            self._settle(j)
+
+    def add_stage(self, run: StageRun) -> None:
+        """A stage run alone tells its own key: ok with its peak, or oom, proven at once
+        (nothing else ran in its process); a failure proves nothing."""
+        if len(run.balance) != self.stages:
+            raise McapError(f"stage run of balance {list(run.balance)} has "
+                            f"{len(run.balance)} stages; this setup has {self.stages}")
+        k = stage_keys(run.balance, self.schedule)[run.stage]
+        if run.status == "ok":
+            if run.peak is None:
+                raise McapError(f"ok stage run {list(run.balance)}[{run.stage}] needs its peak")
+            self._ok(k, StageRecord(int(run.peak), run.breakdown, tuple(run.balance),
+                                    run.times))
+        elif run.status == "oom":
+            self.oom.setdefault(k, tuple(run.balance))
+            self.tried.add(k)
+        else:
+            self.tried.add(k)
 
     def _settle(self, j: int) -> list:
         """Prove oom run j's stage if it is its only one not known ok; its unknown keys."""
@@ -244,8 +271,12 @@ class Knowledge:
         breakdown = None
         if all(r.breakdown is not None for r in records):
             breakdown = tuple(r.breakdown for r in records)
+        # A key's times are its own work and its own boundaries' bytes wherever it sits.
+        times = None
+        if all(r.times is not None for r in records):
+            times = tuple(r.times for r in records)
         return Run(balance, "ok", tuple(r.peak for r in records), 0.0,
-                   breakdown=breakdown, composed=True)
+                   breakdown=breakdown, composed=True, times=times)
 
     def suspect_keys(self, balance: Sequence[int]) -> list:
         """Keys of ``balance`` not known, that were in an oom or failed run."""

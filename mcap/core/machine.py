@@ -42,6 +42,11 @@ class Machine:
     cuda: Optional[str] = None
     gpu: Optional[str] = None
     driver: Optional[str] = None
+    # How the peaks were read (issue 25): on the CPU the tracker's version ("memtrack/2":
+    # storages made by copy.deepcopy counted, which version 1 missed), on CUDA whether
+    # each stage ran alone ("cuda/alone") or with its neighbours and how they exchanged
+    # ("cuda/pipeline-ipc", ...). None: recorded before the field existed.
+    meter: Optional[str] = None
 
     def key(self) -> str:
         """A stable short text that identifies this fingerprint (the store's run key).
@@ -57,6 +62,8 @@ class Machine:
         threads = f"{self.threads} thread{'s' if self.threads != 1 else ''}"
         host = f"{self.cpu} ({self.isa}, {threads})"
         build = f"torch {self.torch}"
+        if self.meter and self.device == "cuda":
+            build += f", {self.meter.split('/', 1)[-1]}"
         if self.device == "cuda":
             gpu = self.gpu or "unknown GPU"
             cuda = f", CUDA {self.cuda}" if self.cuda else ""
@@ -99,6 +106,9 @@ _CPU_EFFECTS = {
     "cuda": (False, "the torch build's CUDA version does not change CPU peaks"),
     "gpu": (False, "the GPU does not change CPU peaks"),
     "driver": (False, "the GPU driver does not change CPU peaks"),
+    "meter": (True, "another version of the CPU tracker: version 1 missed storages made by "
+                    "copy.deepcopy (BatchNorm's running statistics: up to 84 KB per "
+                    "AmoebaNet-D stage); models without such buffers read the same"),
 }
 _GPU_EFFECTS = {
     "gpu": (True, "GPU peaks depend on the GPU: cuBLAS / cuBLASLt workspaces differ per "
@@ -113,6 +123,10 @@ _GPU_EFFECTS = {
     "isa": (False, "the host CPU does not change GPU peaks"),
     "cpu": (False, "the host CPU does not change GPU peaks"),
     "threads": (False, "host threads do not change GPU peaks"),
+    "meter": (True, "stages read alone and stages read while sharing a GPU with their "
+                    "neighbours differ: with CUDA IPC a producer's block waits for its "
+                    "consumer and the producer's allocator counts it (2.1x on stage 0 of "
+                    "VGG11 at the paper's scale on an H200)"),
 }
 
 

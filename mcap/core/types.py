@@ -98,12 +98,30 @@ class MemoryBreakdown:
 
 
 @dataclass(frozen=True)
+class StageTimes:
+    """A stage measured alone (``mcap.runner.alone``): seconds of each micro-batch's
+    forward and backward and of the optimizer step, per iteration, and the bytes of one
+    micro-batch's activation it receives and sends (its gradients cross back with the same
+    bytes). What a partitioning's throughput is estimated from (``mcap.core.stagetime``)."""
+    forward: tuple[tuple[float, ...], ...]
+    backward: tuple[tuple[float, ...], ...]
+    step: tuple[float, ...]
+    recv_bytes: int = 0
+    send_bytes: int = 0
+
+
+@dataclass(frozen=True)
 class Run:
     """One measured partitioning. A failed or OOM run is a record too (optuna's trial states).
 
     ``composed``: the per-stage peaks (or the oom) were not measured on this partitioning
     but composed from runs of others holding the same stages (``mcap.core.cover``); such
-    a run's ``seconds`` is 0 and its throughput unknown (None)."""
+    a run's ``seconds`` is 0.
+
+    ``times``: per stage, what a stage run alone recorded (``StageTimes``); None for a run
+    whose stages ran together. ``estimated``: ``samples_per_second`` was estimated from
+    ``times`` and a measured link (``mcap.core.stagetime``), not timed on a concurrent run
+    (where the data flows, the one run whose time is real)."""
     balance: tuple[int, ...]
     status: Status
     peaks: Optional[tuple[int, ...]]
@@ -112,10 +130,27 @@ class Run:
     error: Optional[str] = None
     breakdown: Optional[tuple[MemoryBreakdown, ...]] = None
     composed: bool = False
+    times: Optional[tuple[StageTimes, ...]] = None
+    estimated: bool = False
 
     @property
     def peak(self) -> Optional[int]:
         return max(self.peaks) if self.peaks else None
+
+
+@dataclass(frozen=True)
+class StageRun:
+    """One stage of ``balance`` (index ``stage``) measured alone (``mcap.runner.alone``):
+    what a sweep measures once per stage key (``mcap.core.cover``) and composes every
+    partitioning holding that key from. A failure is a record with its status."""
+    balance: tuple[int, ...]
+    stage: int
+    status: Status
+    peak: Optional[int]
+    seconds: float = 0.0
+    times: Optional[StageTimes] = None
+    error: Optional[str] = None
+    breakdown: Optional[MemoryBreakdown] = None
 
 
 @dataclass(frozen=True)

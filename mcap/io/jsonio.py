@@ -20,8 +20,12 @@ machine (``mcap.core.machine``) is where the runs were measured; files written b
 existed load with ``machine`` None, "machine unknown", and ``setup.threads`` 1. Unknown
 top-level keys are kept in ``Profile.extra`` / ``Sweep.extra`` and written back.
 A run with ``"composed": true`` was not measured itself: its peaks (or its oom) were
-composed from other runs holding the same stages, and its ``samples_per_second`` is null
-(throughput not measured). Files without the key are measured runs, as before.
+composed from other runs holding the same stages. Files without the key are measured
+runs, as before. A run whose stages ran alone (``mcap.runner.alone``, issue 25) carries
+``"times"``: per stage ``{"forward": [[s, ...] per iteration], "backward": [...], "step":
+[s per iteration], "recv_bytes", "send_bytes"}``, and ``"estimated": true`` when its
+``samples_per_second`` was estimated from them (``mcap.core.stagetime``) rather than timed
+on a run of the stages together.
 ``save`` is atomic (temp file in the same folder, fsync, rename), so a crash never
 leaves half a file. Every problem raises SchemaError naming the file and what was found.
 """
@@ -40,7 +44,7 @@ from mcap.core import extras
 from mcap.core.errors import McapError, SchemaError
 from mcap.core.machine import Machine
 from mcap.core.types import (Layer, LayerStats, MemoryBreakdown, ModelInfo, Profile, Run, Setup,
-                        Sweep)
+                        StageTimes, Sweep)
 
 PROFILE_SCHEMA = "mcap.profile/1"
 SWEEP_SCHEMA = "mcap.sweep/1"
@@ -85,7 +89,18 @@ def run_to_dict(run: Run) -> dict:
            [{k: int(getattr(b, k)) for k in _BREAKDOWN_FIELDS} for b in run.breakdown]}
     if run.composed:
         out["composed"] = True
+    if run.times is not None:
+        out["times"] = [stage_times_to_dict(t) for t in run.times]
+    if run.estimated:
+        out["estimated"] = True
     return out
+
+
+def stage_times_to_dict(t: StageTimes) -> dict:
+    return {"forward": [[float(x) for x in f] for f in t.forward],
+            "backward": [[float(x) for x in b] for b in t.backward],
+            "step": [float(x) for x in t.step],
+            "recv_bytes": int(t.recv_bytes), "send_bytes": int(t.send_bytes)}
 
 
 def profile_to_dict(profile: Profile) -> dict:
@@ -282,14 +297,43 @@ def _run_list(items, r: _Reader, num_layers: int, where: str,
                                                             f"{w}.breakdown[{j}].{k}", signed=True)
                                                 for k in _BREAKDOWN_FIELDS}))
             breakdown = tuple(items)
+        times = x.get("times")
+        if times is not None:
+            times = tuple(_stage_times(t, r, f"{w}.times[{j}]")
+                          for j, t in enumerate(r.lst(times, f"{w}.times")))
+            if len(times) != len(bal):
+                raise r.fail(f"{w}.times", f"{len(times)} stages' times for {len(bal)} stages")
         out.append(Run(balance=bal, status=status, peaks=peaks,
                        seconds=r.num(x.get("seconds", 0.0), f"{w}.seconds"),
                        samples_per_second=r.num(x.get("samples_per_second"), f"{w}.samples_per_second",
                                                 nullable=True),
                        error=r.str_(x.get("error"), f"{w}.error", nullable=True),
                        breakdown=breakdown, composed=_flag(x.get("composed", False), r,
-                                                           f"{w}.composed")))
+                                                           f"{w}.composed"),
+                       times=times,
+                       estimated=_flag(x.get("estimated", False), r, f"{w}.estimated")))
     return tuple(out)
+
+
+def _stage_times(t, r: _Reader, w: str) -> StageTimes:
+    """One stage's times (``StageTimes``): lists of seconds per iteration and micro-batch
+    (each 0 .. MAX_SECONDS), at most MAX_COUNT of anything."""
+    t = r.obj(t, w)
+
+    def seconds(items, where):
+        return tuple(r.num(v, f"{where}[{k}]") for k, v in enumerate(r.lst(items, where)))
+
+    def rows(key):
+        return tuple(seconds(row, f"{w}.{key}[{i}]")
+                     for i, row in enumerate(r.lst(r.need(t, key, w), f"{w}.{key}")))
+
+    forward, backward = rows("forward"), rows("backward")
+    if len(forward) != len(backward):
+        raise r.fail(w, f"{len(forward)} iterations of forwards but {len(backward)} of "
+                        "backwards")
+    return StageTimes(forward, backward, seconds(r.need(t, "step", w), f"{w}.step"),
+                      r.bytes_(t.get("recv_bytes", 0), f"{w}.recv_bytes"),
+                      r.bytes_(t.get("send_bytes", 0), f"{w}.send_bytes"))
 
 
 def _flag(v, r: _Reader, where: str) -> bool:

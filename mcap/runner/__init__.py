@@ -42,6 +42,7 @@ training window of the slowest stage.
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from typing import Optional, Sequence
 
@@ -50,7 +51,7 @@ from mcap.core.machine import Machine
 from mcap.runner.pool import WorkerPool
 from mcap.runner.protocol import ITERATIONS
 from mcap.core.types import (
-    MemoryBreakdown, ModelInfo, Run, Setup,
+    MemoryBreakdown, ModelInfo, Run, Setup, StageRun,
 )
 
 STARTUP_TIMEOUT = 300.0  # seconds for the stage processes to get ready
@@ -113,7 +114,8 @@ def _check_machine(setup: Setup) -> None:
 class Runner:
     """Persistent stage processes for one model and one setup; see the module docstring."""
 
-    def __init__(self, model_spec: str, setup: Setup, *, timeout: float = 300.0):
+    def __init__(self, model_spec: str, setup: Setup, *, timeout: float = 300.0,
+                 isolation: Optional[str] = None):
         from mcap.models.spec import check_trusted, parse_spec  # pure: fails before any process
 
         from mcap.runner import engines
@@ -126,12 +128,19 @@ class Runner:
         if timeout <= 0:
             raise McapError(f"timeout must be positive, got {timeout}")
         self.setup, self.timeout = setup, float(timeout)
+        self.isolation = resolve_isolation(isolation, engine)
+        self.alone = self.isolation == "stage"
         # Starting may compile memtrack (~20 s once per environment) and build a big model,
         # so it gets its own, longer limit.
         self.startup_timeout = max(STARTUP_TIMEOUT, self.timeout)
-        self._pool = WorkerPool(model_spec, setup, world=engine.processes(setup),
-                                timeout=self.timeout, group=engine.group(setup),
-                                startup_timeout=self.startup_timeout)
+        if self.alone:
+            self._pool = WorkerPool(model_spec, setup, world=stage_slots(setup),
+                                    timeout=self.timeout, group=False,
+                                    startup_timeout=self.startup_timeout, alone=True)
+        else:
+            self._pool = WorkerPool(model_spec, setup, world=engine.processes(setup),
+                                    timeout=self.timeout, group=engine.group(setup),
+                                    startup_timeout=self.startup_timeout)
         self._closed = False
         self.last_results: tuple = ()  # the StageResults of the latest run
         self._pool.start()
@@ -154,9 +163,11 @@ class Runner:
     @property
     def machine(self) -> Machine:
         """Where this runner measures (mcap.core.machine): reported by the stage processes,
-        with the intra-op threads they are pinned to (Setup.threads)."""
+        with the intra-op threads they are pinned to (Setup.threads), and how the peaks
+        are read (``Machine.meter``, ``mcap.runner.machine.meter``)."""
         self.model_info  # waits for the stage processes, as model_info does
-        return self._pool.machine
+        from mcap.runner.machine import with_meter
+        return with_meter(self._pool.machine, self.setup, self.isolation)
 
     @property
     def worker_pids(self) -> list[int]:
@@ -173,7 +184,50 @@ class Runner:
         if press is not None:
             from mcap.runner.pressplans import check_plan
             check_plan(press, self.model_info.spec, self.setup, balance)
+            if self.alone and any(a.action == "d2d" for stage in press.stages for a in stage):
+                raise McapError("this plan moves activations into another stage's memory "
+                                "(d2d), which only stages running together can do: measure "
+                                "it with isolation pipeline (--isolation pipeline)")
         return self._run(balance, balance, press)
+
+    def measure_stages(self, jobs, on_result=None) -> list:
+        """Stages run alone (isolation ``stage``): one ``StageRun`` per ``(balance,
+        stage)`` of ``jobs``, in that order; a failure is a record with its status.
+        ``on_result(StageRun)`` is called as each one ends (record it at once: a sweep
+        killed half-way keeps what it measured). How a sweep measures each distinct
+        stage once (``mcap.workflow.reuse``)."""
+        if self._closed:
+            raise McapError("this runner is closed; open a new one with open_runner()")
+        if not self.alone:
+            raise McapError("measure_stages needs stages run alone (isolation stage); this "
+                            f"runner runs them together ({self.isolation})")
+        L = self.model_info.num_layers
+        checked = []
+        for balance, stage in jobs:
+            balance = check_balance(balance, self.setup.stages, L)
+            if not (isinstance(stage, int) and 0 <= stage < len(balance)):
+                raise McapError(f"stage {stage!r} is not a stage of balance {list(balance)}")
+            checked.append((balance, stage))
+
+        def record(job, result):
+            return StageRun(job[0], job[1], result.status, result.peak, result.seconds,
+                            stage_times([result])[0] if result.times is not None else None,
+                            result.error, result.breakdown)
+
+        done, why = self._pool.run_stages(
+            checked, on_result=None if on_result is None else
+            (lambda job, result: on_result(record(job, result))))
+        got = {job: record(job, result) for job, result in done}
+        out = []
+        for job in checked:
+            if job not in got:
+                run = StageRun(job[0], job[1], "failed", None,
+                               error=why or "the stage did not finish")
+                if on_result is not None:
+                    on_result(run)
+                got[job] = run
+            out.append(got[job])
+        return out
 
     def measure_plan(self, plan) -> Run:
         """Measure a hybrid plan (engine ``hybrid``, ``Setup.stages`` = its devices; CAPTURE
@@ -200,6 +254,11 @@ class Runner:
             breakdown: Optional[tuple[MemoryBreakdown, ...]] = None
             if all(r.breakdown is not None for r in results):
                 breakdown = tuple(r.breakdown for r in results)
+            if self.alone:  # no run of these stages together was timed: estimate it
+                times = stage_times(results)
+                return Run(balance, "ok", tuple(r.peak for r in results), seconds,
+                           samples_per_second=self.estimate(times), breakdown=breakdown,
+                           times=times, estimated=True)
             return Run(balance, "ok", tuple(r.peak for r in results), seconds,
                        samples_per_second=ITERATIONS * self.setup.batch_size / window
                        if window > 0 else None,
@@ -212,6 +271,15 @@ class Runner:
         error = "; ".join(dict.fromkeys(messages)) or "the run did not finish"
         return Run(balance, status, None, seconds, error=error)
 
+    def estimate(self, times) -> Optional[float]:
+        """Samples per second of these stages run together, from their times alone
+        (``mcap.core.stagetime``) over this machine's measured link; None without times."""
+        if times is None:
+            return None
+        from mcap.core import stagetime
+        from mcap.runner.link import link_for
+        return stagetime.samples_per_second(times, self.setup, link_for(self.setup))
+
     def close(self) -> None:
         self._closed = True
         self._pool.close()
@@ -223,15 +291,64 @@ class Runner:
         self.close()
 
 
+ISOLATIONS = ("stage", "pipeline")
+ISOLATION_ENV = "MCAP_ISOLATION"
+SLOTS_ENV = "MCAP_STAGE_SLOTS"
+
+
+def resolve_isolation(isolation: Optional[str], engine) -> str:
+    """How a runner measures (DESIGN.md, "Where it runs"): ``stage`` (the default) runs
+    each stage alone in its own process over a process group that moves no data
+    (:mod:`mcap.runner.alone`), the memory truth; ``pipeline`` runs the stages together,
+    the data flowing between them, the run whose time is real. ``None`` reads
+    ``$MCAP_ISOLATION``. Engines that cannot run stages alone run them together: torchgpipe
+    (one process, every stage on its own GPU already) and hybrid (dp/tp ranks)."""
+    asked = isolation if isolation is not None else (os.environ.get(ISOLATION_ENV) or "stage")
+    if asked not in ISOLATIONS:
+        raise McapError(f"isolation {asked!r} is not one of {', '.join(ISOLATIONS)}")
+    if asked == "stage" and not engine.alone:
+        return "pipeline"
+    return asked
+
+
+def stage_slots(setup: Setup) -> int:
+    """Stage processes that run stages alone side by side: on CUDA one per GPU (a stage's
+    times are its own only when it has the GPU to itself; its peak is its own either way),
+    on the CPU one per ``Setup.threads`` cores, at most one per stage;
+    ``$MCAP_STAGE_SLOTS`` overrides."""
+    text = os.environ.get(SLOTS_ENV, "").strip()
+    if text:
+        if not text.isdigit() or not 1 <= int(text) <= 1024:
+            raise McapError(f"{SLOTS_ENV}={text!r:.40} is not a whole number of processes "
+                            "from 1 to 1024")
+        return min(int(text), setup.stages)
+    if setup.device == "cuda":
+        import torch
+        return max(1, min(torch.cuda.device_count(), setup.stages))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(setup.stages, (cores or 1) // max(1, setup.threads)))
+
+
+def stage_times(results) -> Optional[tuple]:
+    """Each StageResult's times as ``StageTimes`` (stage order), or None if one has none."""
+    from mcap.core.types import StageTimes
+    if any(r.times is None for r in results):
+        return None
+    return tuple(StageTimes(r.times[0], r.times[1], r.times[2], r.recv_bytes, r.send_bytes)
+                 for r in results)
+
+
 _OVERRIDE = None  # see runner_override
 
 
-def open_runner(model_spec: str, setup: Setup, *, timeout: float = 300.0) -> Runner:
+def open_runner(model_spec: str, setup: Setup, *, timeout: float = 300.0,
+                isolation: Optional[str] = None) -> Runner:
     """Start the stage processes for ``model_spec`` under ``setup``; use as a context manager.
-    Under :func:`runner_override` the override's factory makes the runner instead."""
+    ``isolation``: ``stage`` or ``pipeline`` (:func:`resolve_isolation`). Under
+    :func:`runner_override` the override's factory makes the runner instead."""
     if _OVERRIDE is not None:
         return _OVERRIDE(model_spec, setup, timeout=timeout)
-    return Runner(model_spec, setup, timeout=timeout)
+    return Runner(model_spec, setup, timeout=timeout, isolation=isolation)
 
 
 @contextlib.contextmanager

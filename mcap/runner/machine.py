@@ -77,9 +77,42 @@ def isa() -> str:
     return f"{out}, oneDNN max {cap.upper()}" if cap else out
 
 
-def collect(setup: Setup, devices: Optional[Sequence[int]] = None) -> Machine:
-    """This machine as it runs ``setup``: CPU, ISA, the setup's threads, torch build, and
-    on CUDA the names of the GPUs ``devices`` (default: those the setup's stages use)."""
+CPU_METER = "memtrack/2"  # mcap.runner.memtrack with storages of deep copies counted
+
+
+def meter(setup: Setup, isolation: Optional[str] = None) -> str:
+    """How a runner of ``setup`` reads peaks (``Machine.meter``): the CPU tracker's version
+    (the same whether stages run alone or together: tests/test_alone.py checks it to the
+    byte), and on CUDA whether stages run alone or together, and how they exchange."""
+    from mcap.runner import engines, resolve_isolation
+    from mcap.runner import exchange
+
+    how = resolve_isolation(isolation, engines.get(setup.engine))
+    if setup.device == "cpu":
+        mode = exchange.mode(False) if how == "pipeline" else None
+        return CPU_METER if mode is None else f"{CPU_METER} pipeline-{mode}"
+    if how == "stage":
+        return "cuda/alone"
+    if setup.engine != "pipelining":
+        return f"cuda/{setup.engine}"
+    import torch
+    mode = exchange.mode(torch.cuda.device_count() < setup.stages)
+    return f"cuda/pipeline-{mode or 'nccl'}"
+
+
+def with_meter(machine: Optional[Machine], setup: Setup, isolation: Optional[str] = None
+               ) -> Optional[Machine]:
+    import dataclasses
+    if machine is None:
+        return None
+    return dataclasses.replace(machine, meter=meter(setup, isolation))
+
+
+def collect(setup: Setup, devices: Optional[Sequence[int]] = None,
+            isolation: Optional[str] = None) -> Machine:
+    """This machine as it runs ``setup``: CPU, ISA, the setup's threads, torch build, on
+    CUDA the names of the GPUs ``devices`` (default: those the setup's stages use), and how
+    a runner of ``isolation`` reads the peaks (:func:`meter`)."""
     import torch
 
     gpu = driver = None
@@ -93,7 +126,8 @@ def collect(setup: Setup, devices: Optional[Sequence[int]] = None) -> Machine:
     return Machine(device=setup.device, cpu=cpu_model(), isa=isa(),
                    threads=int(setup.threads), torch=str(torch.__version__),
                    torch_git=getattr(torch.version, "git_version", None),
-                   cuda=torch.version.cuda, gpu=gpu, driver=driver)
+                   cuda=torch.version.cuda, gpu=gpu, driver=driver,
+                   meter=meter(setup, isolation))
 
 
 def collect_here(setup: Setup) -> Machine:

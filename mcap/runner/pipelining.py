@@ -25,6 +25,7 @@ from typing import Callable, Optional
 import torch
 from torch import nn
 
+from mcap.runner import alone as alone_mod
 from mcap.runner import exchange, memtrack
 from mcap.runner.protocol import StageResult
 from mcap.runner.train import (
@@ -95,9 +96,12 @@ class HostStaged(nn.Module):
 
 
 def run_stage(res: Resident, setup: Setup, balance: tuple[int, ...], rank: int,
-              local_device: Optional[int] = None, press=None) -> StageResult:
+              local_device: Optional[int] = None, press=None, alone: bool = False
+              ) -> StageResult:
     """Train stage ``rank`` of ``balance`` for 2 iterations; its peak over that window.
-    ``press``: an MPress plan to apply (``mcap.runner.press.PressJob``), or None."""
+    ``press``: an MPress plan to apply (``mcap.runner.press.PressJob``), or None.
+    ``alone``: run it alone over the fake process group (:mod:`mcap.runner.alone`; then
+    ``local_device`` is the GPU this process uses), recording its per-micro-batch times."""
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
     first, last = Partitioning(balance).bounds()[rank]
@@ -106,8 +110,11 @@ def run_stage(res: Resident, setup: Setup, balance: tuple[int, ...], rank: int,
     window = Window([device], setup.capacity_bytes)  # from a clean slate (train.clean_slate)
     objects: list = []  # everything the run allocates, dropped in `finally`
     links = None  # MPress d2d: this stage's server and channels (mcap.runner.pressd2d)
+    timer = alone_mod.StageTimer(device, setup.threads) if alone else None
     try:
-        how = exchange.mode(shares_gpu(setup) and local_device is None)  # None: the group
+        if alone:
+            alone_mod.join(rank, setup.stages)
+        how = None if alone else exchange.mode(shares_gpu(setup) and local_device is None)
         comm_device = torch.device("cpu") if how is not None else device
         window.limit()
         layers = copy.deepcopy(res.module[first:last + 1]).to(device)
@@ -135,12 +142,17 @@ def run_stage(res: Resident, setup: Setup, balance: tuple[int, ...], rank: int,
         # Every rank gets the loss: a schedule without one runs forward only, so the earlier
         # stages would never run backward (only the last stage calls it).
         schedule = schedule_cls(stage, setup.chunks, loss_fn=_loss_on_output_device(res.loss))
+        if timer is not None:
+            alone_mod.set_vote(schedule, stage)
+            timer.wrap(stage)
         optimizer = make_optimizer(setup, layers.parameters())
         objects += [layers, stage_mod, stage, schedule, optimizer]
         gc.collect()
         window.start()
         start, cpu = time.perf_counter(), time.process_time()
         for _ in range(ITERATIONS):
+            if timer is not None:
+                timer.new_iteration()
             if optimizer is not None:
                 optimizer.zero_grad(set_to_none=True)
             _recomputed(stage_mod).new_step()
@@ -153,7 +165,12 @@ def run_stage(res: Resident, setup: Setup, balance: tuple[int, ...], rank: int,
             if optimizer is not None:
                 with memtrack.tagged(memtrack.OPTIMIZER) if device.type == "cpu" \
                         else contextlib.nullcontext():
-                    optimizer.step()
+                    if timer is not None:
+                        timer.timed_step(optimizer.step)
+                    else:
+                        optimizer.step()
+            elif timer is not None:
+                timer.step.append(0.0)
             window.mark_iteration()
         seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
         if isinstance(stage_mod, exchange.Exchanged):  # the neighbours' copies are made
@@ -163,7 +180,10 @@ def run_stage(res: Resident, setup: Setup, balance: tuple[int, ...], rank: int,
             links.finish()
         return StageResult(rank, "ok", window.peaks()[0], window.breakdowns()[0], seconds,
                            iteration_peaks=tuple(p[0] for p in window.iteration_peaks),
-                           held_before=window.held_before, cpu_seconds=cpu)
+                           held_before=window.held_before, cpu_seconds=cpu,
+                           times=timer.record() if timer is not None else None,
+                           recv_bytes=0 if is_first else _nbytes(res.shapes[first - 1]),
+                           send_bytes=0 if is_last else _nbytes(res.shapes[last]))
     except Exception as exc:  # a run's failure is data (ARCHITECTURE.md, Records)
         window.stop()
         status, message = classify(exc)
@@ -186,6 +206,12 @@ def _loss_on_output_device(loss: Callable) -> Callable:
 
 def _recomputed(mod: nn.Module) -> Recomputed:
     return mod.inner if isinstance(mod, (HostStaged, exchange.Exchanged)) else mod
+
+
+def _nbytes(meta) -> int:
+    """Bytes of one micro-batch's activation (a meta tensor or a tuple of them)."""
+    metas = meta if isinstance(meta, (tuple, list)) else (meta,)
+    return sum(m.numel() * m.element_size() for m in metas)
 
 
 def _requires_grad(meta) -> bool:

@@ -125,9 +125,12 @@ class WorkerPool:
     """``world`` worker processes serving runs of one model under one setup."""
 
     def __init__(self, spec: str, setup: Setup, world: int, timeout: float, group: bool,
-                 startup_timeout: float):
+                 startup_timeout: float, alone: bool = False):
         self.spec, self.setup, self.world, self.timeout, self.group = \
             spec, setup, world, timeout, group
+        # Stages run alone (mcap.runner.alone): ``world`` is the number of slots, each
+        # worker takes one stage job at a time, and no process group joins them.
+        self.alone = alone
         self.startup_timeout = startup_timeout
         self.workers: list[_Worker] = []
         self.info: Optional[ModelInfo] = None
@@ -174,7 +177,8 @@ class WorkerPool:
             # The group's own timeout covers the rendezvous (a peer may still be compiling
             # memtrack) and any receive; hung runs are ended by the pool before that.
             parent_end.send(Init(self.spec, self.setup, rank, self.world, init_file,
-                                 pg_timeout=max(self.timeout, self.startup_timeout)))
+                                 pg_timeout=max(self.timeout, self.startup_timeout),
+                                 alone=self.alone))
             self.workers.append(worker)
         self._ready = False
 
@@ -278,20 +282,26 @@ class WorkerPool:
     # ---- one run ----------------------------------------------------------------------
     def run(self, balance: tuple[int, ...], press=None
             ) -> tuple[list[StageResult], Optional[str]]:
-        """Send one Job to all workers and gather their results within the timeout.
+        """Send one Job to all workers and gather their results within the timeout; for
+        a pool of stages run alone, one Job per stage over the free slots
+        (:meth:`run_stages`).
 
         Returns (stage results in stage order, or fewer; a failure message or None). On any
         failure the pool has been restarted before this returns.
         """
+        if self.alone:
+            done, why = self.run_stages([(tuple(balance), i) for i in range(len(balance))],
+                                        press)
+            return sorted((r for _, r in done), key=lambda r: r.stage), why
         why = self.wait_ready(time.monotonic() + self.startup_timeout)
         if why:
             self.restart()
             return [], why
-        deadline = time.monotonic() + self.timeout
         self._run_id += 1
         if press is not None:  # d2d channels live in the pool's private folder
             from mcap.runner.protocol import PressJob
             press = PressJob(press, self._tmp, self._run_id)
+        deadline = time.monotonic() + self.timeout
         job = Job(self._run_id, tuple(balance), press)
         pending = {w.conn: rank for rank, w in enumerate(self.workers)}
         results: list[StageResult] = []
@@ -327,6 +337,88 @@ class WorkerPool:
             self.restart()
         results.sort(key=lambda r: r.stage)
         return results, ("; ".join(problems) or None)
+
+
+    def run_stages(self, jobs, press=None, on_result=None
+                   ) -> tuple[list, Optional[str]]:
+        """Stages run alone: each ``(balance, stage)`` of ``jobs`` to the next free slot,
+        each within the timeout; ``on_result(job, result)`` as each one ends. A stage's
+        oom or failure is its result (nothing waits on it). A slot whose process dies
+        (killed, host memory) is restarted and its stage tried once more; a second death
+        or a hung stage ends the call. Returns ([(job, StageResult)] in the order they
+        ended, a failure message or None); after a failure the pool has been restarted."""
+        if not self.alone:
+            raise McapError("run_stages needs a pool of stages run alone")
+        todo = [(tuple(b), int(i)) for b, i in jobs]
+        done: list = []
+        retried: set = set()
+        while todo:
+            why = self.wait_ready(time.monotonic() + self.startup_timeout)
+            if why:
+                self.restart()
+                return done, why
+            self._run_id += 1
+            job_press = press
+            if press is not None:
+                from mcap.runner.protocol import PressJob
+                job_press = PressJob(press, self._tmp, self._run_id)
+            got, lost, problems = self._dispatch(todo, job_press, on_result)
+            done += got
+            finished = {job for job, _ in got}
+            todo = [j for j in todo if j not in finished]
+            if not problems:
+                break
+            self.restart()
+            if not lost or any(j in retried for j in lost):
+                return done, "; ".join(problems)
+            retried.update(lost)
+        return done, None
+
+    def _dispatch(self, todo, press, on_result):
+        """One pass of :meth:`run_stages` over ready slots: (done, jobs whose process
+        died, problems)."""
+        todo = list(todo)
+        free = list(range(len(self.workers)))
+        busy: dict = {}  # conn -> (slot, job, deadline)
+        done: list = []
+        lost: list = []
+        problems: list[str] = []
+        while (todo and not problems) or busy:
+            while todo and free and not problems:
+                slot, job = free.pop(0), todo.pop(0)
+                conn = self.workers[slot].conn
+                try:
+                    conn.send(Job(self._run_id, job[0], press, stage=job[1]))
+                except OSError:
+                    problems.append(f"stage process {slot} "
+                                    f"{self.workers[slot].describe_exit()}")
+                    lost.append(job)
+                    break
+                busy[conn] = (slot, job, time.monotonic() + self.timeout)
+            if not busy:
+                break
+            left = min(d for _, _, d in busy.values()) - time.monotonic()
+            if left <= 0:
+                late = [f"stage {j[1]} of {list(j[0])}" for _, j, d in busy.values()
+                        if d <= time.monotonic()]
+                problems.append(f"run timed out after {self.timeout:g} s: {', '.join(late)} "
+                                "did not finish")
+                break
+            for conn in wait(list(busy), timeout=left):
+                slot, job, _ = busy.pop(conn)
+                try:
+                    reply: Reply = conn.recv()
+                except (EOFError, OSError):
+                    problems.append(f"stage process {slot} (running stage {job[1]} of "
+                                    f"{list(job[0])}) {self.workers[slot].describe_exit()}")
+                    lost.append(job)
+                    continue
+                for result in reply.results:
+                    done.append((job, result))
+                    if on_result is not None:
+                        on_result(job, result)
+                free.append(slot)
+        return done, lost, problems
 
 
 def _last_line(path: Path) -> str:

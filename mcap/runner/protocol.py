@@ -23,6 +23,10 @@ class Init:
     world: int
     init_file: Optional[str]  # FileStore rendezvous of the process group; None: no group
     pg_timeout: float
+    # Stages run alone (mcap.runner.alone): each job names the stage this process runs,
+    # over a fake process group of the run's stage count; rank is the worker's slot
+    # (which GPU it uses), not a stage index.
+    alone: bool = False
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,7 @@ class Job:
     run_id: int
     balance: tuple[int, ...]
     press: Optional[PressJob] = None  #: an MPress plan to apply
+    stage: Optional[int] = None  #: alone: the stage of ``balance`` to run (Init.alone)
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,13 @@ class StageResult:
     # CPU stage processes sharing cores is the one time figure that does not depend on
     # the load (bench/bench_press_time.py); 0.0 where the engine does not record it.
     cpu_seconds: float = 0.0
+    # A stage run alone (mcap.runner.alone.StageTimer): seconds of each micro-batch's
+    # forward and backward and of the optimizer step, per iteration, and the bytes of one
+    # micro-batch's activation it receives and sends (what crosses its boundaries);
+    # None / 0 where not recorded.
+    times: Optional[tuple] = None
+    recv_bytes: int = 0
+    send_bytes: int = 0
 
 
 @dataclass(frozen=True)

@@ -47,9 +47,12 @@ def _run(init, resident, job):
     from mcap.runner import engines, exchange
     exchange.set_run(job.run_id)  # stages sharing a GPU key their exchange by it
     engine = engines.get(init.setup.engine)
+    kwargs = {}
     if job.press is not None:  # only engines that apply MPress plans take the keyword
-        return engine.run(resident, init, job.balance, press=job.press)
-    return engine.run(resident, init, job.balance)
+        kwargs["press"] = job.press
+    if init.alone:  # only engines that run stages alone take it
+        kwargs["stage"] = job.stage
+    return engine.run(resident, init, job.balance, **kwargs)
 
 
 def serve(conn: Connection) -> None:

@@ -6,7 +6,7 @@ import numbers
 
 from mcap.core.errors import InvalidPartitioning, McapError
 from mcap.store.records import RUN_KINDS, RUN_STATUSES, Study
-from mcap.core.types import ModelInfo, Run
+from mcap.core.types import ModelInfo, Run, StageRun
 
 
 def is_int(value) -> bool:
@@ -49,6 +49,24 @@ def check_run(run: Run, study: Study, kind: str) -> None:
     if run.breakdown is not None and len(run.breakdown) != stages:
         raise McapError(f"run of balance {list(balance)} has a breakdown of "
                         f"{len(run.breakdown)} stages; expected {stages}")
+
+
+def check_stage_run(run: StageRun, study: Study) -> None:
+    """Refuse a stage run that does not belong to the study, before anything is written."""
+    if not isinstance(run, StageRun):
+        raise McapError(f"expected a StageRun, got {type(run).__name__}")
+    # Its balance is checked as a run's is; the rest is the stage's own.
+    check_run(Run(run.balance, "failed", None, 0.0), study, "measure")
+    if not is_int(run.stage) or not 0 <= run.stage < len(run.balance):
+        raise McapError(f"stage {run.stage!r} is not a stage of balance {list(run.balance)}")
+    if run.status not in RUN_STATUSES:
+        raise McapError(f"stage run status must be one of {', '.join(RUN_STATUSES)}, got "
+                        f"{run.status!r}")
+    if run.status == "ok" and not (is_int(run.peak) and run.peak >= 0):
+        raise McapError(f"an ok stage run needs its peak as int bytes >= 0, got {run.peak!r}")
+    if isinstance(run.seconds, bool) or not isinstance(run.seconds, numbers.Real) \
+            or not math.isfinite(run.seconds) or run.seconds < 0:
+        raise McapError(f"stage run has seconds={run.seconds!r}; expected a finite number >= 0")
 
 
 def layer_diff(old: ModelInfo, new: ModelInfo) -> str:

@@ -23,11 +23,11 @@ from typing import Iterator, Optional, Sequence, Union
 from mcap.core import merging
 from mcap.core.errors import McapError, StoreError
 from mcap.store import records as rec
-from mcap.store.checks import check_run, is_int, layer_diff
+from mcap.store.checks import check_run, check_stage_run, is_int, layer_diff
 from mcap.store.opening import connect, resolve_path
 from mcap.store.records import Job, RunRecord, Study, StudySummary, Summary
 from mcap.core.machine import Machine
-from mcap.core.types import LayerStats, ModelInfo, Profile, Run, Setup, Sweep
+from mcap.core.types import LayerStats, ModelInfo, Profile, Run, Setup, StageRun, Sweep
 
 StudyRef = Union[Study, int]
 _UNSET = object()  # "leave this job field as it is" (None means "clear it")
@@ -239,6 +239,45 @@ class Store:
                 (study_id, rec.balance_text(balance), key)).fetchone()
         return rec.run_record_from_row(row).run if row else None
 
+    def record_stage(self, study: StudyRef, run: StageRun, *, job: Optional[int] = None,
+                     machine: Optional[Machine] = None) -> int:
+        """Store one stage measured alone (``StageRun``) at once; returns its id."""
+        from mcap.core.cover import stage_keys
+        with self._write() as conn:
+            study = self._study_row(conn, study)
+            check_stage_run(run, study)
+            if job is not None:
+                job = self._job(conn, job).id
+            first, last, position = stage_keys(run.balance, study.setup.schedule)[run.stage]
+            cur = conn.execute(
+                "INSERT INTO stage_runs (study_id, job_id, first_layer, last_layer, position, "
+                "balance, stage, status, peak, seconds, times, error, breakdown, created, "
+                "machine) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (study.id, job, first, last, rec.dumps(position), rec.balance_text(run.balance),
+                 int(run.stage), run.status, None if run.peak is None else int(run.peak),
+                 float(run.seconds), rec.times_to_json(run.times), run.error,
+                 rec.breakdown_to_json(None if run.breakdown is None else (run.breakdown,)),
+                 time.time(), self._machine_key(conn, machine)))
+            return cur.lastrowid
+
+    def stage_runs(self, study: StudyRef, machine: Optional[Machine] = None
+                   ) -> tuple[StageRun, ...]:
+        """The study's stages measured alone on ``machine`` (None: recorded without one),
+        in the order they were recorded."""
+        study_id = study.id if isinstance(study, Study) else int(study)
+        key = None if machine is None else machine.key()
+        with self._read() as conn:
+            rows = conn.execute(
+                "SELECT balance, stage, status, peak, seconds, times, error, breakdown FROM "
+                "stage_runs WHERE study_id = ? AND machine IS ? ORDER BY id",
+                (study_id, key)).fetchall()
+        out = []
+        for balance, stage, status, peak, seconds, times, error, breakdown in rows:
+            bd = rec.breakdown_from_json(breakdown)
+            out.append(StageRun(rec.ints_or_none(balance), int(stage), status, peak, seconds,
+                                rec.times_from_json(times), error, bd[0] if bd else None))
+        return tuple(out)
+
     def get_machine(self, key: str) -> Optional[Machine]:
         """The fingerprint stored under ``key`` (``RunRecord.machine``), or None."""
         with self._read() as conn:
@@ -267,9 +306,10 @@ class Store:
         check_run(run, study, kind)
         cur = conn.execute(
             "INSERT INTO runs (study_id, job_id, kind, balance, status, peaks, seconds, "
-            "samples_per_second, error, breakdown, created, machine, composed) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (study.id, job, kind, *rec.run_values(run), created, machine, int(run.composed)))
+            "samples_per_second, error, breakdown, created, machine, composed, times, "
+            "estimated) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (study.id, job, kind, *rec.run_values(run), created, machine, int(run.composed),
+             rec.times_to_json(run.times), int(run.estimated)))
         return cur.lastrowid
 
     def _reuse_or_insert(self, conn, study: Study, runs: Sequence[Run], kind: str,
@@ -284,8 +324,10 @@ class Store:
             found = conn.execute(
                 "SELECT id FROM runs WHERE study_id = ? AND balance = ? AND status = ? "
                 "AND peaks IS ? AND seconds = ? AND samples_per_second IS ? AND error IS ? "
-                "AND breakdown IS ? AND machine IS ? AND composed = ? ORDER BY id",
-                (study.id, *values, machine, int(run.composed))).fetchall()
+                "AND breakdown IS ? AND machine IS ? AND composed = ? AND times IS ? "
+                "AND estimated = ? ORDER BY id",
+                (study.id, *values, machine, int(run.composed), rec.times_to_json(run.times),
+                 int(run.estimated))).fetchall()
             match = next((i for (i,) in found if i not in used), None)
             if match is None:
                 match = self._insert_run(conn, study, run, kind, None, now, machine)

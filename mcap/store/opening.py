@@ -21,8 +21,9 @@ from mcap.core.errors import StoreError
 APPLICATION_ID = 0x6D636170
 # PRAGMA user_version: bumped whenever the tables change shape; a store of an older
 # version is upgraded in place by the steps in _MIGRATIONS when it is opened.
-# 2: machine fingerprints; 3: runs.composed (mcap.core.cover).
-SCHEMA_VERSION = 3
+# 2: machine fingerprints; 3: runs.composed (mcap.core.cover); 4: stages run alone
+# (runs.times, runs.estimated, stage_runs: mcap.runner.alone, issue 25).
+SCHEMA_VERSION = 4
 # How long a writer waits for another process's write transaction before giving up.
 BUSY_TIMEOUT_S = 30.0
 
@@ -71,10 +72,32 @@ CREATE TABLE runs (
     breakdown   TEXT,                   -- JSON list of per-stage breakdowns, or NULL
     created     REAL NOT NULL,
     machine     TEXT REFERENCES machines(key), -- Machine.key() it was measured on, NULL: unknown
-    composed    INTEGER NOT NULL DEFAULT 0 -- 1: composed from other runs (mcap.core.cover)
+    composed    INTEGER NOT NULL DEFAULT 0, -- 1: composed from other runs (mcap.core.cover)
+    times       TEXT,                   -- JSON per-stage StageTimes of stages run alone
+    estimated   INTEGER NOT NULL DEFAULT 0 -- 1: samples_per_second estimated from times
 );
 CREATE INDEX runs_study_balance ON runs(study_id, balance);
 CREATE INDEX runs_job ON runs(job_id);
+-- One stage run alone (mcap.runner.alone): what a sweep measures once per stage key.
+CREATE TABLE stage_runs (
+    id          INTEGER PRIMARY KEY,
+    study_id    INTEGER NOT NULL REFERENCES studies(id),
+    job_id      INTEGER REFERENCES jobs(id),
+    first_layer INTEGER NOT NULL,
+    last_layer  INTEGER NOT NULL,
+    position    TEXT NOT NULL,          -- JSON of the key's third part (mcap.core.cover)
+    balance     TEXT NOT NULL,          -- the partitioning it was run as a stage of
+    stage       INTEGER NOT NULL,       -- its index there
+    status      TEXT NOT NULL CHECK (status IN ('ok','oom','failed')),
+    peak        INTEGER,
+    seconds     REAL NOT NULL,
+    times       TEXT,                   -- JSON StageTimes
+    error       TEXT,
+    breakdown   TEXT,                   -- JSON breakdown, or NULL
+    created     REAL NOT NULL,
+    machine     TEXT REFERENCES machines(key)
+);
+CREATE INDEX stage_runs_study ON stage_runs(study_id, first_layer, last_layer);
 CREATE TABLE profiles (
     id          INTEGER PRIMARY KEY,
     study_id    INTEGER NOT NULL REFERENCES studies(id),
@@ -127,6 +150,29 @@ ALTER TABLE sweeps ADD COLUMN machine TEXT REFERENCES machines(key);
 """,
     2: """
 ALTER TABLE runs ADD COLUMN composed INTEGER NOT NULL DEFAULT 0;
+""",
+    3: """
+ALTER TABLE runs ADD COLUMN times TEXT;
+ALTER TABLE runs ADD COLUMN estimated INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE stage_runs (
+    id          INTEGER PRIMARY KEY,
+    study_id    INTEGER NOT NULL REFERENCES studies(id),
+    job_id      INTEGER REFERENCES jobs(id),
+    first_layer INTEGER NOT NULL,
+    last_layer  INTEGER NOT NULL,
+    position    TEXT NOT NULL,
+    balance     TEXT NOT NULL,
+    stage       INTEGER NOT NULL,
+    status      TEXT NOT NULL CHECK (status IN ('ok','oom','failed')),
+    peak        INTEGER,
+    seconds     REAL NOT NULL,
+    times       TEXT,
+    error       TEXT,
+    breakdown   TEXT,
+    created     REAL NOT NULL,
+    machine     TEXT REFERENCES machines(key)
+);
+CREATE INDEX stage_runs_study ON stage_runs(study_id, first_layer, last_layer);
 """,
 }
 

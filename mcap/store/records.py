@@ -19,7 +19,7 @@ from typing import Optional
 
 from mcap.core.errors import McapError
 from mcap.core.machine import Machine
-from mcap.core.types import Layer, MemoryBreakdown, ModelInfo, Run, Setup
+from mcap.core.types import Layer, MemoryBreakdown, ModelInfo, Run, Setup, StageTimes
 
 RUN_KINDS = ("profile", "sweep", "measure")
 RUN_STATUSES = ("ok", "oom", "failed")
@@ -244,7 +244,8 @@ def ints_or_none(text: Optional[str]) -> Optional[tuple]:
 
 STUDY_COLUMNS = "id, key, spec, layers, setup, created"
 RUN_COLUMNS = ("id, study_id, job_id, kind, balance, status, peaks, seconds, "
-               "samples_per_second, error, breakdown, created, machine, composed")
+               "samples_per_second, error, breakdown, created, machine, composed, times, "
+               "estimated")
 JOB_COLUMNS = ("id, kind, argv, total, done, current, status, error, pid, study_id, "
                 "created, updated")
 
@@ -263,12 +264,40 @@ def run_values(run: Run) -> tuple:
             run.error, breakdown_to_json(run.breakdown))
 
 
+def times_to_json(times) -> Optional[str]:
+    """A tuple of StageTimes (or one) as JSON text; None stays None."""
+    if times is None:
+        return None
+    one = isinstance(times, StageTimes)
+    items = [times] if one else list(times)
+    out = [{"forward": [list(f) for f in t.forward], "backward": [list(b) for b in t.backward],
+            "step": list(t.step), "recv_bytes": int(t.recv_bytes),
+            "send_bytes": int(t.send_bytes)} for t in items]
+    return dumps(out[0] if one else out)
+
+
+def times_from_json(text: Optional[str]):
+    """Back from :func:`times_to_json` (a tuple, or one StageTimes for a stage record)."""
+    if text is None:
+        return None
+
+    def one(d):
+        return StageTimes(tuple(tuple(float(x) for x in f) for f in d["forward"]),
+                          tuple(tuple(float(x) for x in b) for b in d["backward"]),
+                          tuple(float(x) for x in d["step"]), int(d.get("recv_bytes", 0)),
+                          int(d.get("send_bytes", 0)))
+
+    data = json.loads(text)
+    return one(data) if isinstance(data, dict) else tuple(one(d) for d in data)
+
+
 def run_record_from_row(row) -> RunRecord:
     (i, study_id, job_id, kind, balance, status, peaks, seconds, sps, error, breakdown,
-     created, machine, composed) = row
+     created, machine, composed, times, estimated) = row
     run = Run(balance=ints_or_none(balance), status=status,
               peaks=ints_or_none(peaks), seconds=seconds, samples_per_second=sps,
-              error=error, breakdown=breakdown_from_json(breakdown), composed=bool(composed))
+              error=error, breakdown=breakdown_from_json(breakdown), composed=bool(composed),
+              times=times_from_json(times), estimated=bool(estimated))
     return RunRecord(i, study_id, job_id, kind, created, run, machine)
 
 

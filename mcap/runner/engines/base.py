@@ -59,6 +59,10 @@ class Engine:
     devices: ClassVar[tuple[str, ...]] = ("cpu", "cuda")
     # Whether ``run`` takes ``press=`` (an MPress plan, mcap.runner.press.PressJob).
     press: ClassVar[bool] = False
+    # Whether its stages can be measured alone (mcap.runner.alone): ``run`` then takes
+    # ``stage=`` and runs that stage of the balance over a fake process group when the
+    # pool's ``Init.alone`` is set.
+    alone: ClassVar[bool] = False
 
     # --- parent side -----------------------------------------------------------------
     def processes(self, setup: Setup) -> int:

@@ -16,6 +16,8 @@ class Pipelining(Engine):
     help = ("torch.distributed.pipelining: one process per stage, GPipe or 1F1B; CPU stage "
             "processes or CUDA devices (stages may share a GPU)")
 
+    alone = True  # stages run alone over a fake process group (mcap.runner.alone)
+
     def processes(self, setup):
         return setup.stages
 
@@ -38,6 +40,9 @@ class Pipelining(Engine):
 
     press = True  # applies MPress plans (mcap.runner.press)
 
-    def run(self, resident, init, balance, press=None):
+    def run(self, resident, init, balance, press=None, stage=None):
         from mcap.runner import pipelining
+        if init.alone:  # this process runs stage ``stage`` alone, on its slot's GPU
+            return (pipelining.run_stage(resident, init.setup, balance, stage, press=press,
+                                         local_device=init.rank, alone=True),)
         return (pipelining.run_stage(resident, init.setup, balance, init.rank, press=press),)

@@ -1,0 +1,162 @@
+"""A partitioning's throughput from its stages' own times (issue 25, item 2). Pure.
+
+Stages measured alone (``mcap.runner.alone``) record the seconds of each micro-batch's
+forward and backward and of the optimizer step (``StageTimes``). A pipeline run of those
+stages is then replayed here, event by event, in the schedule's own op order (what
+``torch.distributed.pipelining``'s ``ScheduleGPipe`` / ``Schedule1F1B`` run on each rank;
+tests/test_stagetime.py checks :func:`op_order` against their ``pipeline_order``):
+
+- stage s runs its ops one after another: iteration 1's forwards and backwards in the
+  schedule's order, its optimizer step, then iteration 2's;
+- a forward of micro-batch m on stage s > 0 starts once stage s - 1 finished it and the
+  activation crossed the link (``Link``: a latency per message plus bytes over the
+  measured bandwidth); a backward on stage s < G - 1 once stage s + 1 finished it and the
+  gradient crossed back (the same bytes); sends are asynchronous, as the runtime's are;
+- stages that share compute (CPU stage processes on fewer cores than stages; stages on
+  one GPU) share it: while n of them compute on ``Link.slots`` slots each runs at
+  min(1, slots / n) of its own speed (processor sharing, how the OS and the GPU's
+  time-slicing divide them). ``slots`` 0: every stage has a device of its own.
+
+The estimate is the samples of all iterations over the makespan, as a concurrent run's
+``samples_per_second`` is (2 x batch over the slowest stage's window). Its error against
+concurrent runs is measured, not assumed: ``bench/bench_stage_times.py``, BENCHMARKS.md.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+from mcap.core.errors import McapError
+from mcap.core.types import SCHEDULES, StageTimes
+
+
+@dataclass(frozen=True)
+class Link:
+    """What crossing a stage boundary costs, as measured on the machine
+    (``mcap.runner.link``): seconds per message plus bytes over ``bytes_per_second``.
+    ``how`` names the transport (gloo, nccl, ipc, ...); ``slots``: how many stages can
+    compute at once (0: each has its own device)."""
+    latency: float
+    bytes_per_second: float
+    how: str = ""
+    slots: int = 0
+
+    def seconds(self, nbytes: int) -> float:
+        if nbytes <= 0:
+            return 0.0
+        return self.latency + nbytes / self.bytes_per_second
+
+
+def op_order(schedule: str, stages: int, chunks: int) -> list[list[tuple[str, int]]]:
+    """Per stage, its ops of one iteration in the order the schedule runs them:
+    ("F", m) a forward, ("B", m) a backward of micro-batch m."""
+    if schedule not in SCHEDULES:
+        raise McapError(f"schedule {schedule!r} is not one of {', '.join(SCHEDULES)}")
+    if stages < 1 or chunks < 1:
+        raise McapError(f"need at least one stage and one micro-batch, got {stages} and "
+                        f"{chunks}")
+    out = []
+    for s in range(stages):
+        if schedule == "gpipe":
+            out.append([("F", m) for m in range(chunks)] + [("B", m) for m in range(chunks)])
+            continue
+        # Schedule1F1B: stage s warms up with min(M, G - s) forwards, then one backward
+        # and one forward at a time, then the remaining backwards.
+        warm = min(chunks, stages - s)
+        ops = [("F", m) for m in range(warm)]
+        f, b = warm, 0
+        while True:
+            ops.append(("B", b))
+            b += 1
+            if f == chunks:
+                break
+            ops.append(("F", f))
+            f += 1
+        ops += [("B", m) for m in range(b, chunks)]
+        out.append(ops)
+    return out
+
+
+def makespan(times: Sequence[StageTimes], schedule: str, chunks: int, link: Link) -> float:
+    """Seconds from the start until every stage has finished its last optimizer step, for
+    every iteration ``times`` recorded (module docstring)."""
+    G = len(times)
+    if G == 0:
+        raise McapError("no stage times to estimate from")
+    iterations = {len(t.forward) for t in times} | {len(t.backward) for t in times}
+    if len(iterations) != 1 or 0 in iterations:
+        raise McapError("every stage needs the times of the same iterations")
+    its = iterations.pop()
+    for s, t in enumerate(times):
+        if any(len(f) != chunks for f in t.forward) or any(len(b) != chunks for b in t.backward):
+            raise McapError(f"stage {s} recorded times for another number of micro-batches "
+                            f"than {chunks}")
+    order = op_order(schedule, G, chunks)
+    # Each stage's program: (kind, iteration, micro-batch, seconds of its own work)
+    programs = []
+    for s, t in enumerate(times):
+        prog = []
+        for it in range(its):
+            for kind, m in order[s]:
+                prog.append((kind, it, m, float((t.forward if kind == "F" else t.backward)[it][m])))
+            step = t.step[it] if it < len(t.step) else 0.0
+            prog.append(("S", it, 0, float(step)))
+        programs.append(prog)
+    done: dict = {}  # (stage, kind, it, m) -> finish time
+    pc = [0] * G  # next op of each stage
+    running: dict = {}  # stage -> seconds of work left
+    now = 0.0
+    slots = link.slots if 0 < link.slots < G else 0
+
+    def arrival(s: int):
+        """When stage s's next op may start (None: its input is not even computed)."""
+        kind, it, m, _ = programs[s][pc[s]]
+        if kind == "F" and s > 0:
+            src = done.get((s - 1, "F", it, m))
+            return None if src is None else src + link.seconds(times[s - 1].send_bytes)
+        if kind == "B" and s < G - 1:
+            src = done.get((s + 1, "B", it, m))
+            return None if src is None else src + link.seconds(times[s + 1].recv_bytes)
+        return now
+
+    while True:
+        waits = []
+        for s in range(G):
+            if s in running or pc[s] >= len(programs[s]):
+                continue
+            at = arrival(s)
+            if at is not None and at <= now + 1e-15:
+                running[s] = programs[s][pc[s]][3]
+            elif at is not None:
+                waits.append(at)
+        if not running:
+            if not waits:
+                break
+            now = min(waits)
+            continue
+        rate = 1.0 if not slots else min(1.0, slots / len(running))
+        step = min(running.values()) / rate
+        if waits:
+            step = min(step, min(waits) - now)
+        now += step
+        for s in list(running):
+            running[s] -= step * rate
+            if running[s] <= 1e-12:
+                kind, it, m, _ = programs[s][pc[s]]
+                done[(s, kind, it, m)] = now
+                pc[s] += 1
+                del running[s]
+    if any(pc[s] < len(programs[s]) for s in range(G)):  # pragma: no cover (a cycle)
+        raise McapError("the schedule could not be replayed from these stage times")
+    return now
+
+
+def samples_per_second(times: Optional[Sequence[StageTimes]], setup, link: Link
+                       ) -> Optional[float]:
+    """The estimated throughput of a run of ``times`` under ``setup`` (its batch size,
+    schedule and micro-batches) over ``link``; None without times."""
+    if not times:
+        return None
+    span = makespan(times, setup.schedule, setup.chunks, link)
+    its = len(times[0].forward)
+    return its * setup.batch_size / span if span > 0 else None

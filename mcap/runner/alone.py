@@ -1,0 +1,231 @@
+"""A stage run alone: the real runtime over a process group that moves no data (issue 25).
+
+A stage's memory truth is what it reads on its own device in a real run (DESIGN.md, "Where
+it runs"). Stages that share a GPU, or a CPU, must not change each other's peaks, and a
+neighbour's timing must not enter them: with CUDA IPC a producer's block that its consumer
+has opened waits in a limbo list until it is collected, and on one H200 that doubled stage
+0 of the paper's VGG11 setup (../shared/gpu-h200/README.md, finding 3). So mcap measures
+memory the way Megatron-LM's ``--fake-process-group`` and torchtitan's memory estimator do:
+each stage runs in its own process, alone, with ``torch.distributed.pipelining``'s own
+``PipelineStage`` and schedule over torch's ``fake`` backend (a process group whose
+collectives and point-to-point ops complete at once and move nothing), and:
+
+- **a receive** returns the buffer the runtime allocated for it (``PipelineStage``
+  allocates its receive buffers itself, one per micro-batch, as in a real run), filled
+  here as the arriving data would fill it (so the arithmetic that follows is ordinary
+  arithmetic, not uninitialised memory: denormals would distort the stage's times);
+- **a send** keeps its tensor for as long as the real runtime would: the work object a
+  send returns owns its tensor (gloo's and NCCL's send works hold it until they are
+  destroyed, and the schedule keeps the works of a step until it waits on them at the
+  step's end), so the wrapper returned here owns it too;
+- **the schedule's start-up vote** (torch >= 2.12: stages vote over the group whether
+  shapes must be inferred at run time) is set to what every stage of the run votes: each
+  stage of an mcap run is built the same way (shapes given up front), so this stage's own
+  vote is the run's. Over a group that moves no data the vote would otherwise read the
+  zero of an unfilled buffer and switch to dynamic shape inference, which runs an extra
+  forward and is not what the real run does.
+
+:func:`join` makes (or re-makes) the fake default group for a stage index and a stage
+count; :func:`install` patches ``torch.distributed``'s point-to-point functions once per
+process so that, for the fake backend only, sends are held and receives are filled; every
+other backend passes through untouched (a worker process measures with one or the other).
+
+:class:`StageTimer` records the seconds of each micro-batch's forward and backward and of
+the optimizer step (what throughput is estimated from, ``mcap.core.stagetime``): the
+calling thread's CPU seconds on a CPU stage with one intra-op thread (the stage's own
+work, whatever else the machine's cores are doing; on the CPU autograd runs a stage's
+backward in the calling thread), the process's CPU seconds with more, and on CUDA wall
+seconds between device synchronisations.
+"""
+from __future__ import annotations
+
+import time
+from typing import Optional
+
+import torch
+import torch.distributed as dist
+
+BACKEND = "fake"
+_patched = False
+_orig: dict = {}
+
+
+def join(rank: int, world: int) -> None:
+    """This process's default process group: the fake backend as stage ``rank`` of
+    ``world`` (kept when it already is; re-made for another index or count)."""
+    import torch.testing._internal.distributed.fake_pg as fake_pg  # registers "fake" (older torch)
+
+    if dist.is_initialized():
+        if (dist.get_backend() == BACKEND and dist.get_rank() == rank
+                and dist.get_world_size() == world):
+            return
+        dist.destroy_process_group()
+    dist.init_process_group(BACKEND, rank=rank, world_size=world, store=fake_pg.FakeStore())
+    install()
+
+
+def leave() -> None:
+    if dist.is_initialized() and dist.get_backend() == BACKEND:
+        dist.destroy_process_group()
+
+
+def _fake(group) -> bool:
+    try:
+        return dist.get_backend(group) == BACKEND
+    except (RuntimeError, ValueError):
+        return False
+
+
+class Held:
+    """A send's work that owns its tensor, as gloo's and NCCL's send works do."""
+
+    __slots__ = ("work", "tensor")
+
+    def __init__(self, work, tensor: torch.Tensor):
+        self.work, self.tensor = work, tensor
+
+    def wait(self, *args, **kwargs):
+        return True if self.work is None else self.work.wait(*args, **kwargs)
+
+    def is_completed(self) -> bool:
+        return True
+
+    def __getattr__(self, name):
+        return getattr(self.work, name)
+
+
+def arrive(tensor: torch.Tensor) -> None:
+    """Fill a receive buffer in place as arriving data would (no allocation)."""
+    with torch.no_grad():
+        if tensor.is_floating_point():
+            tensor.normal_()
+        else:
+            tensor.zero_()
+
+
+def _group_of(args, kwargs):
+    if "group" in kwargs:
+        return kwargs["group"]
+    return args[2] if len(args) > 2 else None
+
+
+def install() -> None:
+    """Patch ``torch.distributed``'s point-to-point functions (once per process): for the
+    fake backend, sends are held (:class:`Held`) and receives filled (:func:`arrive`)."""
+    global _patched
+    if _patched:
+        return
+    import torch.distributed.distributed_c10d as c10d
+
+    for name in ("isend", "irecv", "recv", "batch_isend_irecv"):
+        _orig[name] = getattr(c10d, name)
+
+    def isend(tensor, *args, **kwargs):
+        work = _orig["isend"](tensor, *args, **kwargs)
+        return Held(work, tensor) if _fake(_group_of((tensor, *args), kwargs)) else work
+
+    def irecv(tensor, *args, **kwargs):
+        work = _orig["irecv"](tensor, *args, **kwargs)
+        if _fake(_group_of((tensor, *args), kwargs)):
+            arrive(tensor)
+        return work
+
+    def recv(tensor, *args, **kwargs):
+        out = _orig["recv"](tensor, *args, **kwargs)
+        if _fake(_group_of((tensor, *args), kwargs)):
+            arrive(tensor)
+        return out
+
+    def batch_isend_irecv(p2p_op_list):
+        if p2p_op_list and all(_fake(op.group) for op in p2p_op_list):
+            # One op at a time through the patched functions (the fake backend has no
+            # coalescing to do: nothing is sent).
+            out = []
+            for op in p2p_op_list:
+                if op.peer is not None:
+                    out.append(op.op(op.tensor, op.peer, op.group, op.tag))
+                else:
+                    out.append(op.op(op.tensor, group=op.group, tag=op.tag,
+                                     **{"group_dst" if op.op is isend else "group_src":
+                                        op.group_peer}))
+            return out
+        return _orig["batch_isend_irecv"](p2p_op_list)
+
+    patched = {"isend": isend, "irecv": irecv, "recv": recv,
+               "batch_isend_irecv": batch_isend_irecv}
+    # Both namespaces: callers use ``torch.distributed.isend``, and P2POp checks its ``op``
+    # against distributed_c10d's own globals.
+    for module in (dist, c10d):
+        for name, fn in patched.items():
+            setattr(module, name, fn)
+    _patched = True
+
+
+def set_vote(schedule, stage) -> None:
+    """The start-up vote (torch >= 2.12) as every stage of the run casts it: this stage's
+    own (module docstring). Older torch has no vote and needs nothing."""
+    if not hasattr(stage, "_warmup_forward_vote") or not hasattr(schedule, "_warmup_p2p"):
+        return
+    from torch.distributed.pipelining._utils import InferenceMode
+
+    def warmup(stages, has_backward, p2p_done):
+        for s in stages:
+            dynamic = InferenceMode.needs_dynamic(s._user_meta, has_backward)
+            s._inference_mode = InferenceMode.DYNAMIC if dynamic else InferenceMode.STATIC
+
+    schedule._warmup_p2p = warmup
+
+
+class StageTimer:
+    """Seconds of each micro-batch's forward and backward and of each optimizer step, per
+    iteration (module docstring: which clock on which device)."""
+
+    def __init__(self, device: torch.device, threads: int):
+        self.cuda = device.type == "cuda"
+        self.device = device
+        self.clock = time.perf_counter if self.cuda else \
+            (time.thread_time if threads == 1 else time.process_time)
+        self.forward: list[list[float]] = []
+        self.backward: list[list[float]] = []
+        self.step: list[float] = []
+
+    def _now(self) -> float:
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+        return self.clock()
+
+    def new_iteration(self) -> None:
+        self.forward.append([])
+        self.backward.append([])
+
+    def wrap(self, stage) -> None:
+        """Time ``stage.forward_one_chunk`` and ``stage.backward_one_chunk``."""
+        fwd, bwd = stage.forward_one_chunk, stage.backward_one_chunk
+
+        def forward_one_chunk(*args, **kwargs):
+            t = self._now()
+            try:
+                return fwd(*args, **kwargs)
+            finally:
+                self.forward[-1].append(self._now() - t)
+
+        def backward_one_chunk(*args, **kwargs):
+            t = self._now()
+            try:
+                return bwd(*args, **kwargs)
+            finally:
+                self.backward[-1].append(self._now() - t)
+
+        stage.forward_one_chunk, stage.backward_one_chunk = forward_one_chunk, backward_one_chunk
+
+    def timed_step(self, step) -> None:
+        t = self._now()
+        step()
+        self.step.append(self._now() - t)
+
+    def record(self) -> Optional[tuple]:
+        """(forward, backward, step): per iteration, per micro-batch seconds."""
+        if not self.forward:
+            return None
+        return (tuple(tuple(f) for f in self.forward), tuple(tuple(b) for b in self.backward),
+                tuple(self.step))

@@ -163,7 +163,20 @@ SWEEP_CODE = ("import io, sys; from mcap.store import Store; from mcap.core.type
 
 
 @pytest.fixture(scope="module")
-def resumed(tmp_path_factory):
+def together():
+    """The covering form of reuse is for stages that run together (--isolation pipeline);
+    stages run alone measure each stage once (the tests at the end of this file)."""
+    saved = os.environ.get("MCAP_ISOLATION")
+    os.environ["MCAP_ISOLATION"] = "pipeline"
+    yield
+    if saved is None:
+        os.environ.pop("MCAP_ISOLATION", None)
+    else:
+        os.environ["MCAP_ISOLATION"] = saved
+
+
+@pytest.fixture(scope="module")
+def resumed(tmp_path_factory, together):
     """A reusing sweep killed after two runs, then resumed."""
     tmp = tmp_path_factory.mktemp("reuse")
     db, out = tmp / "s.sqlite", tmp / "sweep.json"
@@ -266,3 +279,94 @@ def _bounds(balance):
         out.append((start, start + n - 1))
         start += n
     return out
+
+
+# --- stages run alone: each distinct stage once (issue 25, item 5) --------------------
+
+@pytest.fixture(scope="module")
+def alone_resumed(tmp_path_factory):
+    """A sweep of stages run alone, killed after two stages, then resumed."""
+    tmp = tmp_path_factory.mktemp("alone")
+    db, out = tmp / "s.sqlite", tmp / "sweep.json"
+    env = {k: v for k, v in os.environ.items() if k != "MCAP_ISOLATION"}
+    child = subprocess.Popen([sys.executable, "-c", SWEEP_CODE, str(db)], env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True)
+    saved = os.environ.get("MCAP_ISOLATION")
+    os.environ["MCAP_ISOLATION"] = "stage"  # the default, whatever fixture ran before
+    try:
+        store = Store(db)
+        study = store.study(reuse_info(), SETUP)
+        from mcap.runner.machine import collect
+        here = collect(SETUP)
+        deadline = time.monotonic() + 120
+        try:
+            while len(store.stage_runs(study, here)) < 2 and time.monotonic() < deadline:
+                assert child.poll() is None, "sweep ended before it was killed"
+                time.sleep(0.05)
+        finally:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+        before = store.stage_runs(study, here)
+        result = sweep(MODEL, SETUP, out, store=store, stream=io.StringIO(), balances=BALANCES)
+    finally:
+        if saved is None:
+            os.environ.pop("MCAP_ISOLATION", None)
+        else:
+            os.environ["MCAP_ISOLATION"] = saved
+    return store, study, here, before, result, out
+
+
+@pytest.fixture
+def stage_env(monkeypatch):
+    monkeypatch.setenv("MCAP_ISOLATION", "stage")
+
+
+def reuse_info():
+    from mcap.workflow.profiling import model_info
+    return model_info(MODEL)
+
+
+@pytest.mark.integration
+def test_stages_run_alone_are_each_measured_once_and_compose_every_partitioning(
+        alone_resumed, stage_env):
+    store, study, here, before, result, out = alone_resumed
+    keys = distinct_keys(BALANCES, "gpipe")
+    stages = store.stage_runs(study, here)
+    k = len(before)
+    assert 2 <= k < len(keys)
+    assert stages[:k] == before  # nothing finished was measured again
+    measured = [stage_keys(r.balance, "gpipe")[r.stage] for r in stages]
+    assert sorted(measured) == sorted(keys)  # every key, each once
+    assert result.tally.measured == result.tally.cover == len(keys) - k
+    # no whole partitioning was run: the stored runs are the saved sweep's composed ones
+    assert all(r.run.composed for r in store.run_records())
+    assert all(r.composed and r.status == "ok" for r in result.sweep.runs)
+    # every partitioning has a throughput, estimated from its stages' own times
+    assert all(r.estimated and r.samples_per_second > 0 and len(r.times) == 4
+               for r in result.sweep.runs)
+    assert jsonio.load_sweep(out) == result.sweep
+    # composed peaks are what measuring the partitioning whole reads, to the byte
+    direct = sweep(MODEL, SETUP, None, store=store, stream=io.StringIO(), reuse=False,
+                   balances=BALANCES[:3])
+    for c, d in zip(result.sweep.runs, direct.sweep.runs):
+        assert not d.composed and d.peaks == c.peaks and d.breakdown == c.breakdown
+    again = sweep(MODEL, SETUP, None, store=store, stream=io.StringIO(), balances=BALANCES)
+    assert again.tally.measured == 0
+
+
+@pytest.mark.integration
+def test_a_stage_over_the_capacity_alone_is_oom_for_every_partitioning_holding_it(
+        alone_resumed, tmp_path, stage_env):
+    _, _, _, _, free, _ = alone_resumed
+    truth = {r.balance: r.peaks for r in free.sweep.runs}
+    stage_peaks = sorted({p for peaks in truth.values() for p in peaks})
+    capacity = (stage_peaks[-1] + stage_peaks[-2]) // 2  # the largest stage does not fit
+    capped = Setup(stages=4, batch_size=8, chunks=2, capacity_bytes=capacity)
+    store = Store(tmp_path / "c.sqlite")
+    result = sweep(MODEL, capped, None, store=store, stream=io.StringIO(), balances=BALANCES)
+    assert sum(r.status == "oom" for r in result.sweep.runs) >= 1
+    for run in result.sweep.runs:
+        assert run.status == ("oom" if max(truth[run.balance]) > capacity else "ok"), run
+        if run.status == "ok":
+            assert run.peaks == truth[run.balance]

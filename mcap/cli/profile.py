@@ -6,6 +6,8 @@ hidden ``--job ID`` the dashboard passes (``mcap.app.jobs.launch``) to report pr
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 from pathlib import Path
 
@@ -57,6 +59,12 @@ def add_setup_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", default=None, metavar="PATH",
                    help="results store (default $MCAP_STORE or .mcap/store.sqlite)")
     p.add_argument("--timeout", type=argtypes.timeout, default=300.0, metavar="S", help="seconds per run")
+    p.add_argument("--isolation", choices=("stage", "pipeline"), default=None,
+                   help="stage (the default): each stage runs alone in its own process over a "
+                        "process group that moves no data, the memory truth, with its own "
+                        "per-micro-batch times (throughput is estimated from them); pipeline: "
+                        "the stages run together and exchange their data, the run whose time "
+                        "is real. Engines torchgpipe and hybrid always run their stages together")
     p.add_argument("--job", type=int, default=None, help=argparse.SUPPRESS)
 
 
@@ -149,13 +157,33 @@ def _run(args, action) -> int:
         return launch_command(args, setup)
     store = Store(store_path)
     try:
-        with profiling.sigterm_cancels():
+        with profiling.sigterm_cancels(), isolation_env(args.isolation):
             return action(profiling, setup, store)
     except profiling.Cancelled:
         print(f"mcap: {args.command} cancelled; finished runs are kept in the store", file=sys.stderr)
         return 143
     finally:
         store.close()
+
+
+@contextlib.contextmanager
+def isolation_env(isolation):
+    """Inside, every runner of this process measures with ``isolation`` (``--isolation``;
+    ``mcap.runner.resolve_isolation`` reads ``$MCAP_ISOLATION``), and so do the machine
+    fingerprints that look stored runs up; None leaves the environment as it is."""
+    from mcap.runner import ISOLATION_ENV
+    if isolation is None:
+        yield
+        return
+    saved = os.environ.get(ISOLATION_ENV)
+    os.environ[ISOLATION_ENV] = isolation
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(ISOLATION_ENV, None)
+        else:
+            os.environ[ISOLATION_ENV] = saved
 
 
 def _write(obj, out, kind: str, stored_id: int, store) -> None:

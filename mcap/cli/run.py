@@ -24,7 +24,7 @@ import json
 import sys
 from pathlib import Path
 
-from mcap.cli.profile import add_setup_options, setup_from_args
+from mcap.cli.profile import add_setup_options, isolation_env, setup_from_args
 from mcap.core.errors import InvalidPartitioning, McapError
 from mcap.core.partition import parse_balance as core_parse_balance
 from mcap.core.types import Run
@@ -80,6 +80,8 @@ def run_json(run: Run) -> dict:
            "seconds": round(run.seconds, 3),
            "samples_per_second": (round(run.samples_per_second, 3)
                                   if run.samples_per_second else None)}
+    if run.estimated:
+        out["samples_per_second_estimated"] = True
     if run.error:
         out["error"] = run.error
     if run.breakdown:
@@ -124,9 +126,15 @@ def cmd_measure(args) -> int:
         check_plan(plan, args.model, setup, balance)
     # A dashboard job (--job ID, mcap.app.jobs.launch) sees running -> done/failed/cancelled,
     # the balance being measured, and the run linked to it, as profile and sweep report.
+    # A plan that moves activations into a peer stage (d2d) needs the stages together.
+    isolation = args.isolation
+    if plan is not None and isolation is None and \
+            any(a.action == "d2d" for stage in plan.stages for a in stage):
+        isolation = "pipeline"
     store = Store(args.store)
     try:
-        with sigterm_cancels(), job_status(store, args.job, total=1):
+        with sigterm_cancels(), job_status(store, args.job, total=1), \
+                isolation_env(isolation):
             if args.job is not None:
                 store.update_job(args.job, current=balance)
             with open_runner(args.model, setup, timeout=args.timeout) as runner:
@@ -154,8 +162,11 @@ def cmd_measure(args) -> int:
         if run.peaks:
             for i, peak in enumerate(run.peaks):
                 print(f"  stage {i}: peak {peak} bytes ({_mib(peak)})")
-            print(f"  peak {run.peak} bytes ({_mib(run.peak)}), "
-                  f"{run.samples_per_second:.1f} samples/s")
+            how = ("estimated from the stages' own times" if run.estimated
+                   else "timed on the stages running together")
+            rate = (f"{run.samples_per_second:.1f} samples/s ({how})"
+                    if run.samples_per_second else "throughput not known")
+            print(f"  peak {run.peak} bytes ({_mib(run.peak)}), {rate}")
         if run.error:
             print(f"  {run.error}", file=sys.stderr)
     return 0 if run.status == "ok" else 1

@@ -63,6 +63,7 @@ class Tally:
     parallel_measured: int = 0  # of ``measured``, dp/tp runs (--parallel)
     parallel_reused: int = 0    # of ``reused``, dp/tp runs
     parallel_runs: tuple[Run, ...] = ()  # the dp/tp runs, per-stage peaks as stored
+    alone: bool = False  # a sweep of stages run alone: ``measured`` and ``cover`` count stages
 
     def with_parallel(self, made) -> "Tally":
         """This tally with the dp/tp runs of ``made`` (a hybrid.ParallelTally) added."""
@@ -166,11 +167,36 @@ class Measurer:
         return run
 
     def _measure(self, balance: tuple[int, ...]) -> Run:
+        return self.runner.measure(balance)
+
+    @property
+    def runner(self):
         if self._runner is None:
             from mcap.runner import open_runner  # torch is imported only when measuring
             self._runner = self._stack.enter_context(
                 open_runner(self.spec, self.setup, timeout=self.timeout))
-        return self._runner.measure(balance)
+        return self._runner
+
+    def measure_stages(self, jobs) -> list:
+        """Stages run alone (``Runner.measure_stages``): each ``(balance, stage)`` of
+        ``jobs``, recorded in the store and counted on the bar as it ends; their
+        StageRuns in ``jobs`` order."""
+        def done(run):
+            self.store.record_stage(self.study, run, job=self.job, machine=self.machine)
+            self.measured += 1
+            note = _stage_note(run)
+            self.bar.advance(run.balance, measured=True, note=note)
+            self._report(run.balance)
+        return self.runner.measure_stages(jobs, on_result=done)
+
+    def estimate(self, run: Run) -> Run:
+        """``run`` with its throughput estimated from its stages' times (a composed run
+        of stages run alone), over this machine's measured link; unchanged without times
+        or when it has a throughput already."""
+        if run.times is None or run.samples_per_second is not None or run.status != "ok":
+            return run
+        return dataclasses.replace(run, samples_per_second=self.runner.estimate(run.times),
+                                   estimated=True)
 
     def _report(self, balance, current: bool = False) -> None:
         if self.job is not None:
@@ -179,6 +205,14 @@ class Measurer:
 
     def close(self) -> None:
         self._stack.close()
+
+
+def _stage_note(run) -> str:
+    """A stage run alone, for the progress line: which stage, and its peak or status."""
+    head = f"stage {run.stage}"
+    if run.status == "ok":
+        return f"{head}: {run.peak / 2**20:.1f} MiB"
+    return f"{head}: {run.status}"
 
 
 def _note(run: Run) -> str:
@@ -549,28 +583,36 @@ def sweep(spec: str, setup: Setup, out: Optional[Path], *, store: Store,
     balances = [tuple(int(n) for n in b) for b in balances]
     bar = ProgressBar(0 if reuse else len(balances), "sweep", stream=stream)
     m = Measurer(info.spec, info, setup, store, "sweep", bar, job, timeout)
+    alone = reuse_mod.stages_alone(setup)
     if reuse:  # what this machine's stored runs already tell, and what is left to measure
         know, latest = reuse_mod.stored_knowledge(store, m.study, setup, m.machine)
-        cover = reuse_mod.plan_cover(know, latest, balances, setup.schedule)
+        if alone:  # each distinct stage once, alone (issue 25, item 5)
+            cover = reuse_mod.plan_stages(know, latest, balances, setup.schedule)
+        else:
+            cover = reuse_mod.plan_cover(know, latest, balances, setup.schedule)
         bar.grow(len(cover))
     composed = 0
     with job_status(store, job, m.study, bar.total), contextlib.closing(m):
         if reuse:
-            found = reuse_mod.sweep_reusing(m, know, latest, cover, balances)
+            found = (reuse_mod.sweep_stages if alone else reuse_mod.sweep_reusing)(
+                m, know, latest, cover, balances)
             runs, composed = found.runs, found.composed
             m.reused += found.reused
         else:
             runs = tuple(m.get(b) for b in balances)
         bar.close()
+        if any(r.times is not None and r.samples_per_second is None for r in runs):
+            runs = tuple(m.estimate(r) for r in runs)  # composed from stages run alone
         from mcap.workflow.estimate import KEY, estimate
-        est = estimate(info, setup, runs, stream=stream) if composed else None
+        est = estimate(info, setup, runs, stream=stream) \
+            if any(r.composed and r.samples_per_second is None for r in runs) else None
         result = Sweep(model=info, setup=setup, runs=runs, machine=m.machine,
                        extra={KEY: est} if est else None)
         if out is not None:
             jsonio.save(result, out)
         sweep_id = store.save_sweep(result, name=name)
     tally = Tally(m.measured, m.reused, time.monotonic() - started, runs, composed=composed,
-                  cover=len(cover) if reuse else 0)
+                  cover=len(cover) if reuse else 0, alone=bool(reuse and alone))
     return SweepResult(result, sweep_id, tally)
 
 
@@ -583,14 +625,16 @@ def summary(kind: str, tally: Tally, out: Optional[Path], stored_id: int) -> str
     failed = len(runs) - ok - oom
     where = f" -> {out}" if out else ""
     extra = f", {len(tally.fallback)} fallback" if tally.fallback else ""
+    unit = "stages run alone" if tally.alone else "covering runs"
     composed = (f", {tally.composed} composed from measured stages"
-                f"{f' ({tally.cover} covering runs)' if tally.cover else ''}"
+                f"{f' ({tally.cover} {unit})' if tally.cover else ''}"
                 if tally.composed else "")
     parallel = len(tally.parallel_runs)
     measured = f" (of them {tally.parallel_measured} dp/tp)" if tally.parallel_measured else ""
     reused = f" (of them {tally.parallel_reused} dp/tp)" if tally.parallel_reused else ""
     return (f"{kind}: {len(runs)} runs ({f'of them {parallel} dp/tp; ' if parallel else ''}"
             f"{ok} ok, {oom} oom, {failed} failed{extra}); "
-            f"{tally.measured} measured now{measured}, {tally.reused} reused from the "
+            f"{tally.measured} {'stages ' if tally.alone else ''}measured now{measured}, "
+            f"{tally.reused} reused from the "
             f"store{reused}{composed}; "
             f"{tally.seconds:.1f} s{where} (store {kind} id {stored_id})")

@@ -1,4 +1,12 @@
-"""Stage-reuse sweeps (issue 13): measure a covering set of partitionings, compose the rest.
+"""Stage-reuse sweeps: measure each distinct stage once, compose every partitioning.
+
+Where stages run alone (the default, ``mcap.runner.alone``, issue 25) a sweep measures
+each distinct stage key of the requested partitionings exactly once, in its own process
+(:func:`plan_stages`, :func:`sweep_stages`), records each stage as it ends, and composes
+every partitioning from the stage records (their throughput is estimated from the stages'
+own times, ``mcap.core.stagetime``). A stage that runs out of memory alone is proven oom
+at once. Where stages run together (``--isolation pipeline``, engines torchgpipe and
+hybrid) the older form below applies (issue 13).
 
 A stage's peak depends only on its stage key (``mcap.core.cover``), so a sweep measures
 the few requested partitionings that together hold every key (greedy set cover) and
@@ -20,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from mcap.core.cover import Knowledge, greedy_cover
+from mcap.core.cover import Knowledge, greedy_cover, stage_keys
 from mcap.core.types import Run, Setup
 from mcap.store import Store
 
@@ -28,17 +36,19 @@ from mcap.store import Store
 @dataclass(frozen=True)
 class ReuseResult:
     runs: tuple[Run, ...]
-    cover: int      # covering partitionings chosen at the start (0 when all was known)
+    cover: int      # covering partitionings (stages run alone: stages) chosen at the start
     direct: int     # partitionings measured because a stage of theirs stayed unknown
     composed: int   # runs in the result that were composed, not measured
     reused: int     # measured runs found in the store for requested partitionings
 
 
 def stored_knowledge(store: Store, study, setup: Setup, machine=None) -> tuple[Knowledge, dict]:
-    """What the store's measured (not composed) runs of ``study`` on ``machine`` say about
-    each stage key, and the latest finished (ok/oom) measured run of each balance (as
-    find_run). Runs of other machines are left out: their peaks may differ (a stage's
-    peak is exact only on the machine that measured it, mcap.core.machine)."""
+    """What the store's measured (not composed) runs and stages run alone of ``study`` on
+    ``machine`` say about each stage key, and the latest finished (ok/oom) measured run of
+    each balance (as find_run). Runs of other machines are left out: their peaks may
+    differ (a stage's peak is exact only on the machine that measured it,
+    mcap.core.machine; ``Machine.meter`` keeps stages read alone apart from stages read
+    together where the two differ)."""
     know = Knowledge(setup.schedule, setup.stages)
     latest: dict = {}
     key = None if machine is None else machine.key()
@@ -49,7 +59,58 @@ def stored_knowledge(store: Store, study, setup: Setup, machine=None) -> tuple[K
         know.add(run)
         if run.status in ("ok", "oom"):
             latest[tuple(run.balance)] = run
+    for stage in store.stage_runs(study, machine):
+        know.add_stage(stage)
     return know, latest
+
+
+def stages_alone(setup: Setup) -> bool:
+    """Whether this process's runners of ``setup`` run stages alone (``--isolation``)."""
+    from mcap.runner import engines, resolve_isolation
+    return resolve_isolation(None, engines.get(setup.engine)) == "stage"
+
+
+def plan_stages(know: Knowledge, latest: dict, balances: Sequence[tuple[int, ...]],
+                schedule: str) -> list[tuple[tuple[int, ...], int]]:
+    """Stages run alone (issue 25, item 5): each stage key of ``balances`` not known yet,
+    once, as ``(balance, stage index)`` of the first balance that holds it."""
+    seen = set(know.known())
+    jobs = []
+    for b in balances:
+        if b in latest or know.compose(b) is not None:
+            continue
+        for i, k in enumerate(stage_keys(b, schedule)):
+            if k not in seen:
+                seen.add(k)
+                jobs.append((b, i))
+    return jobs
+
+
+def sweep_stages(m, know: Knowledge, latest: dict, jobs, balances) -> ReuseResult:
+    """Measure each stage of ``jobs`` alone through the Measurer ``m`` (recorded as each
+    ends), compose every balance from the stages, and measure whole (stages alone) the
+    few whose stage failed, so their records say why."""
+    for run in m.measure_stages(jobs):
+        know.add_stage(run)
+    measured: dict = {}
+    pending = [b for b in dict.fromkeys(balances) if b not in latest
+               and know.compose(b) is None]
+    m.bar.grow(len(pending))
+    for b in pending:
+        run = m.get(b)
+        measured[b] = run
+        know.add(run)
+    out, composed, reused = [], 0, 0
+    for b in balances:
+        if b in measured:
+            out.append(measured[b])
+        elif b in latest:
+            out.append(latest[b])
+            reused += 1
+        else:
+            out.append(know.compose(b))
+            composed += 1
+    return ReuseResult(tuple(out), len(jobs), len(pending), composed, reused)
 
 
 def plan_cover(know: Knowledge, latest: dict, balances: Sequence[tuple[int, ...]],

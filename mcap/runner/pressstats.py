@@ -8,7 +8,10 @@ process on the setup's device with the setup's intra-op threads:
   once (views of one storage, or one tensor saved by two ops or two layers, count once, for
   the first layer that saves it: the owner ``mcap.runner.press`` applies that layer's
   action to), parameters and buffers never (they are not activations), and the model's
-  input batch never (the first stage's schedule holds it whatever a plan does). A layer
+  input batch never (the first stage's schedule holds it whatever a plan does), and
+  storages on another device than the stage's never (a CUDA layer's host scalars, such as
+  flash attention's RNG seed and offset: no GPU counter counts them, and the runner leaves
+  them in place, ``mcap.runner.press``). A layer
   that starts a stage owns its input there too when it is the first to save it (a conv's
   input): the schedule holds that one as well, so acting on that layer frees less than
   ``saved_bytes`` says.
@@ -153,6 +156,8 @@ def saved_and_boundaries(module: torch.nn.Sequential, x: torch.Tensor):
     def pack(t):
         storage = t.untyped_storage()
         key = storage.data_ptr()
+        if t.device != x.device:  # not the stage's memory (module docstring)
+            return t
         if key and key not in skip and key not in owner:
             owner[key] = current[0]
             sizes[current[0]] += storage.nbytes()
@@ -271,7 +276,8 @@ def transients(module: torch.nn.Sequential, x: torch.Tensor, device: torch.devic
     out = Transients([], [], [], [], [])
     for i, layer in enumerate(module):
         leaves = _leaves(inputs[i], i > 0)
-        hooks = PressStage(torch.nn.Sequential(layer), [LayerAction(0, "swap")], 0)
+        hooks = PressStage(torch.nn.Sequential(layer), [LayerAction(0, "swap")], 0,
+                           device=device)
         back, fwd = [], {}
         for mode in ("first", "accumulate", "swapped", "recompute"):
             how = hooks if mode == "swapped" else RECOMPUTE if mode == "recompute" else None

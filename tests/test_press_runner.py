@@ -242,6 +242,7 @@ NEEDS_CUDA = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 DEVICES = pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=NEEDS_CUDA)])
 GPT = "gpt:layers=4,hidden=256,heads=4,vocab=512,seq=128"  # embed, 4 blocks, head
+SMALL_GPT = "gpt:layers=4,hidden=64,heads=2,vocab=128,seq=32"
 
 
 def _gpt_setup(device: str) -> Setup:
@@ -319,3 +320,39 @@ def test_d2d_of_a_gpt_moves_the_bytes_into_the_peer_stages_memory(device):
     rise = d2d[1] - plain[1]  # ... into stage 1's memory: at least the last micro-batch's
     assert one / 2 <= rise <= 1.3 * setup.chunks * one, (rise, one)
     assert runs["again"].peaks == d2d  # history-free: nothing left held after a d2d run
+
+
+@DEVICES
+def test_profile_press_times_swaps_and_recomputes_where_they_run(device):
+    """On the H200 every CUDA plan's predicted added time was 0.0 (issue 30). On CUDA the
+    swaps, recomputes and copies are timed with CUDA events on the stream they run on, a
+    swap costs at least its copies at the measured bandwidth, and a plan that swaps or
+    recomputes is predicted to add time; on the CPU the same numbers are CPU seconds."""
+    from mcap.core.press import problem_from
+    from mcap.core.pressplan import LayerAction as A
+    from mcap.core.press.model import delay
+    from mcap.runner.pressstats import measure
+
+    setup = _gpt_setup(device)
+    stats = measure(SMALL_GPT, setup, repeats=3)
+    blocks = range(1, 5)
+    assert all(stats.saved_bytes[l] > 0 and stats.forward_seconds[l] > 0 for l in blocks)
+    assert all(x >= 0 for x in stats.swap_seconds + stats.recompute_seconds)
+    assert stats.host_bandwidth > 0 and stats.d2d_bandwidth > 0
+    if device == "cpu":  # CPU seconds of the calling thread, as before (noise may read 0)
+        assert stats.gpus is None
+        return
+    assert stats.gpus == min(setup.stages, torch.cuda.device_count())
+    for l in blocks:  # out and back over the host link, on the compute stream
+        assert stats.swap_seconds[l] >= 0.5 * 2 * stats.saved_bytes[l] / stats.host_bandwidth
+        assert stats.swap_seconds[l] > 0 and stats.recompute_seconds[l] > 0
+    p = problem_from(SMALL_GPT, (3, 3), (2**30, 2**30), "gpipe", setup.chunks,
+                     stats.saved_bytes, stats.forward_seconds, stats.host_bandwidth,
+                     stats.d2d_bandwidth, overlap=False, boundaries=stats.boundaries,
+                     swap_seconds=stats.swap_seconds,
+                     recompute_seconds=stats.recompute_seconds, parallel=stats.gpus)
+    n = len(stats.saved_bytes)
+    for action in ("swap", "recompute", "d2d"):
+        actions = [A(l, action, 1 if action == "d2d" else None) if l == 2 else A(l)
+                   for l in range(n)]
+        assert delay(p, actions) > 0, action

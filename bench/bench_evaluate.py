@@ -81,10 +81,16 @@ def main(argv=None) -> int:
     picks = {name: list(pure_picks(profile, G, predictor=name, bo_iterations=args.bo_iterations))
              for name in predictors.names()}
     if not args.no_time:
+        from mcap.core.search.time import NoDevice
         from mcap.runner.timebalance import timer
-        timed = recommend(profile, G, "time", "paper", context=context_of(profile, timer()))
-        for name in predictors.names():  # timed once, so every predictor ranks the same pick
-            picks[name].append(recommend(costs_of(profile, name), G, "time",
+        try:  # on the profile's device: a CUDA profile is not timed on the CPU (issue 30)
+            timed = recommend(profile, G, "time", "paper",
+                              context=context_of(profile, timer(device=profile.setup.device)))
+        except NoDevice as exc:
+            print(f"time left out: {exc}")
+            timed = None
+        for name in predictors.names() if timed else ():  # timed once: every predictor
+            picks[name].append(recommend(costs_of(profile, name), G, "time",  # ranks one pick
                                          context=context_of(profile, lambda *a: timed.balance)))
     added = 0
     if args.measure_picks:

@@ -74,6 +74,11 @@ def time_pick(profile, stages: int):
     return recommendation(profile, stages, "time")
 
 
+def time_left_out(profile) -> Optional[str]:
+    """Why this server cannot time the profile's model (a CUDA profile, no GPU here), or None."""
+    return searches.time_left_out(profile)
+
+
 def time_state(profile, stages: int) -> tuple[bool, Optional[str]]:
     """(timing now, last error) of the time baseline for this dataset and stage count."""
     return searches.time_state(shared("profile"), stages)

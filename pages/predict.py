@@ -11,7 +11,7 @@ from mcap.core.types import Prediction
 from pages._jobs import job_panel, measure_args
 from pages._search import (
     METHODS, QUICK, finished_bo, measured_for, measured_runs, predictor_choice, recommendation,
-    stage_peaks, time_pick, uniform_balance,
+    stage_peaks, time_left_out, time_pick, uniform_balance,
 )
 from pages._shared import (
     caption_of, chart, current, dataset_name, downloads, remember, restore_url, shared, shared_int, store,
@@ -70,7 +70,9 @@ try:
         elif method == "time":  # timed on the real model: only once the Recommend page did it
             done = time_pick(profile, int(stages))
             if done is None:
-                st.info("The model has not been timed for this stage count: press **Time the "
+                missing = time_left_out(profile)  # a CUDA profile, no GPU here
+                st.info(f"time is left out: {missing}; pick another method." if missing else
+                        "The model has not been timed for this stage count: press **Time the "
                         "model** on the Recommend page, or pick another method.")
                 st.stop()
             balance = done.balance

@@ -11,7 +11,7 @@ from mcap.figures import snippet
 from mcap.figures._style import balance_str, fmt_bytes, table_view
 from pages._search import (
     METHODS, QUICK, bo_run, measured_runs, method_label, predictor_choice, recommendation,
-    start_time, time_pick, time_state,
+    start_time, time_left_out, time_pick, time_state,
 )
 from pages._shared import (
     caption_of, chart, current, dataset_name, downloads, remember, restore_url, shared, shared_int,
@@ -131,10 +131,13 @@ elif timing:
         st.info("Timing the model for torchgpipe's balance_by_time in a child process…")
     wait_for_time()
 else:
-    if time_error:
+    missing = time_left_out(profile)  # a CUDA profile on a machine without a GPU
+    if time_error and time_error != missing:
         st.warning(f"time: {time_error}")
     untrusted = not is_trusted(profile.model.spec) and is_user_spec(profile.model.spec)
-    if untrusted:  # data is data: a file's user model is never built (issue 12)
+    if missing is not None:
+        st.info(f"time is left out: {missing}.")
+    elif untrusted:  # data is data: a file's user model is never built (issue 12)
         st.warning("time: " + untrusted_note(
             profile.model.spec, f"python -m mcap recommend --method time --model "
                                 f"{profile.model.spec} --profile FILE --stages {stages}"))

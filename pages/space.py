@@ -14,7 +14,7 @@ from mcap.figures._style import fmt_bytes, table_view
 from mcap.core.types import Prediction
 from pages._search import (
     METHODS, finished_bo, measured_for, method_label, predictor_choice, recommendation,
-    stage_peaks, sweep_predictions, time_pick,
+    stage_peaks, sweep_predictions, time_left_out, time_pick,
 )
 from pages._shared import (
     caption_of, chart, current, dataset_name, downloads, profile_for, remember, restore_url,
@@ -43,11 +43,13 @@ with st.expander("Highlighted methods", expanded=False):
                             help="bo's pick appears once bo has run on the Recommend page, "
                                  "time's once the model was timed there")
 marks, recs = [], []
+time_missing = time_left_out(profile)  # a CUDA profile on a machine without a GPU
 for method in chosen:
     on_demand = {  # minutes of search, or timing the real model: shown once done elsewhere
         "bo": (finished_bo, "bo has not run for this profile and stage count yet: run it on "
                             "the Recommend page and its pick appears here."),
         "time": (lambda g: time_pick(profile, g),
+                 f"time is left out: {time_missing}." if time_missing else
                  "The model has not been timed for this stage count: press **Time the model** "
                  "on the Recommend page and time's pick appears here.")}
     if method in on_demand:

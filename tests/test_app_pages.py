@@ -620,3 +620,27 @@ def test_teaching_view_names_checkpointing_only_where_the_profile_used_it(bundle
     assert list(at.radio(key="tl-schedule").options) == ["GPipe", "1F1B"]
     at = page("explained")
     assert list(at.radio(key="tl-schedule").options) == ["GPipe with checkpointing", "1F1B"]
+
+
+def test_time_of_a_cuda_profile_is_left_out_without_a_gpu_naming_why():
+    """Issue 30: the bundled H100 pair on a machine without a GPU: Recommend, Predict and
+    Partition space say time is left out and why (as ``evaluate`` does), offer no button
+    that would time a CUDA model on the CPU, and show no traceback."""
+    from mcap.app.devices import gpu_count
+    if gpu_count():
+        pytest.skip("this machine has a GPU: the time baseline runs")
+    words = "time is left out: the profile was measured on cuda; this machine has no CUDA device"
+    pair = dict(profile="bundled:vgg11-224-b1104-h100x4.profile.json",
+                sweep="bundled:vgg11-224-b1104-h100x4.sweep.json")
+    at = page("recommend", **pair)
+    assert not errors(at) and not at.warning, [w.value for w in at.warning]
+    assert any(words in i.value for i in at.info), [i.value for i in at.info]
+    assert "rec-time" not in [b.key for b in at.button]
+    at = page("predict", **pair)
+    at.radio(key="pick-mode").set_value("from a recommendation").run()
+    at.selectbox(key="pick-method").set_value("time").run()
+    assert not at.exception and not errors(at)
+    assert any(words in i.value for i in at.info), [i.value for i in at.info]
+    at = page("space", **pair)
+    assert not errors(at)
+    assert any(words in c.value for c in at.caption), [c.value for c in at.caption]

@@ -42,3 +42,23 @@ def test_bo_stops_when_asked_and_keeps_its_curve():
     assert run.finished and run.result is None
     assert "stopped after" in run.error and len(run.curve) >= 3
     assert len(run.curve) < 400
+
+
+def test_the_time_baseline_of_a_cuda_profile_is_left_out_without_a_gpu_naming_why():
+    """Issue 30: the dashboard leaves time out as ``evaluate`` does, with the same words,
+    and starts no timing child for it; a CPU profile is timed as before."""
+    import pytest
+
+    from mcap.app.devices import gpu_count
+    from mcap.core.search.time import NoDevice
+    cuda = datasets.load(datasets.parse_ref("bundled:vgg11-224-b1104-h100x4.profile.json"))
+    assert searches.time_left_out(_profile()) is None
+    if gpu_count():
+        assert searches.time_left_out(cuda) is None
+        return
+    note = searches.time_left_out(cuda)
+    assert note.startswith("the profile was measured on cuda; this machine has no CUDA device")
+    with pytest.raises(NoDevice, match="no CUDA device"):
+        searches.run_method(cuda, 4, "time")
+    searches.start_time("test:cuda", cuda, 4)
+    assert searches.time_state("test:cuda", 4) == (False, note)

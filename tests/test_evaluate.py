@@ -181,3 +181,52 @@ def test_evaluate_a_real_profile_against_its_full_real_sweep(tiny_real):
     assert by["exact"]["ratio"] <= (1 + e) / (1 - e) + 1e-12
     for method in ("exact", "bf"):
         assert by[method]["balance"] == by["exact"]["balance"]
+
+
+# --- a profile measured on a device this machine lacks (issue 30) ---------------------------
+
+H100 = ("data/vgg11-224-b1104-h100x4.profile.json", "data/vgg11-224-b1104-h100x4.sweep.json")
+
+
+def _has_cuda() -> bool:
+    import torch
+    return torch.cuda.is_available()
+
+
+def _evaluate_h100(*extra):
+    p, s = H100
+    return subprocess.run([sys.executable, "-m", "mcap", "evaluate", "--profile", p, "--sweep", s,
+                           *extra], capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.skipif(_has_cuda(), reason="this machine has CUDA: the time baseline runs there")
+def test_evaluate_of_the_bundled_cuda_pair_leaves_time_out_here_and_says_why():
+    """A newcomer's first command on a CPU machine raised 'Torch not compiled with CUDA
+    enabled' from the time baseline. Every other baseline runs; time is left out, named
+    with its reason, and the exit status is 0 (table and --json)."""
+    done = _evaluate_h100()
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert "exact    3-3-5-19" in done.stdout
+    assert "time: left out: the profile was measured on cuda; this machine has no CUDA " \
+           "device, so torchgpipe's balance_by_time cannot time it here" in done.stdout
+    done = _evaluate_h100("--json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    by = {m["method"]: m for m in json.loads(done.stdout)["methods"]}
+    assert by["time"]["balance"] is None and "no CUDA device" in by["time"]["note"]
+    assert all(by[m]["balance"] for m in ("exact", "bf", "bo", "uniform", "params"))
+    # recommend --method time itself: exit 2 naming the reason, no traceback
+    done = subprocess.run([sys.executable, "-m", "mcap", "recommend", "--profile", H100[0],
+                           "--stages", "4", "--method", "time"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "this machine has no CUDA device" in done.stderr
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not _has_cuda(), reason="needs a CUDA device")
+def test_evaluate_of_the_bundled_cuda_pair_times_it_on_the_gpu():
+    """Where the profile's device is, time runs: balance_by_time on the GPU."""
+    done = _evaluate_h100("--json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    by = {m["method"]: m for m in json.loads(done.stdout)["methods"]}
+    assert sum(by["time"]["balance"]) == 30 and len(by["time"]["balance"]) == 4, by["time"]

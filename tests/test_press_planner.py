@@ -184,3 +184,57 @@ def test_savers_figure_data_adds_up():
         len(p.saved) - plan.counts()["keep"]
     fig_press.draw_savers(t, cap, p.balance)
     fig_press.draw_plan_grid(plan)
+
+
+H200 = "tests/fixtures/gpt-l8-h1024-b16-h200x4-press.profile.json"  # profile --press, one H200
+
+
+@pytest.mark.parametrize("frac", [0.85, 0.7])
+@pytest.mark.parametrize("method", ["mpress", "milp"])
+def test_cuda_plans_pay_for_what_they_add(frac, method):
+    """On the H200 (issue 30) every plan's predicted_added_seconds was 0.0, swaps included,
+    while the measured windows grew: the model hid CUDA swaps in live intervals, but the
+    runner queues the copies on the compute stream, so nothing overlaps there either. A
+    swap now costs what profile --press measured for it on the GPU, a recompute too."""
+    from mcap.core.press import problem, to_plan
+    from mcap.core.press.model import floor_actions
+    from mcap.io import jsonio
+
+    prof = jsonio.load_profile(H200)
+    bal, chunks, stats = (3, 2, 2, 3), prof.setup.chunks, prof.press
+    p = problem(prof, bal)
+    for l in range(1, 9):  # the blocks: 2.5-2.7 ms per micro-batch, swapped out and back
+        assert p.costs[l]["swap"] == pytest.approx(chunks * stats.swap_seconds[l], rel=0.02)
+        assert p.costs[l]["recompute"] == pytest.approx(chunks * stats.recompute_seconds[l])
+        assert p.costs[l]["d2d"] > 0
+    swapped = to_plan(p, floor_actions(p), "floor", None)  # every block swapped
+    assert swapped.predicted_added_seconds > chunks * stats.swap_seconds[7]
+    cap = int(frac * max(p.base))  # press_check.py's capacities
+    plan = solve(problem(prof, bal, cap), cap, method)
+    assert plan.counts()["keep"] < prof.model.num_layers
+    assert plan.predicted_added_seconds > 0
+
+
+def test_stages_sharing_a_gpu_add_up_what_plans_add():
+    """Stage processes sharing one GPU take turns on it (``PressStats.gpus``, recorded by
+    profile --press on CUDA): the time a plan adds to each stage adds up, as on CPU stage
+    processes sharing cores; on one GPU per stage the schedule's delay alone counts."""
+    import dataclasses
+
+    from mcap.core.press import problem, to_plan
+    from mcap.core.press.model import floor_actions
+    from mcap.io import jsonio
+
+    prof = jsonio.load_profile(H200)
+    assert prof.press.gpus is None  # measured before it was recorded: stages in parallel
+    shared = dataclasses.replace(prof, press=dataclasses.replace(prof.press, gpus=1))
+    apart = dataclasses.replace(prof, press=dataclasses.replace(prof.press, gpus=4))
+    bal = (3, 2, 2, 3)
+    plans = {name: to_plan(problem(q, bal), floor_actions(problem(q, bal)), "floor", None)
+             for name, q in (("old", prof), ("one", shared), ("four", apart))}
+    assert plans["four"].predicted_added_seconds == plans["old"].predicted_added_seconds
+    assert plans["one"].predicted_added_seconds > plans["four"].predicted_added_seconds
+    p = problem(shared, bal)
+    work = sum(p.costs[a.layer][a.action] for a in floor_actions(p) if a.action != "keep")
+    assert plans["one"].predicted_added_seconds == pytest.approx(work)
+    assert plans["one"].predicted_work_seconds == pytest.approx(work)

@@ -234,3 +234,133 @@ def test_profile_press_stores_the_statistics_with_the_profile(tmp_path):
     assert prof.press.saved_bytes[0] > 0  # the embedding's output, saved by the first block
     with Store(tmp_path / "s.sqlite") as store:
         assert store.load_profile(store.list_profiles()[-1].id).press == prof.press
+
+
+# --- the same on CUDA (issue 30): the cuda cases skip without a GPU -----------------------
+
+NEEDS_CUDA = [pytest.mark.cuda,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+DEVICES = pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=NEEDS_CUDA)])
+GPT = "gpt:layers=4,hidden=256,heads=4,vocab=512,seq=128"  # embed, 4 blocks, head
+SMALL_GPT = "gpt:layers=4,hidden=64,heads=2,vocab=128,seq=32"
+
+
+def _gpt_setup(device: str) -> Setup:
+    return Setup(stages=2, batch_size=8, chunks=4, checkpoint="never", device=device)
+
+
+@DEVICES
+def test_a_stage_moves_only_the_storages_of_its_own_device(device, monkeypatch):
+    """A GPT block on CUDA saves host scalars too (scaled_dot_product_attention's RNG seed
+    and offset); the stage swaps its GPU storages, leaves those in place, and trains as
+    keep-all does (on the CPU every storage is the stage's own)."""
+    from mcap.models import build_model
+    from mcap.runner import press
+    from mcap.runner.press import PressStage
+    from mcap.runner.pressstats import saved_bytes
+
+    device = torch.device(device, 0) if device == "cuda" else torch.device(device)
+    built = build_model(GPT)
+    model = built.module.to(device)
+    x, y = built.example_batch(2)
+    x, y = x.to(device), y.to(device)
+    n = len(model)
+    host = []
+
+    def loss_of(stage):
+        model.zero_grad(set_to_none=True)
+        out = stage(x)
+        loss = built.loss(out, y)
+        loss.backward()
+        return loss.detach(), [p.grad.clone() for p in model.parameters()]
+
+    made = press._HostCopy.__init__
+
+    def watch(self, storage):  # the real copy, and where its storage was
+        host.append(storage.device)
+        made(self, storage)
+    monkeypatch.setattr(press._HostCopy, "__init__", watch)
+    want = loss_of(PressStage(model, [LayerAction(i) for i in range(n)], 0, device=device))
+    got = loss_of(PressStage(model, [LayerAction(i, "swap") for i in range(n)], 0,
+                             device=device))
+    assert host and all(d == device for d in host)  # only GPU storages left the stage
+    assert torch.allclose(want[0], got[0], rtol=1e-5)
+    for a, b in zip(want[1], got[1]):
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-6)
+    saved = saved_bytes(model, x)
+    assert all(s > 0 for s in saved[1:-1])  # every block saves GPU activations
+
+
+@DEVICES
+def test_d2d_of_a_gpt_moves_the_bytes_into_the_peer_stages_memory(device):
+    """The H200 failed every d2d plan (``Expected a cuda device, but got: cpu``): a d2d
+    swap on CUDA moves stage 0's activations into stage 1's GPU memory (CUDA IPC: stage
+    1 allocates, stage 0 copies into it), counted in stage 1's peak, and back; on the CPU
+    through the stage processes' tracked memory."""
+    from mcap.runner import open_runner
+    from mcap.models import build_model
+    from mcap.runner.pressstats import saved_bytes
+
+    setup, balance = _gpt_setup(device), (3, 3)
+    keep = keep_all(GPT, balance)
+    plans = {"swap": _with(keep, 0, "swap"), "d2d": _with(keep, 0, "d2d", 1)}
+    with open_runner(GPT, setup, timeout=300) as runner:
+        runs = {"plain": runner.measure(balance)}
+        runs.update({name: runner.measure(balance, press=p) for name, p in plans.items()})
+        runs["again"] = runner.measure(balance, press=plans["d2d"])
+    for name, run in runs.items():
+        assert run.status == "ok", (name, run.error)
+    built = build_model(GPT)
+    x, _ = built.example_batch(setup.batch_size // setup.chunks)
+    one = sum(saved_bytes(built.module.to(device), x.to(device))[:balance[0]])  # a micro-batch
+    plain, swap, d2d = runs["plain"].peaks, runs["swap"].peaks, runs["d2d"].peaks
+    assert plain[0] - d2d[0] >= one / 2, (plain, d2d, one)  # out of stage 0 ...
+    assert abs(d2d[0] - swap[0]) <= 0.01 * plain[0], (swap, d2d)  # ... as a host swap
+    assert _same(swap[1], plain[1], device)  # a host swap leaves stage 1 alone
+    rise = d2d[1] - plain[1]  # ... into stage 1's memory: at least the last micro-batch's
+    assert one / 2 <= rise <= 1.3 * setup.chunks * one, (rise, one)
+    # history-free: nothing left held after a d2d run
+    assert all(_same(a, b, device) for a, b in zip(runs["again"].peaks, d2d)), runs["again"]
+
+
+def _same(a: int, b: int, device: str) -> bool:
+    """Equal peaks: to the byte on CPU stage processes; on CUDA within 0.5%, the run-to-run
+    spread the H200 still showed on last stages (up to 64 KiB, ../shared/gpu-h200 item 2),
+    which is the runner's measurement to fix, not this plan's."""
+    return a == b if device == "cpu" else abs(a - b) <= 0.005 * max(a, b)
+
+
+@DEVICES
+def test_profile_press_times_swaps_and_recomputes_where_they_run(device):
+    """On the H200 every CUDA plan's predicted added time was 0.0 (issue 30). On CUDA the
+    swaps, recomputes and copies are timed with CUDA events on the stream they run on, a
+    swap costs at least its copies at the measured bandwidth, and a plan that swaps or
+    recomputes is predicted to add time; on the CPU the same numbers are CPU seconds."""
+    from mcap.core.press import problem_from
+    from mcap.core.pressplan import LayerAction as A
+    from mcap.core.press.model import delay
+    from mcap.runner.pressstats import measure
+
+    setup = _gpt_setup(device)
+    stats = measure(SMALL_GPT, setup, repeats=3)
+    blocks = range(1, 5)
+    assert all(stats.saved_bytes[l] > 0 and stats.forward_seconds[l] > 0 for l in blocks)
+    assert all(x >= 0 for x in stats.swap_seconds + stats.recompute_seconds)
+    assert stats.host_bandwidth > 0 and stats.d2d_bandwidth > 0
+    if device == "cpu":  # CPU seconds of the calling thread, as before (noise may read 0)
+        assert stats.gpus is None
+        return
+    assert stats.gpus == min(setup.stages, torch.cuda.device_count())
+    for l in blocks:  # out and back over the host link, on the compute stream
+        assert stats.swap_seconds[l] >= 0.5 * 2 * stats.saved_bytes[l] / stats.host_bandwidth
+        assert stats.swap_seconds[l] > 0 and stats.recompute_seconds[l] > 0
+    p = problem_from(SMALL_GPT, (3, 3), (2**30, 2**30), "gpipe", setup.chunks,
+                     stats.saved_bytes, stats.forward_seconds, stats.host_bandwidth,
+                     stats.d2d_bandwidth, overlap=False, boundaries=stats.boundaries,
+                     swap_seconds=stats.swap_seconds,
+                     recompute_seconds=stats.recompute_seconds, parallel=stats.gpus)
+    n = len(stats.saved_bytes)
+    for action in ("swap", "recompute", "d2d"):
+        actions = [A(l, action, 1 if action == "d2d" else None) if l == 2 else A(l)
+                   for l in range(n)]
+        assert delay(p, actions) > 0, action

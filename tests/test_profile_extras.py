@@ -80,3 +80,17 @@ def test_press_plan_round_trip_and_refusals():
     bad["plan"][0][0]["action"] = "exec"
     with pytest.raises(McapError, match="expected one of keep"):
         plan_from_json(bad)
+
+
+def test_the_gpus_a_cuda_press_profile_ran_on_survive_and_are_checked(tmp_path):
+    q = _profile()
+    q = dataclasses.replace(q, press=dataclasses.replace(q.press, gpus=1))
+    jsonio.save(q, tmp_path / "x.profile.json")
+    assert jsonio.load_profile(tmp_path / "x.profile.json").press.gpus == 1
+    with Store(tmp_path / "s.db") as s:
+        assert s.load_profile(s.save_profile(q)).press.gpus == 1
+    d = jsonio.to_dict(q)
+    d["press"]["gpus"] = 0
+    (tmp_path / "bad.profile.json").write_text(json.dumps(d))
+    with pytest.raises(SchemaError, match=r"press\.gpus"):
+        jsonio.load_profile(tmp_path / "bad.profile.json")

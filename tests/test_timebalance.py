@@ -65,3 +65,22 @@ def test_time_without_a_timer_says_why():
 def test_more_stages_than_layers_is_refused():
     with pytest.raises(McapError, match="cannot split 6 layers into 7 stages"):
         time_balance("gpt:layers=4,hidden=16,heads=2,vocab=10,seq=4", 7, 2)
+
+
+def test_a_device_this_machine_lacks_is_refused_naming_it():
+    """A CUDA profile on a machine without CUDA (issue 30): time is left out with the
+    reason (before the paper-scale VGG11 is built), never timed on the CPU instead and
+    never a torch AssertionError."""
+    import torch
+
+    from mcap.core.search.time import NoDevice
+    from mcap.runner.timebalance import layer_times
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    words = "the profile was measured on cuda; this machine has no CUDA device"
+    with pytest.raises(NoDevice, match=words):
+        time_balance("vgg11:image_size=224", 4, 92, device="cuda")
+    with pytest.raises(NoDevice, match=words):
+        layer_times("vgg11:image_size=224", 92, device="cuda")
+    with pytest.raises(McapError, match="device 'tpu' is not one mcap times on"):
+        timer(device="tpu")("vgg11:image_size=32", 2, 1)

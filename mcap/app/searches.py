@@ -73,6 +73,18 @@ def _cached_timer(device: str, timeout: float):
     return cached
 
 
+def time_left_out(profile: Profile) -> Optional[str]:
+    """Why this server cannot time the profile's model, or None: a CUDA profile on a
+    machine without a GPU (``mcap.app.devices``, read without torch) is left out with the
+    reason, never timed on the CPU instead (issue 30; ``python -m mcap evaluate`` says the
+    same words)."""
+    from mcap.app.devices import gpu_count
+    from mcap.core.search.time import no_device_note
+    if profile.setup.device == "cuda" and gpu_count() == 0:
+        return no_device_note("cuda")
+    return None
+
+
 def time_known(profile: Profile, stages: int, timeout: float = TIME_PROFILING_S) -> bool:
     """Whether this server already timed the profile's model for ``stages``."""
     key = (profile.model.spec, int(stages), micro_batch(profile.setup), float(timeout),
@@ -86,6 +98,10 @@ def run_method(profile: Profile, stages: int, method: str, predictor: Optional[s
     settings = dict(settings or {})
     context = None
     if method == "time":
+        missing = time_left_out(profile)
+        if missing is not None:  # before any child process starts
+            from mcap.core.search.time import NoDevice
+            raise NoDevice(missing)
         timeout = float(settings.pop("timeout", TIME_PROFILING_S))
         context = context_of(profile, timer=_cached_timer(profile.setup.device, timeout))
     return recommend(profile, stages, method, predictor, context=context, progress=progress,
@@ -111,6 +127,10 @@ def start_time(dataset: str, profile: Profile, stages: int) -> None:
         if key in _TIMING and _TIMING[key].is_alive():
             return
         _TIME_ERRORS.pop(key, None)
+        missing = time_left_out(profile)
+        if missing is not None:  # nothing to start: the page shows why
+            _TIME_ERRORS[key] = missing
+            return
 
         def work():
             try:

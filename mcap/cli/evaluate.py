@@ -5,8 +5,9 @@
         --capacity 24MiB --partitioner mcap --partitioner time [setup options] --low 8 --high 64
 
 ``evaluate`` is pure except for the ``time`` method (torchgpipe's balance_by_time times the
-real model), which is included when torch and torchgpipe import and reported as
-unavailable otherwise. ``scale`` measures for real, recording every run in the store.
+real model), which is included when torch and torchgpipe import and the profile's device is
+here (a CUDA profile on a machine without CUDA), and reported as left out, with the reason,
+otherwise (exit 0: every other method still runs). ``scale`` measures for real, recording every run in the store.
 """
 from __future__ import annotations
 
@@ -83,9 +84,12 @@ def _time_pick(profile, stages: int, predictor: str):
     """torchgpipe's balance_by_time for the profiled model, or (None, why)."""
     from mcap.cli.core import search_context
     from mcap.core.recommend import recommend
+    from mcap.core.search.time import NoDevice
     try:
         return recommend(profile, stages, "time", predictor,
                          context=search_context(profile, "time")), ""
+    except NoDevice as exc:  # a CUDA profile here without CUDA: left out, said why
+        return None, f"left out: {exc}"
     except UntrustedCode:
         from mcap.models.spec import untrusted_note
         spec = profile.model.spec
@@ -124,15 +128,21 @@ def print_evaluation(ev) -> None:
     print(f"  within 5%: {_pct(e.within_goal)}  within 14%: {_pct(e.within_paper)}  "
           f"predicted below measured: {e.under}")
     print("method   pick            predicted      measured       rank   ratio")
+    notes = []  # a method that did not run: why, under the table (too long for a cell)
     for m in ev.picks:
         bal = "-" if m.balance is None else "-".join(map(str, m.balance))
         rank = "-" if m.rank is None else f"{m.rank}/{ev.ok}"
         ratio = "-" if m.ratio is None else f"{m.ratio:.3f}x"
         measured = _mib(m.measured_peak) if m.measured_peak is not None else (m.note or "-")
+        if m.balance is None and m.note and len(m.note) > 24:
+            measured = "not run"
+            notes.append(f"{m.method}: {m.note}")
         line = f"{m.method:<8} {bal:<15} {_mib(m.predicted_peak):>12}  {measured:>12}  {rank:>7}  {ratio:>6}"
         if m.note and m.measured_peak is not None:
             line += f"  ({m.note})"
         print(line)
+    for note in notes:
+        print(note)
 
 
 def cmd_evaluate(args) -> int:

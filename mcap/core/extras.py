@@ -14,7 +14,8 @@
               "recompute_transients": [[forward, backward], ...],          (optional)
               "cores": int,                                                (optional)
               "segment_bytes": int,                                        (optional)
-              "recompute_seconds": [float, ...]}                           (optional)
+              "recompute_seconds": [float, ...],                           (optional)
+              "gpus": int}                                                 (optional, CUDA)
 
 Reading checks every value (a file is data: types, ranges, lengths) and raises through the
 caller's ``fail(where, message)`` so the message names the file and the key. Runs are read
@@ -65,7 +66,8 @@ def press_to_json(press: PressStats) -> dict:
             **({"cores": int(press.cores)} if press.cores else {}),
             **({"segment_bytes": int(press.segment_bytes)} if press.segment_bytes else {}),
             **({"recompute_seconds": [float(x) for x in press.recompute_seconds]}
-               if press.recompute_seconds else {})}
+               if press.recompute_seconds else {}),
+            **({"gpus": int(press.gpus)} if press.gpus else {})}
 
 
 def _show(v: Any) -> str:
@@ -190,8 +192,11 @@ def press_from_json(x: Any, num_layers: int, fail) -> Optional[PressStats]:
         rec_s = tuple(_num(b, f"press.recompute_seconds[{j}]", fail, MAX_SECONDS)
                       for j, b in enumerate(_list(x["recompute_seconds"],
                                                   "press.recompute_seconds", fail, num_layers)))
+    gpus = None
+    if x.get("gpus") is not None:  # CUDA profiles from issue 30 on
+        gpus = _int(x["gpus"], "press.gpus", fail, 1, 2**16)
     return PressStats(saved, fwd, host, d2d, bounds, tuple(shared), backward, back_t, fwd_t,
-                      swap_s, rec_t, cores, segment, rec_s)
+                      swap_s, rec_t, cores, segment, rec_s, gpus)
 
 
 def _rows(x: dict, key: str, names: tuple, num_layers: int, fail) -> tuple:

@@ -232,6 +232,9 @@ class PressStats:
     # per layer: seconds recomputing it (a one-layer checkpoint segment) adds per
     # micro-batch, measured (empty: older files; the forward time stands in)
     recompute_seconds: tuple[float, ...] = ()
+    # CUDA: the GPUs the stage processes ran on (stages sharing one take turns on it: the
+    # time model adds their added work up); None on the CPU and in older files
+    gpus: Optional[int] = None
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,14 @@ uses to attribute ``saved_bytes``, so nothing is counted twice) decides what hap
   target allocates the buffer on its GPU and the sender copies into it through a CUDA IPC
   handle (peer copy, NVLink where present).
 
+Only storages on the stage's own device are acted on: a CUDA stage's layers also save
+small host tensors (flash attention's ``philox_seed`` and ``philox_offset``, CPU scalars
+saved by every ``scaled_dot_product_attention`` backward), which no GPU counter counts, so
+moving them frees nothing there, and the CUDA copy paths (a d2d channel synchronizes the
+source's device) refuse a host tensor (the H200's ``Expected a cuda device, but got:
+cpu``, issue 30). They stay where they are, as ``mcap.runner.pressstats`` leaves them out
+of ``saved_bytes``.
+
 What no action can free, and so is left in place: the stage's input and output
 micro-batches, which the pipeline schedule holds until backward whatever the plan says
 (``PipelineStage.fwd_cache``): a storage of the input is never moved, and one of the output
@@ -149,8 +157,8 @@ class Saver:
     def pack(self, t: torch.Tensor):
         storage = t.untyped_storage()
         key = storage.data_ptr()
-        if key == 0 or key in self.stage.param_keys or t.device.type == "meta":
-            return t
+        if key == 0 or key in self.stage.param_keys or not self.stage.holds(t.device):
+            return t  # no activation of this device (module docstring)
         rec = self.records.get(key)
         if isinstance(rec, _Moved) and rec.origin() is not storage:
             rec = None  # that storage was freed and its address reused in this forward
@@ -177,7 +185,8 @@ class PressStage(nn.Module):
     """A stage's layers with a plan's per-layer actions (module docstring). Forwards on
     meta tensors (shape inference) or without grad run plainly."""
 
-    def __init__(self, layers: nn.Sequential, actions: list, rank: int, channels=None):
+    def __init__(self, layers: nn.Sequential, actions: list, rank: int, channels=None,
+                 device: Optional[torch.device] = None):
         super().__init__()
         if len(actions) != len(layers):
             raise ValueError(f"{len(actions)} actions for a stage of {len(layers)} layers")
@@ -186,6 +195,8 @@ class PressStage(nn.Module):
         self.targets = [a.target for a in actions]
         self.rank = rank
         self.channels = channels  # mcap.runner.pressd2d.Channels, for d2d actions
+        # the stage's device: only its storages are moved (None: its input's, at forward)
+        self.device = None if device is None else torch.device(device)
         self.param_keys = {t.untyped_storage().data_ptr()
                            for t in list(layers.parameters()) + list(layers.buffers())}
         self._next_key = 0
@@ -203,6 +214,13 @@ class PressStage(nn.Module):
 
     def new_step(self) -> None:  # the same interface as train.Recomputed
         pass
+
+    def holds(self, device: torch.device) -> bool:
+        """Whether a storage on ``device`` is the stage's own (what its device counts)."""
+        mine = self.device
+        if mine is None or device.type == "meta":
+            return device.type != "meta"
+        return device.type == mine.type and (mine.index is None or device.index == mine.index)
 
     def move(self, storage: torch.UntypedStorage, layer: Optional[int]):
         action = self.actions[layer] if layer is not None else "keep"
@@ -224,6 +242,8 @@ class PressStage(nn.Module):
         if any(isinstance(a, torch.Tensor) and a.is_meta for a in args) \
                 or not torch.is_grad_enabled():
             return self.layers(x)
+        if self.device is None:
+            self.device = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
         saver = Saver(self)
         # The schedule holds the stage's input until backward (PipelineStage.fwd_cache): a
         # copy of it would free nothing, so it stays (module docstring).
@@ -298,4 +318,4 @@ def press_stage(layers: nn.Sequential, job: PressJob, setup, rank: int,
         # bench/bench_press_time.py).
         from mcap.runner.train import Recomputed
         return Recomputed(layers, setup.checkpoint, setup.chunks), links
-    return PressStage(layers, actions, rank, channels), links
+    return PressStage(layers, actions, rank, channels, device), links

@@ -8,7 +8,10 @@ process on the setup's device with the setup's intra-op threads:
   once (views of one storage, or one tensor saved by two ops or two layers, count once, for
   the first layer that saves it: the owner ``mcap.runner.press`` applies that layer's
   action to), parameters and buffers never (they are not activations), and the model's
-  input batch never (the first stage's schedule holds it whatever a plan does). A layer
+  input batch never (the first stage's schedule holds it whatever a plan does), and
+  storages on another device than the stage's never (a CUDA layer's host scalars, such as
+  flash attention's RNG seed and offset: no GPU counter counts them, and the runner leaves
+  them in place, ``mcap.runner.press``). A layer
   that starts a stage owns its input there too when it is the first to save it (a conv's
   input): the schedule holds that one as well, so acting on that layer frees less than
   ``saved_bytes`` says.
@@ -65,8 +68,11 @@ process on the setup's device with the setup's intra-op threads:
 * ``forward_seconds[l]``: the layer's forward time per micro-batch with autograd
   recording (what recomputing it costs), the median of ``repeats`` after one warm-up.
 
-Times (``forward_seconds``, ``swap_seconds``, ``recompute_seconds``) are read on :func:`clock`: on CUDA the wall
-clock after a synchronize; on the CPU CPU time (``time.thread_time`` with one intra-op
+Times (``forward_seconds``, ``swap_seconds``, ``recompute_seconds``, and on CUDA the
+bandwidths) are read with a :class:`Stopwatch`: on CUDA between two CUDA events recorded on
+the stream the work runs on (the GPU's own clock: the asynchronous copies and kernels the
+work queued, including any wait for the host to queue them); on the CPU CPU time
+(:func:`clock`: ``time.thread_time`` with one intra-op
 thread, as the stage processes run: the layer runs on the calling thread, and no other
 thread of the process counts; ``time.process_time`` with more). Stage processes pinned to
 one intra-op thread run a layer on one core, so on a quiet machine the two agree, and on a loaded one
@@ -82,6 +88,9 @@ costs while the wall clock also holds the time it waited for a core
   receiving server's tensor and back (here both ends are threads of this process; the
   kernel copies the same bytes between two processes); on CUDA a device-to-device copy
   from GPU 0 to GPU 1 (GPU 0 itself when there is only one, as stages sharing it do).
+* ``gpus``: on CUDA, the GPUs the stage processes run on (``min(stages, device_count)``):
+  stages sharing one GPU take turns on it, so the time a plan adds to each of them adds up
+  (``mcap.core.press.model.delay``); None on the CPU (``cores`` says it there).
 """
 from __future__ import annotations
 
@@ -119,12 +128,13 @@ def measure(spec: str, setup: Setup, repeats: int = REPEATS) -> PressStats:
         forward = forward_seconds(module, x, repeats, device)
         host = host_bandwidth(device, repeats)
         d2d = d2d_bandwidth(device, repeats)
+        gpus = min(setup.stages, torch.cuda.device_count()) if device.type == "cuda" else None
     finally:
         torch.set_num_threads(old)
     return PressStats(tuple(saved), tuple(forward), host, d2d, bounds, shared, tuple(backward),
                       tuple(tr.backward), tuple(tr.forward), tuple(tr.seconds),
                       tuple(tr.recompute), _cores(), _segment_bytes(device),
-                      tuple(tr.recompute_seconds))
+                      tuple(tr.recompute_seconds), gpus)
 
 
 def _storages(out) -> list:
@@ -153,6 +163,8 @@ def saved_and_boundaries(module: torch.nn.Sequential, x: torch.Tensor):
     def pack(t):
         storage = t.untyped_storage()
         key = storage.data_ptr()
+        if t.device != x.device:  # not the stage's memory (module docstring)
+            return t
         if key and key not in skip and key not in owner:
             owner[key] = current[0]
             sizes[current[0]] += storage.nbytes()
@@ -267,11 +279,12 @@ def transients(module: torch.nn.Sequential, x: torch.Tensor, device: torch.devic
     now, reset, top = _counters(device)
     inputs = _layer_inputs(module, x)
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
-    tick = clock(device)
+    watch = Stopwatch(device)
     out = Transients([], [], [], [], [])
     for i, layer in enumerate(module):
         leaves = _leaves(inputs[i], i > 0)
-        hooks = PressStage(torch.nn.Sequential(layer), [LayerAction(0, "swap")], 0)
+        hooks = PressStage(torch.nn.Sequential(layer), [LayerAction(0, "swap")], 0,
+                           device=device)
         back, fwd = [], {}
         for mode in ("first", "accumulate", "swapped", "recompute"):
             how = hooks if mode == "swapped" else RECOMPUTE if mode == "recompute" else None
@@ -280,9 +293,9 @@ def transients(module: torch.nn.Sequential, x: torch.Tensor, device: torch.devic
             fwd[mode] = up
         extra, again = [], []
         for _ in range(repeats):  # timed alternately, all warm by now
-            kept = _pass(layer, leaves, None, now, reset, top, sync, tick)[2]
-            extra.append(_pass(layer, leaves, hooks, now, reset, top, sync, tick)[2] - kept)
-            again.append(_pass(layer, leaves, RECOMPUTE, now, reset, top, sync, tick)[2] - kept)
+            kept = _pass(layer, leaves, None, now, reset, top, sync, watch)[2]
+            extra.append(_pass(layer, leaves, hooks, now, reset, top, sync, watch)[2] - kept)
+            again.append(_pass(layer, leaves, RECOMPUTE, now, reset, top, sync, watch)[2] - kept)
         for p in layer.parameters():
             p.grad = None
         out.backward.append(tuple(back[:3]))
@@ -298,24 +311,59 @@ RECOMPUTE = object()  # _pass: run the layer as a one-layer checkpoint segment
 
 
 def clock(device: torch.device) -> Callable[[], float]:
-    """The timer of this module's seconds (module docstring): the wall clock on CUDA (the
-    caller synchronizes); on the CPU the calling thread's CPU seconds when torch runs ops
-    on it alone (one intra-op thread, the stage processes' default: other threads of the
-    process, idle or not, add nothing), else the whole process's."""
+    """The CPU's timer of this module's seconds (module docstring): the calling thread's
+    CPU seconds when torch runs ops on it alone (one intra-op thread, the stage processes'
+    default: other threads of the process, idle or not, add nothing), else the whole
+    process's. On CUDA the wall clock, for callers that synchronize (this module times
+    CUDA work with :class:`Stopwatch`'s events)."""
     if device.type == "cuda":
         return time.perf_counter
     return time.thread_time if torch.get_num_threads() == 1 else time.process_time
 
 
-def _pass(layer, leaves, hooks, now, reset, top, sync, tick=time.perf_counter) -> tuple[int, int, float]:
+class Stopwatch:
+    """Seconds of work queued on ``device`` between :meth:`start` and :meth:`stop`.
+
+    On CUDA two events (``enable_timing``) recorded on the device's current stream, read
+    after the second has completed: the time the GPU spent from the first to the second,
+    the asynchronous copies and kernels included (a CPU-time clock reads almost nothing of
+    them; a host clock reads them only after a synchronize, plus its own latency). On the
+    CPU :func:`clock`'s CPU seconds, as before. ``wall=True``: the wall clock on the CPU
+    (the bandwidth probes, which wait on other threads)."""
+
+    def __init__(self, device: torch.device, wall: bool = False):
+        self.device = torch.device(device)
+        self.cuda = self.device.type == "cuda"
+        self.tick = time.perf_counter if wall else clock(self.device)
+        self._begin = None
+
+    def _event(self):
+        event = torch.cuda.Event(enable_timing=True)
+        event.record(torch.cuda.current_stream(self.device))
+        return event
+
+    def start(self) -> None:
+        self._begin = self._event() if self.cuda else self.tick()
+
+    def stop(self) -> float:
+        if not self.cuda:
+            return self.tick() - self._begin
+        end = self._event()
+        end.synchronize()
+        return self._begin.elapsed_time(end) / 1000.0  # milliseconds
+
+
+def _pass(layer, leaves, hooks, now, reset, top, sync, watch: "Stopwatch | None" = None
+          ) -> tuple[int, int, float]:
     """One forward and backward of ``layer`` (swapping what it saves when ``hooks`` is a
     ``PressStage``, recomputing it when it is :data:`RECOMPUTE`): the peaks of each above
-    its start, and the seconds both took."""
+    its start, and the seconds both took on ``watch`` (0.0 without one)."""
     from torch.utils.checkpoint import checkpoint
     from mcap.runner.press import Saver
 
     sync()
-    t0 = tick()
+    if watch is not None:
+        watch.start()
     xs = _fresh(leaves)
     saver = Saver(hooks) if hooks is not None and hooks is not RECOMPUTE else None
     if saver is not None:
@@ -333,14 +381,14 @@ def _pass(layer, leaves, hooks, now, reset, top, sync, tick=time.perf_counter) -
             if isinstance(t, torch.Tensor) and t.requires_grad]
     if not outs:  # nothing to differentiate (a layer on the model's integer input)
         sync()
-        return up, 0, tick() - t0
+        return up, 0, 0.0 if watch is None else watch.stop()
     grads = [torch.ones_like(t) for t in outs]
     start = now()
     reset()
     torch.autograd.backward(outs, grads)
     down = max(0, top() - start)
     sync()
-    return up, down, tick() - t0
+    return up, down, 0.0 if watch is None else watch.stop()
 
 
 def _segment_bytes(device: torch.device) -> int:
@@ -395,17 +443,18 @@ def forward_seconds(module: torch.nn.Sequential, x: torch.Tensor, repeats: int,
                     device: torch.device) -> list[float]:
     times: list[list[float]] = [[] for _ in module]
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
-    tick = clock(device)
+    watch = Stopwatch(device)
     with torch.enable_grad():
         for r in range(repeats + 1):  # the first pass warms up (allocator, oneDNN caches)
             out = x
             for i, layer in enumerate(module):
                 sync()
-                start = tick()
+                watch.start()
                 out = layer(out)
+                took = watch.stop()
                 sync()
                 if r:
-                    times[i].append(tick() - start)
+                    times[i].append(took)
             del out
     return [statistics.median(t) for t in times]
 
@@ -418,23 +467,21 @@ def _rate(nbytes: int, probe: Callable[[], tuple[float, float]], repeats: int) -
 def host_bandwidth(device: torch.device, repeats: int = REPEATS,
                    nbytes: int = PROBE_BYTES) -> float:
     src = torch.ones(nbytes, dtype=torch.uint8, device=device)
+    watch = Stopwatch(device, wall=True)  # CUDA: events on the copies' stream
 
     def probe():  # a fresh host buffer each time, as every swapped storage gets one
-        t0 = time.perf_counter()
+        watch.start()
         if device.type == "cuda":
             host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
         else:
             import numpy as np
             host = torch.from_numpy(np.empty(nbytes, dtype=np.uint8))
         host.copy_(src, non_blocking=True)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        t1 = time.perf_counter()
+        out = watch.stop()
+        watch.start()
         back = torch.empty(nbytes, dtype=torch.uint8, device=device)
         back.copy_(host, non_blocking=True)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        return t1 - t0, time.perf_counter() - t1
+        return out, watch.stop()
     return _rate(nbytes, probe, repeats)
 
 
@@ -444,15 +491,19 @@ def d2d_bandwidth(device: torch.device, repeats: int = REPEATS,
         peer = torch.device("cuda", 1 % torch.cuda.device_count())
         src = torch.ones(nbytes, dtype=torch.uint8, device=device)
         dst = torch.empty(nbytes, dtype=torch.uint8, device=peer)
+        # torch copies between GPUs on the source's current stream: time it there
+        there, back = Stopwatch(device), Stopwatch(peer)
 
         def probe():
-            t0 = time.perf_counter()
-            dst.copy_(src)
-            torch.cuda.synchronize(peer)
-            t1 = time.perf_counter()
-            src.copy_(dst)
             torch.cuda.synchronize(device)
-            return t1 - t0, time.perf_counter() - t1
+            torch.cuda.synchronize(peer)
+            there.start()
+            dst.copy_(src)
+            out = there.stop()
+            torch.cuda.synchronize(peer)
+            back.start()
+            src.copy_(dst)
+            return out, back.stop()
         return _rate(nbytes, probe, repeats)
 
     from mcap.runner import pressd2d

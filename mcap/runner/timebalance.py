@@ -28,6 +28,20 @@ def _without_inplace(module):
     return clone
 
 
+def check_device(device: str) -> None:
+    """Refuse (``NoDevice``, an McapError) a device this machine does not have, before the
+    model is built: a CUDA profile on a machine without CUDA is left out, never timed on
+    the CPU instead (``mcap.core.search.time.no_device_note``)."""
+    import torch
+
+    from mcap.core.search.time import NoDevice, no_device_note
+    kind = str(device).split(":")[0]
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise NoDevice(no_device_note(kind))
+    if kind not in ("cpu", "cuda"):
+        raise McapError(f"time: device {device!r} is not one mcap times on (cpu, cuda)")
+
+
 def time_balance(spec: str, stages: int, micro_batch: int, *, timeout: float = DEFAULT_TIMEOUT,
                  device: str = "cpu", seed: int = 0) -> tuple[int, ...]:
     """torchgpipe's ``balance_by_time`` for a model spec, on a sample micro-batch."""
@@ -36,6 +50,7 @@ def time_balance(spec: str, stages: int, micro_batch: int, *, timeout: float = D
 
     from mcap.models import build_model
 
+    check_device(device)
     built = build_model(spec, seed=seed)
     if not 1 <= stages <= built.info.num_layers:
         raise McapError(f"time: cannot split {built.info.num_layers} layers into {stages} stages")
@@ -70,6 +85,7 @@ def layer_times(spec: str, micro_batch: int, *, timeout: float = DEFAULT_TIMEOUT
 
     if micro_batch < 1:
         raise McapError(f"layer times: micro-batch size must be >= 1, got {micro_batch}")
+    check_device(device)
     built = build_model(spec, seed=seed)
     module = _without_inplace(built.module).to(device)
     inputs, _ = built.example_batch(micro_batch, seed=seed)

@@ -66,17 +66,24 @@ own penalty, and a swap is free when its live interval hides it):
   (``PressStats.swap_seconds``) the measured swap of the layer, which also holds the
   fresh allocations and the hooks' own work (a d2d swap: that overhead plus its copies) minus the layer's *live interval* for that
   micro-batch (from the end of its forward to the start of its backward, footnote 1),
-  at least 0 (footnote 2). The overlap needs a copy engine beside the compute (CUDA side
-  streams, MPress III-E); on CPU stage processes the saved-tensor hooks copy on the
-  compute thread, so nothing overlaps and a swap costs its whole transfer
-  (``overlap=False``, what :func:`problem` chooses for ``Setup.device == "cpu"``).
+  at least 0 (footnote 2). The overlap needs a copy engine beside the compute on a side
+  stream, and a prefetch before backward asks (MPress III-E). mcap's runner has neither:
+  on CPU stage processes the saved-tensor hooks copy on the compute thread, and on CUDA
+  they queue the copies on the compute stream (out after the layer's kernels, back when
+  backward first unpacks the storage, ``mcap.runner.press``), so nothing overlaps and a
+  swap costs its whole transfer on either device (``overlap=False``, what :func:`problem`
+  chooses for every profile; ``problem_from(overlap=True)`` is MPress's own model). On
+  the H200 (issue 30) assuming the overlap made every CUDA plan's added time 0.0 while the
+  measured windows grew.
 
 Live intervals come from the schedule (:func:`op_times`): ``mcap.core.timeline``'s op
 order and dependencies with each stage's forward = the sum of its layers'
 ``forward_seconds`` and backward = twice that (the usual 1:2 ratio; no transfer time
 between stages). Penalties add over layers and micro-batches: the delay when stage
-processes share the cores (the CPU runner), an upper bound of the critical path's delay
-when stages run in parallel. Recomputation lengthening other layers' live intervals
+processes share the cores (the CPU runner) or a GPU (``PressStats.gpus`` fewer than the
+stages: the processes take turns on it), an upper bound of the critical path's delay
+when stages run in parallel. Times are what ``profile --press`` measured: CPU seconds on
+the CPU, the GPU's own clock (CUDA events) on CUDA. Recomputation lengthening other layers' live intervals
 (III-D's second observation) is ignored, which only over-states swap penalties.
 
 **Checkpoint mode.** With torchgpipe-style checkpointing (``except_last``/``always``) the
@@ -282,7 +289,7 @@ def problem(profile: Profile, balance: Sequence[int], capacity: Optional[int] = 
                         profile.setup.chunks, profile.press.saved_bytes,
                         profile.press.forward_seconds, profile.press.host_bandwidth,
                         profile.press.d2d_bandwidth, capacity,
-                        overlap=profile.setup.device == "cuda",
+                        overlap=False,  # the runner copies on the compute thread/stream
                         boundaries=profile.press.boundaries, shared=profile.press.shared,
                         work=profile.press.backward_bytes,
                         params=[layer.param_bytes for layer in profile.model.layers],
@@ -297,10 +304,13 @@ def problem(profile: Profile, balance: Sequence[int], capacity: Optional[int] = 
 
 def _parallel(profile: Profile) -> int:
     """How many stage processes run at once: on the CPU the cores ``profile --press`` saw
-    over each stage's intra-op threads (stage processes share the cores); 0 (all of
-    them) on CUDA or where the cores were not recorded."""
+    over each stage's intra-op threads (stage processes share the cores); on CUDA the GPUs
+    the stages ran on (``PressStats.gpus``: processes sharing a GPU take turns on it); 0
+    (all of them) where neither was recorded (older files)."""
+    if profile.setup.device == "cuda":
+        return max(0, int(profile.press.gpus or 0))
     cores = profile.press.cores
-    if profile.setup.device == "cuda" or not cores:
+    if not cores:
         return 0
     return max(1, cores // max(1, profile.setup.threads))
 

@@ -10,6 +10,21 @@ from mcap.core.errors import McapError
 from mcap.core.search.base import Found, Method, register
 
 
+class NoDevice(McapError):
+    """The profile's device is not on this machine: ``time`` is left out, not run elsewhere."""
+
+
+def no_device_note(device: str) -> str:
+    """Why ``time`` cannot run for a profile measured on ``device`` on a machine without
+    one: timing the model on another device would give that device's times, a different
+    machine's balance, so it is left out (issue 30)."""
+    kind = str(device).split(":")[0]
+    name = "CUDA" if kind == "cuda" else kind
+    return (f"the profile was measured on {kind}; this machine has no {name} device, so "
+            f"torchgpipe's balance_by_time cannot time it here (timing it on the CPU would "
+            f"give another machine's times)")
+
+
 @register
 class Time(Method):
     name = "time"

@@ -53,6 +53,8 @@ def measured(tmp_path_factory):
         runs.update({name: runner.measure(BALANCE, press=p) for name, p in plans.items()})
         with pytest.raises(McapError, match="balance 15,15 but the run measures balance 14,16"):
             runner.measure((14, 16), press=keep)
+        with pytest.raises(McapError, match=r"d2d.*--isolation pipeline"):
+            runner.measure(BALANCE, press=_with(keep, 0, "d2d", 1))  # stages alone: no peer
     # d2d through the command line (its own stage processes; peaks are history-free)
     d2d = _with(keep, 0, "d2d", 1)
     tmp = tmp_path_factory.mktemp("press")
@@ -304,7 +306,8 @@ def test_d2d_of_a_gpt_moves_the_bytes_into_the_peer_stages_memory(device):
     setup, balance = _gpt_setup(device), (3, 3)
     keep = keep_all(GPT, balance)
     plans = {"swap": _with(keep, 0, "swap"), "d2d": _with(keep, 0, "d2d", 1)}
-    with open_runner(GPT, setup, timeout=300) as runner:
+    # d2d moves memory between stages: they run together (a stage alone has no peer)
+    with open_runner(GPT, setup, timeout=300, isolation="pipeline") as runner:
         runs = {"plain": runner.measure(balance)}
         runs.update({name: runner.measure(balance, press=p) for name, p in plans.items()})
         runs["again"] = runner.measure(balance, press=plans["d2d"])

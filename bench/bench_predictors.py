@@ -1,6 +1,6 @@
 """Every registered predictor on every (profile, sweep) pair: the issue-11 table.
 
-    python bench/bench_predictors.py                       # bundled data/ pairs + ../shared/gpu-h100
+    python bench/bench_predictors.py                       # bundled data/ pairs + ../shared/gpu-h100, gpu-h200
     python bench/bench_predictors.py --pair P.json S.json  # one pair
     python bench/bench_predictors.py --markdown            # the BENCHMARKS.md table
 
@@ -30,7 +30,8 @@ from mcap.io import jsonio  # noqa: E402
 
 def pairs_found() -> list[tuple[Path, Path]]:
     out, seen = [], set()
-    for folder in (ROOT / "data", ROOT.parent / "shared" / "gpu-h100"):
+    shared = ROOT.parent / "shared"
+    for folder in (ROOT / "data", shared / "gpu-h100", shared / "gpu-h200"):
         if not folder.is_dir():
             continue
         profiles = sorted(p for p in folder.glob("*.profile.json") if p.name not in seen)

@@ -144,3 +144,17 @@ def test_recommend_for_cuda_on_the_command_line(capsys):
         assert why in capsys.readouterr().err
     assert main(["recommend", "--profile", str(H200), "--stages", "4", "--for", "cuda"]) == 2
     assert "--for translates a CPU profile" in capsys.readouterr().err
+
+
+def test_a_gpu_profile_whose_windows_show_no_workspace_leaves_torchs_defaults(tmp_path):
+    # GPT on the H200: every stage's first layer carries the workspace in its mem_isolated,
+    # so Listing 1.1 fits the windows as they are and the fit has no such term to read.
+    from mcap.cli.target import target_of
+    from mcap.io import jsonio
+    gpu = dataclasses.replace(cpu_profile(), setup=dataclasses.replace(cpu_profile().setup,
+                                                                       device="cuda"))
+    path = tmp_path / "gpu.profile.json"
+    path.write_text(json.dumps(jsonio.profile_to_dict(gpu)))
+    got = target_of(str(path), cpu_profile())
+    assert got.workspace == forcuda.parse_target("cuda").workspace
+    assert "show no once-per-stage workspace" in got.source

@@ -8,7 +8,8 @@
 
 A ``*.json`` target is a GPU profile (of any model, measured on that GPU): its own fit
 (predictor ``workspace``) says what a stage pays once there and which of its layer kinds pay
-it; kinds it does not hold keep ``forcuda.GEMM_KINDS``'s answer.
+it; kinds it does not hold keep ``forcuda.GEMM_KINDS``'s answer, and a fit that finds no
+such term (its windows do not show one) leaves torch's sm90 defaults.
 """
 from __future__ import annotations
 
@@ -42,12 +43,22 @@ def target_of(text: str, profile):
         raise McapError(f"--for {text}: that profile was measured on {gpu.setup.device!r}, "
                         "not cuda; give a GPU profile, or cuda / cuda:smNN / cuda:SIZE")
     details = predictors.fit(gpu, "workspace").details
+    if LIBRARY not in details:  # e.g. GPT: every stage starts with a block that pays it
+        default = forcuda.parse_target("cuda")
+        return forcuda.Target(text, default.arch, default.workspace, source=(
+            f"{default.source} (the GPU profile's windows show no once-per-stage workspace "
+            "to read: Listing 1.1 fits them as they are)"))
     paid = set(details.get(PAID_BY, []))
-    held = {l.kind for l in gpu.model.layers if l.kind}
+    # Kinds as the GPU file records them, else (older files) as this profile records its
+    # layers of the same names (the same model).
+    kind_of = {l.name: l.kind for l in profile.model.layers if l.kind}
+    kind_of.update({l.name: l.kind for l in gpu.model.layers if l.kind})
+    held = {kind_of[l.name] for l in gpu.model.layers if l.name in kind_of}
     if not held:
-        raise McapError(f"--for {text}: that profile records no layer kinds (written before "
-                        "they were recorded), so its fit cannot be matched to this profile's")
-    kinds = {l.kind for l in gpu.model.layers if l.kind and (l.kind in paid or l.name in paid)}
+        raise McapError(f"--for {text}: neither that profile nor this one records the kinds "
+                        "of its layers, so its fit cannot be matched to this profile's layers")
+    kinds = {kind_of[l.name] for l in gpu.model.layers
+             if l.name in kind_of and (kind_of[l.name] in paid or l.name in paid)}
     return forcuda.from_gpu_fit(text, details.get(LIBRARY, 0),
                                 kinds | (forcuda.GEMM_KINDS - held))
 

@@ -148,6 +148,12 @@ def _additive(per_layer: np.ndarray) -> CostTable:
     return CostTable(iso=per_layer.copy(), prefix=np.concatenate([[0], np.cumsum(per_layer[1:])]))
 
 
+def step_table(param_bytes, optimizer: str) -> CostTable:
+    """What a CUDA stage holds at its optimizer step (module docstring), per stage."""
+    copies = STATE_COPIES[optimizer] + FOREACH_COPIES[optimizer]
+    return _additive(copies * round_block(np.asarray(param_bytes, dtype=np.int64)))
+
+
 def for_cuda(costs: StageCosts, profile: Profile, target: Target) -> CudaCosts:
     """``costs`` (a predictor's fit of the CPU ``profile``) translated to a CUDA stage
     process (module docstring)."""
@@ -182,7 +188,7 @@ def for_cuda(costs: StageCosts, profile: Profile, target: Target) -> CudaCosts:
     rounding = _additive(STATE_COPIES[opt] * (blocks - pb))
     backward = TermCosts(CostTable(iso=table.iso + rounding.iso,
                                    prefix=table.prefix + rounding.prefix), kept, "backward")
-    step = _additive((STATE_COPIES[opt] + FOREACH_COPIES[opt]) * blocks)
+    step = step_table(pb, opt)
     values = tuple(int(l.kind in target.kinds) for l in layers)
     terms = (Term(LIBRARY, "presence", values, float(target.workspace)),) \
         if target.workspace and any(values) else ()

@@ -1,6 +1,6 @@
 """Every registered predictor on every (profile, sweep) pair: the issue-11 table.
 
-    python bench/bench_predictors.py                       # bundled data/ pairs + ../shared/gpu-h100
+    python bench/bench_predictors.py                       # bundled data/ pairs + ../shared/gpu-h100, gpu-h200
     python bench/bench_predictors.py --pair P.json S.json  # one pair
     python bench/bench_predictors.py --markdown            # the BENCHMARKS.md table
 
@@ -8,7 +8,13 @@ For each pair and predictor: |predicted - measured| / measured of the overall pe
 partitioning's fullest device) and of every stage, p50 / p90 / max (one percentile
 definition: ``mcap.core.evaluate.percentile``), and where exact's pick under that predictor
 lands among the measured partitionings (rank by measured peak, 1 = lowest; ratio to the
-lowest). A pick the sweep did not measure is reported as such. Pure: nothing is measured.
+lowest). A pick a sampled sweep did not measure is composed from the sweep's stages when
+every one of its stages (first layer, last layer, position: ``mcap.core.cover``) was
+measured in some run, marked ``~`` (the highest reading of each stage: on a GPU a stage
+reads a few percent apart run to run), else reported as not measured. "in-sample pick":
+the measured peak of the partitioning the predictor ranks lowest *among those measured*,
+over the lowest measured (what the predictor would have picked from this sample).
+Pure: nothing is measured.
 """
 from __future__ import annotations
 
@@ -21,16 +27,21 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from collections import defaultdict  # noqa: E402
+
 from mcap.core import predictors  # noqa: E402
+from mcap.core.cover import stage_keys  # noqa: E402
 from mcap.core.evaluate import percentile, place  # noqa: E402
 from mcap.core.recommend import costs_of, recommend  # noqa: E402
+from mcap.core.search.tiebreak import key  # noqa: E402
 from mcap.core.setup import mismatch  # noqa: E402
 from mcap.io import jsonio  # noqa: E402
 
 
 def pairs_found() -> list[tuple[Path, Path]]:
     out, seen = [], set()
-    for folder in (ROOT / "data", ROOT.parent / "shared" / "gpu-h100"):
+    shared = ROOT.parent / "shared"
+    for folder in (ROOT / "data", shared / "gpu-h100", shared / "gpu-h200"):
         if not folder.is_dir():
             continue
         profiles = sorted(p for p in folder.glob("*.profile.json") if p.name not in seen)
@@ -44,21 +55,60 @@ def pairs_found() -> list[tuple[Path, Path]]:
     return out
 
 
+def composed(balance, sweep):
+    """(peak, rank, ratio) of ``balance`` composed from the highest reading of each of its
+    stages in ``sweep``'s ok runs, or None when one of its stages was never measured."""
+    seen = defaultdict(int)
+    ok = [r for r in sweep.runs if r.status == "ok" and r.peaks]
+    for r in ok:
+        for k, p in zip(stage_keys(r.balance, sweep.setup.schedule), r.peaks):
+            seen[k] = max(seen[k], int(p))
+    keys = stage_keys(balance, sweep.setup.schedule)
+    if not all(k in seen for k in keys):
+        return None
+    peak = max(seen[k] for k in keys)
+    best = min(max(r.peaks) for r in ok)
+    return peak, 1 + sum(1 for r in ok if max(r.peaks) < peak), peak / best
+
+
+def pick_cells(costs, stages: int, sweep) -> tuple[str, str, str]:
+    """(pick, rank, ratio) cells of exact's pick under ``costs`` (module docstring)."""
+    pick = recommend(costs, stages, "exact")
+    where = place("exact", pick.balance, pick.predicted_peak, sweep.runs)
+    text = "-".join(map(str, pick.balance))
+    if where.rank is not None:
+        return text, f"{where.rank}", f"{where.ratio:.3f}x"
+    built = composed(pick.balance, sweep) if where.note == "not measured" else None
+    if built is None:
+        return text, "-", where.note or "-"
+    return text, f"~{built[1]}", f"~{built[2]:.3f}x"
+
+
+def in_sample(pred: np.ndarray, bals: np.ndarray, meas_overall: np.ndarray) -> float:
+    """The measured peak of the sample's partitioning the predictor ranks first (every
+    method's tie-break, ``mcap.core.search.tiebreak``) over the sample's lowest."""
+    first = min(range(len(bals)), key=lambda i: key(pred[i], bals[i]))
+    return float(meas_overall[first] / meas_overall.min())
+
+
 def row(profile, sweep, name: str) -> dict:
     costs = costs_of(profile, name)
+    return errors_row(costs, sweep, name)
+
+
+def errors_row(costs, sweep, name: str) -> dict:
     ok = [r for r in sweep.runs if r.status == "ok" and r.peaks]
     bals = np.asarray([r.balance for r in ok], dtype=np.int64)
     pred = costs.peaks_many(bals)
     meas = np.asarray([r.peaks for r in ok], dtype=np.int64)
     overall = np.abs(pred.max(axis=1) - meas.max(axis=1)) / meas.max(axis=1)
     stage = (np.abs(pred - meas) / meas).ravel()
-    pick = recommend(profile, sweep.setup.stages, "exact", name)
-    where = place("exact", pick.balance, pick.predicted_peak, sweep.runs)
+    pick, rank, ratio = pick_cells(costs, sweep.setup.stages, sweep)
     return {"predictor": name, "n": len(ok),
             "p50": percentile(overall, 50), "p90": percentile(overall, 90), "max": overall.max(),
             "s50": percentile(stage, 50), "s90": percentile(stage, 90), "smax": stage.max(),
-            "pick": "-".join(map(str, pick.balance)), "rank": where.rank, "ratio": where.ratio,
-            "note": where.note, "details": costs.details}
+            "pick": pick, "rank": rank, "ratio": ratio,
+            "sample": in_sample(pred, bals, meas.max(axis=1)), "details": costs.details}
 
 
 def main(argv=None) -> int:
@@ -69,24 +119,23 @@ def main(argv=None) -> int:
     pairs = [(Path(p), Path(s)) for p, s in args.pair] if args.pair else pairs_found()
     if args.markdown:
         print("| profile | sweep | predictor | n | overall p50 | p90 | max | per stage p50 | p90 | max "
-              "| exact's pick | rank | ratio |")
-        print("|" + "---|" * 13)
+              "| exact's pick | rank | ratio | in-sample pick |")
+        print("|" + "---|" * 14)
     for p, s in pairs:
         profile, sweep = jsonio.load_profile(p), jsonio.load_sweep(s)
         if not args.markdown:
             print(f"\n{p.name} + {s.name}")
         for name in predictors.names():
             r = row(profile, sweep, name)
-            rank = "-" if r["rank"] is None else f"{r['rank']}"
-            ratio = r["note"] or "-" if r["ratio"] is None else f"{r['ratio']:.3f}x"
             if args.markdown:
                 print(f"| {p.name} | {s.name} | {name} | {r['n']} | {r['p50']:.2%} | {r['p90']:.2%} "
                       f"| {r['max']:.2%} | {r['s50']:.2%} | {r['s90']:.2%} | {r['smax']:.2%} "
-                      f"| {r['pick']} | {rank} | {ratio} |")
+                      f"| {r['pick']} | {r['rank']} | {r['ratio']} | {r['sample']:.3f}x |")
             else:
                 print(f"  {name:<9} n={r['n']:<5} overall p50 {r['p50']:.2%} p90 {r['p90']:.2%} "
                       f"max {r['max']:.2%} | stage p50 {r['s50']:.2%} p90 {r['s90']:.2%} "
-                      f"max {r['smax']:.2%} | pick {r['pick']} rank {rank} {ratio}  {r['details']}")
+                      f"max {r['smax']:.2%} | pick {r['pick']} rank {r['rank']} {r['ratio']} "
+                      f"in-sample {r['sample']:.3f}x  {r['details']}")
     return 0
 
 

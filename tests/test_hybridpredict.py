@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from mcap.core import predictors
 from mcap.core.errors import McapError
 from mcap.core.hybrid import Mesh, batch_line, log_degree, parse_mesh, parse_plan
 from mcap.core.hybridpredict import (
@@ -161,4 +162,4 @@ def test_a_variant_with_per_device_runs_is_fitted_like_a_profile():
     L = base.model.num_layers
     got = [hc.stage(a, z, "dp", 2) for a in range(L) for z in range(a, L)]
     assert got == [want.stage(a, z) for a in range(L) for z in range(a, L)]
-    assert hc.costs("dp", 2).predictor == "perstage"
+    assert hc.costs("dp", 2).predictor == predictors.DEFAULT

@@ -6,6 +6,7 @@
     python -m mcap recommend --profile FILE --mesh 2x4 [--method exact|enumerate] [--json]
     python -m mcap predict --profile FILE --plan 3,3,10:tp2 [--json]
     python -m mcap recommend --profile FILE --stages 4 --capacity C --press   (mcap.cli.press)
+    python -m mcap recommend --profile CPU_FILE --stages 4 --for cuda    (mcap.cli.target)
 
 ``--mesh`` and ``--plan`` are hybrid plans (CAPTURE III; ``mcap.cli.mesh``).
 
@@ -46,13 +47,15 @@ def add_batch_size_option(p) -> None:
 
 
 def _costs(profile, args):
-    """The profile's stage costs at ``--batch-size`` (``mcap.core.batchscale``)."""
+    """The profile's stage costs at ``--batch-size`` (``mcap.core.batchscale``), for the
+    ``--for`` target (``mcap.cli.target``)."""
+    from mcap.cli import target
     from mcap.core.recommend import costs_at
-    return costs_at(profile, args.batch_size, args.predictor)
+    return target.translate(costs_at(profile, args.batch_size, args.predictor), profile, args)
 
 
 def register(sub) -> None:
-    from mcap.cli import mesh
+    from mcap.cli import mesh, target
     from mcap.core import search
     p = sub.add_parser("plan", help="print the profiling partitionings for L layers on G stages")
     p.add_argument("--layers", type=_positive_int, required=True, help="number of layers L")
@@ -66,6 +69,7 @@ def register(sub) -> None:
     p.add_argument("--balance", help="layer counts per stage, e.g. 3,3,5,19")
     add_predictor_option(p)
     add_batch_size_option(p)
+    target.add_option(p)
     p.add_argument("--json", action="store_true")
     mesh.add_predict_options(p)  # --plan / --mesh: hybrid plans (mcap.cli.mesh)
     p.set_defaults(func=cmd_predict)
@@ -82,6 +86,7 @@ def register(sub) -> None:
     p.add_argument("--tie-tolerance", type=argtypes.tolerance, default=0.0,
                    help="relative band above the lowest peak treated as a tie, 0..1 (default 0)")
     add_batch_size_option(p)
+    target.add_option(p)
     argtypes.add_confirm_model_option(p, "recommend")
     from mcap.cli.press import add_joint_options
     add_joint_options(p)  # --capacity, --press (MPress: partitioning + plan)
@@ -114,6 +119,8 @@ def cmd_predict(args) -> int:
     from mcap.io.jsonio import load_profile
 
     if mesh.wants_plan(args):
+        from mcap.cli.target import refuse
+        refuse(args, "--plan / --mesh (hybrid plans)")
         return mesh.cmd_predict_plan(args)
     profile = load_profile(args.profile)
     costs = _costs(profile, args)
@@ -165,19 +172,25 @@ def cmd_recommend(args) -> int:
     from mcap.cli import mesh
     from mcap.io.jsonio import load_profile
 
+    from mcap.cli.target import refuse
     if args.press or args.capacity is not None:  # MPress (mcap.cli.press); --capacity alone: refused there
+        refuse(args, "--capacity / --press (MPress)")
         from mcap.cli.press import cmd_joint
         return cmd_joint(args)
     if mesh.wants_mesh(args):
+        refuse(args, "--mesh (hybrid plans)")
         return mesh.cmd_recommend_mesh(args)
     profile = load_profile(args.profile)
     profile = argtypes.allow_model(profile, args.model)
     source, context = profile, search_context(profile, args.method)
+    if args.for_target:
+        source = _costs(profile, args)
     if args.batch_size is not None:
         from dataclasses import replace
         source = _costs(profile, args)
         context = replace(context, micro_batch=max(args.batch_size // profile.setup.chunks, 1))
-    rec = recommend(source, args.stages, args.method, args.predictor, context=context,
+    predictor = source.predictor if args.for_target else args.predictor
+    rec = recommend(source, args.stages, args.method, predictor, context=context,
                     tie_tolerance=args.tie_tolerance, seed=args.seed, iterations=args.iterations)
     from mcap.core import merging
     sizes = merging.sizes_of(profile)

@@ -5,9 +5,9 @@ order the selectors list them. :data:`DEFAULT` is the one every command and page
 unless told otherwise (BENCHMARKS.md, "Predictors", says why).
 """
 from mcap.core.predictors.base import Predictor, get, names, register
-from mcap.core.predictors import paper, maxparam, perstage  # noqa: F401  (registration)
+from mcap.core.predictors import paper, maxparam, perstage, workspace  # noqa: F401  (registration)
 
-DEFAULT = "perstage"
+DEFAULT = "workspace"
 
 
 def fit(profile, name: str = DEFAULT):

@@ -22,6 +22,27 @@ and ordering stay as they are); the tensors themselves go through a :class:`Link
 
 The token's value is the micro-batch's sequence number on that boundary, so the
 receiver knows which tensors to fetch; its gradient carries the same number back.
+
+What the concurrent run holds must be what a stage run alone holds (issue 25: a stage's
+truth is its own memory in a real run, ``mcap.runner.alone``), and on one H200 the ``ipc``
+path read stage 0 of the paper's VGG11 setup at 2.1x its ``host`` peak:
+
+- **the runtime's lifetimes.** A gradient a stage publishes for its neighbour lives as
+  long as the send work of its token (:func:`attach`): ``torch.distributed.pipelining``
+  keeps a step's send works until it waits on them, and gloo's and NCCL's works own the
+  tensors they send, so that is how long a stage on its own GPU keeps them;
+- **CUDA IPC's limbo.** A block another process has opened is not freed when the producer
+  drops it: it waits in torch's limbo list (counted by the caching allocator) until the
+  consumer has released it and the producer calls ``torch.cuda.ipc_collect()``. The
+  consumer copies into its own buffer and drops the handle before it acknowledges; the
+  producer collects (:func:`collect`) before each of its forwards and backwards, when it
+  reclaims what was acknowledged, and after each step;
+- **one process, both ends.** A handle cannot be opened in the process that made it (CUDA
+  13: ``invalid device context``), so a link whose two ends live in one process takes the
+  tensors from this process's own table (how the exchange is tested in one process);
+- **the store.** Tokens and handles go through a TCPStore that rank 0 opens (its port
+  published once through the process group's FileStore): a FileStore rereads its whole
+  file on every operation, hundreds per iteration.
 """
 from __future__ import annotations
 
@@ -63,9 +84,71 @@ def mode(shares_gpu: bool) -> Optional[str]:
     return asked
 
 
+_tcp = None  # this process's TCPStore client for the exchange (see the module docstring)
+_local: dict = {}  # key -> tensors published by this process (both ends in one process)
+_attached: list = []  # tensors the next token send of this process owns (attach)
+_holds = False
+
+
 def _default_store():
+    """The exchange's store: a TCPStore opened by rank 0 of the process group, whose port
+    the others read from the group's own store; once per process."""
+    global _tcp
+    if _tcp is not None:
+        return _tcp
+    import torch.distributed as dist
     import torch.distributed.distributed_c10d as c10d
-    return c10d._get_default_store()
+
+    group_store = c10d._get_default_store()
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if rank == 0:
+        _tcp = dist.TCPStore("127.0.0.1", 0, world, is_master=True, wait_for_workers=False)
+        group_store.set("mcap-x/port", str(_tcp.port))
+    else:
+        port = int(group_store.get("mcap-x/port").decode())
+        _tcp = dist.TCPStore("127.0.0.1", port, world, is_master=False)
+    return _tcp
+
+
+def collect() -> None:
+    """Free this process's CUDA blocks whose consumers have let go (IPC limbo)."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.ipc_collect()
+
+
+def attach(tensors) -> None:
+    """The next token this process sends owns ``tensors`` (module docstring); nothing
+    without a process group (both ends in one process send no tokens)."""
+    import torch.distributed as dist
+    if not dist.is_initialized():
+        return
+    _hold_sends()
+    _attached.extend(t for t in tensors if t is not None)
+
+
+def _hold_sends() -> None:
+    """Patch ``torch.distributed.isend`` (once) so a send takes what :func:`attach` left."""
+    global _holds
+    if _holds:
+        return
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    from mcap.runner.alone import Held
+
+    original = c10d.isend
+
+    def isend(tensor, *args, **kwargs):
+        work = original(tensor, *args, **kwargs)
+        if _attached:
+            owned = (tensor, *_attached)
+            _attached.clear()
+            return Held(work, owned)
+        return work
+
+    for module in (dist, c10d):
+        module.isend = isend
+    _holds = True
 
 
 class Link:
@@ -93,8 +176,10 @@ class Link:
             from torch.multiprocessing.reductions import reduce_tensor
             # The producing kernels must have finished before another process reads.
             torch.cuda.current_stream(self.device).synchronize()
-            payload = pickle.dumps([None if t is None else reduce_tensor(t.detach())[1]
-                                    for t in tensors])
+            _local[key] = tuple(tensors)
+            payload = pickle.dumps((os.getpid(), [None if t is None else
+                                                  reduce_tensor(t.detach())[1]
+                                                  for t in tensors]))
         else:
             buf = io.BytesIO()
             torch.save([None if t is None else t.detach() for t in tensors], buf)
@@ -119,8 +204,12 @@ class Link:
         payload = self.store.get(key)  # blocks until published (the store's timeout)
         if self.kind == "ipc":
             from torch.multiprocessing.reductions import rebuild_cuda_tensor
-            received = [None if args is None else rebuild_cuda_tensor(*args)
-                        for args in pickle.loads(payload)]  # from a sibling stage process
+            pid, handles = pickle.loads(payload)
+            if pid == os.getpid():  # both ends here: a handle cannot be opened where made
+                received = list(_local[key])
+            else:  # from a sibling stage process
+                received = [None if args is None else rebuild_cuda_tensor(*args)
+                            for args in handles]
         else:
             received = torch.load(io.BytesIO(payload), weights_only=True)
         out = [None if t is None else self._into(slot, i, t.detach())
@@ -140,7 +229,10 @@ class Link:
             done = [k for k in self.pending if self.store.check([k + "/ack"])]
             for k in done:
                 del self.pending[k]
+                _local.pop(k, None)
                 self.store.delete_key(k + "/ack")
+            if done and self.kind == "ipc":
+                collect()
             if not wait or not self.pending:
                 return
             if time.monotonic() > deadline:
@@ -149,8 +241,13 @@ class Link:
             time.sleep(0.001)
 
     def close(self) -> None:
+        for k in self.pending:
+            _local.pop(k, None)
         self.pending.clear()
         self.buffers.clear()
+        _attached.clear()
+        if self.kind == "ipc":
+            collect()
 
 
 def token_meta(requires_grad: bool) -> torch.Tensor:
@@ -174,6 +271,8 @@ class _Send(torch.autograd.Function):
         seq = int(grad_token.reshape(-1)[0].item())
         if seq != ctx.seq:
             raise RuntimeError(f"exchange: gradient of micro-batch {seq} for {ctx.seq}")
+        if ctx.link.kind == "ipc":
+            collect()  # what earlier backwards let go of, before this one allocates
         grads = ctx.link.fetch(ctx.link.key(ctx.boundary, "b", seq),
                                (ctx.boundary, "b", seq % ctx.link.chunks))
         ctx.keep = None
@@ -196,6 +295,7 @@ class _Recv(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *grads):
         ctx.link.publish(ctx.link.key(ctx.boundary, "b", ctx.seq), grads)
+        attach(grads)  # held as long as the runtime holds the send of the token's gradient
         return None, None, torch.full((1,), float(ctx.seq))
 
 
@@ -211,6 +311,8 @@ class Exchanged(nn.Module):
         self.sent = 0
 
     def forward(self, *args):
+        if self.link.kind == "ipc":
+            collect()  # what earlier steps let go of, before this forward allocates
         if self.first:
             xs = tuple(a.to(self.link.device) for a in args)
         else:
@@ -228,4 +330,4 @@ class Exchanged(nn.Module):
         self.link.reclaim(wait=True)
 
 
-__all__ = ["Exchanged", "Link", "MODES", "mode", "set_run", "token_meta"]
+__all__ = ["Exchanged", "Link", "MODES", "attach", "collect", "mode", "set_run", "token_meta"]

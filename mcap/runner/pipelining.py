@@ -162,6 +162,8 @@ def run_stage(res: Resident, setup: Setup, balance: tuple[int, ...], rank: int,
             kwargs = {"target": res.targets.to(comm_device, copy=True)} if is_last else {}
             schedule.step(*args, return_outputs=False, **kwargs)
             del args, kwargs
+            if how == "ipc":  # the step's sends are let go of: free what peers released
+                exchange.collect()
             if optimizer is not None:
                 with memtrack.tagged(memtrack.OPTIMIZER) if device.type == "cpu" \
                         else contextlib.nullcontext():

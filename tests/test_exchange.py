@@ -106,6 +106,7 @@ def test_cpu_stage_processes_train_through_the_store(monkeypatch):
         assert abs(a - b) <= 0.1 * a, peaks
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("cut", [1, 3])
 def test_ipc_split_stages_train_exactly_on_cuda(cut):
@@ -116,6 +117,7 @@ def test_ipc_split_stages_train_exactly_on_cuda(cut):
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.integration
 def test_stages_sharing_one_gpu_exchange_on_the_device(monkeypatch):
@@ -137,3 +139,29 @@ def test_stages_sharing_one_gpu_exchange_on_the_device(monkeypatch):
         peaks[how] = runs[0].peaks
     for a, b in zip(peaks["host"], peaks["auto"]):
         assert abs(a - b) <= 0.1 * a, peaks
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("spec,balance,schedule", [
+    ("vgg11:image_size=32,hidden=64", (3, 3, 5, 19), "gpipe"),
+    ("gpt:layers=4,hidden=64,heads=2,vocab=64,seq=16", (2, 2, 2), "1f1b"),
+])
+def test_the_exchange_holds_what_a_stage_alone_holds(monkeypatch, spec, balance, schedule):
+    """Stages that exchange through a Link (``store`` here, ``ipc`` on a shared GPU: the
+    same token and lifetime logic) read what each stage reads alone (issue 25), up to the
+    one-element tokens the process group carries instead of the tensors (4 bytes each,
+    received and sent per micro-batch): outputs live as long as their token's send (GPipe:
+    through the whole backward phase) and the stage's backward of that micro-batch
+    (1F1B), published gradients as long as their token's send."""
+    from mcap.core.types import Setup
+    from mcap.runner import open_runner
+
+    setup = Setup(stages=len(balance), batch_size=8, chunks=4, schedule=schedule)
+    with open_runner(spec, setup, timeout=300, isolation="stage") as runner:
+        alone = runner.measure(balance)
+    monkeypatch.setenv("MCAP_EXCHANGE", "store")
+    with open_runner(spec, setup, timeout=300, isolation="pipeline") as runner:
+        together = runner.measure(balance)
+    assert alone.status == together.status == "ok", (alone.error, together.error)
+    for a, b in zip(alone.peaks, together.peaks):
+        assert 0 <= b - a <= 16 * setup.chunks, (alone.peaks, together.peaks)

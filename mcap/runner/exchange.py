@@ -27,10 +27,11 @@ What the concurrent run holds must be what a stage run alone holds (issue 25: a 
 truth is its own memory in a real run, ``mcap.runner.alone``), and on one H200 the ``ipc``
 path read stage 0 of the paper's VGG11 setup at 2.1x its ``host`` peak:
 
-- **the runtime's lifetimes.** A gradient a stage publishes for its neighbour lives as
-  long as the send work of its token (:func:`attach`): ``torch.distributed.pipelining``
-  keeps a step's send works until it waits on them, and gloo's and NCCL's works own the
-  tensors they send, so that is how long a stage on its own GPU keeps them;
+- **the runtime's lifetimes.** An activation or gradient a stage publishes for its
+  neighbour lives as long as the send work of its token (:func:`attach`), as the tensor of
+  a real send lives as long as its work: ``torch.distributed.pipelining`` keeps a step's
+  send works in a list until the step returns (GPipe: every forward's output stays held
+  through the whole backward phase), and gloo's works own the tensors they send;
 - **CUDA IPC's limbo.** A block another process has opened is not freed when the producer
   drops it: it waits in torch's limbo list (counted by the caching allocator) until the
   consumer has released it and the producer calls ``torch.cuda.ipc_collect()``. The
@@ -127,7 +128,10 @@ def attach(tensors) -> None:
 
 
 def _hold_sends() -> None:
-    """Patch ``torch.distributed.isend`` (once) so a send takes what :func:`attach` left."""
+    """Patch (once) the making of a send so it takes what :func:`attach` left: the
+    schedule builds a ``P2POp`` for each send and keeps it (1F1B: until the next forward),
+    then runs it and keeps its work (GPipe: until the step returns), so the tensors ride on
+    the send's own tensor object, which both hold; a bare ``isend`` takes them too."""
     global _holds
     if _holds:
         return
@@ -136,16 +140,22 @@ def _hold_sends() -> None:
 
     from mcap.runner.alone import Held
 
-    original = c10d.isend
+    original_isend, original_init = c10d.isend, c10d.P2POp.__init__
+
+    def init(self, op, tensor, *args, **kwargs):
+        original_init(self, op, tensor, *args, **kwargs)
+        if op is isend and _attached:
+            tensor._mcap_keep = tuple(_attached)
+            _attached.clear()
 
     def isend(tensor, *args, **kwargs):
-        work = original(tensor, *args, **kwargs)
+        work = original_isend(tensor, *args, **kwargs)
         if _attached:
-            owned = (tensor, *_attached)
+            tensor._mcap_keep = tuple(_attached)
             _attached.clear()
-            return Held(work, owned)
-        return work
+        return Held(work, tensor) if hasattr(tensor, "_mcap_keep") else work
 
+    c10d.P2POp.__init__ = init
     for module in (dist, c10d):
         module.isend = isend
     _holds = True
@@ -161,6 +171,7 @@ class Link:
         self.store = store if store is not None else _default_store()
         self.prefix = f"mcap-x/{_run_id}/"
         self.pending: dict[str, object] = {}
+        self.ending: list = []  # outputs whose backward runs now (released when it returns)
         # Receive buffers, one per micro-batch slot and direction, kept for the run as
         # torch.distributed.pipelining keeps its receive buffers (allocated for every
         # micro-batch on the first step): the same bytes are counted as on separate GPUs.
@@ -264,6 +275,7 @@ class _Send(torch.autograd.Function):
         ctx.link, ctx.boundary, ctx.seq = link, boundary, seq
         ctx.keep = tensors  # the output lives in this stage until its backward (as with NCCL)
         link.publish(link.key(boundary, "f", seq), tensors)
+        attach(tensors)  # ... and as long as the send of its token, as a real send's work
         return torch.full((1,), float(seq))
 
     @staticmethod
@@ -275,6 +287,9 @@ class _Send(torch.autograd.Function):
             collect()  # what earlier backwards let go of, before this one allocates
         grads = ctx.link.fetch(ctx.link.key(ctx.boundary, "b", seq),
                                (ctx.boundary, "b", seq % ctx.link.chunks))
+        # The runtime holds a stage's output (its forward cache entry) until the stage's
+        # backward of that micro-batch returns: Exchanged.hold_through_backward lets go.
+        ctx.link.ending.append(ctx.keep)
         ctx.keep = None
         return (None, None, None, *grads)
 
@@ -328,6 +343,20 @@ class Exchanged(nn.Module):
     def finish(self) -> None:
         """After the schedule: wait until the neighbours copied what this stage published."""
         self.link.reclaim(wait=True)
+
+    def hold_through_backward(self, stage) -> None:
+        """Keep each output until ``stage.backward_one_chunk`` of its micro-batch returns,
+        as ``torch.distributed.pipelining`` keeps it in its forward cache (1F1B frees
+        outputs in backward, where no send work holds them any more)."""
+        backward = stage.backward_one_chunk
+
+        def backward_one_chunk(*args, **kwargs):
+            try:
+                return backward(*args, **kwargs)
+            finally:
+                self.link.ending.clear()
+
+        stage.backward_one_chunk = backward_one_chunk
 
 
 __all__ = ["Exchanged", "Link", "MODES", "attach", "collect", "mode", "set_run", "token_meta"]

@@ -145,6 +145,8 @@ def run_stage(res: Resident, setup: Setup, balance: tuple[int, ...], rank: int,
         if timer is not None:
             alone_mod.set_vote(schedule, stage)
             timer.wrap(stage)
+        if isinstance(stage_mod, exchange.Exchanged):
+            stage_mod.hold_through_backward(stage)
         optimizer = make_optimizer(setup, layers.parameters())
         objects += [layers, stage_mod, stage, schedule, optimizer]
         gc.collect()

@@ -1,0 +1,82 @@
+"""Throughput estimated from stages run alone vs the concurrent run whose time is real
+(issue 25, item 2; target on CPU: p90 error <= 10% over a sample of 30).
+
+    python bench/bench_stage_times.py [--model SPEC] [--stages 4] [--batch-size 32]
+                                      [--chunks 4] [--sample 30] [--seed 0] [--device cpu]
+
+For each partitioning of a seeded sample: every stage run alone (``isolation stage``: its
+per-micro-batch forward/backward and step times, ``mcap.runner.alone.StageTimer``) gives the
+estimate (``mcap.core.stagetime``: the schedule's op order, the measured link, the compute
+slots the stages share); the same partitioning run with its stages together (``isolation
+pipeline``) gives the measured samples/s. Prints each pair, the error percentiles, the link
+and the load average before and after (on a shared CPU other processes' work slows the
+concurrent run and not the stages' CPU seconds: read the figures with the load).
+Also checks that the two isolations read the same peaks (CPU: to the byte).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def main(argv=None) -> int:
+    from mcap.core.evaluate import percentile
+    from mcap.core.partition import random_partitionings
+    from mcap.core.types import Setup
+    from mcap.runner import open_runner
+    from mcap.runner.link import link_for
+    from mcap.workflow.profiling import model_info
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="vgg11:image_size=32,hidden=512")
+    ap.add_argument("--stages", type=int, default=4)
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--chunks", type=int, default=4)
+    ap.add_argument("--schedule", default="gpipe", choices=("gpipe", "1f1b"))
+    ap.add_argument("--sample", type=int, default=30)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    args = ap.parse_args(argv)
+    setup = Setup(stages=args.stages, batch_size=args.batch_size, chunks=args.chunks,
+                  schedule=args.schedule, device=args.device)
+    info = model_info(args.model)
+    balances = random_partitionings(info.num_layers, args.stages, args.sample, seed=args.seed)
+    load0 = os.getloadavg()
+    t0 = time.perf_counter()
+    with open_runner(args.model, setup, isolation="stage") as alone:
+        estimated = [alone.measure(b) for b in balances]
+    with open_runner(args.model, setup, isolation="pipeline") as together:
+        measured = [together.measure(b) for b in balances]
+    link = link_for(setup)
+    errors, same = [], 0
+    print(f"{'balance':>16} {'estimated':>10} {'measured':>10} {'error':>8}")
+    for b, e, m in zip(balances, estimated, measured):
+        if e.status != "ok" or m.status != "ok":
+            print(f"{','.join(map(str, b)):>16} {e.status:>10} {m.status:>10}")
+            continue
+        err = (e.samples_per_second - m.samples_per_second) / m.samples_per_second
+        errors.append(abs(err))
+        same += e.peaks == m.peaks
+        print(f"{','.join(map(str, b)):>16} {e.samples_per_second:10.2f} "
+              f"{m.samples_per_second:10.2f} {100 * err:+7.1f}%")
+    load1 = os.getloadavg()
+    print(f"\n{args.model}, {args.stages} stages, batch {args.batch_size} in {args.chunks}, "
+          f"{args.schedule}, {args.device}; link {link.how}: {1e6 * link.latency:.0f} us + "
+          f"{link.bytes_per_second / 1e9:.2f} GB/s, {link.slots or 'own'} compute slots")
+    if errors:
+        print(f"|estimated - measured| / measured over {len(errors)} runs: p50 "
+              f"{100 * percentile(errors, 50):.1f}%, p90 {100 * percentile(errors, 90):.1f}%, "
+              f"max {100 * max(errors):.1f}%")
+    print(f"peaks equal in both isolations: {same} of {len(errors)}")
+    print(f"load average {load0[0]:.2f} before, {load1[0]:.2f} after; "
+          f"{time.perf_counter() - t0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -117,15 +117,23 @@ def draw_space(points: pd.DataFrame, selected: Optional[str] = None, dataset: st
                     mode="lines", name="Pareto front", line=dict(color="#444", dash="dot"),
                     hoverinfo="skip", cliponaxis=False)
     labels = sorted({lab for cell in points["marks"] if cell for lab in cell.split(", ")})
-    for i, label in enumerate(labels):
+    for label in labels:
         rows = points[points["marks"].str.split(", ").apply(lambda labs: label in labs)]
+        # a star shared with picks drawn before it at the same point is smaller, on top
+        order = [sorted(cell.split(", ")).index(label) for cell in rows["marks"]]
         fig.add_scatter(x=scaled(rows["peak"], unit), y=rows["samples_per_second"],
                         mode="markers", name=label, customdata=rows[["balance", "marks"]],
                         cliponaxis=False,
-                        marker=dict(size=max(24 - 4 * i, 8), symbol="star",
+                        marker=dict(size=[max(26 - 8 * i, 10) for i in order], symbol="star",
                                     color=METHOD_COLORS.get(label, "#000"),
                                     line=dict(width=1.5, color="black")),
                         hovertemplate="%{customdata[0]}: picked by %{customdata[1]}<extra></extra>")
+    starred = points[points["marks"] != ""]
+    if len(starred):  # every pick named beside its star, so none hides under another
+        fig.add_scatter(x=scaled(starred["peak"], unit), y=starred["samples_per_second"],
+                        mode="markers+text", text=starred["marks"], textposition="top right",
+                        marker=dict(size=30, opacity=0), textfont=dict(size=12),
+                        showlegend=False, hoverinfo="skip", cliponaxis=False, name="picks")
     if selected is not None:
         rows = points[points["balance"] == selected]
         fig.add_scatter(x=scaled(rows["peak"], unit), y=rows["samples_per_second"],

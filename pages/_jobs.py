@@ -22,10 +22,13 @@ def setup_args(spec: str, setup) -> list[str]:
     return args
 
 
-def measure_args(profile, balance) -> list[str]:
+def measure_args(profile, balance, device=None) -> list[str]:
     """``measure --model SPEC ... --balance 3,3,5,19`` under the profile's own setup, so the
-    run lands in the profile's study and shows up as its measured peak."""
-    return [*setup_args(profile.model.spec, profile.setup), "--balance", ",".join(map(str, balance))]
+    run lands in the profile's study and shows up as its measured peak; on ``device`` when
+    given (another device is another study)."""
+    from dataclasses import replace
+    setup = profile.setup if device is None else replace(profile.setup, device=device)
+    return [*setup_args(profile.model.spec, setup), "--balance", ",".join(map(str, balance))]
 
 
 def job_output(s, kind: str) -> str:

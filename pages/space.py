@@ -10,7 +10,7 @@ from mcap.io.datasets import datasets_dir
 from mcap.figures import devices as fig_dev
 from mcap.figures import overview as fig_over
 from mcap.figures import space as fig_space
-from mcap.figures._style import fmt_bytes, table_view
+from mcap.figures._style import balance_str, fmt_bytes, table_view
 from mcap.core.types import Prediction
 from pages._search import (
     METHODS, finished_bo, measured_for, method_label, predictor_choice, recommendation,
@@ -69,10 +69,15 @@ for method in chosen:
 marks = tuple(marks)
 
 estimate = throughput.from_json((sweep.extra or {}).get("throughput_estimate"))
+# On by default where the sweep has composed runs: without it their picks (and the lowest
+# peak) are no points of the scatter, so the stars and the lowest point would be missing.
 show_estimates = estimate is not None and st.sidebar.checkbox(
-    "Estimated throughput for composed partitionings", value=False, key="space-estimates",
+    "Estimated throughput for composed partitionings", key="space-estimates",
+    value=shared("estimates", "1") != "0",
     help="Stage reuse composes peaks exactly but never times a composed partitioning; its "
          "throughput is then estimated from per-layer times (mcap.core.throughput).")
+if estimate is not None:
+    remember("estimates", "1" if show_estimates else "0")
 points = fig_space.space_points(sweep.runs, marks, estimate if show_estimates else None)
 ok = len(points)
 c = st.columns(4)
@@ -107,6 +112,11 @@ if composed:
 # chart starts with no selection: an empty one re-arms the click.
 options = list(points["balance"])
 selected = (shared("balance") or "").replace(",", "-")
+# a partitioning of this sweep chosen elsewhere but drawn as no point (no throughput) is
+# still the selected one below: its bars are the numbers every other page shows for it
+ok_runs = {balance_str(r.balance) for r in sweep.runs if r.status == "ok" and r.peaks}
+if selected and selected not in options and selected in ok_runs:
+    options.append(selected)
 box = st.session_state.get("space-pick")
 if box in options and box != st.session_state.get("space-pick-shown"):
     selected = box  # chosen in the box since the last run
@@ -159,14 +169,15 @@ else:
                "The paper reports 90% of VGG11's partitionings within 14% (section 4.2).")
 downloads(points, "mcap-partition-space", "space-points")
 
+if sweep.setup.device != "cpu":  # measured on the GPU itself: no stand-in to qualify
+    st.stop()
 st.subheader("CPU as a stand-in for a GPU")
 stand_ins = agreement.bundled(datasets_dir())
-if sweep.setup.device == "cpu":
-    st.markdown(
-        "This sweep was measured in **CPU stage processes**: exact allocated bytes, but a "
-        "GPU pays different workspaces (cuBLAS, cuDNN) and frees at different times, so the "
-        "**order** of partitionings on a GPU can differ. How far, measured on the same "
-        "partitionings:")
+st.markdown(
+    "This sweep was measured in **CPU stage processes**: exact allocated bytes, but a "
+    "GPU pays different workspaces (cuBLAS, cuDNN) and frees at different times, so the "
+    "**order** of partitionings on a GPU can differ. How far, measured on the same "
+    "partitionings:")
 for a in stand_ins:
     r, rev = a["stats"], a["reverse"]
     lo, hi = rev.best_ranks

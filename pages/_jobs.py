@@ -54,10 +54,11 @@ def job_panel(s, job_id: int, key: str, every: float = 1.0) -> None:
     def panel():
         p = jobs.progress(s, job_id)
         job = p.job
-        now = balance_label(job.current) if job.current else "-"
         total = job.total or "?"
+        now = (f" · now measuring {balance_label(job.current)}"
+               if job.current and not job.finished else "")
         st.progress(p.fraction, text=f"{job.kind} job {job.id}: **{job.status}** · {job.done} of "
-                                     f"{total} runs · now measuring {now}")
+                                     f"{total} runs{now}")
         if p.runs:
             from mcap.figures._style import table_view
             st.dataframe(table_view(runs_table(p.runs), ("peak",)), hide_index=True, key=f"{key}-runs-{job.id}")
@@ -72,10 +73,21 @@ def job_panel(s, job_id: int, key: str, every: float = 1.0) -> None:
         elif job.status == "cancelled":
             st.warning(f"Job {job.id} was cancelled; the runs it finished are kept in the store.")
         elif job.status == "done":
-            st.success(f"Job {job.id} is done; its results are in the store"
-                       + (f" ({len(p.runs)} runs measured now)." if p.runs else "."))
+            st.success(f"Job {job.id} is done; its results are in the store. " + done_note(job, p.runs))
     panel()
 
 
 def balance_label(balance) -> str:
     return "-".join(str(int(n)) for n in balance)
+
+
+def done_note(job, runs) -> str:
+    """How many runs a finished job measured, and how many it found measured already."""
+    from mcap.core.teaching import plural
+    measured = len(runs)
+    reused = max(int(job.done or 0) - measured, 0)
+    if measured == 0 and reused:
+        return (f"All {plural(reused, 'run')} were already in the store (measured before on this "
+                "machine) and reused: nothing was measured again.")
+    return (f"{plural(measured, 'run')} measured now"
+            + (f", {reused} found in the store and reused." if reused else "."))

@@ -34,7 +34,8 @@ else:
     st.success(f"{gpus} CUDA device(s) found: stages can run on GPUs (device `cuda`).")
 
 st.markdown("mCAP's incremental profiling (paper 3.1) measures L − G + 1 short training runs "
-            "(2 iterations each) on chosen partitionings and derives every layer's statistics.")
+            "(2 iterations each; L layers in the model, G stages) on chosen partitionings and "
+            "derives every layer's statistics.")
 with st.form("profile-form"):
     a, b, c = st.columns(3)
     spec = a.text_input("Model spec", value="vgg11:image_size=32", key="profile-spec",

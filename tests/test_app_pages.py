@@ -821,3 +821,51 @@ def test_partition_space_of_a_gpu_sweep_has_no_cpu_stand_in_section():
     assert not errors(at)
     assert not [s for s in at.subheader if "stand-in" in s.value]
     assert page("space").subheader[-1].value == "CPU as a stand-in for a GPU"
+
+
+def test_a_finished_job_says_what_it_did_and_not_what_it_measures_now():
+    """"now measuring -" stayed after a job ended, and a re-run that reused every run said
+    nothing about it (issue 26, Polish)."""
+    import os
+    from mcap.store import open_store
+    s = open_store(os.environ["MCAP_STORE"])
+    job_id = s.create_job("profile", ["profile", "--model", "vgg11"], 27)
+    s.update_job(job_id, status="done", done=27, current=(8, 8, 7, 7))
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.run()
+    at.session_state["profile-job"] = job_id
+    at.switch_page("pages/profile.py").run()
+    assert not at.exception
+    bars = [p.proto.text for p in at.get("progress")]
+    assert bars and "now measuring" not in bars[0] and "27 of 27 runs" in bars[0], bars
+    done = [x.value for x in at.success if f"Job {job_id} is done" in x.value]
+    assert done and "All 27 runs were already in the store" in done[0] and "reused" in done[0]
+
+
+def test_scaling_opens_on_the_comparison_its_text_cites():
+    """Scaling opened on the mcap-only file while its text cited the 1.55x comparison with
+    time (issue 26, Polish)."""
+    from mcap.io.scalefile import load
+    at = page("scaling")
+    chosen = at.selectbox(key="scale-file").value
+    assert "time" in {r.partitioner for r in load(datasets.datasets_dir() / chosen).results}
+    assert any("x time" in (m.delta or "") for m in at.metric)
+    only = [f for f in at.selectbox(key="scale-file").options
+            if "time" not in {r.partitioner for r in load(datasets.datasets_dir() / f).results}]
+    if only:
+        at.selectbox(key="scale-file").set_value(only[0]).run()
+        assert any("no `time` run" in i.value for i in at.info)
+
+
+def test_tables_show_a_dash_where_a_value_is_missing():
+    """Python's None appeared in tables (issue 26, Polish): a pick the sampled sweep did not
+    measure has no measured peak and no rank."""
+    sampled = [r for r in datasets.bundled() if r.kind == "sweep" and "sample" in r.key
+               and "vgg11-cpu4" in r.key][0]
+    at = page("space", sweep=sampled.param, profile="bundled:vgg11-cpu4.profile.json")
+    marks = frame(at, "method", "rank", "status")
+    missing = marks[marks["status"] == fig_space.NOT_SAMPLED]
+    assert len(missing), "every pick was measured: choose another sample"
+    for col in ("rank", [c for c in marks.columns if c.startswith("measured_peak")][0]):
+        assert set(missing[col]) == {"–"}, marks
+        assert not marks[col].map(lambda v: v is None or str(v) in ("None", "<NA>", "nan")).any()

@@ -50,15 +50,27 @@ def scaled(values: Iterable, unit: tuple[str, int]) -> list:
     return [None if v is None or pd.isna(v) else int(v) / unit[1] for v in values]
 
 
+MISSING = "–"  # what a table shows for a value that is not there (not measured, no rank)
+
+
 def table_view(frame: pd.DataFrame, columns: Iterable[str]) -> pd.DataFrame:
     """A table for the screen: the byte ``columns`` in the auto unit (one unit for the whole
-    table), renamed ``"name (MiB)"``. Downloads keep the raw frame, in bytes."""
+    table), renamed ``"name (MiB)"``; a column with missing values shows them as
+    :data:`MISSING` (the dashboard's tables drew Python's ``None``). Downloads keep the raw
+    frame, in bytes."""
     columns = [c for c in columns if c in frame.columns]
     unit = unit_for(v for c in columns for v in frame[c])
     out = frame.copy()
     for c in columns:
         out[c] = pd.array([None if v is None else round(v, 2) for v in scaled(frame[c], unit)],
                           dtype="Float64")
+    for c in out.columns:
+        missing = out[c].isna()
+        if missing.any() and not missing.all():
+            out[c] = [MISSING if m else (f"{v:.2f}" if c in columns else str(v))
+                      for v, m in zip(out[c], missing)]
+        elif missing.all():
+            out[c] = MISSING
     return out.rename(columns={c: f"{c} ({unit[0]})" for c in columns})
 
 

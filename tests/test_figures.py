@@ -244,3 +244,19 @@ def test_report_opens_with_the_setup_and_a_true_title():
     assert s.title == "mcap: partitioning toy over 2 pipeline stages on CPU"
     assert f"<title>{s.title}</title>" in html and "devices" not in s.title
     assert html.index("Setup") < html.index("Numbers") and "8 samples in 4 micro-batches" in html
+
+
+def test_space_draws_composed_picks_and_the_lowest_peak_with_an_estimate():
+    from mcap.core.throughput import Estimate  # noqa: F401  (the type the page passes)
+
+    class Flat:  # an estimate of 5 samples/s for everything
+        def samples_per_second(self, balance):
+            return 5.0
+    runs = (run((1, 3), (5, 9), sps=2.0), Run((2, 2), "ok", (4, 4), 0.0, composed=True),
+            Run((3, 1), "ok", (6, 7), 0.0, composed=True), Run((4, 0), "ok", (8, 8), 0.0, composed=True))
+    marks = (space.Mark("exact", (3, 1)),)
+    few = space.space_points(runs, marks, Flat(), composed="marks")
+    assert sorted(few["balance"]) == ["1-3", "2-2", "3-1"]  # measured, lowest, pick
+    assert few.set_index("balance")["estimated"].to_dict() == {"2-2": True, "1-3": False, "3-1": True}
+    assert len(space.space_points(runs, marks, Flat())) == 4
+    assert len(space.space_points(runs, marks)) == 1  # no estimate: measured throughput only

@@ -38,13 +38,23 @@ def pareto_front(peaks: list[int], throughputs: list[float]) -> list[bool]:
 
 
 def space_points(runs: tuple[Run, ...], marks: tuple[Mark, ...] = (),
-                 estimate=None) -> pd.DataFrame:
+                 estimate=None, composed: str = "all") -> pd.DataFrame:
     """One row per ok run with a throughput: balance string, peak bytes, samples/s, whether it
     is on the Pareto front, the labels of the marks that picked it ("" if none), and whether
     the throughput is estimated. ``estimate`` (``mcap.core.throughput.Estimate``) gives the
-    composed runs, which have none measured, an estimated one."""
-    ok = [r for r in runs if r.status == "ok" and r.peaks and
-          (r.samples_per_second is not None or (estimate is not None and r.composed))]
+    composed runs, which have none measured, an estimated one: every composed run
+    (``composed="all"``), or only the marked ones and the lowest peak (``"marks"``), so every
+    pick has its star and the lowest point is the sweep's lowest measured peak without
+    drawing thousands of estimated points."""
+    if composed not in ("all", "marks"):
+        raise ValueError(f"composed is {composed!r}, not 'all' or 'marks'")
+    marked = {tuple(m.balance) for m in marks}
+    ok_runs = [r for r in runs if r.status == "ok" and r.peaks]
+    lowest = min(ok_runs, key=lambda r: r.peak, default=None)
+    if lowest is not None:
+        marked.add(tuple(lowest.balance))
+    ok = [r for r in ok_runs if r.samples_per_second is not None or (
+        estimate is not None and r.composed and (composed == "all" or tuple(r.balance) in marked))]
     labels: dict[tuple[int, ...], list[str]] = {}
     for m in marks:
         labels.setdefault(tuple(m.balance), []).append(m.label)

@@ -288,8 +288,8 @@ def dataset_name(kind: str) -> str:
 def caption_of(data) -> str:
     s = data.setup
     return (f"{data.model.spec} · {data.model.num_layers} layers · {s.stages} stages · batch "
-            f"{s.batch_size} in {s.chunks} micro-batches · {s.schedule}, checkpoint "
-            f"{s.checkpoint} · {s.device}/{s.engine}")
+            f"{s.batch_size} in {s.chunks} micro-batch{'' if s.chunks == 1 else 'es'} · "
+            f"{s.schedule}, checkpoint {s.checkpoint} · {s.device}/{s.engine}")
 
 
 # --- showing things ----------------------------------------------------------------------

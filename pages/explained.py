@@ -73,6 +73,9 @@ remember("schedule", schedule)
 remember("chunks", chunks)
 tl = les.timeline
 
+st.caption(f"Each device's predicted peak at the profile's setup ({SCHEDULE_NAMES.get(setup.schedule, setup.schedule)}, "
+           f"{plural(setup.chunks, 'micro-batch')}): the number every page shows for "
+           f"{balance_str(balance)}; measured where this partitioning was measured.")
 cols = st.columns(len(balance))
 spans = windows(balance)
 for d, col in enumerate(cols):

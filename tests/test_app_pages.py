@@ -728,6 +728,8 @@ def test_one_number_per_fact_on_every_page(bundled):
     bars = frame(space, "device", "predicted (MiB)")
     assert bars["predicted (MiB)"].tolist() == mib(peaks)
     assert metric(space, "lowest measured peak") == metric(overview, "lowest measured peak")
+    hybrid = page("hybrid", plan=bal)
+    assert metric(hybrid, "shown plan's predicted peak") == fmt_bytes(max(peaks))
     present = page("present")
     numbers = dict(zip(present.table[0].value["what"], present.table[0].value["value"]))
     assert numbers[f"exact {balance_str(best.balance)}"].startswith(f"predicted {fmt_bytes(max(peaks))}, measured {fmt_bytes(measured.peak)}")

@@ -153,8 +153,13 @@ def draw_space(points: pd.DataFrame, selected: Optional[str] = None, dataset: st
     _pad(fig, x, list(points["samples_per_second"]))
     fig.update_layout(xaxis_title=f"peak memory of the fullest device ({unit[0]})",
                       yaxis_title="throughput (samples/s)", clickmode="event+select")
-    return finish(fig, "Partition space: peak memory vs throughput of every measured "
-                       "partitioning", dataset)
+    finish(fig, "Partition space: peak memory vs throughput of every measured partitioning",
+           dataset, legend=False)
+    # the picks make a long legend: below the plot it wraps into rows without running into
+    # the title (above it, in a narrow column, it covered the subtitle)
+    fig.update_layout(legend=dict(orientation="h", x=0, xanchor="left", y=-0.26, yanchor="top"),
+                      margin=dict(b=70))
+    return fig
 
 
 def _pad(fig: go.Figure, x: list, y: list) -> None:

@@ -8,6 +8,13 @@ import streamlit as st
 from mcap.core.errors import McapError
 
 
+@st.cache_resource(show_spinner=False)
+def gpu_count() -> int:
+    """This machine's CUDA devices, read once per server (``mcap.app.devices``)."""
+    from mcap.app.devices import gpu_count as count
+    return count()
+
+
 # --- jobs (child processes; ARCHITECTURE.md: never in the script thread) -------------------------
 
 def setup_args(spec: str, setup) -> list[str]:

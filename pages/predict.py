@@ -1,19 +1,21 @@
 """Predict vs measure: per-device predicted peaks (paper 3.3) as bars, measured peaks as
 markers where the store has them, a capacity line, and a button that measures it."""
+from dataclasses import replace
+
 import streamlit as st
 
 from mcap.app import jobs
 from mcap.app.devices import measure_devices
-from mcap.runner.engines import get as get_engine
+from mcap.core.accuracy import stage_measurements, stage_terms, terms_sentence
 from mcap.core.errors import McapError
 from mcap.figures import devices as fig_dev
 from mcap.figures._style import balance_str, fmt_bytes, table_view
 from mcap.core.partition import parse_balance, validate
-from mcap.core.types import Prediction
-from mcap.core.accuracy import stage_measurements, stage_terms, terms_sentence
 from mcap.core.recommend import costs_of
+from mcap.core.types import Prediction
+from mcap.runner.engines import get as get_engine
 from pages._accuracy import show_accuracy
-from pages._jobs import job_panel, measure_args
+from pages._jobs import gpu_count, job_panel, measure_args
 from pages._search import (
     METHODS, QUICK, finished_bo, measured_for, measured_runs, predictor_choice, recommendation,
     stage_peaks, time_pick, uniform_balance,
@@ -22,13 +24,6 @@ from pages._shared import (
     caption_of, chart, current, dataset_name, downloads, remember, restore_url, shared, shared_float,
     shared_int, store, sweep_for,
 )
-
-
-
-@st.cache_resource(show_spinner=False)
-def gpu_count() -> int:
-    from mcap.app.devices import gpu_count as count
-    return count()
 
 
 restore_url()
@@ -143,7 +138,6 @@ else:
                           help="where the stage processes run; the dataset's own device first")
     if s is not None and st.button(f"▶️ Measure {balance_str(balance)} on {device}", key="measure-button"):
         try:
-            from dataclasses import replace
             get_engine(setup.engine).check(replace(setup, device=device), gpu_count())
             job = jobs.launch(s, "measure", measure_args(profile, balance, device), total=1)
             st.session_state["measure-job"] = job.id

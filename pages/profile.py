@@ -9,14 +9,8 @@ from mcap.models.spec import KNOWN_MODELS, parse_spec, trusted, user_target
 from mcap.core.setup import check_setup
 from mcap.core.types import CHECKPOINTS, OPTIMIZERS, SCHEDULES, Setup
 from mcap.runner.engines import get as get_engine, names as engine_names
-from pages._jobs import job_output, job_panel, setup_args
+from pages._jobs import gpu_count, job_output, job_panel, setup_args
 from pages._shared import restore_url, store
-
-
-@st.cache_resource(show_spinner=False)
-def gpu_count() -> int:
-    from mcap.app.devices import gpu_count as count
-    return count()
 
 
 restore_url()

@@ -798,7 +798,9 @@ def test_measure_offers_the_devices_this_machine_has(monkeypatch):
     """A CUDA dataset offered Measure on a machine without a GPU and failed with "use device
     cpu"; the page had no device choice (issue 26, Measure)."""
     import mcap.app.devices as dev
+    from pages._jobs import gpu_count
     monkeypatch.setattr(dev, "NVIDIA_GPUS", Path("/nonexistent-gpus"))
+    gpu_count.clear()  # read once per server: this test's machine has none
     at = page("predict", profile=H100[0], sweep=H100[1])
     assert at.selectbox(key="measure-device").options == ["cpu"]
     assert any("measured on cuda" in i.value and "no CUDA device" in i.value for i in at.info)
@@ -806,6 +808,7 @@ def test_measure_offers_the_devices_this_machine_has(monkeypatch):
     cpu = page("predict")
     assert cpu.selectbox(key="measure-device").options[0] == "cpu"
     assert not [i for i in cpu.info if "no CUDA device" in i.value]
+    gpu_count.clear()
 
 
 def test_partition_space_draws_every_pick_and_the_headlines_lowest_point(bundled):

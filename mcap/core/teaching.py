@@ -250,13 +250,13 @@ def _composition(p: PeakParts, t: Timeline) -> str:
         what.append(f"the activations kept by micro-batch{'es' if len(p.kept) > 1 else ''} "
                     f"{_list(p.kept)}")
     if p.recomputing:
-        what.append(f"the activations of micro-batch {_list(p.recomputing)}, recomputed in its "
-                    "backward")
+        what.append(f"the activations of micro-batch {_list(p.recomputing)} (recomputed in its "
+                    "backward)")
     if p.inputs:
         what.append(f"the stage input{'s' if len(p.inputs) > 1 else ''} of micro-batch"
                     f"{'es' if len(p.inputs) > 1 else ''} {_list(p.inputs)}")
     rest = (f", and {_mib(p.activations)} ({_share(p.activations, p.peak)}) for "
-            + _list(what)) if what else ""
+            + ", plus ".join(what)) if what else ""
     fixed = (f"; {_mib(p.fixed)} more is held all iteration" if p.fixed >= 2**20 / 10 else "")
     return state + rest + fixed + "."
 

@@ -8,6 +8,13 @@ import streamlit as st
 from mcap.core.errors import McapError
 
 
+@st.cache_resource(show_spinner=False)
+def gpu_count() -> int:
+    """This machine's CUDA devices, read once per server (``mcap.app.devices``)."""
+    from mcap.app.devices import gpu_count as count
+    return count()
+
+
 # --- jobs (child processes; ARCHITECTURE.md: never in the script thread) -------------------------
 
 def setup_args(spec: str, setup) -> list[str]:
@@ -22,10 +29,13 @@ def setup_args(spec: str, setup) -> list[str]:
     return args
 
 
-def measure_args(profile, balance) -> list[str]:
+def measure_args(profile, balance, device=None) -> list[str]:
     """``measure --model SPEC ... --balance 3,3,5,19`` under the profile's own setup, so the
-    run lands in the profile's study and shows up as its measured peak."""
-    return [*setup_args(profile.model.spec, profile.setup), "--balance", ",".join(map(str, balance))]
+    run lands in the profile's study and shows up as its measured peak; on ``device`` when
+    given (another device is another study)."""
+    from dataclasses import replace
+    setup = profile.setup if device is None else replace(profile.setup, device=device)
+    return [*setup_args(profile.model.spec, setup), "--balance", ",".join(map(str, balance))]
 
 
 def job_output(s, kind: str) -> str:
@@ -51,10 +61,11 @@ def job_panel(s, job_id: int, key: str, every: float = 1.0) -> None:
     def panel():
         p = jobs.progress(s, job_id)
         job = p.job
-        now = balance_label(job.current) if job.current else "-"
         total = job.total or "?"
+        now = (f" · now measuring {balance_label(job.current)}"
+               if job.current and not job.finished else "")
         st.progress(p.fraction, text=f"{job.kind} job {job.id}: **{job.status}** · {job.done} of "
-                                     f"{total} runs · now measuring {now}")
+                                     f"{total} runs{now}")
         if p.runs:
             from mcap.figures._style import table_view
             st.dataframe(table_view(runs_table(p.runs), ("peak",)), hide_index=True, key=f"{key}-runs-{job.id}")
@@ -69,10 +80,21 @@ def job_panel(s, job_id: int, key: str, every: float = 1.0) -> None:
         elif job.status == "cancelled":
             st.warning(f"Job {job.id} was cancelled; the runs it finished are kept in the store.")
         elif job.status == "done":
-            st.success(f"Job {job.id} is done; its results are in the store"
-                       + (f" ({len(p.runs)} runs measured now)." if p.runs else "."))
+            st.success(f"Job {job.id} is done; its results are in the store. " + done_note(job, p.runs))
     panel()
 
 
 def balance_label(balance) -> str:
     return "-".join(str(int(n)) for n in balance)
+
+
+def done_note(job, runs) -> str:
+    """How many runs a finished job measured, and how many it found measured already."""
+    from mcap.core.teaching import plural
+    measured = len(runs)
+    reused = max(int(job.done or 0) - measured, 0)
+    if measured == 0 and reused:
+        return (f"All {plural(reused, 'run')} were already in the store (measured before on this "
+                "machine) and reused: nothing was measured again.")
+    return (f"{plural(measured, 'run')} measured now"
+            + (f", {reused} found in the store and reused." if reused else "."))

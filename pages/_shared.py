@@ -21,7 +21,8 @@ from mcap.figures._style import EXPORT
 
 # The state a copied URL reopens (issue 5, Everywhere).
 SHARED_KEYS = ("profile", "sweep", "stages", "method", "predictor", "seed", "balance", "schedule",
-               "scale", "mesh", "plan")
+               "scale", "mesh", "plan", "chunks", "capacity", "plan_capacity", "planner",
+               "plan_device", "iterations", "estimates")
 PLOT_CONFIG = {"displaylogo": False, "toImageButtonOptions": dict(EXPORT)}
 # What a fresh visit opens: the bundled profile and the full sweep of the same model and
 # setup, so every method's pick is a measured point of the Partition space (a sampled
@@ -113,6 +114,17 @@ def shared_int(name: str, default: int, low: int, high: int) -> int:
     return min(max(value, low), high)
 
 
+def shared_float(name: str, default: float, low: float, high: float) -> float:
+    """A float query param clamped to [low, high]; junk (or NaN) falls back to the default."""
+    try:
+        value = float(shared(name, str(default)))
+    except (TypeError, ValueError):
+        return default
+    if value != value:
+        return default
+    return min(max(value, low), high)
+
+
 # --- the store ---------------------------------------------------------------------------
 
 @st.cache_resource(show_spinner=False)
@@ -164,29 +176,70 @@ def choices(kind: str) -> list[datasets.DatasetRef]:
     s = store()
     if s is not None:
         refs += [r for r in datasets.in_store(s) if r.kind == kind]
-    for name, (k, _) in st.session_state.get("_uploads", {}).items():
+    for key, (k, _) in st.session_state.get("_uploads", {}).items():
         if k == kind:
-            refs.append(datasets.DatasetRef("upload", kind, name, f"{name} (uploaded)"))
+            refs.append(datasets.DatasetRef("upload", kind, key, f"{_upload_name(key)} (uploaded)"))
     return refs
 
 
-def add_upload(name: str, data: bytes):
-    """Load an uploaded file; keep it for this session; return the dataset (or raise)."""
-    dataset = _load_upload(name, hashlib.sha256(data).hexdigest(), data)
+# Uploads are kept by this server too, under the file's name and the start of its content's
+# hash, so a copied link (upload:NAME@HASH) opens the same data in another tab or browser
+# for as long as the server runs; the newest few are kept.
+_SERVER_UPLOADS = 16
+
+
+@st.cache_resource(show_spinner=False)
+def _server_uploads() -> dict:
+    return {}
+
+
+def _upload_name(key: str) -> str:
+    return key.rsplit("@", 1)[0]
+
+
+def add_upload(name: str, data: bytes) -> tuple[str, str]:
+    """Load an uploaded file; keep it for this session and this server; return its kind and
+    its shareable param ``upload:NAME@HASH`` (or raise McapError)."""
+    digest = hashlib.sha256(data).hexdigest()
+    dataset = _load_upload(name, digest, data)
     kind = "profile" if isinstance(dataset, Profile) else "sweep"
-    st.session_state.setdefault("_uploads", {})[name] = (kind, data)
-    return kind, dataset
+    key = f"{name}@{digest[:12]}"
+    st.session_state.setdefault("_uploads", {})[key] = (kind, data)
+    kept = _server_uploads()
+    kept.pop(key, None)
+    kept[key] = (kind, data)
+    while len(kept) > _SERVER_UPLOADS:
+        kept.pop(next(iter(kept)))
+    return kind, f"upload:{key}"
 
 
 def open_dataset(param: str):
     """The dataset a ref names; raises McapError for bad or missing ones."""
     ref = datasets.parse_ref(param)
     if ref.source == "upload":
-        kept = st.session_state.get("_uploads", {}).get(ref.key)
+        kept = st.session_state.get("_uploads", {}).get(ref.key) or _server_uploads().get(ref.key)
         if kept is None:
-            raise McapError(f"uploaded file {ref.key!r} is not in this session; upload it again")
-        return _load_upload(ref.key, hashlib.sha256(kept[1]).hexdigest(), kept[1])
+            raise McapError(f"uploaded file {_upload_name(ref.key)!r} is not on this server (it "
+                            "was uploaded before the server restarted, or elsewhere); upload it "
+                            "again on the Overview page")
+        st.session_state.setdefault("_uploads", {})[ref.key] = kept  # the pickers list it
+        return _load_upload(_upload_name(ref.key), hashlib.sha256(kept[1]).hexdigest(), kept[1])
     return _load(param, revision_of(ref))
+
+
+def press_profiles() -> list[datasets.DatasetRef]:
+    """The bundled profiles with MPress statistics, for pages that need them (Memory savers)."""
+    out = []
+    for ref in choices("profile"):
+        if ref.source != "bundled":
+            continue
+        try:
+            data = open_dataset(ref.param)
+        except McapError:
+            continue
+        if isinstance(data, Profile) and data.press is not None:
+            out.append(ref)
+    return out
 
 
 def current(kind: str, required: bool = True):
@@ -228,14 +281,15 @@ def profile_param() -> Optional[str]:
 def dataset_name(kind: str) -> str:
     """The chosen dataset's name for figure subtitles: "vgg11-h512-b8-cpu4-full.sweep.json"."""
     param = shared(kind) or ""
-    return param.split(":", 1)[-1]
+    name = param.split(":", 1)[-1]
+    return _upload_name(name) if param.startswith("upload:") else name
 
 
 def caption_of(data) -> str:
     s = data.setup
     return (f"{data.model.spec} · {data.model.num_layers} layers · {s.stages} stages · batch "
-            f"{s.batch_size} in {s.chunks} micro-batches · {s.schedule}, checkpoint "
-            f"{s.checkpoint} · {s.device}/{s.engine}")
+            f"{s.batch_size} in {s.chunks} micro-batch{'' if s.chunks == 1 else 'es'} · "
+            f"{s.schedule}, checkpoint {s.checkpoint} · {s.device}/{s.engine}")
 
 
 # --- showing things ----------------------------------------------------------------------

@@ -1,23 +1,29 @@
 """Pipeline memory, explained: for a partitioning and a schedule, when each device holds
-which micro-batch's activations and how its memory rises and falls over one iteration."""
+which micro-batch's activations and how its memory rises and falls over one iteration, from
+the same per-device peaks every other page shows (mcap.core.teaching)."""
 import streamlit as st
 
-from mcap.app.press import below_least, capacity_input_mib
+from mcap.app.press import below_least, capacity_input_mib, room
 from mcap.core.errors import McapError
+from mcap.core.partition import parse_balance, validate, windows
+from mcap.core.press import METHODS, problem, solve
+from mcap.core.press.effect import effect
+from mcap.core.teaching import (
+    SCHEDULE_NAMES, lesson, max_chunks, other_schedule, plural, state_copies,
+)
+from mcap.core.timeline import TIMELINE_SCHEDULES
 from mcap.figures import timeline as fig_tl
 from mcap.figures._style import balance_str, fmt_bytes, table_view
-from mcap.core.partition import parse_balance, validate
-from mcap.core.predict import predict
-from mcap.core.timeline import TIMELINE_SCHEDULES, explain, max_in_flight, simulate, stage_memory
-from mcap.core.press import METHODS, problem, smallest_capacity, solve
-from mcap.core.press.effect import effect
+from pages._search import current_predictor, measured_for, measured_runs, stage_peaks
 from pages._shared import (
     caption_of, chart, current, dataset_name, downloads, remember, restore_url, shared,
+    shared_float, shared_int, sweep_for,
 )
 
 restore_url()
 st.title("Pipeline memory, explained")
 profile = current("profile")
+sweep = sweep_for(profile, current("sweep", required=False))
 st.caption(caption_of(profile))
 setup = profile.setup
 layers = profile.model.num_layers
@@ -26,7 +32,7 @@ st.markdown(
     "In pipeline-parallel training the batch is cut into **micro-batches** that flow through "
     "the stages. A device must keep what each micro-batch's backward will need from the "
     "moment its forward runs there until its backward has run there. How many micro-batches "
-    "are *in flight* on a device at once decides how full it gets.")
+    "are *in flight* on a device at once, and what each keeps, decides how full it gets.")
 
 default_balance = shared("balance")
 if default_balance is None:  # an even split until a partitioning is chosen elsewhere
@@ -38,95 +44,118 @@ text = left.text_input("Partitioning (layers per device)", value=default_balance
                        help=f"comma-separated layer counts summing to {layers}, e.g. 3,3,5,19")
 # "with checkpointing" only where the profile was measured so (not on checkpoint never)
 labels = {"gpipe": "GPipe" + (" with checkpointing" if setup.checkpoint != "never" else ""),
-          "1f1b": "1F1B"}
-# The dataset's own schedule first: the levels are calibrated on it (stage_memory).
+          "1f1b": "1F1B" + (" with checkpointing" if setup.checkpoint != "never" else "")}
+# The dataset's own schedule first: the levels are calibrated on it (mcap.core.teaching).
 own = setup.schedule if setup.schedule in TIMELINE_SCHEDULES else TIMELINE_SCHEDULES[0]
 sched_default = shared("schedule", own)
 schedule = mid.radio("Schedule", TIMELINE_SCHEDULES, format_func=labels.get, key="tl-schedule",
                      index=TIMELINE_SCHEDULES.index(sched_default if sched_default in TIMELINE_SCHEDULES else own),
-                     help=f"the profile was measured with {labels.get(setup.schedule, setup.schedule)}")
-# A profile's chunk count may exceed the widget's range: start at the nearest allowed value.
-chunks = right.number_input("Micro-batches", min_value=1, max_value=32,
-                            value=min(max(int(setup.chunks), 1), 32),
-                            key="tl-chunks")
+                     help=f"the profile was measured with {SCHEDULE_NAMES.get(setup.schedule, setup.schedule)}")
+# A micro-batch holds at least one sample: the profile's batch bounds the count.
+most = max_chunks(setup)
+chunks = int(right.number_input(
+    "Micro-batches", min_value=1, max_value=most,
+    value=shared_int("chunks", min(max(int(setup.chunks), 1), most), 1, most), key="tl-chunks",
+    help=f"the profile's batch of {setup.batch_size} cut into 1..{most}; it was measured with "
+         f"{setup.chunks}"))
 
 try:
     balance = validate(parse_balance(text), layers).balance
-    prediction = predict(profile.stats, balance)
+    predicted = stage_peaks(profile, balance)  # Predict's numbers, by the same call
+    run = measured_for(measured_runs(profile, sweep), balance) if len(balance) == setup.stages else None
     params = tuple(l.param_bytes for l in profile.model.layers)
-    copies = 4 if setup.optimizer == "adam" else 3
-    memory = stage_memory(balance, params, prediction.peaks, setup.schedule, setup.chunks, copies)
-    tl = simulate(balance, schedule, int(chunks), memory)
+    les = lesson(balance, schedule, chunks, setup, params, predicted, run)
 except McapError as exc:
     st.error(str(exc))
     st.stop()
 remember("balance", ",".join(map(str, balance)))
 remember("schedule", schedule)
+remember("chunks", chunks)
+tl = les.timeline
 
-held = tl.max_in_flight
+st.caption(f"Each device's predicted peak at the profile's setup ({SCHEDULE_NAMES.get(setup.schedule, setup.schedule)}, "
+           f"{plural(setup.chunks, 'micro-batch')}): the number every page shows for "
+           f"{balance_str(balance)}; measured where this partitioning was measured.")
 cols = st.columns(len(balance))
+spans = windows(balance)
 for d, col in enumerate(cols):
-    col.metric(f"device {d}", f"{held[d]} in flight", help=f"layers {tl.balance[d]}; peak {fmt_bytes(tl.peaks[d])}")
-    col.caption(f"peak {fmt_bytes(tl.peaks[d])}")
+    col.metric(f"device {d}", fmt_bytes(les.predicted[d]),
+               help=f"layers {spans[d][0]}-{spans[d][1]}: the predicted peak at the profile's "
+                    f"setup ({current_predictor()}), as on every page")
+    notes = [plural(tl.max_in_flight[d], "micro-batch") + " in flight"]
+    if les.measured is not None:
+        notes.insert(0, f"measured {fmt_bytes(les.measured[d])}")
+    if les.levels and not les.at_profiled_setup:
+        notes.append(f"{fmt_bytes(tl.peaks[d])} drawn under {SCHEDULE_NAMES[schedule]}")
+    col.caption(" · ".join(notes))
 
-for line in explain(tl):
+for line in les.lines:
     st.markdown("- " + line)
-chart(fig_tl.draw_timeline(tl, dataset=dataset_name("profile")), key="timeline-chart",
-      name=f"timeline-{schedule}")
+if les.unknowns:
+    st.info("**What the profile cannot tell here**\n\n" + "\n".join(f"- {u}" for u in les.unknowns))
+chart(fig_tl.draw_timeline(tl, dataset=dataset_name("profile"), measured=les.measured if les.levels else None,
+                           levels=les.levels),
+      key="timeline-chart", name=f"timeline-{schedule}")
 
-other = "1f1b" if schedule == "gpipe" else "gpipe"
-st.info(f"Under {labels[other]} the same partitioning would hold "
-        + ", ".join(str(h) for h in max_in_flight(other, len(balance), int(chunks)))
-        + f" micro-batches per device (devices 0..{len(balance) - 1}).")
-with st.expander("How the memory levels are estimated"):
-    st.markdown(
-        f"Parameter state (weights, gradients, optimizer state: {copies} copies of the "
-        "parameters) stays the whole iteration. The rest of each stage's peak as mCAP predicts "
-        f"it for {balance_str(balance)} is shared equally among the micro-batches the stage holds "
-        f"at its peak under the profiled schedule ({labels.get(setup.schedule, setup.schedule)}, "
-        f"{setup.chunks} micro-batches). The schedule above is exact; the levels are a teaching "
-        "approximation that does not separate recomputed activations from kept stage inputs.")
-mem = fig_tl.memory_frame(tl)
-st.dataframe(table_view(mem, ("memory",)), hide_index=True, key="timeline-table", height=240)
-downloads(mem, f"mcap-timeline-{schedule}", "timeline")
+other, counts = other_schedule(schedule, len(balance), chunks)
+st.caption(f"Under {SCHEDULE_NAMES[other]} the same partitioning would have "
+           + ", ".join(str(h) for h in counts)
+           + f" micro-batches in flight on devices 0..{len(balance) - 1}.")
+if les.levels:
+    mem = fig_tl.memory_frame(tl)
+    st.dataframe(table_view(mem, ("memory",)), hide_index=True, key="timeline-table", height=240)
+    downloads(mem, f"mcap-timeline-{schedule}", "timeline")
 
 st.subheader("A memory-saving plan over this iteration")
 if profile.press is None:
     st.info("With MPress statistics (`python -m mcap profile ... --checkpoint never --press`) this "
-            "section shows what a plan moves out of a device and brings back, and when.")
+            "section shows what a plan moves out of a device and brings back, and when. The "
+            "Memory savers page opens a bundled profile that has them.")
     st.stop()
-try:
-    before = problem(profile, balance)
+if not les.levels:
+    st.info(f"The plan is drawn over the levels, which need the profile's {setup.chunks} "
+            "micro-batches: set Micro-batches back to it.")
+    st.stop()
+try:  # the same predicted peaks as the header (the page's predictor)
+    before = problem(profile, balance, None, current_predictor())
+    space = room(before, params, state_copies(setup))
 except McapError as exc:
     st.info(str(exc))
     st.stop()
-least, top = smallest_capacity(before), max(before.base)
+if space.sentence():
+    st.info(space.sentence())
 a, b, c = st.columns(3)
 cap_mib = a.number_input("Capacity per device (MiB)", min_value=0.01, step=1.0,
-                         value=capacity_input_mib(setup.capacity_bytes or (least + top) // 2),
+                         value=shared_float("plan_capacity", capacity_input_mib(
+                             setup.capacity_bytes or space.default_capacity()), 0.01, 10.0**9),
                          key="tl-press-capacity",
-                         help=f"keep-all peak {fmt_bytes(top)}; the least any plan reaches "
-                              f"{fmt_bytes(least)}")
-method = b.selectbox("Planner", list(METHODS), key="tl-press-method")
-device = c.selectbox("Device", list(range(len(balance))), key="tl-press-device",
-                     index=max(range(len(balance)), key=lambda s: before.base[s]))
+                         help=f"keep-all peak {fmt_bytes(space.top)}; the least any plan reaches "
+                              f"{fmt_bytes(space.least)}")
+methods = list(METHODS)
+method = b.selectbox("Planner", methods, key="tl-press-method",
+                     index=methods.index(shared("planner", methods[0])) if shared("planner") in methods else 0)
+devices = list(range(len(balance)))
+device = c.selectbox("Device", devices, key="tl-press-device",
+                     index=shared_int("plan_device", space.device, 0, len(balance) - 1))
+remember("plan_capacity", cap_mib)
+remember("planner", method)
+remember("plan_device", device)
 capacity = int(cap_mib * 2**20)
 try:
-    plan = solve(problem(profile, balance, capacity), capacity, method)
-    # levels calibrated on the planner's keep-all peaks, so both curves share its scale
-    tl_p = simulate(balance, schedule, int(chunks),
-                    stage_memory(balance, params, before.base, setup.schedule, setup.chunks, copies))
-    eff = effect(before, [x for stage in plan.stages for x in stage], tl_p, device)
+    plan = solve(problem(profile, balance, capacity, current_predictor()), capacity, method)
+    eff = effect(before, [x for stage in plan.stages for x in stage], tl, device)
 except McapError as exc:
-    hint = below_least(capacity, least)
+    hint = below_least(capacity, space.least)
     st.error(str(exc) + ("" if hint is None else f". {hint}"))
     st.stop()
+reduced = sum(1 for x in plan.stages[device] if x.action != "keep")
 st.caption(f"Plan ({method}) under {fmt_bytes(capacity)}: device {device}'s predicted peak "
            f"{fmt_bytes(before.base[device])} before, {fmt_bytes(plan.predicted_peaks[device])} "
-           f"after; {plan.predicted_added_seconds:.4f} s added per iteration. The curve shows "
-           "when bytes leave and return on the teaching timeline above; the predicted peak also "
-           "counts the one micro-batch brought back in backward.")
-chart(fig_tl.draw_press_effect(tl_p, eff, dataset=dataset_name("profile")), key="press-effect-chart",
+           f"after ({plural(reduced, 'layer')} of its {balance[device]} reduced); "
+           f"{plan.predicted_added_seconds:.4f} s added per iteration. The curve shows when bytes "
+           "leave and return over the iteration above; the predicted peak also counts the one "
+           "micro-batch brought back in backward.")
+chart(fig_tl.draw_press_effect(tl, eff, dataset=dataset_name("profile")), key="press-effect-chart",
       name=f"press-effect-{device}")
 events = fig_tl.effect_frame(eff)
 st.dataframe(table_view(events, ("bytes",)), hide_index=True, key="press-effect-table", height=240)

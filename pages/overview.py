@@ -4,6 +4,7 @@ import streamlit as st
 from mcap.core.errors import McapError
 from mcap.figures import overview as fig_over
 from mcap.figures._style import balance_str, fmt_bytes
+from pages._accuracy import show_accuracy
 from pages._search import prediction_of, recommendations
 from pages._shared import (
     add_upload, chart, choices, current, dataset_name, json_download, remember, restore_url, shared, sweep_for,
@@ -20,7 +21,27 @@ st.markdown(
     "and recommends the partitioning whose fullest device is the least full.")
 
 st.subheader("Dataset")
-left, right = st.columns(2)
+# The pickers are drawn after the upload is read, so they show what was just uploaded.
+pickers = st.container()
+upload = st.file_uploader("…or upload an `mcap.profile/1` or `mcap.sweep/1` JSON file", type=["json"],
+                          key="upload")
+# A file stays in the uploader across reruns: read it once, so a later pick in the pickers
+# is not undone by the same file on the next rerun.
+if upload is not None and st.session_state.get("upload-read") != upload.file_id:
+    st.session_state["upload-read"] = upload.file_id
+    try:
+        kind, param = add_upload(upload.name, upload.getvalue())
+        remember(kind, param)
+        st.session_state[f"choose-{kind}"] = param  # the picker follows the upload
+        st.session_state["upload-note"] = (kind, upload.name, param)
+    except McapError as exc:
+        st.session_state.pop("upload-note", None)
+        st.error(f"Cannot use {upload.name}: {exc}")
+note = st.session_state.get("upload-note")
+if upload is not None and note is not None and note[1] == upload.name:
+    st.success(f"Loaded {note[1]} as a {note[0]}. A link to this page opens it on this server "
+               f"as long as it runs (`{note[0]}={note[2]}`).")
+left, right = pickers.columns(2)
 for kind, col, what in (("profile", left, "Profile (layer statistics)"),
                         ("sweep", right, "Sweep (measured partition space)")):
     refs = choices(kind)
@@ -29,19 +50,14 @@ for kind, col, what in (("profile", left, "Profile (layer statistics)"),
         continue
     params = [r.param for r in refs]
     chosen = shared(kind, params[0])
-    pick = col.selectbox(what, params, index=params.index(chosen) if chosen in params else 0,
-                         format_func={r.param: str(r) for r in refs}.get, key=f"choose-{kind}")
+    if st.session_state.get(f"choose-{kind}") not in params:
+        st.session_state.pop(f"choose-{kind}", None)
+    # set by an upload (above) or a previous run: the widget's own state, no second default
+    start = {} if f"choose-{kind}" in st.session_state else {
+        "index": params.index(chosen) if chosen in params else 0}
+    pick = col.selectbox(what, params, format_func={r.param: str(r) for r in refs}.get,
+                         key=f"choose-{kind}", **start)
     remember(kind, pick)
-
-upload = st.file_uploader("…or upload an `mcap.profile/1` or `mcap.sweep/1` JSON file", type=["json"],
-                          key="upload")
-if upload is not None:
-    try:
-        kind, _ = add_upload(upload.name, upload.getvalue())
-        remember(kind, f"upload:{upload.name}")
-        st.success(f"Loaded {upload.name} as a {kind}.")
-    except McapError as exc:
-        st.error(f"Cannot use {upload.name}: {exc}")
 
 profile = current("profile")
 sweep = sweep_for(profile, current("sweep", required=False))
@@ -67,6 +83,7 @@ c[0].metric("mCAP's partitioning", balance_str(best.balance))
 c[1].metric("its predicted peak", fmt_bytes(best.predicted_peak))
 c[2].metric("vs. an even split", fmt_bytes(even.predicted_peak),
             delta=f"{100 * (even.predicted_peak / best.predicted_peak - 1):+.1f}%", delta_color="inverse")
+show_accuracy(profile, sweep)
 bars = fig_over.split_bars((("uniform", prediction_of(even)), ("exact", prediction_of(best))))
 st.markdown("**One picture:** the per-device peaks mCAP predicts for an even split of the layers "
             "and for its own memory-balanced split. The fullest device decides what fits.")

@@ -1,22 +1,30 @@
 """Predict vs measure: per-device predicted peaks (paper 3.3) as bars, measured peaks as
 markers where the store has them, a capacity line, and a button that measures it."""
+from dataclasses import replace
+
 import streamlit as st
 
 from mcap.app import jobs
+from mcap.app.devices import measure_devices
+from mcap.core.accuracy import stage_measurements, stage_terms, terms_sentence
 from mcap.core.errors import McapError
 from mcap.figures import devices as fig_dev
 from mcap.figures._style import balance_str, fmt_bytes, table_view
 from mcap.core.partition import parse_balance, validate
+from mcap.core.recommend import costs_of
 from mcap.core.types import Prediction
-from pages._jobs import job_panel, measure_args
+from mcap.runner.engines import get as get_engine
+from pages._accuracy import show_accuracy
+from pages._jobs import gpu_count, job_panel, measure_args
 from pages._search import (
     METHODS, QUICK, finished_bo, measured_for, measured_runs, predictor_choice, recommendation,
     stage_peaks, time_left_out, time_pick, uniform_balance,
 )
 from pages._shared import (
-    caption_of, chart, current, dataset_name, downloads, remember, restore_url, shared, shared_int, store,
-    sweep_for,
+    caption_of, chart, current, dataset_name, downloads, remember, restore_url, shared, shared_float,
+    shared_int, store, sweep_for,
 )
+
 
 restore_url()
 st.title("Predict vs measure")
@@ -87,7 +95,9 @@ remember("balance", ",".join(map(str, balance)))
 
 cap_default = setup.capacity_bytes / 2**20 if setup.capacity_bytes else 0.0
 capacity_mib = st.number_input("Capacity per device (MiB, 0 for none)", min_value=0.0,
-                               value=float(cap_default), step=64.0, key="pick-capacity")
+                               value=shared_float("capacity", float(cap_default), 0.0, 10.0**9),
+                               step=64.0, key="pick-capacity")
+remember("capacity", capacity_mib if capacity_mib > 0 else None)
 capacity = int(capacity_mib * 2**20) if capacity_mib > 0 else None
 
 prediction = Prediction(balance, stage_peaks(profile, balance))
@@ -105,6 +115,10 @@ if data.measured is not None:
 else:
     c[2].metric("measured peak", run.status if run is not None else "not measured")
 c[3].metric("over capacity", ", ".join(f"device {d}" for d in data.over_capacity) or "none")
+show_accuracy(profile, sweep)
+if len(balance) == setup.stages:
+    st.caption(terms_sentence(prediction.peaks, stage_measurements(runs, balance, setup.schedule),
+                              stage_terms(profile, costs_of(profile, predictor), balance)))
 if data.over_capacity:
     st.error(f"Capacity {fmt_bytes(capacity)} is too small: predicted peaks "
              + ", ".join(f"device {d} {fmt_bytes(prediction.peaks[d])}" for d in data.over_capacity)
@@ -119,9 +133,15 @@ if len(balance) != setup.stages:
     st.info(f"Measuring needs {setup.stages} stages (the profile's setup); this partitioning has {len(balance)}.")
 else:
     s = store()
-    if s is not None and st.button(f"▶️ Measure {balance_str(balance)}", key="measure-button"):
+    options, why = measure_devices(setup.device, gpu_count())
+    if why:
+        st.info(why)
+    device = st.selectbox("Device", options, key="measure-device",
+                          help="where the stage processes run; the dataset's own device first")
+    if s is not None and st.button(f"▶️ Measure {balance_str(balance)} on {device}", key="measure-button"):
         try:
-            job = jobs.launch(s, "measure", measure_args(profile, balance), total=1)
+            get_engine(setup.engine).check(replace(setup, device=device), gpu_count())
+            job = jobs.launch(s, "measure", measure_args(profile, balance, device), total=1)
             st.session_state["measure-job"] = job.id
         except McapError as exc:
             st.error(str(exc))

@@ -1,10 +1,13 @@
 """Present: a dataset's story for teammates in four figures with the numbers that matter
 (mCAP's split vs an even one, its pick vs the baselines, predicted vs measured, the error
 histogram), and the same as one self-contained HTML report (mcap.figures.story)."""
+from datetime import date
+
 import streamlit as st
 
 from mcap.core.errors import McapError
 from mcap.figures import story as fig_story
+from pages._accuracy import show_accuracy
 from pages._search import current_predictor
 from pages._shared import (
     caption_of, chart, current, dataset_name, profile_param, restore_url, sweep_for,
@@ -19,20 +22,22 @@ name = dataset_name("profile") + ("" if sweep is None else " · " + dataset_name
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
-def _story(profile_ref: str, sweep_ref, predictor: str, _profile, _sweep):
-    return fig_story.story(_profile, _sweep, predictor)
+def _story(profile_ref: str, sweep_ref, predictor: str, today, _profile, _sweep):
+    return fig_story.story(_profile, _sweep, predictor,
+                           (dataset_name("profile"), sweep_ref or ""), today)
 
 
 try:
     s = _story(profile_param(), None if sweep is None else dataset_name("sweep"),
-               current_predictor(), profile, sweep)
+               current_predictor(), date.today(), profile, sweep)
 except McapError as exc:
     st.error(str(exc))
     st.stop()
 figures = fig_story.draw_story(s, name)
 # Built when clicked (a deferred download): the report inlines plotly.js (about 5 MB).
+show_accuracy(profile, sweep)
 st.download_button("⬇️ All figures as one HTML report (works offline)",
-                   lambda: fig_story.report_html(s, figures, f"mcap: {s.spec} on {s.stages} devices"),
+                   lambda: fig_story.report_html(s, figures),
                    file_name="mcap-report.html", mime="text/html", key="present-report")
 left, right = st.columns(2)
 for i, fig in enumerate(figures):

@@ -9,14 +9,8 @@ from mcap.models.spec import KNOWN_MODELS, parse_spec, trusted, user_target
 from mcap.core.setup import check_setup
 from mcap.core.types import CHECKPOINTS, OPTIMIZERS, SCHEDULES, Setup
 from mcap.runner.engines import get as get_engine, names as engine_names
-from pages._jobs import job_output, job_panel, setup_args
+from pages._jobs import gpu_count, job_output, job_panel, setup_args
 from pages._shared import restore_url, store
-
-
-@st.cache_resource(show_spinner=False)
-def gpu_count() -> int:
-    from mcap.app.devices import gpu_count as count
-    return count()
 
 
 restore_url()
@@ -34,7 +28,8 @@ else:
     st.success(f"{gpus} CUDA device(s) found: stages can run on GPUs (device `cuda`).")
 
 st.markdown("mCAP's incremental profiling (paper 3.1) measures L − G + 1 short training runs "
-            "(2 iterations each) on chosen partitionings and derives every layer's statistics.")
+            "(2 iterations each; L layers in the model, G stages) on chosen partitionings and "
+            "derives every layer's statistics.")
 with st.form("profile-form"):
     a, b, c = st.columns(3)
     spec = a.text_input("Model spec", value="vgg11:image_size=32", key="profile-spec",

@@ -9,6 +9,7 @@ from mcap.models.spec import is_trusted, is_user_spec, untrusted_note
 from mcap.figures import recommend as fig_rec
 from mcap.figures import snippet
 from mcap.figures._style import balance_str, fmt_bytes, table_view
+from pages._accuracy import show_accuracy
 from pages._search import (
     METHODS, QUICK, bo_run, measured_runs, method_label, predictor_choice, recommendation,
     start_time, time_left_out, time_pick, time_state,
@@ -52,6 +53,7 @@ if method == "bo":
     seed = int(b.number_input("seed", 0, 10**6, value=shared_int("seed", 0, 0, 10**6),
                               key="rec-seed"))
     remember("seed", seed)
+    remember("iterations", iterations)
     run = bo_run(profile, stages, seed, iterations)
     if run is None and st.button(f"🔎 Run bo ({iterations} evaluations)", type="primary", key="rec-run"):
         run = bo_run(profile, stages, seed, iterations, start=True)
@@ -102,6 +104,7 @@ if rec is not None:
     c[2].metric("search time", f"{rec.seconds:.3f} s")
     c[3].metric("evaluated", f"{rec.evaluated:,}",
                 help="bf: partitionings; exact: DP transitions; bo: objective evaluations")
+acc = show_accuracy(profile, sweep)
 
 st.subheader("All methods and baselines")
 rows = []
@@ -153,6 +156,8 @@ downloads(table, "mcap-recommendations", "rec")
 
 if rec is not None:
     st.subheader("Use it")
+    if acc is not None and acc.warning():
+        st.warning(acc.warning())
     chunks = profile.setup.chunks
     left, right = st.columns(2)
     left.markdown("**torchgpipe**")

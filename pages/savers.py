@@ -5,17 +5,19 @@ import streamlit as st
 
 from mcap.app import jobs
 from mcap.app.press import (
-    below_least, capacity_input_mib, measure_plan_args, measured_keep_all, write_plan,
+    below_least, capacity_input_mib, measure_plan_args, measured_keep_all, room, write_plan,
 )
 from mcap.core.errors import McapError
 from mcap.core.partition import parse_balance, validate
-from mcap.core.press import HELP, METHODS, problem, smallest_capacity, solve
+from mcap.core.press import HELP, METHODS, problem, solve
 from mcap.figures import press as fig_press
 from mcap.figures._style import balance_str, fmt_bytes, table_view
 from pages._jobs import job_panel, measure_args
 from pages._search import predictor_choice, recommendation
+from mcap.core.teaching import state_copies
 from pages._shared import (
-    caption_of, chart, current, dataset_name, downloads, remember, restore_url, shared, store,
+    caption_of, chart, current, dataset_name, downloads, press_profiles, remember, restore_url,
+    shared, shared_float, store,
 )
 
 restore_url()
@@ -28,6 +30,10 @@ if profile.press is None:
             "forward times, host and device-to-device bandwidth). Add them by profiling with "
             f"`python -m mcap profile --model {profile.model.spec} --stages "
             f"{profile.setup.stages} --checkpoint never --press --out FILE`, then open FILE here.")
+    for ref in press_profiles():
+        if st.button(f"Open {ref}, a profile with them", key=f"savers-open-{ref.param}"):
+            remember("profile", ref.param)
+            st.rerun()
     st.stop()
 
 layers, setup = profile.model.num_layers, profile.setup
@@ -41,7 +47,9 @@ if not usable:  # start from mCAP's pick: the partitioning MPress starts from
 left, mid, right = st.columns(3)
 text = left.text_input("Layers per device", value=default, key="savers-balance",
                        help=f"comma-separated layer counts summing to {layers}")
-method = right.selectbox("Planner", list(METHODS), key="savers-method",
+planners = list(METHODS)
+method = right.selectbox("Planner", planners, key="savers-method",
+                         index=planners.index(shared("planner")) if shared("planner") in planners else 0,
                          help="; ".join(f"{k}: {v}" for k, v in HELP.items()))
 try:
     balance = validate(parse_balance(text), layers).balance
@@ -60,12 +68,18 @@ except McapError as exc:
     st.error(str(exc))
     st.stop()
 remember("balance", ",".join(map(str, balance)))
-least, top = smallest_capacity(before), max(before.base)
-start = setup.capacity_bytes or (least + top) // 2
+space = room(before, [l.param_bytes for l in profile.model.layers], state_copies(setup))
+least, top = space.least, space.top
+if space.sentence():
+    st.info(space.sentence())
+start = setup.capacity_bytes or space.default_capacity()
 capacity_mib = mid.number_input("Capacity per device (MiB)", min_value=0.01,
-                                value=capacity_input_mib(start), step=1.0, key="savers-capacity",
+                                value=shared_float("plan_capacity", capacity_input_mib(start), 0.01, 10.0**9),
+                                step=1.0, key="savers-capacity",
                                 help=f"keep-all peak {fmt_bytes(top)}; the least any plan "
                                      f"reaches {fmt_bytes(least)}")
+remember("plan_capacity", capacity_mib)
+remember("planner", method)
 capacity = int(capacity_mib * 2**20)
 try:
     p = problem(profile, balance, capacity, predictor, base=before.base)
@@ -81,7 +95,7 @@ c[1].metric("peak after", fmt_bytes(max(plan.predicted_peaks)))
 c[2].metric("predicted added time", f"{plan.predicted_added_seconds:.4f} s")
 counts = plan.counts()
 c[3].metric("layers reduced", f"{len(p.saved) - counts['keep']} of {len(p.saved)}")
-if top <= capacity:
+if top <= capacity and space.worth:
     st.success(f"Partitioning {balance_str(balance)} fits {fmt_bytes(capacity)} without a plan.")
 table = fig_press.savers_table(p, plan)
 chart(fig_press.draw_savers(table, capacity, balance, dataset_name("profile")),

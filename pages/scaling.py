@@ -6,19 +6,19 @@ from mcap.io.datasets import datasets_dir
 from mcap.core.errors import McapError
 from mcap.figures import scaling as fig_scaling
 from mcap.figures._style import fmt_bytes, table_view
-from mcap.io.scalefile import load
+from mcap.io.scalefile import compared_first, load
 from pages._shared import chart, downloads, remember, restore_url, shared
 
 restore_url()
 st.title("Scaling")
 st.markdown(
     "How large a model trains when each device has a fixed capacity. For each partitioner the "
-    "model is grown (here AmoebaNet-D's *filters*) and the largest size whose partitioning "
-    "trains is found by binary search; at each size the partitioner's pick is measured for "
-    "real under the capacity. The paper reports **1.55x** more parameters for mCAP than for "
-    "torchgpipe's throughput-balanced split (`time`).")
+    "model is grown and the largest size whose partitioning trains is found by binary search; "
+    "at each size the partitioner's pick is measured for real under the capacity. The paper "
+    "reports **1.55x** more parameters for mCAP than for torchgpipe's throughput-balanced "
+    "split (`time`).")
 
-files = sorted(p.name for p in datasets_dir().glob("*.scale.json"))
+files = [p.name for p in compared_first(datasets_dir().glob("*.scale.json"))]
 if not files:
     st.info("No scaling result in data/: run `python -m mcap scale ... --out data/NAME.scale.json` "
             "(README, Scaling).")
@@ -48,6 +48,9 @@ st.caption(f"{result.model} · vary {result.vary} over {result.grid[0]}..{result
            f"{s.batch_size} in {s.chunks} micro-batches · {s.schedule}, checkpoint {s.checkpoint} · "
            f"{s.device}/{s.engine}")
 
+if "time" not in {r.partitioner for r in result.results}:
+    st.info(f"This file scales {', '.join(r.partitioner for r in result.results)} only: it has "
+            "no `time` run to compare with the paper's 1.55x; choose a file that has one.")
 summary = fig_scaling.scaling_summary(result)
 cols = st.columns(max(len(summary), 1))
 for col, row in zip(cols, summary.itertuples()):

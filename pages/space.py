@@ -10,7 +10,7 @@ from mcap.io.datasets import datasets_dir
 from mcap.figures import devices as fig_dev
 from mcap.figures import overview as fig_over
 from mcap.figures import space as fig_space
-from mcap.figures._style import fmt_bytes, table_view
+from mcap.figures._style import balance_str, fmt_bytes, table_view
 from mcap.core.types import Prediction
 from pages._search import (
     METHODS, finished_bo, measured_for, method_label, predictor_choice, recommendation,
@@ -71,11 +71,19 @@ for method in chosen:
 marks = tuple(marks)
 
 estimate = throughput.from_json((sweep.extra or {}).get("throughput_estimate"))
+# The picks and the lowest peak are drawn with an estimated throughput whatever the box
+# says (without it a composed pick had no star and the lowest point was not the sweep's
+# lowest peak); every other composed partitioning only when asked (thousands of points).
 show_estimates = estimate is not None and st.sidebar.checkbox(
-    "Estimated throughput for composed partitionings", value=False, key="space-estimates",
+    "Estimated throughput for every composed partitioning", key="space-estimates",
+    value=shared("estimates", "0") == "1",
     help="Stage reuse composes peaks exactly but never times a composed partitioning; its "
-         "throughput is then estimated from per-layer times (mcap.core.throughput).")
-points = fig_space.space_points(sweep.runs, marks, estimate if show_estimates else None)
+         "throughput is then estimated from per-layer times (mcap.core.throughput). The "
+         "picks and the lowest peak are drawn so in any case.")
+if estimate is not None:
+    remember("estimates", "1" if show_estimates else "0")
+points = fig_space.space_points(sweep.runs, marks, estimate,
+                                composed="all" if show_estimates else "marks")
 ok = len(points)
 c = st.columns(4)
 c[0].metric("measured partitionings", len(sweep.runs))
@@ -86,22 +94,23 @@ c[3].metric("lowest measured peak", fmt_bytes(lowest) if lowest is not None else
             help="over every ok partitioning of the sweep, composed ones included (as on the "
                  "Overview), not only the points drawn")
 composed = sum(1 for r in sweep.runs if r.status == "ok" and getattr(r, "composed", False))
-if composed:
-    if show_estimates:
-        st.caption(f"{composed:,} of these partitionings were composed from the stages of "
-                   "measured ones (stage reuse: exact per-stage peaks). Their throughput is "
-                   "**estimated** (hollow points) from per-layer times through GPipe's bubble "
-                   f"model, scaled on the {estimate.n:,} measured runs; on those it is off by "
-                   f"{100 * estimate.p50:.0f}% (median) and {100 * estimate.p90:.0f}% (p90), "
-                   "so read their height as a rough guide, their peak as exact.")
-    else:
-        st.caption(f"{composed:,} of these partitionings were composed from the stages of "
-                   "measured ones (stage reuse: exact per-stage peaks, no measured throughput). "
-                   "They count in the ranks and the error histogram below; the scatter shows "
-                   f"the {ok:,} whose throughput was measured, so a pick among the composed "
-                   "ones has its rank in the table but no star."
-                   + (" The sidebar can add them with an estimated throughput."
-                      if estimate is not None else ""))
+drawn = int(points["estimated"].sum())
+if composed and estimate is not None:
+    how = (f"Their throughput is **estimated** (hollow points) from per-layer times through "
+           f"GPipe's bubble model, scaled on the {estimate.n:,} measured runs; on those it is off "
+           f"by {100 * estimate.p50:.0f}% (median) and {100 * estimate.p90:.0f}% (p90), so read "
+           "their height as a rough guide, their peak as exact.")
+    shown = ("" if show_estimates else
+             f" The scatter draws {drawn:,} of them (the picks and the lowest peak); the sidebar "
+             "draws them all.")
+    st.caption(f"{composed:,} of these partitionings were composed from the stages of measured "
+               "ones (stage reuse: exact per-stage peaks, no measured throughput). " + how + shown)
+elif composed:
+    st.caption(f"{composed:,} of these partitionings were composed from the stages of measured "
+               "ones (stage reuse: exact per-stage peaks, no measured throughput). They count "
+               f"in the ranks and the error histogram below; the scatter shows the {ok:,} whose "
+               "throughput was measured, so a pick among the composed ones has its rank in the "
+               "table but no star.")
 
 # The selection is settled before anything is drawn: a click (read from the chart's state)
 # or a choice in the box below (read from its state) moves the ring and the bars in the
@@ -109,6 +118,11 @@ if composed:
 # chart starts with no selection: an empty one re-arms the click.
 options = list(points["balance"])
 selected = (shared("balance") or "").replace(",", "-")
+# a partitioning of this sweep chosen elsewhere but drawn as no point (no throughput) is
+# still the selected one below: its bars are the numbers every other page shows for it
+ok_runs = {balance_str(r.balance) for r in sweep.runs if r.status == "ok" and r.peaks}
+if selected and selected not in options and selected in ok_runs:
+    options.append(selected)
 box = st.session_state.get("space-pick")
 if box in options and box != st.session_state.get("space-pick-shown"):
     selected = box  # chosen in the box since the last run
@@ -161,14 +175,15 @@ else:
                "The paper reports 90% of VGG11's partitionings within 14% (section 4.2).")
 downloads(points, "mcap-partition-space", "space-points")
 
+if sweep.setup.device != "cpu":  # measured on the GPU itself: no stand-in to qualify
+    st.stop()
 st.subheader("CPU as a stand-in for a GPU")
 stand_ins = agreement.bundled(datasets_dir())
-if sweep.setup.device == "cpu":
-    st.markdown(
-        "This sweep was measured in **CPU stage processes**: exact allocated bytes, but a "
-        "GPU pays different workspaces (cuBLAS, cuDNN) and frees at different times, so the "
-        "**order** of partitionings on a GPU can differ. How far, measured on the same "
-        "partitionings:")
+st.markdown(
+    "This sweep was measured in **CPU stage processes**: exact allocated bytes, but a "
+    "GPU pays different workspaces (cuBLAS, cuDNN) and frees at different times, so the "
+    "**order** of partitionings on a GPU can differ. How far, measured on the same "
+    "partitionings:")
 for a in stand_ins:
     r, rev = a["stats"], a["reverse"]
     lo, hi = rev.best_ranks

@@ -46,7 +46,11 @@ def test_store_datasets(tmp_path):
     sid = store.save_sweep(SWEEP)
     refs = datasets.in_store(store)
     assert [r.param for r in refs] == [f"store:profile:{pid}", f"store:sweep:{sid}"]
-    assert "mine: toy, 2 stages, 1 runs" in refs[0].label
+    assert "mine: toy, 2 stages, 1 run (store #" in refs[0].label
+    # two profiles of one name and model are told apart (issue 26, Polish)
+    again = store.save_profile(PROFILE, name="mine")
+    labels = [r.label for r in datasets.in_store(store) if r.kind == "profile"]
+    assert len(set(labels)) == 2 and f"#{again}" in labels[0]
     assert datasets.load(refs[1], store) == SWEEP
     with pytest.raises(McapError, match="needs the store"):
         datasets.load(refs[0], None)

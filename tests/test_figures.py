@@ -74,7 +74,8 @@ def test_space_points_marks_and_front():
                                    ["1-3", 9, 10.0, False, "", False]]
     fig = space.draw_space(pts, selected="3-1")
     names = [tr.name for tr in fig.data]
-    assert names == ["measured partitionings", "Pareto front", "bf", "exact", "uniform", "selected 3-1"]
+    assert names == ["measured partitionings", "Pareto front", "bf", "exact", "uniform", "picks",
+                     "selected 3-1"]
     assert [c[0] for c in fig.data[0].customdata] == ["2-2", "3-1", "1-3"]
     assert space.clicked_balance({"selection": {"points": [
         {"customdata": list(fig.data[0].customdata[1])}]}}) == "3-1"
@@ -166,3 +167,96 @@ def test_bo_reports_its_best_so_far_live_and_the_same_curve_it_returns():
     assert (live.balance, live.predicted_peaks, live.curve) == (ref.balance, ref.predicted_peaks, ref.curve)
     assert [n for n, _ in seen] == list(range(1, 13))
     assert tuple(b for _, b in seen) == ref.curve
+
+
+def _every_finished_figure():
+    """One figure of each drawing the pages export, on toy data."""
+    from mcap.figures import story as fig_story
+    t = simulate((1, 1), "gpipe", 2, (StageMemory(10, 1), StageMemory(20, 2)))
+    pts = space.space_points((run((1, 3), (5, 9), sps=2.0), run((2, 2), (6, 6), sps=3.0)),
+                             (space.Mark("exact", (1, 3)), space.Mark("bf", (1, 3))))
+    bars = devices.device_bars(Prediction((1, 3), (4, 5)), run((1, 3), (4, 6)), 5)
+    split = overview.split_bars((("uniform", Prediction((2, 2), (5, 6))),
+                                 ("exact", Prediction((1, 3), (4, 4)))))
+    return [tl_fig.draw_timeline(t, "d"), tl_fig.draw_timeline(t, "d", levels=False),
+            space.draw_space(pts, "1-3", "d"), devices.draw_device_bars(bars, dataset="d"),
+            overview.draw_split_bars(split, "d"), layers.draw_layers(layers.layer_table(MODEL, STATS))]
+
+
+def test_exported_figures_use_system_fonts_and_start_below_the_toolbar():
+    """3 of 7 exported PNGs cut the last legend label ("exact 16-1-5-‹"): the page drew in its
+    web font, the PNG in a wider fallback. The toolbar covered two of Present's titles
+    (issue 26, Presenting)."""
+    from mcap.figures._style import FONT, MODEBAR
+    for fig in _every_finished_figure():
+        assert fig.layout.font.family == FONT and "Source Sans" not in FONT
+        assert fig.layout.title.yref == "container" and fig.layout.title.pad.t >= MODEBAR
+        assert fig.layout.margin.t >= MODEBAR + 60
+
+
+def test_space_names_every_pick_beside_its_star():
+    """With estimated throughput on, the bf star hid under exact's (issue 26, 5): stars on
+    one point shrink one after the other, and a text names all the picks there."""
+    pts = space.space_points((run((1, 3), (5, 9), sps=2.0), run((2, 2), (6, 6), sps=3.0)),
+                             (space.Mark("bf", (1, 3)), space.Mark("exact", (1, 3)),
+                              space.Mark("uniform", (2, 2))))
+    fig = space.draw_space(pts)
+    stars = {t.name: list(t.marker.size) for t in fig.data if t.marker and t.marker.symbol == "star"}
+    assert stars == {"bf": [26], "exact": [18], "uniform": [26]}
+    names = [t for t in fig.data if t.name == "picks"][0]
+    assert sorted(names.text) == ["bf, exact", "uniform"]
+
+
+def test_timeline_draws_measured_peaks_and_devices_in_one_colour_set():
+    from mcap.figures._style import device_color
+    t = simulate((1, 1), "gpipe", 2, (StageMemory(10, 1), StageMemory(20, 2)))
+    fig = tl_fig.draw_timeline(t, measured=(13 * MIB, 24 * MIB))
+    lines = {tr.name: tr for tr in fig.data if tr.type == "scatter"}
+    assert list(lines["device 1 measured peak"].y) == [24.0, 24.0]
+    boxes = [tr for tr in fig.data if tr.type == "bar"]
+    # a box's colour is its device's, the same as the device's memory line
+    assert {(tr.y[0], tr.marker.color) for tr in boxes} == {("device 0", device_color(0)),
+                                                            ("device 1", device_color(1))}
+    assert lines["device 0"].line.color == device_color(0)
+    # without levels, the schedule alone
+    assert all(tr.type == "bar" for tr in tl_fig.draw_timeline(t, levels=False).data)
+
+
+def test_report_opens_with_the_setup_and_a_true_title():
+    """The HTML report never said CPU or GPU, batch, micro-batches, schedule, checkpointing,
+    predictor or date, and its title said "on 4 devices" (issue 26, Presenting)."""
+    import datetime
+    from mcap.core.machine import Machine
+    from mcap.figures import story as fig_story
+    setup = Setup(stages=2, batch_size=8, chunks=4, checkpoint="except_last")
+    machine = Machine(device="cpu", cpu="AMD EPYC", isa="AVX2", threads=1, torch="2.13.0+cpu")
+    prof = Profile(MODEL, setup, STATS, (run((1, 3), (5, 9)), run((2, 2), (6, 6))), machine=machine)
+    sweep = Sweep(MODEL, setup, (run((1, 3), (5 * MIB, 9 * MIB)), run((2, 2), (6 * MIB, 6 * MIB))),
+                  machine=machine)
+    s = fig_story.story(prof, sweep, "paper", ("p.profile.json", "s.sweep.json"), datetime.date(2026, 11, 26))
+    setup_rows = dict(s.setup)
+    assert setup_rows["device"].startswith("CPU") and "AMD EPYC" in setup_rows["machine"]
+    assert setup_rows["batch"] == "8 samples in 4 micro-batches"
+    assert (setup_rows["schedule"], setup_rows["checkpointing"]) == ("gpipe", "except_last")
+    assert setup_rows["predictor"] == "paper" and setup_rows["date"] == "2026-11-26"
+    assert setup_rows["profile"].startswith("p.profile.json") and setup_rows["sweep"].startswith("s.sweep.json")
+    html = fig_story.report_html(s, ())
+    assert s.title == "mcap: partitioning toy over 2 pipeline stages on CPU"
+    assert f"<title>{s.title}</title>" in html and "devices" not in s.title
+    assert html.index("Setup") < html.index("Numbers") and "8 samples in 4 micro-batches" in html
+
+
+def test_space_draws_composed_picks_and_the_lowest_peak_with_an_estimate():
+    from mcap.core.throughput import Estimate  # noqa: F401  (the type the page passes)
+
+    class Flat:  # an estimate of 5 samples/s for everything
+        def samples_per_second(self, balance):
+            return 5.0
+    runs = (run((1, 3), (5, 9), sps=2.0), Run((2, 2), "ok", (4, 4), 0.0, composed=True),
+            Run((3, 1), "ok", (6, 7), 0.0, composed=True), Run((4, 0), "ok", (8, 8), 0.0, composed=True))
+    marks = (space.Mark("exact", (3, 1)),)
+    few = space.space_points(runs, marks, Flat(), composed="marks")
+    assert sorted(few["balance"]) == ["1-3", "2-2", "3-1"]  # measured, lowest, pick
+    assert few.set_index("balance")["estimated"].to_dict() == {"2-2": True, "1-3": False, "3-1": True}
+    assert len(space.space_points(runs, marks, Flat())) == 4
+    assert len(space.space_points(runs, marks)) == 1  # no estimate: measured throughput only

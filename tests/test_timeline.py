@@ -4,7 +4,7 @@ from hypothesis import given, settings, strategies as st
 
 from mcap.core.errors import McapError
 from mcap.core.timeline import (
-    StageMemory, explain, max_in_flight, op_order, simulate, stage_memory,
+    StageMemory, max_in_flight, op_order, simulate, stage_memory,
 )
 
 FLAT = tuple(StageMemory(static=100, per_microbatch=10) for _ in range(4))
@@ -90,8 +90,31 @@ def test_bad_inputs_name_values():
         simulate((1, 1), "gpipe", 2, FLAT[:3])
 
 
-def test_explain_names_first_stage_under_1f1b():
-    t = simulate((1, 1, 1, 1), "1f1b", 8, FLAT)
-    text = " ".join(explain(t))
-    assert "device 0: 4, device 1: 3, device 2: 2, device 3: 1" in text
-    assert "first stage fills up" in text
+def test_checkpointed_microbatches_keep_their_input_and_recompute_in_backward():
+    """except_last: micro-batches 0..M-2 hold only their (unmeasured, 0) input while in flight
+    and bring their activations back for the length of their backward; the last one keeps
+    them from its forward to its backward."""
+    sm = (StageMemory(static=100, per_microbatch=10, recompute=10),) * 2
+    t = simulate((1, 1), "gpipe", 3, sm, checkpoint="except_last")
+    assert [len(h) for h in t.held[0][:3]] == [1, 2, 3]
+    assert t.memory[0][:2] == (100, 100)          # checkpointed forwards add nothing
+    assert t.memory[0][2] == 110                  # the last micro-batch keeps its activations
+    b1 = next(o for o in t.ops if o.device == 0 and o.kind == "B" and o.microbatch == 1)
+    assert set(t.memory[0][b1.start:b1.end]) == {110}  # recomputed during its backward
+    assert t.peaks == (110, 110)
+    always = simulate((1, 1), "gpipe", 3, sm, checkpoint="always")
+    assert always.memory[0][:3] == (100, 100, 100)
+
+
+@settings(max_examples=60, deadline=None)
+@given(stages=st.integers(1, 5), chunks=st.integers(1, 8), schedule=st.sampled_from(["gpipe", "1f1b"]),
+       checkpoint=st.sampled_from(["never", "always", "except_last"]),
+       peaks=st.lists(st.integers(10**3, 10**9), min_size=5, max_size=5))
+def test_calibration_gives_back_the_peaks_to_the_byte(stages, chunks, schedule, checkpoint, peaks):
+    """At the setup the profile measured, the drawn peaks are the given ones exactly (the
+    Explained page shows Predict's numbers)."""
+    balance = (2,) * stages
+    params = tuple(range(1, 2 * stages + 1))
+    sm = stage_memory(balance, params, tuple(peaks[:stages]), schedule, chunks, checkpoint=checkpoint)
+    t = simulate(balance, schedule, chunks, sm, checkpoint=checkpoint)
+    assert t.peaks == tuple(peaks[:stages])

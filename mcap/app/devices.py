@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Optional
 
 NVIDIA_GPUS = Path("/proc/driver/nvidia/gpus")
 
@@ -20,3 +21,15 @@ def gpu_count(root: Path = NVIDIA_GPUS) -> int:
         ids = [v for v in visible.split(",") if v.strip() and not v.strip().startswith("-")]
         found = min(found, len(ids))
     return found
+
+
+def measure_devices(dataset_device: str, gpus: int) -> tuple[tuple[str, ...], Optional[str]]:
+    """The devices this machine can measure a dataset's partitioning on, the dataset's own
+    first, and why its own device is not among them (None when it is)."""
+    have = ("cuda", "cpu") if gpus else ("cpu",)
+    if dataset_device in have:
+        return (dataset_device,) + tuple(d for d in have if d != dataset_device), None
+    return have, (f"This dataset was measured on {dataset_device}, but this machine has no "
+                  "CUDA device (the NVIDIA driver lists none), so here it can be measured on "
+                  "the CPU only. A CPU run's peaks differ from a GPU's (other workspaces and "
+                  "allocator): it is stored apart and not shown as this dataset's measured peak.")

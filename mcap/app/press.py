@@ -3,11 +3,17 @@ the ``measure --press`` job's arguments, and a measured keep-all run to plan fro
 itself never touches files)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
 from mcap.core.pressplan import PressPlan
+from mcap.core.units import fmt_bytes
 from mcap.store import Store
+
+# A plan that lowers the fullest device by less than this share of its peak does nothing a
+# reader can see: the pages say so instead of opening on it (issue 26).
+WORTH = 0.01
 
 
 def capacity_input_mib(nbytes: int) -> float:
@@ -55,3 +61,55 @@ def measured_keep_all(store: Store, profile, balance: Sequence[int]) -> Optional
         return None
     run = store.find_run(study, tuple(balance), machine=profile.machine)
     return tuple(run.peaks) if run is not None and run.status == "ok" else None
+
+
+@dataclass(frozen=True)
+class Room:
+    """How far any plan can lower a partitioning's peak (MPress moves activations; the
+    parameter state stays): the keep-all peak ``top`` of the fullest device ``device``, the
+    least any plan reaches (``mcap.core.press.smallest_capacity``), and that device's
+    parameter state (weights, gradients, optimizer state)."""
+    balance: tuple[int, ...]
+    top: int
+    least: int
+    device: int
+    state: int
+
+    @property
+    def fraction(self) -> float:
+        return (self.top - self.least) / self.top if self.top else 0.0
+
+    @property
+    def worth(self) -> bool:
+        return self.fraction >= WORTH
+
+    def default_capacity(self) -> int:
+        """Where the capacity input starts: halfway down the room, where a plan has work to
+        do; at the least when the room is too small to show (the most any plan does)."""
+        return (self.least + self.top) // 2 if self.worth else self.least
+
+    def sentence(self) -> Optional[str]:
+        """Why no plan is worth showing for this partitioning, or None when one is."""
+        if self.worth:
+            return None
+        b = "-".join(map(str, self.balance))
+        state = (f" Device {self.device} holds {fmt_bytes(self.state)} of parameter state "
+                 "(weights, gradients, optimizer state), which no plan moves: MPress moves "
+                 "activations." if self.state >= self.least / 2 else "")
+        if self.least >= self.top:
+            return (f"No plan lowers {b}'s peak ({fmt_bytes(self.top)}, on device "
+                    f"{self.device}).{state}")
+        return (f"No plan lowers {b}'s peak by {100 * WORTH:.0f}% or more: at most from "
+                f"{fmt_bytes(self.top)} to {fmt_bytes(self.least)} "
+                f"({100 * self.fraction:.2f}%), on device {self.device}.{state}")
+
+
+def room(p, param_bytes: Sequence[int], state_copies: int = 3) -> Room:
+    """The :class:`Room` of planning problem ``p`` (``mcap.core.press.problem``)."""
+    from mcap.core.partition import windows
+    from mcap.core.press import smallest_capacity
+    top = max(p.base)
+    device = max(range(len(p.base)), key=lambda s: p.base[s])
+    a, z = windows(p.balance)[device]
+    state = state_copies * sum(int(x) for x in param_bytes[a:z + 1])
+    return Room(tuple(p.balance), int(top), int(smallest_capacity(p)), device, min(state, int(top)))

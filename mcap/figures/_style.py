@@ -21,6 +21,13 @@ DEVICE_COLORS = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2
                  "#ff9da6", "#9d755d", "#bab0ac", "#eeca3b")
 # What a figure exported from the mode bar looks like on a slide (16:9, twice the pixels).
 EXPORT = {"format": "png", "width": 1280, "height": 720, "scale": 2}
+# System fonts only. Without a family the dashboard draws charts in its web font, but a PNG
+# export renders the chart as an image that cannot use web fonts: the text came out in a
+# wider fallback font and the legend, sized for the narrower one, cut its last label.
+FONT = "Arial, 'Liberation Sans', Helvetica, sans-serif"
+# The chart toolbar (plotly's mode bar) sits in the top right corner, about this tall: a
+# title starts below it, so a long title in a narrow column is never covered.
+MODEBAR = 30
 
 
 def device_color(d: int) -> str:
@@ -43,15 +50,27 @@ def scaled(values: Iterable, unit: tuple[str, int]) -> list:
     return [None if v is None or pd.isna(v) else int(v) / unit[1] for v in values]
 
 
+MISSING = "–"  # what a table shows for a value that is not there (not measured, no rank)
+
+
 def table_view(frame: pd.DataFrame, columns: Iterable[str]) -> pd.DataFrame:
     """A table for the screen: the byte ``columns`` in the auto unit (one unit for the whole
-    table), renamed ``"name (MiB)"``. Downloads keep the raw frame, in bytes."""
+    table), renamed ``"name (MiB)"``; a column with missing values shows them as
+    :data:`MISSING` (the dashboard's tables drew Python's ``None``). Downloads keep the raw
+    frame, in bytes."""
     columns = [c for c in columns if c in frame.columns]
     unit = unit_for(v for c in columns for v in frame[c])
     out = frame.copy()
     for c in columns:
         out[c] = pd.array([None if v is None else round(v, 2) for v in scaled(frame[c], unit)],
                           dtype="Float64")
+    for c in out.columns:
+        missing = out[c].isna()
+        if missing.any() and not missing.all():
+            out[c] = [MISSING if m else (f"{v:.2f}" if c in columns else str(v))
+                      for v, m in zip(out[c], missing)]
+        elif missing.all():
+            out[c] = MISSING
     return out.rename(columns={c: f"{c} ({unit[0]})" for c in columns})
 
 
@@ -65,10 +84,10 @@ def finish(fig, title: str, dataset: Optional[str] = None, legend: bool = True):
     a subtitle), the legend above the plot and clear of the axis titles, room for both."""
     fig.update_layout(
         title=dict(text=title, subtitle=dict(text=dataset or ""), x=0.01, xanchor="left",
-                   y=0.98, yanchor="top"),
-        margin=dict(t=110 if legend else 80, l=70, r=30, b=60),
+                   y=1, yref="container", yanchor="top", pad=dict(t=MODEBAR)),
+        margin=dict(t=(110 if legend else 80) + MODEBAR - 8, l=70, r=30, b=60),
         legend=dict(orientation="h", x=0, xanchor="left", y=1.0, yanchor="bottom"),
-        font=dict(size=13))
+        font=dict(size=13, family=FONT))
     return fig
 
 

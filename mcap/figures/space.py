@@ -38,13 +38,23 @@ def pareto_front(peaks: list[int], throughputs: list[float]) -> list[bool]:
 
 
 def space_points(runs: tuple[Run, ...], marks: tuple[Mark, ...] = (),
-                 estimate=None) -> pd.DataFrame:
+                 estimate=None, composed: str = "all") -> pd.DataFrame:
     """One row per ok run with a throughput: balance string, peak bytes, samples/s, whether it
     is on the Pareto front, the labels of the marks that picked it ("" if none), and whether
     the throughput is estimated. ``estimate`` (``mcap.core.throughput.Estimate``) gives the
-    composed runs, which have none measured, an estimated one."""
-    ok = [r for r in runs if r.status == "ok" and r.peaks and
-          (r.samples_per_second is not None or (estimate is not None and r.composed))]
+    composed runs, which have none measured, an estimated one: every composed run
+    (``composed="all"``), or only the marked ones and the lowest peak (``"marks"``), so every
+    pick has its star and the lowest point is the sweep's lowest measured peak without
+    drawing thousands of estimated points."""
+    if composed not in ("all", "marks"):
+        raise ValueError(f"composed is {composed!r}, not 'all' or 'marks'")
+    marked = {tuple(m.balance) for m in marks}
+    ok_runs = [r for r in runs if r.status == "ok" and r.peaks]
+    lowest = min(ok_runs, key=lambda r: r.peak, default=None)
+    if lowest is not None:
+        marked.add(tuple(lowest.balance))
+    ok = [r for r in ok_runs if r.samples_per_second is not None or (
+        estimate is not None and r.composed and (composed == "all" or tuple(r.balance) in marked))]
     labels: dict[tuple[int, ...], list[str]] = {}
     for m in marks:
         labels.setdefault(tuple(m.balance), []).append(m.label)
@@ -117,15 +127,23 @@ def draw_space(points: pd.DataFrame, selected: Optional[str] = None, dataset: st
                     mode="lines", name="Pareto front", line=dict(color="#444", dash="dot"),
                     hoverinfo="skip", cliponaxis=False)
     labels = sorted({lab for cell in points["marks"] if cell for lab in cell.split(", ")})
-    for i, label in enumerate(labels):
+    for label in labels:
         rows = points[points["marks"].str.split(", ").apply(lambda labs: label in labs)]
+        # a star shared with picks drawn before it at the same point is smaller, on top
+        order = [sorted(cell.split(", ")).index(label) for cell in rows["marks"]]
         fig.add_scatter(x=scaled(rows["peak"], unit), y=rows["samples_per_second"],
                         mode="markers", name=label, customdata=rows[["balance", "marks"]],
                         cliponaxis=False,
-                        marker=dict(size=max(24 - 4 * i, 8), symbol="star",
+                        marker=dict(size=[max(26 - 8 * i, 10) for i in order], symbol="star",
                                     color=METHOD_COLORS.get(label, "#000"),
                                     line=dict(width=1.5, color="black")),
                         hovertemplate="%{customdata[0]}: picked by %{customdata[1]}<extra></extra>")
+    starred = points[points["marks"] != ""]
+    if len(starred):  # every pick named beside its star, so none hides under another
+        fig.add_scatter(x=scaled(starred["peak"], unit), y=starred["samples_per_second"],
+                        mode="markers+text", text=starred["marks"], textposition="top right",
+                        marker=dict(size=30, opacity=0), textfont=dict(size=12),
+                        showlegend=False, hoverinfo="skip", cliponaxis=False, name="picks")
     if selected is not None:
         rows = points[points["balance"] == selected]
         fig.add_scatter(x=scaled(rows["peak"], unit), y=rows["samples_per_second"],
@@ -135,8 +153,13 @@ def draw_space(points: pd.DataFrame, selected: Optional[str] = None, dataset: st
     _pad(fig, x, list(points["samples_per_second"]))
     fig.update_layout(xaxis_title=f"peak memory of the fullest device ({unit[0]})",
                       yaxis_title="throughput (samples/s)", clickmode="event+select")
-    return finish(fig, "Partition space: peak memory vs throughput of every measured "
-                       "partitioning", dataset)
+    finish(fig, "Partition space: peak memory vs throughput of every measured partitioning",
+           dataset, legend=False)
+    # the picks make a long legend: below the plot it wraps into rows without running into
+    # the title (above it, in a narrow column, it covered the subtitle)
+    fig.update_layout(legend=dict(orientation="h", x=0, xanchor="left", y=-0.26, yanchor="top"),
+                      margin=dict(b=70))
+    return fig
 
 
 def _pad(fig: go.Figure, x: list, y: list) -> None:

@@ -7,13 +7,17 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass
+from datetime import date
 from typing import Optional
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from mcap.core.accuracy import Accuracy, accuracy
+from mcap.core.errors import McapError
 from mcap.core.evaluate import percentile
+from mcap.core.machine import describe
 from mcap.core.recommend import costs_of, recommend
 from mcap.core.setup import mismatch
 from mcap.core.types import Prediction, Profile, Recommendation, Sweep
@@ -35,6 +39,15 @@ class Story:
     errors: space.ErrorStats
     p50: Optional[float]                       # median |relative error|
     worst: Optional[float]                     # largest |relative error|
+    setup: tuple[tuple[str, str], ...] = ()    # what was measured where (setup_rows)
+    accuracy: Optional[Accuracy] = None        # the dataset's error, its warning and term
+
+    @property
+    def title(self) -> str:
+        """The report's title: the model, the partitioning question and the device kind."""
+        kind = next((v.split()[0] for k, v in self.setup if k == "device"), "")
+        return (f"mcap: partitioning {self.spec} over {self.stages} pipeline stages"
+                + (f" on {kind}" if kind else ""))
 
     def numbers(self) -> list[tuple[str, str]]:
         """The numbers that matter, as (what, value) lines for the page and the report."""
@@ -47,6 +60,10 @@ class Story:
             else:
                 text += ", not in this sample"
             rows.append((f"{rec.method} {balance_str(rec.balance)}", text))
+        if self.accuracy is not None and self.accuracy.warning():
+            rows.append(("warning", self.accuracy.warning()))
+            if self.accuracy.term_sentence():
+                rows.append(("where the error comes from", self.accuracy.term_sentence()))
         if self.errors.count:
             rows += [("partitionings compared", f"{self.errors.count}"),
                      ("median |error|", f"{100 * self.p50:.1f}%"),
@@ -56,13 +73,43 @@ class Story:
         return rows
 
 
-def story(profile: Profile, sweep: Optional[Sweep], predictor: Optional[str] = None) -> Story:
+def setup_rows(profile: Profile, sweep: Optional[Sweep], predictor: str,
+               names: tuple[str, str] = ("", ""), today: Optional[date] = None
+               ) -> tuple[tuple[str, str], ...]:
+    """What the numbers are of (the report's setup block): device and machine, model,
+    batch, micro-batches, schedule, checkpointing, predictor, the datasets and the date."""
+    s = profile.setup
+    rows = [("device", f"{s.device.upper() if s.device == 'cuda' else 'CPU'} "
+                       f"({s.stages} stage processes, engine {s.engine})"),
+            ("machine", describe(profile.machine)),
+            ("model", f"{profile.model.spec} ({profile.model.num_layers} layers)"),
+            ("batch", f"{s.batch_size} samples in {s.chunks} micro-batch"
+                      f"{'es' if s.chunks != 1 else ''}"),
+            ("schedule", s.schedule),
+            ("checkpointing", s.checkpoint),
+            ("optimizer", s.optimizer),
+            ("predictor", predictor),
+            ("profile", f"{names[0] or 'profile'}: {len(profile.runs)} profiling runs")]
+    if sweep is not None:
+        rows.append(("sweep", f"{names[1] or 'sweep'}: {len(sweep.runs)} measured partitionings"
+                              + ("" if sweep.machine == profile.machine else
+                                 f" on {describe(sweep.machine)}")))
+    rows.append(("date", (today or date.today()).isoformat()))
+    return tuple(rows)
+
+
+def story(profile: Profile, sweep: Optional[Sweep], predictor: Optional[str] = None,
+          names: tuple[str, str] = ("", ""), today: Optional[date] = None) -> Story:
     """Everything the four figures and the numbers show, from the library's own entries."""
     g = profile.setup.stages
     picks = tuple(recommend(profile, g, m, predictor) for m in BASELINES)
     runs = () if sweep is None or mismatch(profile, sweep) else tuple(
         r for r in sweep.runs if r.status == "ok" and r.peaks and len(r.balance) == g)
     costs = costs_of(profile, predictor)
+    try:
+        acc = accuracy(profile, sweep, predictor) if runs else None
+    except McapError:
+        acc = None
     predicted = costs.peaks_many(np.asarray([r.balance for r in runs], dtype=np.int64)) if runs else []
     preds = tuple(Prediction(tuple(r.balance), tuple(int(x) for x in row))
                   for r, row in zip(runs, predicted))
@@ -75,7 +122,8 @@ def story(profile: Profile, sweep: Optional[Sweep], predictor: Optional[str] = N
     errors = space.error_stats(runs, preds)
     absolute = [abs(e) for e in errors.errors]
     return Story(profile.model.spec, g, picks, measured, ranks, pairs, errors,
-                 percentile(absolute, 50) if absolute else None, max(absolute, default=None))
+                 percentile(absolute, 50) if absolute else None, max(absolute, default=None),
+                 setup_rows(profile, sweep if runs else None, costs.predictor, names, today), acc)
 
 
 def draw_predicted_vs_measured(s: Story, dataset: str = "") -> go.Figure:
@@ -101,7 +149,12 @@ def draw_picks(s: Story, dataset: str = "") -> go.Figure:
     unit = unit_for([*(p.predicted_peak for p in s.picks), *s.measured])
     names = [f"{p.method}<br>{balance_str(p.balance)}" for p in s.picks]
     fig = go.Figure()
-    fig.add_bar(x=names, y=scaled([p.predicted_peak for p in s.picks], unit), name="predicted",
+    # whiskers: the sweep's p90 error, so a predicted bar says how far to trust it
+    p90 = s.errors.p90 if s.errors.count else None
+    fig.add_bar(x=names, y=scaled([p.predicted_peak for p in s.picks], unit),
+                name="predicted" if p90 is None else f"predicted (± p90 error {100 * p90:.1f}%)",
+                error_y=None if p90 is None else dict(type="percent", value=100 * p90,
+                                                      color="black", thickness=1.5),
                 marker_color=[METHOD_COLORS.get(p.method, "#888") for p in s.picks])
     fig.add_scatter(x=names, y=scaled(s.measured, unit), mode="markers", name="measured",
                     marker=dict(symbol="diamond", size=14, color="black"))
@@ -123,8 +176,12 @@ def _prediction(rec: Recommendation) -> Prediction:
     return Prediction(tuple(rec.balance), tuple(rec.predicted_peaks))
 
 
-def report_html(s: Story, figures: tuple[go.Figure, ...], title: str) -> str:
-    """One self-contained HTML page: the numbers and the figures, plotly.js inlined once."""
+def report_html(s: Story, figures: tuple[go.Figure, ...], title: Optional[str] = None) -> str:
+    """One self-contained HTML page: the setup the numbers are of, the numbers and the
+    figures, plotly.js inlined once."""
+    title = title or s.title
+    setup = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>"
+                    for k, v in s.setup)
     rows = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>"
                    for k, v in s.numbers())
     parts = [fig.to_html(full_html=False, include_plotlyjs=(i == 0),
@@ -132,5 +189,8 @@ def report_html(s: Story, figures: tuple[go.Figure, ...], title: str) -> str:
              for i, fig in enumerate(figures)]
     return ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>" + html.escape(title)
             + "</title><style>body{font-family:sans-serif;max-width:1100px;margin:auto}"
-              "td{padding:2px 12px}</style></head><body><h1>" + html.escape(title) + "</h1>"
-            + "<table>" + rows + "</table>" + "".join(parts) + "</body></html>")
+              "td,th{padding:2px 12px;text-align:left;vertical-align:top}"
+              "th{font-weight:normal;color:#555}</style></head><body><h1>" + html.escape(title)
+            + "</h1><h2>Setup</h2><table class='setup'>" + setup + "</table>"
+            + "<h2>Numbers</h2><table class='numbers'>" + rows + "</table>" + "".join(parts)
+            + "</body></html>")

@@ -6,13 +6,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from mcap.figures._style import device_color, finish, scaled, unit_for
+from mcap.figures._style import MODEBAR, device_color, finish, scaled, unit_for
 from mcap.core.timeline import Timeline
-
-# Micro-batches get greys and pastels so they do not read as devices (devices have the
-# shared DEVICE_COLORS, the same on every page).
-_PALETTE = ("#c7c7c7", "#fdd0a2", "#c7e9c0", "#dadaeb", "#fcbba1", "#c6dbef", "#fde0ef",
-            "#e5d8bd", "#d9d9d9", "#ccebc5")
 
 
 def ops_frame(t: Timeline) -> pd.DataFrame:
@@ -28,41 +23,67 @@ def memory_frame(t: Timeline) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["device", "step", "held", "in_flight", "memory"])
 
 
-def draw_timeline(t: Timeline, dataset: str = "") -> go.Figure:
-    """Top: the schedule, one row per device, a box per op labelled F3/B3 and coloured by
-    micro-batch. Bottom: each device's memory level over the same steps."""
+def _op_boxes(fig, t: Timeline, devices, row: int) -> None:
+    """The schedule: one row per device, a box per op labelled F3/B3 in the device's own
+    colour (one colour set: devices, as in the memory panel and on every page); backwards
+    lighter than forwards."""
+    for o in t.ops:
+        if o.device not in devices:
+            continue
+        fig.add_bar(x=[o.end - o.start], base=[o.start], y=[f"device {o.device}"], orientation="h",
+                    marker=dict(color=device_color(o.device), opacity=1.0 if o.kind == "F" else 0.45,
+                                line=dict(color="black", width=1)),
+                    text=f"{o.kind}{o.microbatch}", textposition="inside", insidetextanchor="middle",
+                    textfont=dict(color="white" if o.kind == "F" else "black"),
+                    showlegend=False, hovertemplate=f"device {o.device}: {o.kind}{o.microbatch} "
+                                                    f"steps {o.start}-{o.end}<extra></extra>",
+                    row=row, col=1)
+
+
+def draw_timeline(t: Timeline, dataset: str = "", measured=None, levels: bool = True) -> go.Figure:
+    """Top: the schedule, one row per device, a box per op labelled F3/B3. Bottom (when
+    ``levels``): each device's memory level over the same steps, and its measured peak as a
+    dotted line where ``measured`` (bytes per device) is given."""
+    names = {"gpipe": "GPipe", "1f1b": "1F1B"}
+    title = (f"One iteration under {names.get(t.schedule, t.schedule)}: schedule"
+             + (" and memory held per device" if levels else " per device")
+             + f" ({'-'.join(map(str, t.balance))})")
+    if not levels:
+        fig = make_subplots(rows=1, cols=1)
+        _op_boxes(fig, t, range(t.stages), 1)
+        fig.update_yaxes(autorange="reversed")
+        fig.update_xaxes(title_text="time step (F = forward, B = backward)")
+        fig.update_layout(barmode="overlay", height=80 + 60 * t.stages)
+        return finish(fig, title, dataset, legend=False)
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
                         row_heights=[0.45, 0.55],
                         subplot_titles=("schedule (F = forward, B = backward)", "memory held"))
-    for o in t.ops:
-        color = _PALETTE[o.microbatch % len(_PALETTE)]
-        fig.add_bar(x=[o.end - o.start], base=[o.start], y=[f"device {o.device}"], orientation="h",
-                    marker=dict(color=color, opacity=1.0 if o.kind == "F" else 0.55,
-                                line=dict(color="black", width=1)),
-                    text=f"{o.kind}{o.microbatch}", textposition="inside", insidetextanchor="middle",
-                    showlegend=False, hovertemplate=f"device {o.device}: {o.kind}{o.microbatch} "
-                                                    f"steps {o.start}-{o.end}<extra></extra>",
-                    row=1, col=1)
+    _op_boxes(fig, t, range(t.stages), 1)
     mem = memory_frame(t)
-    unit = unit_for(mem["memory"])
+    unit = unit_for([*mem["memory"], *(measured or ())])
     for d in range(t.stages):
         rows = mem[mem["device"] == d]
         fig.add_scatter(x=rows["step"], y=scaled(rows["memory"], unit), mode="lines",
                         line_shape="hv", name=f"device {d}", customdata=rows["held"],
+                        legendgroup=f"device {d}",
                         line=dict(color=device_color(d), width=3),
                         hovertemplate=f"device {d}" + " step %{x}: %{y:.1f} " + unit[0] + "<br>holds "
                                       "micro-batches %{customdata}<extra></extra>", row=2, col=1)
+        if measured is not None:
+            fig.add_scatter(x=[0, t.steps], y=scaled([measured[d]] * 2, unit), mode="lines",
+                            name=f"device {d} measured peak", legendgroup=f"device {d}",
+                            line=dict(color=device_color(d), width=1.5, dash="dot"),
+                            hovertemplate=f"device {d} measured peak " + "%{y:.2f} " + unit[0]
+                                          + "<extra></extra>", row=2, col=1)
     fig.update_yaxes(autorange="reversed", row=1, col=1)
     fig.update_yaxes(title_text=unit[0], row=2, col=1)
     fig.update_xaxes(title_text="time step", row=2, col=1)
     fig.update_layout(barmode="overlay", height=680)
-    names = {"gpipe": "GPipe", "1f1b": "1F1B"}
-    finish(fig, f"One iteration under {names.get(t.schedule, t.schedule)}: schedule and "
-                f"memory held per device ({'-'.join(map(str, t.balance))})", dataset)
+    finish(fig, title, dataset)
     # the subplot titles sit where a top legend would: the devices' legend goes beside the
     # memory plot instead
     fig.update_layout(legend=dict(orientation="v", x=1.01, xanchor="left", y=0, yanchor="bottom"),
-                      margin=dict(t=90, r=110))
+                      margin=dict(t=90 + MODEBAR, r=190 if measured is not None else 110))
     return fig
 
 
@@ -88,17 +109,7 @@ def draw_press_effect(t: Timeline, e, dataset: str = "") -> go.Figure:
                         row_heights=[0.35, 0.65],
                         subplot_titles=(f"device {d}: what leaves (down) and returns (up)",
                                         f"device {d}: memory without and with the plan"))
-    for o in t.ops:
-        if o.device != d:
-            continue
-        fig.add_bar(x=[o.end - o.start], base=[o.start], y=[f"device {d}"], orientation="h",
-                    marker=dict(color=_PALETTE[o.microbatch % len(_PALETTE)],
-                                opacity=1.0 if o.kind == "F" else 0.55,
-                                line=dict(color="black", width=1)),
-                    text=f"{o.kind}{o.microbatch}", textposition="inside",
-                    insidetextanchor="middle", showlegend=False,
-                    hovertemplate=f"{o.kind}{o.microbatch} steps {o.start}-{o.end}<extra></extra>",
-                    row=1, col=1)
+    _op_boxes(fig, t, (d,), 1)
     frame = effect_frame(e)
     for what, rows in frame.groupby("event", sort=False):
         tech = _TECH.get(what, "d2d")
@@ -124,5 +135,5 @@ def draw_press_effect(t: Timeline, e, dataset: str = "") -> go.Figure:
     finish(fig, f"A memory-saving plan on device {d} over one iteration "
                 f"({'-'.join(map(str, t.balance))})", dataset)
     fig.update_layout(legend=dict(orientation="v", x=1.01, xanchor="left", y=0, yanchor="bottom"),
-                      margin=dict(t=90, r=150))
+                      margin=dict(t=90 + MODEBAR, r=150))
     return fig

@@ -72,12 +72,17 @@ def bundled(data_dir: Optional[Path] = None) -> tuple[DatasetRef, ...]:
 
 def in_store(store) -> tuple[DatasetRef, ...]:
     """Saved profiles and sweeps of a ``mcap.store.Store``, newest first."""
+    import time
     refs = []
     for kind, summaries in (("profile", store.list_profiles()), ("sweep", store.list_sweeps())):
         for s in reversed(summaries):
             name = s.name or f"{kind} {s.id}"
+            # the id and the time it was saved tell apart profiles of one name and model
+            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(s.created)) if s.created else ""
             refs.append(DatasetRef("store", kind, str(s.id),
-                                   f"{name}: {s.spec}, {s.setup.stages} stages, {s.num_runs} runs (store)"))
+                                   f"{name}: {s.spec}, {s.setup.stages} stages, {s.num_runs} "
+                                   f"run{'' if s.num_runs == 1 else 's'} "
+                                   f"(store #{s.id}{', ' + when if when else ''})"))
     return tuple(refs)
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Union
+from typing import Sequence, Union
 
 from mcap.core.errors import SchemaError
 from mcap.core.scaling import Scaling, from_dict, to_dict
@@ -26,3 +26,16 @@ def load(path: Union[str, Path]) -> Scaling:
     except (ValueError, RecursionError) as exc:  # huge integers, deep nesting
         raise SchemaError(f"{path}: not usable JSON ({type(exc).__name__})") from None
     return from_dict(d, str(path))
+
+
+def compared_first(paths: Sequence[Union[str, Path]]) -> list[Path]:
+    """Scaling files in the order a page offers them: the ones comparing the most
+    partitioners first (the paper's comparison with ``time``, 4.3), then by name; a file that
+    cannot be read goes last (the page names its error when it is chosen)."""
+    def key(path):
+        try:
+            names = {r.partitioner for r in load(path).results}
+        except SchemaError:
+            return (1, 0, 0, Path(path).name)
+        return (0, "time" not in names, -len(names), Path(path).name)
+    return sorted((Path(p) for p in paths), key=key)

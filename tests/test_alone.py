@@ -96,6 +96,14 @@ def test_a_stage_over_the_capacity_is_an_oom_record_and_the_next_runs():
     assert small[0].status == "ok" and small[0].peak < 16 << 20  # the oom stage told alone
     assert small[1].status == "oom"
     assert again.status == "oom" and again.error == oom.error
+    # A process that ran out of memory is replaced (what the failed run held may stay
+    # referenced): every slot then reads what a fresh process reads.
+    with open_runner(VGG, setup, timeout=300) as fresh:
+        first = fresh.measure_stages([((2, 28), 0)])[0]
+    with open_runner(VGG, setup, timeout=300) as runner:
+        runner.measure((2, 28))
+        after = runner.measure_stages([((2, 28), 0), ((4, 26), 0), ((2, 28), 0)])
+    assert after[0].peak == after[2].peak == first.peak
 
 
 def test_deep_copies_are_counted():

@@ -148,7 +148,7 @@ class WorkerPool:
         """Start the workers; returns at once (they import torch and build the model)."""
         self._starts += 1
         self._tmp = tempfile.mkdtemp(prefix="mcap-pool-")
-        init_file = os.path.join(self._tmp, "rendezvous") if self.group else None
+        self._init_file = os.path.join(self._tmp, "rendezvous") if self.group else None
         env = dict(os.environ)
         # The repo first, then the caller's own folder: a user model module there is found as
         # ``python -m mcap`` finds it (workers run with cwd=repo).
@@ -157,30 +157,49 @@ class WorkerPool:
         # Exactly the setup's threads, whatever the caller's environment says: a CPU
         # stage's peak depends on them (Setup.threads, issue 11).
         env.update(thread_env(self.setup.threads))
-        zygote = self._zygote_for(env)
+        self._env = env
         for rank in range(self.world):
-            parent_end, child_end = Pipe(duplex=True)
-            log = Path(self._tmp) / f"worker{rank}.log"
-            if zygote is not None:
-                request = zygote.fork(child_end, str(log))
-                worker: _Worker = _Forked(zygote, request, parent_end, log,
-                                          self.startup_timeout)
-            else:
-                with open(log, "wb") as out:
-                    proc = subprocess.Popen(
-                        [sys.executable, "-m", "mcap.runner.worker", str(child_end.fileno())],
-                        pass_fds=[child_end.fileno()], stdin=subprocess.DEVNULL, stdout=out,
-                        stderr=subprocess.STDOUT, env=env, cwd=str(_REPO),
-                        start_new_session=True)  # Ctrl-C reaches the runner, which ends them
-                worker = _Worker(proc, parent_end, log)
-            child_end.close()
-            # The group's own timeout covers the rendezvous (a peer may still be compiling
-            # memtrack) and any receive; hung runs are ended by the pool before that.
-            parent_end.send(Init(self.spec, self.setup, rank, self.world, init_file,
-                                 pg_timeout=max(self.timeout, self.startup_timeout),
-                                 alone=self.alone))
-            self.workers.append(worker)
+            self.workers.append(self._spawn(rank))
         self._ready = False
+
+    def _spawn(self, rank: int) -> "_Worker":
+        """Worker ``rank``: forked by the zygote or started as its own process, sent its
+        Init; it answers with a Hello once it has built the model."""
+        zygote = self._zygote_for(self._env)
+        parent_end, child_end = Pipe(duplex=True)
+        self._spawned = getattr(self, "_spawned", 0) + 1
+        log = Path(self._tmp) / f"worker{rank}-{self._spawned}.log"
+        if zygote is not None:
+            request = zygote.fork(child_end, str(log))
+            worker: _Worker = _Forked(zygote, request, parent_end, log, self.startup_timeout)
+        else:
+            with open(log, "wb") as out:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "mcap.runner.worker", str(child_end.fileno())],
+                    pass_fds=[child_end.fileno()], stdin=subprocess.DEVNULL, stdout=out,
+                    stderr=subprocess.STDOUT, env=self._env, cwd=str(_REPO),
+                    start_new_session=True)  # Ctrl-C reaches the runner, which ends them
+            worker = _Worker(proc, parent_end, log)
+        child_end.close()
+        # The group's own timeout covers the rendezvous (a peer may still be compiling
+        # memtrack) and any receive; hung runs are ended by the pool before that.
+        parent_end.send(Init(self.spec, self.setup, rank, self.world, self._init_file,
+                             pg_timeout=max(self.timeout, self.startup_timeout),
+                             alone=self.alone))
+        return worker
+
+    def _replace(self, slot: int) -> None:
+        """A fresh process in ``slot`` (stages run alone): one that ran out of memory or
+        failed is not in a clean state (what the failed run held may stay referenced), as
+        a restarted pool is not after a concurrent run's failure. Its Hello is awaited
+        by the caller."""
+        old = self.workers[slot]
+        if isinstance(old, _Forked):
+            z = old.zygote
+            if old.pid and z is not None and not z.dead:
+                z.kill([old.pid])
+        old.end()
+        self.workers[slot] = self._spawn(slot)
 
     def _zygote_for(self, env: dict) -> Optional[Zygote]:
         """The pool's zygote (started once, kept across restarts), or None to spawn."""
@@ -380,10 +399,24 @@ class WorkerPool:
         todo = list(todo)
         free = list(range(len(self.workers)))
         busy: dict = {}  # conn -> (slot, job, deadline)
+        starting: dict = {}  # conn -> (slot, deadline): a replaced slot's fresh process
         done: list = []
         lost: list = []
         problems: list[str] = []
-        while (todo and not problems) or busy:
+        while ((todo or starting) and not problems) or busy:
+            if not busy and not free and starting:
+                left = min(d for _, d in starting.values()) - time.monotonic()
+                for conn in wait(list(starting), timeout=max(0.0, left)):
+                    slot, _ = starting.pop(conn)
+                    why = self._hello(conn, slot)
+                    if why:
+                        problems.append(why)
+                    else:
+                        free.append(slot)
+                if left <= 0 and starting:
+                    problems.append(f"stage processes {sorted(s for s, _ in starting.values())}"
+                                    f" were not ready again within {self.startup_timeout:g} s")
+                continue
             while todo and free and not problems:
                 slot, job = free.pop(0), todo.pop(0)
                 conn = self.workers[slot].conn
@@ -396,6 +429,8 @@ class WorkerPool:
                     break
                 busy[conn] = (slot, job, time.monotonic() + self.timeout)
             if not busy:
+                if starting and todo and not problems:
+                    continue
                 break
             left = min(d for _, _, d in busy.values()) - time.monotonic()
             if left <= 0:
@@ -404,7 +439,15 @@ class WorkerPool:
                 problems.append(f"run timed out after {self.timeout:g} s: {', '.join(late)} "
                                 "did not finish")
                 break
-            for conn in wait(list(busy), timeout=left):
+            for conn in wait(list(busy) + list(starting), timeout=left):
+                if conn in starting:
+                    slot, _ = starting.pop(conn)
+                    why = self._hello(conn, slot)
+                    if why:
+                        problems.append(why)
+                    else:
+                        free.append(slot)
+                    continue
                 slot, job, _ = busy.pop(conn)
                 try:
                     reply: Reply = conn.recv()
@@ -417,8 +460,28 @@ class WorkerPool:
                     done.append((job, result))
                     if on_result is not None:
                         on_result(job, result)
-                free.append(slot)
+                if any(r.status != "ok" for r in reply.results):
+                    self._replace(slot)
+                    starting[self.workers[slot].conn] = (
+                        slot, time.monotonic() + self.startup_timeout)
+                else:
+                    free.append(slot)
+        for conn, (slot, deadline) in list(starting.items()):  # before the next call
+            if wait([conn], timeout=max(0.0, deadline - time.monotonic())):
+                why = self._hello(conn, slot)
+            else:
+                why = f"stage process {slot} was not ready again within {self.startup_timeout:g} s"
+            if why:
+                problems.append(why)
         return done, lost, problems
+
+    def _hello(self, conn, slot: int) -> Optional[str]:
+        """Read a replaced slot's Hello; None when it is ready, else why not."""
+        try:
+            hello: Hello = conn.recv()
+        except (EOFError, OSError):
+            return f"stage process {slot} {self.workers[slot].describe_exit()}"
+        return hello.error and f"stage process {slot} could not start: {hello.error}"
 
 
 def _last_line(path: Path) -> str:

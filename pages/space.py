@@ -3,6 +3,7 @@ its Pareto front, the recommendations highlighted (paper 4.2, Fig. 10), the per-
 bars of a selected point, and the prediction-error histogram (Fig. 9)."""
 import streamlit as st
 
+from mcap.app.forcuda import bundled_checks, sentence as for_cuda_sentence
 from mcap.core import throughput
 from mcap.core.errors import McapError
 from mcap.io import agreement
@@ -20,6 +21,15 @@ from pages._shared import (
     caption_of, chart, current, dataset_name, downloads, profile_for, remember, restore_url,
     shared,
 )
+
+
+
+@st.cache_data(show_spinner=False)
+def _for_cuda(folder: str):
+    """The bundled CPU profiles planned for the bundled GPU sweeps (mcap.app.forcuda)."""
+    from pathlib import Path
+    return bundled_checks(Path(folder))
+
 
 restore_url()
 st.title("Partition space")
@@ -199,3 +209,10 @@ if not stand_ins:
 else:
     st.caption("Use CPU runs to learn and teach how pipeline memory behaves and to check "
                "the predictor; before committing a GPU plan, measure its top picks on the GPU.")
+planned = _for_cuda(str(datasets_dir()))
+if planned:
+    st.markdown("**Planning for a GPU from a CPU profile** (`predict` / `recommend --for cuda`: "
+                "the same bytes, plus the GPU's library workspaces once per stage, its "
+                "optimizer step's copies and the allocator's 512-byte blocks):")
+    for check in planned:
+        st.markdown("- " + for_cuda_sentence(check))

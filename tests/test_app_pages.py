@@ -902,3 +902,20 @@ def test_tables_show_a_dash_where_a_value_is_missing():
     for col in ("rank", [c for c in marks.columns if c.startswith("measured_peak")][0]):
         assert set(missing[col]) == {"–"}, marks
         assert not marks[col].map(lambda v: v is None or str(v) in ("None", "<NA>", "nan")).any()
+
+
+def test_partition_space_says_how_a_cpu_profile_plans_for_a_gpu():
+    """Issue 30, item 3: beside "CPU as a stand-in for a GPU", the bundled CPU profile
+    planned with --for cuda against the bundled GPU sweep of its setup, computed on the
+    page's own data (mcap.app.forcuda), never a stated figure."""
+    from mcap.app.forcuda import bundled_checks, sentence
+    from mcap.io.datasets import datasets_dir
+
+    checks = bundled_checks(datasets_dir())
+    assert checks and all(c.spearman > c.spearman_cpu for c in checks)
+    at = page("space", sweep="bundled:vgg11-h512-b8-cpu4-full.sweep.json",
+              profile="bundled:vgg11-h512-b8-cpu4.profile.json")
+    assert not errors(at)
+    shown = " ".join(m.value for m in at.markdown)
+    for c in checks:
+        assert sentence(c) in shown

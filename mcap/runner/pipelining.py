@@ -150,6 +150,10 @@ def run_stage(res: Resident, setup: Setup, balance: tuple[int, ...], rank: int,
         optimizer = make_optimizer(setup, layers.parameters())
         objects += [layers, stage_mod, stage, schedule, optimizer]
         gc.collect()
+        if not alone and torch.distributed.is_initialized():
+            # Stages run together start their window together: one built sooner would
+            # otherwise count its wait for the others in the run's time.
+            torch.distributed.barrier()
         window.start()
         start, cpu = time.perf_counter(), time.process_time()
         for _ in range(ITERATIONS):

@@ -238,7 +238,8 @@ class Runner:
         """Measure a hybrid plan (engine ``hybrid``, ``Setup.stages`` = its devices; CAPTURE
         III): a Run whose balance is the layers per stage and whose peaks (and breakdown)
         are per device, in stage order. ``last_results`` keeps each device's StageResult
-        (its ``losses``). Bad plans raise McapError naming the values."""
+        (its ``losses``: empty when the devices ran alone, whose data nobody sent). Bad
+        plans raise McapError naming the values."""
         if self._closed:
             raise McapError("this runner is closed; open a new one with open_runner()")
         plan = runnable_plan(plan, self.setup, self.model_info.num_layers)

@@ -35,6 +35,15 @@ device that sent the row; a tensor stage's device 0 then broadcasts the whole gr
 its stage's other devices. Each device's peak is measured with ``mcap.runner.train.Window``
 (the same history-free rules as every engine). Runs seed the RNG the same way every time,
 so dropout masks, and the loss, repeat.
+
+Devices together or alone (issue 25): with the devices together (isolation ``pipeline``)
+every device is its own process in one gloo (CPU) or NCCL (CUDA) group, and the data flows.
+Alone (isolation ``stage``, the default) a process runs one device at a time over torch's
+``fake`` backend as that rank (:func:`run_device`'s ``alone``; :mod:`mcap.runner.alone`):
+the same code, the same tensors allocated and held, nothing moved. On the CPU both read
+the same bytes on every device (tests/test_hybrid_alone.py; BENCHMARKS.md, "Hybrid ranks
+alone"). The gloo settling below (:func:`released` and its callers) exists for the
+devices together only: gloo finishes a collective on a worker thread.
 """
 from __future__ import annotations
 

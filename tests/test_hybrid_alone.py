@@ -77,6 +77,21 @@ def test_ranks_alone_read_the_concurrent_run_to_the_byte():
     assert dp_tp.breakdown[2].weights == dp_tp.breakdown[3].weights
 
 
+def test_one_slot_runs_every_rank_after_any_other(monkeypatch):
+    """One process runs every rank of every plan in turn, a new fake world each time. Its
+    tp meshes of the same ranks in consecutive worlds compare equal in DTensor's caches;
+    before each world's meshes got a name of their own (hybrid.device_mesh), the second
+    plan failed on devices 2 and 3 ("Could not resolve the process group registered under
+    the name 2": the cached mesh's group was the first world's)."""
+    monkeypatch.setenv("MCAP_STAGE_SLOTS", "1")
+    plans = ("2:tp2,2:tp2", "1,1,2:tp2", "2:tp2,2:tp2")
+    setup = Setup(stages=4, batch_size=8, chunks=2, engine="hybrid")
+    alone, slots = _measure(GPT, setup, plans, "stage")
+    assert slots == 1
+    together, _ = _measure(GPT, setup, plans[:2], "pipeline")
+    assert [a.peaks for a, _ in alone] == [t.peaks for t, _ in together] + [together[0][0].peaks]
+
+
 def test_eight_devices_rank_by_rank_on_two_slots(monkeypatch):
     """An 8-device plan measured with 2 slot processes: the ranks take turns, each alone,
     and every device reads what it reads with all 8 together."""
@@ -132,7 +147,9 @@ def test_cuda_eight_devices_rank_by_rank_on_the_gpus_there_are():
         again = runner.measure_plan(plan)
     assert [r.stage for r in results] == list(range(8))
     assert len(run.peaks) == 8 and all(p > 0 for p in run.peaks)
-    assert run.peaks[3] == run.peaks[4]  # dp2 replicas: the same tensors
+    # dp2 replicas hold the same tensors; the same ranks again read the same peaks (issue
+    # 25's GPU target for one stage measured twice: within 0.1%)
+    assert abs(run.peaks[3] - run.peaks[4]) <= 0.001 * run.peaks[4]
     assert again.status == "ok"
-    for a, b in zip(run.peaks, again.peaks):  # the same ranks again (issue 25: <= 0.1%)
+    for a, b in zip(run.peaks, again.peaks):
         assert abs(a - b) <= 0.001 * b

@@ -50,6 +50,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import gc
+import itertools
 import os
 import sys
 import time
@@ -122,14 +123,29 @@ def join_groups(groups: dict, plan) -> None:
 def device_mesh(groups: dict, group, device_type: str):
     """The stage's DeviceMesh, made once per sub-group, kept and uncounted (as the process
     group is): it holds a small tensor (8 bytes seen) that would otherwise count in every
-    later run of this process, whatever stage it runs."""
+    later run of this process, whatever stage it runs.
+
+    A process that runs devices alone joins a new fake world for each rank it runs
+    (:func:`run_device`), and its sub-groups are made again with new names. DTensor caches
+    sharding decisions per mesh for the process's life (sharding propagation,
+    redistribution plans), and meshes compare equal by their ranks, layout, device type,
+    dimension names and thread, not by their groups: a mesh of the same ranks in the next
+    world was served the cached mesh of the last, whose group name no longer existed
+    ("Could not resolve the process group registered under the name 2", on one slot
+    running ``2:tp2,2:tp2`` then ``1,1,2:tp2``), or could have named another group of
+    another size. So each world's meshes get a dimension name of their own
+    (``groups["world_id"]``, set where a world is joined); a name changes no tensor."""
     from torch.distributed.device_mesh import DeviceMesh
     key = ("mesh", id(group), device_type)
     if key not in groups:
+        world = groups.get("world_id")
+        names = None if world is None else (f"world{world}",)
         with memtrack.suspended() if memtrack.installed() else contextlib.nullcontext():
-            groups[key] = DeviceMesh.from_group(group, device_type)
+            groups[key] = DeviceMesh.from_group(group, device_type, mesh_dim_names=names)
     return groups[key]
 
+
+_WORLDS = itertools.count()  # fake worlds this process joined (device_mesh)
 
 RELEASE_TIMEOUT_S = 10.0  # a finished collective's worker lets go within microseconds of CPU
 AMBIGUOUS_WAIT_S = 0.05   # see _wait_released
@@ -570,6 +586,7 @@ def run_device(res: Resident, setup: Setup, plan, rank: int, groups: dict,
         world = (rank, plan.devices)
         if groups.get("alone") != world:  # another fake world: its groups are gone with it
             groups.clear()
+            groups["world_id"] = next(_WORLDS)  # its meshes' own name (device_mesh)
         alone_mod.join(rank, plan.devices)
         groups["alone"] = world
     pl = places(plan)[rank]

@@ -2,6 +2,7 @@
 
     python bench/bench_hybrid_eval.py [--seed S] [--plans N] [--cases gpt4,gpt8,vgg4,vgg8]
                                       [--work DIR] [--out data/hybrid-eval-cpu.json]
+                                      [--isolation stage|pipeline] [--compare OTHER.json]
     python bench/bench_hybrid_eval.py --load data/hybrid-eval-cpu.json [--work DIR] [--reprofile]
                                       [--repeats N]
 
@@ -21,6 +22,14 @@ measured are left out. Nothing here was tuned on these plans; ``--load`` re-pred
 stored measurements from the profiles in ``--work`` (after a predictor change) without
 measuring again.
 
+``--isolation stage`` (the default, issue 25) measures every device alone, rank by rank
+over the slot processes there are (an 8-device plan on the 2-core VM: two ranks at a time),
+the profile's runs included; ``pipeline`` runs each plan's devices together over gloo, as
+the bundled ``data/hybrid-eval-cpu.json`` was measured. Both are recorded per result.
+``--compare OTHER.json`` sets each plan's per-device peaks beside the same plan's in another
+result (e.g. ranks alone against the devices together): plans and devices equal to the byte,
+and every difference in bytes.
+
 Prints per-device error p50/p90/max overall, per stage kind (pp/dp/tp) and per (kind,
 degree), per case, and where the recommender's pick ranks among the measured plans by
 measured peak. Writes the measurements, the predictions and the summary to ``--out``.
@@ -35,6 +44,7 @@ import random
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 from mcap.core.evaluate import percentile
 from mcap.core.hybrid import HybridPlan, StageConfig, parse_mesh, parse_plan
@@ -52,10 +62,11 @@ TARGET_P90 = 0.10
 STARTED = time.time()
 
 
-def profile_command(spec: str, devices: int, out: Path, store: Path) -> list[str]:
+def profile_command(spec: str, devices: int, out: Path, store: Path,
+                    isolation: str = "stage") -> list[str]:
     return ["profile", "--model", spec, "--stages", str(devices), "--batch-size", str(BATCH),
             "--chunks", str(CHUNKS), "--parallel", "dp,tp", "--store", str(store),
-            "--out", str(out)]
+            "--out", str(out), "--isolation", isolation]
 
 
 def category(plan: HybridPlan) -> str:
@@ -126,14 +137,15 @@ def choose_plans(prof, G: int, n: int, seed: int) -> list[tuple[str, str]]:
     return out
 
 
-def run_case(key: str, work: Path, store: Path, n: int, seed: int) -> dict:
+def run_case(key: str, work: Path, store: Path, n: int, seed: int,
+             isolation: str = "stage") -> dict:
     from mcap.cli.main import main as cli
     from mcap.core.types import Setup
     from mcap.runner import open_runner
 
     name, spec, G = CASES[key]
     path = work / f"{name}-cpu{PROFILE_DEVICES}-dptp.profile.json"
-    cmd = profile_command(spec, PROFILE_DEVICES, path, store)
+    cmd = profile_command(spec, PROFILE_DEVICES, path, store, isolation)
     started = time.monotonic()
     if not (path.exists() and path.stat().st_mtime > STARTED):  # once per model and bench run
         if cli(cmd) != 0:
@@ -143,7 +155,8 @@ def run_case(key: str, work: Path, store: Path, n: int, seed: int) -> dict:
     plans = choose_plans(prof, G, n, seed)
     rows = []
     with open_runner(spec, Setup(stages=G, batch_size=BATCH, chunks=CHUNKS, engine="hybrid"),
-                     timeout=600) as runner:
+                     timeout=600, isolation=isolation) as runner:
+        slots = len(runner.worker_pids)
         for text, why in plans:
             t = time.monotonic()
             run = runner.measure_plan(text)
@@ -155,17 +168,18 @@ def run_case(key: str, work: Path, store: Path, n: int, seed: int) -> dict:
             "chunks": CHUNKS, "profile_command": "python -m mcap " + " ".join(cmd),
             "profile_seconds": round(profiling_s, 1), "profile_file": path.name,
             "machine": machine.describe() if machine is not None else None,
-            "plans": rows}
+            "isolation": isolation, "processes": slots, "plans": rows}
 
 
-def remeasure(case: dict, repeats: int) -> None:
+def remeasure(case: dict, repeats: int, isolation: Optional[str] = None) -> None:
     """Measure every plan of a case ``repeats`` more times, interleaved (all plans, then all
     again), into ``row["repeats"]``: how far a device's peak moves between identical runs."""
     from mcap.core.types import Setup
     from mcap.runner import open_runner
     with open_runner(case["spec"], Setup(stages=case["devices"], batch_size=case["batch_size"],
                                          chunks=case["chunks"], engine="hybrid"),
-                     timeout=600) as runner:
+                     timeout=600, isolation=isolation or case.get("isolation", "pipeline")
+                     ) as runner:
         for r in range(repeats):
             for row in case["plans"]:
                 run = runner.measure_plan(row["plan"])
@@ -263,6 +277,28 @@ def summary(cases: list[dict]) -> dict:
             "met": table["all"]["p90"] <= TARGET_P90}
 
 
+def compare(cases: list[dict], other: dict) -> dict:
+    """Each plan measured in both results: how many plans and devices read the same bytes,
+    and each device that does not (its byte difference, this result minus the other)."""
+    theirs = {(c["case"], r["plan"]): r for c in other["cases"] for r in c["plans"]
+              if r["status"] == "ok"}
+    out = {"plans": 0, "plans_equal": 0, "devices": 0, "devices_equal": 0, "differ": []}
+    for case in cases:
+        for row in case["plans"]:
+            o = theirs.get((case["case"], row["plan"]))
+            if row["status"] != "ok" or o is None:
+                continue
+            out["plans"] += 1
+            out["plans_equal"] += row["measured"] == o["measured"]
+            for d, (m, t) in enumerate(zip(row["measured"], o["measured"])):
+                out["devices"] += 1
+                out["devices_equal"] += m == t
+                if m != t:
+                    out["differ"].append({"case": case["case"], "plan": row["plan"],
+                                          "device": d, "bytes": m - t})
+    return out
+
+
 def show(result: dict) -> None:
     s = result["summary"]
     print(f"\n{s['plans']} plans ({s['plans_ok']} ok); per-device |predicted - measured| / measured"
@@ -282,6 +318,12 @@ def show(result: dict) -> None:
         for k, v in s["spread"].items():
             print(f"  {k:<12} {v['n']:>5} devices, {v['moved']:>4} moved: p50 {v['p50']:.1%} "
                   f"p90 {v['p90']:.1%} max {v['max']:.1%}")
+    if result.get("compared"):
+        c = result["compared"]
+        print(f"\nagainst {c['with']} ({c['isolation']}): {c['plans_equal']}/{c['plans']} plans "
+              f"and {c['devices_equal']}/{c['devices']} devices equal to the byte")
+        for d in c["differ"]:
+            print(f"  {d['case']} {d['plan']} device {d['device']}: {d['bytes']:+,} bytes")
     print(f"\ntarget: per-device p90 <= {s['target_p90']:.0%}: "
           f"{'met' if s['met'] else 'NOT met'} ({s['errors']['all']['p90']:.1%})")
 
@@ -301,6 +343,13 @@ def main(argv: list[str]) -> None:
                          "only runs a newer mcap adds are measured)")
     ap.add_argument("--repeats", type=int, default=0,
                     help="with --load: measure every plan this many more times (repeatability)")
+    ap.add_argument("--isolation", choices=("stage", "pipeline"), default=None,
+                    help="stage (default for new measurements): every device alone, rank by "
+                         "rank; pipeline: each plan's devices together over gloo. With --load "
+                         "--repeats: default the result's own")
+    ap.add_argument("--compare", type=Path, default=None, metavar="OTHER.json",
+                    help="set every plan's per-device peaks beside the same plan's in another "
+                         "result of this bench (e.g. --isolation pipeline against stage)")
     ap.add_argument("--degree-fit", choices=DEGREE_FITS, default="inverse",
                     help="degrees above the profiled ones (mcap.core.hybridpredict)")
     args = ap.parse_args(argv[1:])
@@ -313,14 +362,16 @@ def main(argv: list[str]) -> None:
                 from mcap.cli.main import main as cli
                 spec = case["spec"]
                 if cli(profile_command(spec, PROFILE_DEVICES, path,
-                                       args.work / "store.sqlite")) != 0:
+                                       args.work / "store.sqlite",
+                                       args.isolation or case.get("isolation",
+                                                                  "pipeline"))) != 0:
                     raise SystemExit(f"profiling {spec} failed")
             if path.exists():
                 predict(case, args.work, args.degree_fit)
             else:  # reprint the stored predictions (the profiles live in --work, not in data/)
                 print(f"{path} not found: {case['case']} keeps its stored predictions")
             if args.repeats:
-                remeasure(case, args.repeats)
+                remeasure(case, args.repeats, args.isolation)
         result["degree_fit"] = args.degree_fit
         result["predicted_by"] = "python bench/bench_hybrid_eval.py " + " ".join(argv[1:])
         if args.reprofile:
@@ -331,15 +382,22 @@ def main(argv: list[str]) -> None:
                   "command": "python bench/bench_hybrid_eval.py " + " ".join(argv[1:]),
                   "date": datetime.date.today().isoformat(), "torch": torch.__version__,
                   "python": platform.python_version(), "host": platform.machine(),
-                  "degree_fit": args.degree_fit, "cases": []}
+                  "degree_fit": args.degree_fit, "isolation": args.isolation or "stage",
+                  "cases": []}
         for key in args.cases.split(","):
             print(f"{key}: {CASES[key][1]} on {CASES[key][2]} devices", flush=True)
             result["cases"].append(run_case(key, args.work, args.work / "store.sqlite",
-                                            args.plans, args.seed))
+                                            args.plans, args.seed,
+                                            args.isolation or "stage"))
             predict(result["cases"][-1], args.work, args.degree_fit)
             # each finished case is kept at once: a later failure loses nothing measured
             args.out.write_text(json.dumps(result, indent=1) + "\n")
     result["summary"] = summary(result["cases"])
+    if args.compare is not None:
+        other = json.loads(args.compare.read_text())
+        result["compared"] = {"with": str(args.compare),
+                              "isolation": other.get("isolation", "pipeline"),
+                              **compare(result["cases"], other)}
     show(result)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {args.out}")

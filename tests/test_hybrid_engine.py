@@ -3,7 +3,11 @@
 A plan must train exactly as one process training the whole model on the same
 micro-batches does (the loss of both iterations equal: the second also checks the
 gradients and the update), and report one history-free peak per device. Tiny models,
-2 iterations each; one runner serves every plan of one device count."""
+2 iterations each; one runner serves every plan of one device count.
+
+The training checks run the devices together (isolation ``pipeline``): a device run alone
+(the default, tests/test_hybrid_alone.py) computes on data no other device sent, so it
+reports no loss."""
 from __future__ import annotations
 
 import json
@@ -62,7 +66,7 @@ def gpt_reference():
 @pytest.fixture(scope="module")
 def gpt3():
     with open_runner(GPT, Setup(stages=3, batch_size=B, chunks=C, engine="hybrid"),
-                     timeout=120) as runner:
+                     timeout=120, isolation="pipeline") as runner:
         yield runner
 
 
@@ -94,7 +98,7 @@ def test_parallel_devices_hold_their_share_of_the_weights(gpt3):
 def test_two_device_stages():
     ref = reference_losses(GPT)
     with open_runner(GPT, Setup(stages=2, batch_size=B, chunks=C, engine="hybrid"),
-                     timeout=120) as runner:
+                     timeout=120, isolation="pipeline") as runner:
         for plan in ("4:dp2", "4:tp2"):
             run = runner.measure_plan(plan)
             assert run.status == "ok", run.error
@@ -113,7 +117,7 @@ def test_vgg_data_parallel_convolutions():
     # its share only, which one process drawing it for the whole batch cannot repeat.
     ref = reference_losses(VGG)
     with open_runner(VGG, Setup(stages=4, batch_size=B, chunks=C, engine="hybrid"),
-                     timeout=120) as runner:
+                     timeout=120, isolation="pipeline") as runner:
         run = runner.measure_plan("20:dp2,9,1")
         assert run.status == "ok", run.error
         assert len(run.peaks) == 4 and run.peaks[0] == run.peaks[1]
@@ -183,7 +187,7 @@ def test_measure_plan_json_and_store(tmp_path, capsys):
 def test_cuda_mixed_plan():
     ref = reference_losses(GPT)
     with open_runner(GPT, Setup(stages=3, batch_size=B, chunks=C, engine="hybrid",
-                                device="cuda"), timeout=120) as runner:
+                                device="cuda"), timeout=120, isolation="pipeline") as runner:
         for plan in ("2,2:dp2", "2,2:tp2"):
             run = runner.measure_plan(plan)
             assert run.status == "ok", run.error

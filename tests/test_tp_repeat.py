@@ -97,7 +97,9 @@ OTHER = "2:tp2,4:dp2"  # something else the same processes run in between
 def test_tp_peaks_repeat_to_the_byte():
     setup = Setup(stages=4, batch_size=8, chunks=2, engine="hybrid")
     seen: dict = {HEAD: set(), WHOLE: set()}
-    with open_runner(GPT, setup, timeout=120) as runner:
+    # the devices together over gloo: the settling this file checks is for gloo's worker
+    # threads (a device alone, the default, has none: tests/test_hybrid_alone.py)
+    with open_runner(GPT, setup, timeout=120, isolation="pipeline") as runner:
         for i in range(10):
             # HEAD ten times, after itself, after WHOLE and after OTHER; WHOLE after HEAD
             plans = [HEAD] + ([WHOLE] if i % 4 == 1 else [OTHER] if i % 4 == 3 else [])

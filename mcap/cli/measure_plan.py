@@ -1,5 +1,7 @@
 """``python -m mcap measure --plan TEXT``: measure a hybrid plan for real (CAPTURE III, issue
-15). Engine ``hybrid`` runs one process per device (``mcap.runner.hybrid``); the JSON prints
+15). Engine ``hybrid`` runs each device alone, rank by rank over the slots there are
+(``--isolation stage``, the default), or one process per device together
+(``--isolation pipeline``; ``mcap.runner.hybrid``); the JSON prints
 ``status`` and ``peaks`` (one per device, in stage order) as the issue's contract says, plus
 ``plan_text`` and ``plan``. Bad input exits 2 naming the values: a plan whose layers do not
 sum to the model's, a micro-batch a data-parallel stage cannot split, another engine.
@@ -49,6 +51,7 @@ def plan_json(plan: HybridPlan, run: Run) -> dict:
 
 
 def cmd_measure_plan(args) -> int:
+    from mcap.cli.profile import isolation_env
     from mcap.models.spec import parse_spec
     from mcap.runner import open_runner
     from mcap.store import Store
@@ -60,7 +63,9 @@ def cmd_measure_plan(args) -> int:
     check_plan(plan, model_info(args.model).num_layers)  # before any process starts
     store = Store(args.store)
     try:
-        with sigterm_cancels(), job_status(store, args.job, total=1):
+        # --isolation: each device alone (the default) or all of them together
+        with sigterm_cancels(), job_status(store, args.job, total=1), \
+                isolation_env(getattr(args, "isolation", None)):
             if args.job is not None:
                 store.update_job(args.job, current=plan.balance)
             with open_runner(args.model, setup, timeout=args.timeout) as runner:

@@ -64,7 +64,8 @@ def add_setup_options(p: argparse.ArgumentParser) -> None:
                         "process group that moves no data, the memory truth, with its own "
                         "per-micro-batch times (throughput is estimated from them); pipeline: "
                         "the stages run together and exchange their data, the run whose time "
-                        "is real. Engines torchgpipe and hybrid always run their stages together")
+                        "is real. Engine hybrid runs each device (dp/tp rank) alone the same way; "
+                        "torchgpipe always runs its stages together")
     p.add_argument("--job", type=int, default=None, help=argparse.SUPPRESS)
 
 

@@ -101,13 +101,18 @@ def check_balance(balance: Sequence[int], stages: int, num_layers: int) -> tuple
     return out
 
 
-def _check_machine(setup: Setup) -> None:
-    """The engine refuses what this machine cannot run (GPUs are counted only for CUDA)."""
+def _check_machine(setup: Setup, alone: bool = False) -> None:
+    """The engine refuses what this machine cannot run (GPUs are counted only for CUDA).
+    ``alone``: the stages (engine hybrid: the devices) run alone, taking turns on one slot
+    per GPU (:func:`stage_slots`), each with its GPU to itself while it runs, so the engine
+    is asked as if every one had its own."""
     from mcap.runner import engines
     gpus = 0
     if setup.device == "cuda":
         import torch
         gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if alone and gpus:
+            gpus = max(gpus, setup.stages)
     engines.get(setup.engine).check(setup, gpus)
 
 
@@ -122,14 +127,14 @@ class Runner:
 
         check_setup(setup)
         engine = engines.get(setup.engine)
-        _check_machine(setup)
+        self.isolation = resolve_isolation(isolation, engine)
+        self.alone = self.isolation == "stage"
+        _check_machine(setup, self.alone)
         parse_spec(model_spec)
         check_trusted(model_spec)  # user code only when typed or confirmed (the workers check too)
         if timeout <= 0:
             raise McapError(f"timeout must be positive, got {timeout}")
         self.setup, self.timeout = setup, float(timeout)
-        self.isolation = resolve_isolation(isolation, engine)
-        self.alone = self.isolation == "stage"
         # Starting may compile memtrack (~20 s once per environment) and build a big model,
         # so it gets its own, longer limit.
         self.startup_timeout = max(STARTUP_TIMEOUT, self.timeout)
@@ -233,7 +238,8 @@ class Runner:
         """Measure a hybrid plan (engine ``hybrid``, ``Setup.stages`` = its devices; CAPTURE
         III): a Run whose balance is the layers per stage and whose peaks (and breakdown)
         are per device, in stage order. ``last_results`` keeps each device's StageResult
-        (its ``losses``). Bad plans raise McapError naming the values."""
+        (its ``losses``: empty when the devices ran alone, whose data nobody sent). Bad
+        plans raise McapError naming the values."""
         if self._closed:
             raise McapError("this runner is closed; open a new one with open_runner()")
         plan = runnable_plan(plan, self.setup, self.model_info.num_layers)
@@ -302,7 +308,8 @@ def resolve_isolation(isolation: Optional[str], engine) -> str:
     (:mod:`mcap.runner.alone`), the memory truth; ``pipeline`` runs the stages together,
     the data flowing between them, the run whose time is real. ``None`` reads
     ``$MCAP_ISOLATION``. Engines that cannot run stages alone run them together: torchgpipe
-    (one process, every stage on its own GPU already) and hybrid (dp/tp ranks)."""
+    (one process, every stage on its own GPU already). Engine hybrid runs each device (a
+    dp/tp rank or a pipeline stage) alone."""
     asked = isolation if isolation is not None else (os.environ.get(ISOLATION_ENV) or "stage")
     if asked not in ISOLATIONS:
         raise McapError(f"isolation {asked!r} is not one of {', '.join(ISOLATIONS)}")

@@ -35,12 +35,22 @@ device that sent the row; a tensor stage's device 0 then broadcasts the whole gr
 its stage's other devices. Each device's peak is measured with ``mcap.runner.train.Window``
 (the same history-free rules as every engine). Runs seed the RNG the same way every time,
 so dropout masks, and the loss, repeat.
+
+Devices together or alone (issue 25): with the devices together (isolation ``pipeline``)
+every device is its own process in one gloo (CPU) or NCCL (CUDA) group, and the data flows.
+Alone (isolation ``stage``, the default) a process runs one device at a time over torch's
+``fake`` backend as that rank (:func:`run_device`'s ``alone``; :mod:`mcap.runner.alone`):
+the same code, the same tensors allocated and held, nothing moved. On the CPU both read
+the same bytes on every device (tests/test_hybrid_alone.py; BENCHMARKS.md, "Hybrid ranks
+alone"). The gloo settling below (:func:`released` and its callers) exists for the
+devices together only: gloo finishes a collective on a worker thread.
 """
 from __future__ import annotations
 
 import contextlib
 import copy
 import gc
+import itertools
 import os
 import sys
 import time
@@ -55,6 +65,7 @@ from mcap.core.hybrid import (
     HybridPlan, StageConfig, as_plan, check_micro_batches, holder_rows, need_rows,
 )
 from mcap.core.types import Setup
+from mcap.runner import alone as alone_mod
 from mcap.runner import memtrack
 from mcap.runner.pipelining import Resident, stage_device
 from mcap.runner.protocol import StageResult
@@ -112,14 +123,29 @@ def join_groups(groups: dict, plan) -> None:
 def device_mesh(groups: dict, group, device_type: str):
     """The stage's DeviceMesh, made once per sub-group, kept and uncounted (as the process
     group is): it holds a small tensor (8 bytes seen) that would otherwise count in every
-    later run of this process, whatever stage it runs."""
+    later run of this process, whatever stage it runs.
+
+    A process that runs devices alone joins a new fake world for each rank it runs
+    (:func:`run_device`), and its sub-groups are made again with new names. DTensor caches
+    sharding decisions per mesh for the process's life (sharding propagation,
+    redistribution plans), and meshes compare equal by their ranks, layout, device type,
+    dimension names and thread, not by their groups: a mesh of the same ranks in the next
+    world was served the cached mesh of the last, whose group name no longer existed
+    ("Could not resolve the process group registered under the name 2", on one slot
+    running ``2:tp2,2:tp2`` then ``1,1,2:tp2``), or could have named another group of
+    another size. So each world's meshes get a dimension name of their own
+    (``groups["world_id"]``, set where a world is joined); a name changes no tensor."""
     from torch.distributed.device_mesh import DeviceMesh
     key = ("mesh", id(group), device_type)
     if key not in groups:
+        world = groups.get("world_id")
+        names = None if world is None else (f"world{world}",)
         with memtrack.suspended() if memtrack.installed() else contextlib.nullcontext():
-            groups[key] = DeviceMesh.from_group(group, device_type)
+            groups[key] = DeviceMesh.from_group(group, device_type, mesh_dim_names=names)
     return groups[key]
 
+
+_WORLDS = itertools.count()  # fake worlds this process joined (device_mesh)
 
 RELEASE_TIMEOUT_S = 10.0  # a finished collective's worker lets go within microseconds of CPU
 AMBIGUOUS_WAIT_S = 0.05   # see _wait_released
@@ -131,6 +157,16 @@ def references(tensor: torch.Tensor) -> tuple[int, int, int]:
     this call's, so compare only readings taken at the same place."""
     return (tensor._use_count(), memtrack.storage_use_count(tensor),
             sys.getrefcount(tensor) - 2)  # -2: this call's argument and getrefcount's
+
+
+def no_worker() -> bool:
+    """Whether this process runs a device alone (:mod:`mcap.runner.alone`): its default
+    group is torch's ``fake`` backend, whose collectives and point-to-point ops complete in
+    the calling thread before they return and keep no tensor. There is no worker thread to
+    wait for, so the gloo settling below (:func:`released`, :func:`_wait_released`,
+    :func:`settled`, :func:`ddp_settles`) returns at once: every buffer is freed where the
+    program drops it already."""
+    return dist.is_initialized() and dist.get_backend() == alone_mod.BACKEND
 
 
 def released(tensor: torch.Tensor, want: tuple[int, int, int],
@@ -160,7 +196,7 @@ def released(tensor: torch.Tensor, want: tuple[int, int, int],
     measure a timing-dependent peak. Only CPU tensors are waited for: on CUDA, NCCL's
     watchdog releases finished Works on its own period and the peak is
     ``max_memory_allocated``."""
-    if tensor.device.type != "cpu":
+    if tensor.device.type != "cpu" or no_worker():
         return True
     start = time.monotonic()
     while True:
@@ -189,7 +225,7 @@ def _wait_released(tensor: torch.Tensor) -> torch.Tensor:
     less. When the Work had already let go before this call, the worker may or may not
     still owe that reference; it is given :data:`AMBIGUOUS_WAIT_S` to pay it."""
     from torch.distributed import _functional_collectives as funcol
-    if tensor.device.type != "cpu":
+    if tensor.device.type != "cpu" or no_worker():
         return funcol.wait_tensor(tensor)
     cxx, _, python = references(tensor)
     held = cxx > 1
@@ -207,7 +243,8 @@ def _inputs_released(collective):
         return collective
 
     def call(tensor, *args, **kwargs):
-        if not isinstance(tensor, torch.Tensor) or tensor.device.type != "cpu":
+        if not isinstance(tensor, torch.Tensor) or tensor.device.type != "cpu" \
+                or no_worker():
             return collective(tensor, *args, **kwargs)
         before = references(tensor)
         out = collective(tensor, *args, **kwargs)
@@ -290,6 +327,8 @@ def settled(held: int) -> None:
     worker thread has freed the buffers of collectives the main thread has finished with
     but has no handle to (DDP's own, :func:`ddp_settles`); the same wait and limit as
     :func:`released`."""
+    if no_worker():
+        return
     start = time.monotonic()
     while memtrack.current() > held:
         if time.monotonic() - start > RELEASE_TIMEOUT_S:
@@ -349,6 +388,14 @@ def _sum_hook(group, bucket):
     bucket is freed; the reducer waits for every bucket's result at the end of the
     backward anyway."""
     buffer = bucket.buffer()
+    if no_worker():
+        # Alone: the sum moves nothing and completes here; the bucket, summed in place in
+        # a real run, is the result either way (the fake work's future holds no value).
+        dist.all_reduce(buffer, group=group)
+        done = torch.futures.Future(
+            devices=[buffer.device] if buffer.device.type == "cuda" else None)
+        done.set_result(buffer)
+        return done
     if buffer.device.type != "cpu":
         work = dist.all_reduce(buffer, group=group, async_op=True)
         return work.get_future().then(lambda fut: fut.value()[0])
@@ -390,8 +437,10 @@ def _tag(module: nn.Module) -> None:
 class _Links:
     """The point-to-point traffic of one device with its neighbour stages."""
 
-    def __init__(self, plan: HybridPlan, rank: int, micro: int, device, res: Resident):
+    def __init__(self, plan: HybridPlan, rank: int, micro: int, device, res: Resident,
+                 alone: bool = False):
         self.plan, self.rank, self.micro, self.device = plan, rank, micro, device
+        self.alone = alone  # receives are filled by mcap.runner.alone; broadcasts here
         self.all = places(plan)
         self.me = self.all[rank]
         s = self.me.stage
@@ -501,6 +550,8 @@ class _Links:
                     before = references(g)
                     dist.broadcast(g, src=self.me.start, group=group)
                     released(g, before)  # gloo's worker lets go of g here, not later
+                    if self.alone and mine is None:  # what device 0 would have sent
+                        alone_mod.arrive(g)
         return outs, grads
 
 
@@ -517,17 +568,34 @@ def plan_bounds(plan: HybridPlan) -> list[tuple[int, int]]:
 
 
 def run_device(res: Resident, setup: Setup, plan, rank: int, groups: dict,
-               local_device: Optional[int] = None) -> StageResult:
+               local_device: Optional[int] = None, alone: bool = False) -> StageResult:
     """Train device ``rank``'s part of ``plan`` for 2 iterations; its peak over that window
-    (``losses``: the whole batch's loss per iteration, on the last stage's device 0)."""
+    (``losses``: the whole batch's loss per iteration, on the last stage's device 0).
+
+    ``alone``: this process runs device ``rank`` alone (:mod:`mcap.runner.alone`, issue 25):
+    it joins a fake default group of the plan's devices as that rank and builds the same
+    sub-groups and DeviceMesh over it, so DDP's buckets, the TP shards and every
+    collective's output are allocated and held as in a real run while nothing moves;
+    receives (activations, gradients, a tp stage's broadcast gradients) are filled as the
+    arriving data would fill them. ``local_device`` is then the GPU of this process's slot.
+    Such a device computes on data no other device produced, so its loss means nothing:
+    ``losses`` is empty on every device of an alone run (check training with the devices
+    together, isolation ``pipeline``)."""
     plan = as_plan(plan)
+    if alone:
+        world = (rank, plan.devices)
+        if groups.get("alone") != world:  # another fake world: its groups are gone with it
+            groups.clear()
+            groups["world_id"] = next(_WORLDS)  # its meshes' own name (device_mesh)
+        alone_mod.join(rank, plan.devices)
+        groups["alone"] = world
     pl = places(plan)[rank]
     s = pl.stage
     is_first, is_last = s == 0, s == len(plan.stages) - 1
     device = stage_device(setup, rank, local_device)
     group = stage_group(groups, plan, s, None)  # None: the world's backend
     micro = check_micro_batches(plan, setup.batch_size, setup.chunks)
-    links = _Links(plan, rank, micro, device, res)
+    links = _Links(plan, rank, micro, device, res, alone=alone)
     mesh = None
     if pl.config.parallel == "tp":
         synchronous_collectives()
@@ -626,14 +694,14 @@ def run_device(res: Resident, setup: Setup, plan, rank: int, groups: dict,
             window.mark_iteration()
         seconds = time.perf_counter() - start
         window.stop()
-        if is_last and pl.config.parallel == "dp":
+        if is_last and pl.config.parallel == "dp" and not alone:
             total = torch.tensor(losses, dtype=torch.float64)
             before = references(total)
             dist.all_reduce(total, group=group)
             released(total, before)  # freed here, not in the next run's window
             losses = total.tolist()
             del total
-        keep = is_last and pl.local == 0
+        keep = is_last and pl.local == 0 and not alone
         note = f"tp replicated {', '.join(replicated)}" if replicated else None
         return StageResult(rank, "ok", window.peaks()[0], window.breakdowns()[0], seconds,
                            iteration_peaks=tuple(p[0] for p in window.iteration_peaks),

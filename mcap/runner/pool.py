@@ -303,14 +303,15 @@ class WorkerPool:
             ) -> tuple[list[StageResult], Optional[str]]:
         """Send one Job to all workers and gather their results within the timeout; for
         a pool of stages run alone, one Job per stage over the free slots
-        (:meth:`run_stages`).
+        (:meth:`run_stages`): per ``Setup.stages`` processes a run has, i.e. per device of
+        a hybrid plan (whose ``balance`` is its stage configs).
 
         Returns (stage results in stage order, or fewer; a failure message or None). On any
         failure the pool has been restarted before this returns.
         """
         if self.alone:
-            done, why = self.run_stages([(tuple(balance), i) for i in range(len(balance))],
-                                        press)
+            done, why = self.run_stages([(tuple(balance), i)
+                                         for i in range(self.setup.stages)], press)
             return sorted((r for _, r in done), key=lambda r: r.stage), why
         why = self.wait_ready(time.monotonic() + self.startup_timeout)
         if why:

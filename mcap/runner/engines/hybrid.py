@@ -3,7 +3,12 @@ device; a stage is pipeline (1 device), data-parallel (DDP over the stage's devi
 tensor-parallel (``torch.distributed.tensor.parallel``). The stage logic, what is sharded
 and what is replicated, is in ``mcap.runner.hybrid``. A run's "balance" is a HybridPlan's
 stages (``Runner.measure_plan``) or a plain balance (a pipeline-only plan), and
-``Setup.stages`` is the number of devices."""
+``Setup.stages`` is the number of devices.
+
+Alone (isolation ``stage``, the default; :mod:`mcap.runner.alone`): each device of a plan is
+one job, run in a slot process that joins a fake group of the plan's devices as that rank
+(``mcap.runner.hybrid.run_device(..., alone=True)``), so an 8-device plan is measured on one
+GPU, or on the CPU's slots, rank by rank."""
 from __future__ import annotations
 
 from datetime import timedelta
@@ -20,6 +25,8 @@ class Hybrid(Engine):
             "parallelism inside a stage, GPipe between stages; CPU processes or one CUDA "
             "device per process")
 
+    alone = True  # each device alone over a fake process group (mcap.runner.alone)
+
     def processes(self, setup):
         return setup.stages  # devices
 
@@ -29,8 +36,9 @@ class Hybrid(Engine):
             raise McapError(f"engine hybrid runs only the gpipe schedule, not "
                             f"{setup.schedule!r}")
         if setup.device == "cuda" and gpus < setup.stages:
-            raise McapError(f"engine hybrid needs one CUDA device per device of the plan: "
-                            f"{setup.stages} asked for, {gpus} found")
+            raise McapError(f"engine hybrid runs its devices together with one CUDA device "
+                            f"each: {setup.stages} asked for, {gpus} found (with isolation "
+                            "stage, the default, they run alone on the GPUs there are)")
 
     def build(self, init):
         import torch
@@ -49,7 +57,10 @@ class Hybrid(Engine):
         resident, info = pipelining.build_resident(init.spec, setup)
         return (resident, {}), info  # {}: the stage sub-groups, made once and kept
 
-    def run(self, resident, init, balance):
+    def run(self, resident, init, balance, stage=None):
         from mcap.runner import hybrid
         res, groups = resident
+        if init.alone:  # this process runs device ``stage`` alone, on its slot's GPU
+            return (hybrid.run_device(res, init.setup, balance, stage, groups,
+                                      local_device=init.rank, alone=True),)
         return (hybrid.run_device(res, init.setup, balance, init.rank, groups),)

@@ -261,10 +261,12 @@ class Runner:
             if all(r.breakdown is not None for r in results):
                 breakdown = tuple(r.breakdown for r in results)
             if self.alone:  # no run of these stages together was timed: estimate it
+                # (hybrid ranks record no times yet: their throughput stays unknown)
                 times = stage_times(results)
+                rate = self.estimate(times)
                 return Run(balance, "ok", tuple(r.peak for r in results), seconds,
-                           samples_per_second=self.estimate(times), breakdown=breakdown,
-                           times=times, estimated=True)
+                           samples_per_second=rate, breakdown=breakdown,
+                           times=times, estimated=rate is not None)
             return Run(balance, "ok", tuple(r.peak for r in results), seconds,
                        samples_per_second=ITERATIONS * self.setup.batch_size / window
                        if window > 0 else None,

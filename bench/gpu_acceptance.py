@@ -52,9 +52,8 @@ SMALL = {"cuda": ("vgg11:image_size=32,hidden=512", 8, 4, 150),
 BALANCE = (3, 3, 5, 19)
 SEED = 5
 THROUGHPUT_SAMPLE = {"cuda": 12, "cpu": 4}
-HYBRID = {"cuda": ("gpt:layers=8,hidden=1024,heads=16,vocab=8192,seq=256", "2,2:dp2,2:tp2,2:dp2,2",
-                   16, 4),
-          "cpu": ("gpt:layers=8,hidden=64,heads=2,vocab=64,seq=16", "2,2:dp2,2:tp2,2:dp2,2", 8, 2)}
+HYBRID = {"cuda": ("gpt:layers=8,hidden=128,heads=4,vocab=512,seq=64", "2,2:tp2,2:dp2,3,1:tp2", 16, 2),
+          "cpu": ("gpt:layers=8,hidden=128,heads=4,vocab=512,seq=64", "2,2:tp2,2:dp2,3,1:tp2", 16, 2)}
 PRESS = {"cuda": ("gpt:layers=8,hidden=1024,heads=16,vocab=8192,seq=256", 16),
          "cpu": ("gpt:layers=4,hidden=64,heads=2,vocab=64,seq=16", 8)}
 CPU_PROFILE = ROOT / "data" / "vgg11-h512-b8-cpu4.profile.json"

@@ -132,6 +132,7 @@ def _gpus() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif("not __import__('torch').cuda.is_available()")
 def test_cuda_eight_devices_rank_by_rank_on_the_gpus_there_are():
     """One 8-device plan (pp, tp2, dp2, pp, tp2) on however many GPUs there are (one is

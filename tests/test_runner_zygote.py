@@ -24,7 +24,9 @@ def _parent(pid: int) -> int:
 
 
 def test_forked_stages_measure_what_spawned_ones_do_and_a_restart_is_a_fork(monkeypatch):
-    with open_runner(EXACT, TWO, timeout=120) as r:
+    # Stages together: a killed stage fails the run and the pool restarts by forking
+    # (stages alone retry a killed slot's stage instead: tests/test_runner.py).
+    with open_runner(EXACT, TWO, timeout=120, isolation="pipeline") as r:
         zygote = r._pool._zygote.proc.pid
         first = r.worker_pids
         assert [_parent(pid) for pid in first] == [zygote, zygote]

@@ -135,3 +135,15 @@ def test_times_survive_the_json_file_and_the_store(tmp_path):
     (tmp_path / "bad.json").write_text(json.dumps(bad))
     with pytest.raises(McapError, match=r"runs\[0\]\.times\[0\]\.forward\[0\]\[0\]"):
         jsonio.load_sweep(tmp_path / "bad.json")
+
+
+def test_the_schedules_other_work_goes_with_the_forwards_and_backwards():
+    """An iteration's ``other`` seconds (receives, sends, the loss, the schedule's Python)
+    lengthen its forwards and backwards in proportion: with equal stages and free links
+    the makespan grows by the same factor as each op."""
+    G, M = 3, 2
+    base = _times(G, M)
+    busy = [StageTimes(t.forward, t.backward, t.step, t.recv_bytes, t.send_bytes,
+                       other=(0.5 * (sum(t.forward[0]) + sum(t.backward[0])),)) for t in base]
+    free = Link(0.0, 1e12)
+    assert makespan(busy, "gpipe", M, free) == pytest.approx((M + G - 1) * 3.0 * 1.5 + 0.5)

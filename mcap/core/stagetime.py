@@ -7,7 +7,9 @@ stages is then replayed here, event by event, in the schedule's own op order (wh
 tests/test_stagetime.py checks :func:`op_order` against their ``pipeline_order``):
 
 - stage s runs its ops one after another: iteration 1's forwards and backwards in the
-  schedule's order, its optimizer step, then iteration 2's;
+  schedule's order, its optimizer step, then iteration 2's; what the schedule spent around
+  them (``StageTimes.other``: receives, sends, the loss, its own Python) is spread over an
+  iteration's forwards and backwards in proportion;
 - a forward of micro-batch m on stage s > 0 starts once stage s - 1 finished it and the
   activation crossed the link (``Link``: a latency per message plus bytes over the
   measured bandwidth); a backward on stage s < G - 1 once stage s + 1 finished it and the
@@ -97,8 +99,13 @@ def makespan(times: Sequence[StageTimes], schedule: str, chunks: int, link: Link
     for s, t in enumerate(times):
         prog = []
         for it in range(its):
+            # The schedule's other work of the iteration (receives, sends, the loss, its
+            # Python) goes with the forwards and backwards, in proportion to them.
+            work = sum(t.forward[it]) + sum(t.backward[it])
+            scale = 1.0 + (t.other[it] / work if it < len(t.other) and work > 0 else 0.0)
             for kind, m in order[s]:
-                prog.append((kind, it, m, float((t.forward if kind == "F" else t.backward)[it][m])))
+                seconds = (t.forward if kind == "F" else t.backward)[it][m]
+                prog.append((kind, it, m, float(seconds) * scale))
             step = t.step[it] if it < len(t.step) else 0.0
             prog.append(("S", it, 0, float(step)))
         programs.append(prog)

@@ -102,12 +102,16 @@ class StageTimes:
     """A stage measured alone (``mcap.runner.alone``): seconds of each micro-batch's
     forward and backward and of the optimizer step, per iteration, and the bytes of one
     micro-batch's activation it receives and sends (its gradients cross back with the same
-    bytes). What a partitioning's throughput is estimated from (``mcap.core.stagetime``)."""
+    bytes), and per iteration the schedule's other work (``other``). What a partitioning's
+    throughput is estimated from (``mcap.core.stagetime``)."""
     forward: tuple[tuple[float, ...], ...]
     backward: tuple[tuple[float, ...], ...]
     step: tuple[float, ...]
     recv_bytes: int = 0
     send_bytes: int = 0
+    # per iteration: what the schedule spent beyond the forwards and backwards (its
+    # receives and sends, the loss, its own Python); () where not recorded
+    other: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)

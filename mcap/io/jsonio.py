@@ -100,7 +100,8 @@ def stage_times_to_dict(t: StageTimes) -> dict:
     return {"forward": [[float(x) for x in f] for f in t.forward],
             "backward": [[float(x) for x in b] for b in t.backward],
             "step": [float(x) for x in t.step],
-            "recv_bytes": int(t.recv_bytes), "send_bytes": int(t.send_bytes)}
+            "recv_bytes": int(t.recv_bytes), "send_bytes": int(t.send_bytes),
+            **({"other": [float(x) for x in t.other]} if t.other else {})}
 
 
 def profile_to_dict(profile: Profile) -> dict:
@@ -333,7 +334,8 @@ def _stage_times(t, r: _Reader, w: str) -> StageTimes:
                         "backwards")
     return StageTimes(forward, backward, seconds(r.need(t, "step", w), f"{w}.step"),
                       r.bytes_(t.get("recv_bytes", 0), f"{w}.recv_bytes"),
-                      r.bytes_(t.get("send_bytes", 0), f"{w}.send_bytes"))
+                      r.bytes_(t.get("send_bytes", 0), f"{w}.send_bytes"),
+                      seconds(t.get("other", []), f"{w}.other"))
 
 
 def _flag(v, r: _Reader, where: str) -> bool:

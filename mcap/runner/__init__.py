@@ -343,7 +343,8 @@ def stage_times(results) -> Optional[tuple]:
     from mcap.core.types import StageTimes
     if any(r.times is None for r in results):
         return None
-    return tuple(StageTimes(r.times[0], r.times[1], r.times[2], r.recv_bytes, r.send_bytes)
+    return tuple(StageTimes(r.times[0], r.times[1], r.times[2], r.recv_bytes, r.send_bytes,
+                            tuple(r.times[3]) if len(r.times) > 3 else ())
                  for r in results)
 
 

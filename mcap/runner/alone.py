@@ -96,11 +96,15 @@ class Held:
 
 def arrive(tensor: torch.Tensor) -> None:
     """Fill a receive buffer in place as arriving data would (no allocation)."""
+    timer = _timer
+    t = timer._now() if timer is not None else 0.0
     with torch.no_grad():
         if tensor.is_floating_point():
             tensor.normal_()
         else:
             tensor.zero_()
+    if timer is not None:
+        timer._filled += timer._now() - t
 
 
 def _group_of(args, kwargs):
@@ -188,6 +192,8 @@ class StageTimer:
         self.forward: list[list[float]] = []
         self.backward: list[list[float]] = []
         self.step: list[float] = []
+        self.other: list[float] = []  # per iteration: the schedule's own work around them
+        self._filled = 0.0  # seconds spent filling receive buffers (not the real runtime's)
 
     def _now(self) -> float:
         if self.cuda:
@@ -223,9 +229,27 @@ class StageTimer:
         step()
         self.step.append(self._now() - t)
 
+    def timed_schedule(self, step) -> None:
+        """Run one ``schedule.step``; what it spends beyond the forwards and backwards
+        (receives, sends, the loss, the schedule's own Python) is the iteration's
+        ``other``, less the filling of receive buffers, which a real run does not do."""
+        global _timer
+        self._filled, _timer = 0.0, self
+        t = self._now()
+        try:
+            step()
+        finally:
+            _timer = None
+        total = self._now() - t
+        work = sum(self.forward[-1]) + sum(self.backward[-1])
+        self.other.append(max(0.0, total - work - self._filled))
+
     def record(self) -> Optional[tuple]:
-        """(forward, backward, step): per iteration, per micro-batch seconds."""
+        """(forward, backward, step, other): per iteration, per micro-batch seconds."""
         if not self.forward:
             return None
         return (tuple(tuple(f) for f in self.forward), tuple(tuple(b) for b in self.backward),
-                tuple(self.step))
+                tuple(self.step), tuple(self.other))
+
+
+_timer: Optional[StageTimer] = None  # the timer of the step running now (arrive's time)

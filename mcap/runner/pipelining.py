@@ -166,7 +166,11 @@ def run_stage(res: Resident, setup: Setup, balance: tuple[int, ...], rank: int,
             # iteration, as a training loop would place them.
             args = (res.inputs.to(comm_device, copy=True),) if is_first else ()
             kwargs = {"target": res.targets.to(comm_device, copy=True)} if is_last else {}
-            schedule.step(*args, return_outputs=False, **kwargs)
+            if timer is not None:
+                timer.timed_schedule(lambda: schedule.step(*args, return_outputs=False,
+                                                           **kwargs))
+            else:
+                schedule.step(*args, return_outputs=False, **kwargs)
             del args, kwargs
             if how == "ipc":  # the step's sends are let go of: free what peers released
                 exchange.collect()

@@ -272,7 +272,7 @@ def times_to_json(times) -> Optional[str]:
     items = [times] if one else list(times)
     out = [{"forward": [list(f) for f in t.forward], "backward": [list(b) for b in t.backward],
             "step": list(t.step), "recv_bytes": int(t.recv_bytes),
-            "send_bytes": int(t.send_bytes)} for t in items]
+            "send_bytes": int(t.send_bytes), "other": list(t.other)} for t in items]
     return dumps(out[0] if one else out)
 
 
@@ -285,7 +285,8 @@ def times_from_json(text: Optional[str]):
         return StageTimes(tuple(tuple(float(x) for x in f) for f in d["forward"]),
                           tuple(tuple(float(x) for x in b) for b in d["backward"]),
                           tuple(float(x) for x in d["step"]), int(d.get("recv_bytes", 0)),
-                          int(d.get("send_bytes", 0)))
+                          int(d.get("send_bytes", 0)),
+                          tuple(float(x) for x in d.get("other", ())))
 
     data = json.loads(text)
     return one(data) if isinstance(data, dict) else tuple(one(d) for d in data)

@@ -11,10 +11,10 @@ recorded as skipped, never cut half-way; one step's failure never stops the next
    with every stage run alone, then concurrent with ``host`` and with ``ipc`` exchange;
    per-stage peaks side by side, the runs' windows against the same compute in one process
    (issue 25: concurrent peaks within 0.5% of stage-alone, ipc at most 2x compute);
-2. ``small``: ``vgg11:image_size=32,hidden=512``, batch 8 in 4, 4 stages: ``profile``, a
-   stage-reusing ``sweep --sample 150 --seed 5`` (each distinct stage once) and the same
-   sample ``--no-reuse`` (every partitioning whole, in its shuffled order, stages side by
-   side on the GPU): the same stage key's spread across runs (target <= 0.1%), composed
+2. ``small``: ``vgg11:image_size=32,hidden=512``, batch 8 in 4, 4 stages: ``profile``, the
+   sample ``sweep --no-reuse --sample 150 --seed 5`` (every partitioning whole, in its
+   shuffled order, stages side by side on the GPU) and the same sample stage-reusing (each
+   distinct stage once): the same stage key's spread across runs (target <= 0.1%), composed
    against direct peaks, the default predictor's error and pick (issue 30), the CPU
    profile ``--for cuda`` against this sweep, and the picks measured;
 3. ``tests``: ``pytest -m cuda`` (every CUDA test; they skip cleanly without a GPU);
@@ -57,8 +57,8 @@ HYBRID = {"cuda": ("gpt:layers=8,hidden=128,heads=4,vocab=512,seq=64", "2,2:tp2,
 PRESS = {"cuda": ("gpt:layers=8,hidden=1024,heads=16,vocab=8192,seq=256", 16),
          "cpu": ("gpt:layers=4,hidden=64,heads=2,vocab=64,seq=16", 8)}
 CPU_PROFILE = ROOT / "data" / "vgg11-h512-b8-cpu4.profile.json"
-SHARES = {"paper": 0.16, "small": 0.30, "tests": 0.22, "throughput": 0.08, "hybrid": 0.06,
-          "press": 0.25}
+SHARES = {"paper": 0.14, "small": 0.36, "tests": 0.20, "throughput": 0.07, "hybrid": 0.06,
+          "press": 0.17}
 
 
 class Log:
@@ -176,19 +176,20 @@ def step_small(device: str, out: Path, log: Log, left: float, work: Path) -> dic
     result: dict = {"model": spec, "batch_size": batch, "chunks": chunks, "sample": sample,
                     "seed": SEED}
     for name, args in (("profile", ["profile", *setup, "--out", str(prof)]),
-                       ("sweep", ["sweep", *setup, "--sample", str(sample), "--seed",
-                                  str(SEED), "--out", str(reuse)]),
                        ("direct", ["sweep", *setup, "--no-reuse", "--sample", str(sample),
-                                   "--seed", str(SEED), "--out", str(direct)])):
+                                   "--seed", str(SEED), "--out", str(direct)]),
+                       ("sweep", ["sweep", *setup, "--sample", str(sample), "--seed",
+                                  str(SEED), "--out", str(reuse)])):
         t = time.monotonic()
         code, text = run_cmd(log, mcap(*args), deadline - time.monotonic(), side)
         result[f"{name}_seconds"] = round(time.monotonic() - t, 1)
         result[f"{name}_summary"] = (text.strip().splitlines() or [""])[-1]
         if code != 0:
             result["status"] = f"{name} exited {code}"
-            return result
-    profile, composed, measured = (jsonio.load_profile(prof), jsonio.load_sweep(reuse),
-                                   jsonio.load_sweep(direct))
+            if name != "sweep":
+                return result
+    profile, measured = jsonio.load_profile(prof), jsonio.load_sweep(direct)
+    composed = jsonio.load_sweep(reuse) if reuse.exists() else measured
     result["machine"] = measured.machine.__dict__ if measured.machine else None
     # the same stage key across runs measured in a shuffled order, and composed vs direct
     sys.path.insert(0, str(ROOT / "bench"))

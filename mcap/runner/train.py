@@ -23,9 +23,26 @@ def make_optimizer(setup: Setup, params) -> Optional[torch.optim.Optimizer]:
     params = [p for p in params if p.requires_grad]
     if not params:
         return None
+    groups = _one_kind_per_group(params)
     if setup.optimizer == "adam":
-        return torch.optim.Adam(params, lr=1e-3)
-    return torch.optim.SGD(params, lr=0.1, momentum=0.9, weight_decay=1e-4)
+        return torch.optim.Adam(groups, lr=1e-3)
+    return torch.optim.SGD(groups, lr=0.1, momentum=0.9, weight_decay=1e-4)
+
+
+def _one_kind_per_group(params: list) -> list:
+    """A tensor-parallel stage holds DTensor shards beside plain replicated parameters
+    (norms, embeddings). On CUDA ``torch.optim`` takes the foreach path, whose
+    ``_foreach_*`` ops refuse a list mixing the two (the H200: "got mixed torch.Tensor and
+    DTensor"), so each kind gets a parameter group of its own, with the same settings; a
+    stage of one kind keeps one group (the CPU's per-tensor path is unchanged either way)."""
+    def is_dtensor(p) -> bool:
+        return type(p).__name__ == "DTensor" or type(getattr(p, "data", None)).__name__ == "DTensor"
+
+    shards = [p for p in params if is_dtensor(p)]
+    if not shards or len(shards) == len(params):
+        return params
+    plain = [p for p in params if not is_dtensor(p)]
+    return [{"params": shards}, {"params": plain}]
 
 
 class Recomputed(nn.Module):

@@ -294,3 +294,45 @@ def test_traced_user_model_end_to_end(tmp_path):
     from mcap.models import trusted
     balance, predicted, measured = _end_to_end(trusted("tests.traced_models:skipnet"), tmp_path, 3)
     assert len(measured) == 3 and all(m > 0 for m in measured)
+
+
+# --- the bundled GPT-2 example on every page ---------------------------------------------------
+
+GPT2_PROFILE = "bundled:gpt2-l12-h256-s256-cpu4.profile.json"
+GPT2_SWEEP = "bundled:gpt2-l12-h256-s256-cpu4-full.sweep.json"
+
+
+def test_the_gpt2_example_is_the_second_bundled_choice_and_meets_the_targets():
+    from mcap.core.evaluate import evaluate
+    from mcap.io import datasets
+    from pages._shared import DEFAULTS, EXAMPLES, example_rank
+    for kind, ref in (("profile", GPT2_PROFILE), ("sweep", GPT2_SWEEP)):
+        refs = sorted((r for r in datasets.bundled() if r.kind == kind), key=lambda r: example_rank(kind, r))
+        assert [r.param for r in refs[:2]] == [DEFAULTS[kind], ref] == list(EXAMPLES[kind])
+    profile = datasets.load(datasets.parse_ref(GPT2_PROFILE))
+    sweep = datasets.load(datasets.parse_ref(GPT2_SWEEP))
+    assert profile.model.spec == "hf:gpt2:n_embd=256,n_head=4,seq=256" and len(profile.model.layers) == 15
+    assert len(sweep.runs) == 364 and all(r.status == "ok" for r in sweep.runs)
+    from mcap.core.recommend import recommend
+    report = evaluate(profile, sweep, (recommend(profile, 4, "exact"),))
+    assert report.errors.p90 <= 0.01  # the default predictor (issue 29 target)
+    assert report.picks[0].ratio <= 1.01
+
+
+@pytest.mark.app
+@pytest.mark.parametrize("name", ["overview", "profile", "layers", "predict", "space", "recommend",
+                                  "hybrid", "scaling", "savers", "explained", "present"])
+def test_every_page_opens_the_gpt2_example(name, tmp_path, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+    monkeypatch.setenv("MCAP_STORE", str(tmp_path / "store.sqlite"))
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at.query_params["profile"] = GPT2_PROFILE
+    at.query_params["sweep"] = GPT2_SWEEP
+    at.run()
+    if name != "overview":
+        at.switch_page(f"pages/{name}.py")
+        at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    text = " ".join(str(m.value) for m in at.markdown) + " ".join(str(s.value) for s in at.subheader)
+    if name == "overview":
+        assert "hf:gpt2:n_embd=256,n_head=4,seq=256" in text

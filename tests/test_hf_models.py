@@ -103,6 +103,8 @@ def test_hf_spec_is_checked_without_torch():
     ("hf:resnet:depths=1/1,hidden_sizes=8/16/32", "one entry per stage"),
     ("hf:resnet:image_size=16", "image_size >= 32"),
     ("hf:resnet:attn_implementation=sdpa", "no configuration key 'attn_implementation'"),
+    ("hf:gpt2:n_layer=2000000000", "num_hidden_layers=2000000000: at most 4,096 blocks"),
+    ("hf:resnet:depths=5000/1", "depths sum to 5001"),
 ])
 def test_keys_are_checked_before_anything_is_built(spec, message):
     with pytest.raises(UnknownModel, match=message):

@@ -54,6 +54,7 @@ FIXED = {"architectures", "output_hidden_states", "return_dict", "output_attenti
          "layer_types", "pooler_output_size", "pooler_act", "encoder_stride", "use_return_dict"}
 EXTRA = {"num_labels": 2, "attn_implementation": "sdpa"}
 MAX_INT = 2**31 - 1
+MAX_BLOCKS = 4096
 
 
 def _transformers():
@@ -151,6 +152,14 @@ def _check_sizes(name: str, family, config, size: int) -> None:
     for key in ("num_hidden_layers", "hidden_size", "num_attention_heads"):
         if hasattr(config, key):
             need(getattr(config, key) >= 1, f"{key} must be >= 1, got {getattr(config, key)}")
+    # blocks are Python objects even on the meta device: a count no model has is refused
+    # before millions of modules are constructed to be counted
+    for key in ("num_hidden_layers", "num_layers", "num_decoder_layers"):
+        n = getattr(config, key, None)
+        if isinstance(n, int):
+            need(n <= MAX_BLOCKS, f"{key}={n}: at most {MAX_BLOCKS:,} blocks")
+    if family.model_type == "resnet":
+        need(sum(config.depths) <= MAX_BLOCKS, f"depths sum to {sum(config.depths)}: at most {MAX_BLOCKS:,} blocks")
     if family.model_type != "resnet":
         need(config.hidden_size % config.num_attention_heads == 0 or family.model_type in ("llama", "mistral", "qwen2", "t5"),
              f"num_attention_heads={config.num_attention_heads} must divide hidden_size={config.hidden_size}")

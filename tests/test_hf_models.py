@@ -338,3 +338,25 @@ def test_every_page_opens_the_gpt2_example(name, tmp_path, monkeypatch):
     text = " ".join(str(m.value) for m in at.markdown) + " ".join(str(s.value) for s in at.subheader)
     if name == "overview":
         assert "hf:gpt2:n_embd=256,n_head=4,seq=256" in text
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("spec,balance", [
+    (TINY["llama"] + ",attn_implementation=eager", (2, 3)),  # carries cos, sin and a mask
+    (TINY["t5"], (3, 3, 3)),  # carries decoder ids, encoder states, position biases
+    ("tests.traced_models:skipnet", (2, 2, 2)),  # the skip passes through the blocks
+])
+def test_stages_alone_read_what_they_read_running_together(spec, balance):
+    """What is carried across a stage boundary is allocated alone as a real send allocates it
+    (ARCHITECTURE.md, Measuring: a stage's truth is what it reads alone)."""
+    from mcap.core.types import Setup
+    from mcap.models import trusted
+    from mcap.runner import open_runner
+    setup = Setup(stages=len(balance), batch_size=4, chunks=2)
+    peaks = {}
+    for isolation in ("stage", "pipeline"):
+        with open_runner(trusted(spec), setup, timeout=180, isolation=isolation) as runner:
+            run = runner.measure(balance)
+        assert run.status == "ok", run.error
+        peaks[isolation] = run.peaks
+    assert peaks["stage"] == peaks["pipeline"]

@@ -149,8 +149,8 @@ def _shared_weights(module) -> list[str]:
         for p in child.parameters():
             owners.setdefault(id(p), [p, []])[1].append(name)
     return [f"{' and '.join(names)} share one {fmt_bytes(p.numel() * p.element_size())} weight "
-            f"{tuple(p.shape)} (tied): a stage holding both holds one copy, stages apart hold "
-            f"one each and the runtime sums their gradients"
+            f"{tuple(p.shape)} (tied): a stage holding {'both' if len(names) == 2 else 'several'} "
+            f"holds one copy, stages apart hold one each and the runtime sums their gradients"
             for p, names in owners.values() if len(names) > 1]
 
 

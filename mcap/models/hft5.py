@@ -34,7 +34,8 @@ class Embeddings(Layer):
             enc, ids = _unpack(inputs)
             return self.dropout(self.shared(ids)), enc
         ids = _unpack(inputs)[0]  # [batch, 2, seq]
-        return self.dropout(self.shared(ids[:, 0])), ids[:, 1]
+        # what is carried is sent between stages, and a send takes contiguous tensors
+        return self.dropout(self.shared(ids[:, 0])), ids[:, 1].contiguous()
 
 
 class Block(Layer):
@@ -51,9 +52,10 @@ class Block(Layer):
         if self.decoder:
             cross = biases[1] if len(biases) > 1 else None
             h, bias, cross = self.block(hidden, None, bias, other, None, cross)
-            return h, other, bias, cross
+            return h, other, bias.contiguous(), cross.contiguous()
         h, bias, _ = self.block(hidden, None, bias)
-        return h, other, bias
+        # the first block's bias is a permuted view (compute_bias); a send needs it contiguous
+        return h, other, bias.contiguous()
 
 
 class Norm(Layer):

@@ -68,8 +68,9 @@ class TracedLayer(nn.Module):
         for how, a, b in self.gives:
             if how == "in":
                 values.append(env[a])
-            else:
-                values.append(out if a is None else out[a])
+            else:  # a send takes contiguous tensors (a no-op for the usual ones)
+                v = out if a is None else out[a]
+                values.append(v.contiguous() if isinstance(v, torch.Tensor) else v)
         return values[0] if len(values) == 1 else tuple(values)
 
 

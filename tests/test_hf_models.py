@@ -360,3 +360,38 @@ def test_stages_alone_read_what_they_read_running_together(spec, balance):
         assert run.status == "ok", run.error
         peaks[isolation] = run.peaks
     assert peaks["stage"] == peaks["pipeline"]
+
+
+@pytest.mark.integration
+def test_press_and_hybrid_plans_on_a_transformers_model(tmp_path):
+    """MPress plans (swap / recompute per layer) and CAPTURE hybrid plans (a tp2 stage
+    shards Llama's Linear layers) run on the laid-out blocks, predicted and measured."""
+    spec = TINY["llama"]
+
+    def cli(*argv):
+        done = subprocess.run([sys.executable, "-m", "mcap", *argv], capture_output=True, text=True,
+                              cwd=str(tmp_path), timeout=600,
+                              env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    store = str(tmp_path / "s.sqlite")
+    cli("profile", "--model", spec, "--stages", "2", "--batch-size", "4", "--chunks", "2",
+        "--checkpoint", "never", "--press", "--store", store, "--out", "press.profile.json")
+    before = json.loads(cli("predict", "--profile", "press.profile.json", "--balance", "3,2", "--json"))
+    capacity = int(max(before["predicted_peaks"]) * 0.8)
+    cli("press", "--profile", "press.profile.json", "--balance", "3,2", "--capacity", str(capacity),
+        "--out", "plan.json")
+    run = json.loads(cli("measure", "--model", spec, "--stages", "2", "--batch-size", "4", "--chunks", "2",
+                         "--checkpoint", "never", "--balance", "3,2", "--press", "plan.json",
+                         "--store", store, "--json"))
+    assert max(run["peaks"]) <= capacity * 1.02, (run["peaks"], capacity)
+
+    cli("profile", "--model", spec, "--stages", "4", "--batch-size", "8", "--chunks", "2",
+        "--parallel", "dp,tp", "--store", store, "--out", "hybrid.profile.json")
+    predicted = json.loads(cli("predict", "--profile", "hybrid.profile.json", "--plan", "1,2:tp2,2",
+                               "--json"))
+    measured = json.loads(cli("measure", "--model", spec, "--stages", "4", "--batch-size", "8",
+                              "--chunks", "2", "--plan", "1,2:tp2,2", "--store", store, "--json"))
+    for p, m in zip(predicted["predicted_peaks"], measured["peaks"]):
+        assert abs(p - m) / m <= 0.10, (predicted, measured)

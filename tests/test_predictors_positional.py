@@ -73,3 +73,15 @@ def test_not_kept_without_kinds_or_when_layers_differ():
     plain = Profile(p.model, p.setup, extract(runs, L), runs)
     details = predictors.get("workspace").fit(plain).details
     assert MIDDLE not in details and LAST not in details
+
+
+def test_planning_for_a_gpu_leaves_the_cpu_readings_out(capsys):
+    """`--for cuda` keeps the CPU fit's additive part: the positional readings (CPU peaks of
+    an embedding's backward or a head's loss) are left out like the other CPU-only terms."""
+    import json
+    from mcap.cli.main import main
+    from pathlib import Path
+    data = Path(__file__).resolve().parents[1] / "data"
+    assert main(["predict", "--profile", str(data / "gpt2-l12-h256-s256-cpu4.profile.json"),
+                 "--balance", "1,6,7,1", "--for", "cuda", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["predicted_peak"] > 0

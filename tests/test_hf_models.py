@@ -395,3 +395,12 @@ def test_press_and_hybrid_plans_on_a_transformers_model(tmp_path):
                               "--chunks", "2", "--plan", "1,2:tp2,2", "--store", store, "--json"))
     for p, m in zip(predicted["predicted_peaks"], measured["peaks"]):
         assert abs(p - m) / m <= 0.10, (predicted, measured)
+
+
+def test_scaling_varies_a_key_the_spec_writes():
+    from mcap.workflow.scaling import spec_with
+    assert spec_with("hf:resnet:depths=1/1,hidden_sizes=32/64,embedding_size=16", "embedding_size", 32) \
+        == "hf:resnet:depths=1/1,embedding_size=32,hidden_sizes=32/64,image_size=224"
+    assert spec_with("hf:gpt2:n_layer=4", "n_layer", 8) == "hf:gpt2:n_layer=8,seq=128"
+    with pytest.raises(McapError, match=r"write: hf:gpt2:n_layer=N|writes: hf:gpt2:n_layer=N"):
+        spec_with("hf:gpt2", "n_layer", 8)

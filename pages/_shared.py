@@ -29,6 +29,16 @@ PLOT_CONFIG = {"displaylogo": False, "toImageButtonOptions": dict(EXPORT)}
 # sweep leaves picks unmeasured: no rank, no star).
 DEFAULTS = {"profile": "bundled:vgg11-h512-b8-cpu4.profile.json",
             "sweep": "bundled:vgg11-h512-b8-cpu4-full.sweep.json"}
+# The pickers list the default first, then the second example: real GPT-2 blocks from
+# transformers (hf:gpt2, 12 blocks, seq 256; issue 29), then the rest by name.
+EXAMPLES = {kind: (DEFAULTS[kind], ref) for kind, ref in (
+    ("profile", "bundled:gpt2-l12-h256-s256-cpu4.profile.json"),
+    ("sweep", "bundled:gpt2-l12-h256-s256-cpu4-full.sweep.json"))}
+
+
+def example_rank(kind: str, ref: datasets.DatasetRef) -> int:
+    order = EXAMPLES.get(kind, ())
+    return order.index(ref.param) if ref.param in order else len(order)
 
 
 # --- shareable state --------------------------------------------------------------------
@@ -172,7 +182,7 @@ def revision_of(ref: datasets.DatasetRef) -> tuple:
 def choices(kind: str) -> list[datasets.DatasetRef]:
     """Bundled files, then the store's, then this session's uploads, of one kind."""
     refs = sorted((r for r in datasets.bundled() if r.kind == kind),
-                  key=lambda r: r.param != DEFAULTS.get(kind))  # the default first
+                  key=lambda r: example_rank(kind, r))  # the default first, then the second example
     s = store()
     if s is not None:
         refs += [r for r in datasets.in_store(s) if r.kind == kind]

@@ -34,7 +34,11 @@ with st.form("profile-form"):
     a, b, c = st.columns(3)
     spec = a.text_input("Model spec", value="vgg11:image_size=32", key="profile-spec",
                         help="; ".join(f"{k.name}:" + ",".join(f"{p.name}={p.default}" for p in k.params)
-                                       for k in KNOWN_MODELS.values()) + "; or package.module:function")
+                                       for k in KNOWN_MODELS.values())
+                        + "; a Hugging Face architecture hf:gpt2, hf:bert, hf:llama, hf:t5, hf:vit, "
+                          "hf:resnet (e.g. hf:gpt2:n_layer=6,seq=256; python -m mcap plan --model "
+                          "hf:gpt2 --list-layers shows its layers)"
+                        + "; or package.module:function")
     stages = b.number_input("Stages (devices)", 1, 64, value=4, key="profile-stages")
     command = c.selectbox("Command", ("profile", "sweep"), key="profile-command",
                           help="profile: mCAP's profiling runs; sweep: measure a seeded sample "

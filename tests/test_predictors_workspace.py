@@ -141,9 +141,12 @@ def test_on_the_h200_profile_the_linears_pay_cublas_once_per_stage(h200):
     # measured on the 150 partitionings the fit never saw (BENCHMARKS.md "GPU predictors")
     assert percentile(_overall(ws, sweep), 90) < 0.03
     assert percentile(_per_stage(ws, sweep), 90) < 0.04
-    assert percentile(_overall(predictors.fit(profile, "perstage"), sweep), 90) > 0.5
-    # a classifier stage is paid for once, not once per Linear (issue 30: 135 vs 70 MiB)
-    assert ws.stage(26, 29) < 72 * 2**20 < predictors.fit(profile, "perstage").stage(26, 29)
+    # without the workspace term: 59.8% at p90 before issue 29, 34.3% since last stages are
+    # read from the right (mcap.core.predictors.positional), still ten times workspace's
+    assert percentile(_overall(predictors.fit(profile, "perstage"), sweep), 90) > 0.3
+    # a classifier stage is paid for once, not once per Linear (issue 30: 135 vs 70 MiB;
+    # perstage now returns this measured last window itself, issue 29)
+    assert ws.stage(26, 29) < 72 * 2**20
 
 
 def test_on_the_h200_profile_without_kinds_the_three_linears_are_found(h200):

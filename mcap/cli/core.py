@@ -1,6 +1,7 @@
 """Core commands: ``plan``, ``predict``, ``recommend`` (issue 3, CLI).
 
     python -m mcap plan --layers 30 --stages 4 [--scheme mcap|capture] [--json]
+    python -m mcap plan --model hf:gpt2 --list-layers [--json]   (the layers mCAP sees)
     python -m mcap predict --profile FILE --balance 3,3,5,19 [--predictor NAME] [--json]
     python -m mcap recommend --profile FILE --stages 4 [--method NAME] [--predictor NAME] [--json]
     python -m mcap recommend --profile FILE --mesh 2x4 [--method exact|enumerate] [--json]
@@ -26,6 +27,7 @@ from mcap.cli import args as argtypes
 from mcap.core.errors import McapError
 from mcap.core.partition import parse_balance, windows
 from mcap.core.units import fmt_bytes
+from mcap.models.spec import trusted_model_arg
 
 
 def _positive_int(text: str) -> int:
@@ -58,8 +60,14 @@ def register(sub) -> None:
     from mcap.cli import mesh, target
     from mcap.core import search
     p = sub.add_parser("plan", help="print the profiling partitionings for L layers on G stages")
-    p.add_argument("--layers", type=_positive_int, required=True, help="number of layers L")
-    p.add_argument("--stages", type=_positive_int, required=True, help="number of devices G")
+    p.add_argument("--layers", type=_positive_int, help="number of layers L (default: the --model's)")
+    p.add_argument("--stages", type=_positive_int, help="number of devices G")
+    p.add_argument("--model", type=trusted_model_arg, metavar="SPEC",
+                   help="a model spec (e.g. hf:gpt2:n_layer=6); its layer count is L. Builds it on "
+                        "the meta device (no memory), so it imports torch")
+    p.add_argument("--list-layers", action="store_true",
+                   help="print the --model's layers in order (name, kind, parameter bytes, the "
+                        "modules each wraps) and stop")
     p.add_argument("--scheme", choices=("mcap", "capture"), default="mcap")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=cmd_plan)
@@ -98,6 +106,18 @@ def register(sub) -> None:
 def cmd_plan(args) -> int:
     from mcap.core.plan import profiling_plan
 
+    if args.list_layers and args.model is None:
+        raise McapError("--list-layers needs --model SPEC (e.g. --model hf:gpt2)")
+    if args.model is not None:
+        layers, shared = _model_layers(args.model)
+        if args.list_layers:
+            return _print_layers(args.model, layers, shared, args.json)
+        if args.layers is not None and args.layers != len(layers):
+            raise McapError(f"--layers {args.layers}: the model {str(args.model)!r} has "
+                            f"{len(layers)} layers")
+        args.layers = len(layers)
+    if args.layers is None or args.stages is None:
+        raise McapError("plan needs --stages G and --layers L (or --model SPEC)")
     plan = profiling_plan(args.layers, args.stages, args.scheme)
     if args.json:
         print(json.dumps({"layers": plan.num_layers, "stages": plan.stages, "scheme": plan.scheme,
@@ -110,6 +130,44 @@ def cmd_plan(args) -> int:
     width = len(str(len(plan.runs)))
     for i, r in enumerate(plan.runs, 1):
         print(f"{i:>{width}}  {','.join(map(str, r))}")
+    return 0
+
+
+def _model_layers(spec) -> list[tuple[str, str, int, str]]:
+    """(name, kind, parameter bytes, the modules it wraps) of each layer, built on meta."""
+    from mcap.models import build_model
+    built = build_model(spec, device="meta")
+    sources = [getattr(child, "mcap_source", "") or name for name, child in built.module.named_children()]
+    return [(l.name, l.kind, l.param_bytes, src) for l, src in zip(built.info.layers, sources)], \
+        _shared_weights(built.module)
+
+
+def _shared_weights(module) -> list[str]:
+    """One line per weight that several layers hold (a tied embedding and head)."""
+    owners: dict[int, list] = {}
+    for name, child in module.named_children():
+        for p in child.parameters():
+            owners.setdefault(id(p), [p, []])[1].append(name)
+    return [f"{' and '.join(names)} share one {fmt_bytes(p.numel() * p.element_size())} weight "
+            f"{tuple(p.shape)} (tied): a stage holding {'both' if len(names) == 2 else 'several'} "
+            f"holds one copy, stages apart hold one each and the runtime sums their gradients"
+            for p, names in owners.values() if len(names) > 1]
+
+
+def _print_layers(spec, layers, shared, as_json: bool) -> int:
+    if as_json:
+        print(json.dumps({"model": str(spec), "layers": [
+            {"index": i, "name": n, "kind": k, "param_bytes": b, "modules": src}
+            for i, (n, k, b, src) in enumerate(layers)], "shared": shared}))
+        return 0
+    print(f"{len(layers)} layers of {str(spec)} (a stage holds consecutive layers; a weight "
+          f"two layers share counts in both)")
+    wn = max(len(n) for n, *_ in layers)
+    wk = max(len(k) for _, k, *_ in layers)
+    for i, (n, k, b, src) in enumerate(layers):
+        print(f"{i:>4}  {n:<{wn}}  {k:<{wk}}  {fmt_bytes(b):>11}  {src}")
+    for line in shared:
+        print(line)
     return 0
 
 

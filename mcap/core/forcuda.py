@@ -171,6 +171,11 @@ def for_cuda(costs: StageCosts, profile: Profile, target: Target) -> CudaCosts:
         raise McapError(f"--for {target.text}: the profile records no kind for layers "
                         f"{', '.join(unknown[:5])}{more}, so which call cuBLAS is unknown; "
                         "re-profile with this mcap, or give the workspace as cuda:0")
+    positional = getattr(costs, "inner", None) is not None  # mcap.core.predictors.positional
+    if positional:
+        # middle and last stages read where they peak on the CPU (an embedding's backward, a
+        # head's loss, each with CPU temporaries): left out like the other CPU-only terms
+        costs = costs.inner
     if isinstance(costs, TermCosts):
         table, kept = costs.base, tuple(t for t in costs.terms if t.kind == "midfirst")
     elif costs.table is not None:
@@ -197,5 +202,7 @@ def for_cuda(costs: StageCosts, profile: Profile, target: Target) -> CudaCosts:
                "paid by": sorted({l.kind for l in layers if l.kind in target.kinds}),
                "step holds parameter bytes x": STATE_COPIES[opt] + FOREACH_COPIES[opt],
                "CPU terms left out": sorted({t.name for t in getattr(costs, "terms", ())
-                                             if t.kind != "midfirst"})}
+                                             if t.kind != "midfirst"}
+                                            | ({"middle and last stages read where they peak"}
+                                               if positional else set()))}
     return CudaCosts(backward, step, terms, f"{costs.predictor} for {target.text}", details)

@@ -12,6 +12,7 @@ from torch.nn import functional as F
 from mcap.core.errors import McapError
 from mcap.core.types import Layer, ModelInfo
 from mcap.models.limits import check_allocation, check_parameter_bytes
+from mcap.models.hfspec import is_hf_spec
 from mcap.models.spec import check_trusted, is_user_spec, normalise_spec, parse_spec
 
 
@@ -61,14 +62,20 @@ def _build(name: str, params: dict) -> tuple[nn.Sequential, Callable, Callable]:
     if name == "gpt":
         from mcap.models.gpt import gpt, lm_loss
         return gpt(**params), _token_batch(params["vocab"], params["seq"]), lm_loss
+    if is_hf_spec(name):  # built in: transformers' own classes, no user code (issue 29)
+        from mcap.models.hf import build_hf
+        return build_hf(name, params)
     from mcap.models.user import load_user_model
     return load_user_model(name, params)
 
 
 def model_info(spec: str, module: nn.Sequential) -> ModelInfo:
+    """One ``Layer`` per top-level child: its parameter bytes (a weight two layers share,
+    a tied embedding and head, counts in each: each stage holding either pays it) and its
+    kind (``mcap_kind`` where a wrapper names what it wraps, else its class)."""
     layers = tuple(
         Layer(name, sum(p.numel() * p.element_size() for p in child.parameters()),
-              type(child).__name__)
+              getattr(child, "mcap_kind", "") or type(child).__name__)
         for name, child in module.named_children())
     return ModelInfo(spec=spec, layers=layers)
 

@@ -1,5 +1,6 @@
 """Model specs on the command line: ``vgg11:image_size=32``, ``gpt:layers=8,hidden=256``,
-or a user model ``package.module:function``.
+a Hugging Face architecture ``hf:gpt2:n_layer=6,seq=256`` (``mcap.models.hfspec``), or a user
+model ``package.module:function``.
 
 Pure string handling (no torch) so the CLI can reject a bad spec before importing torch.
 """
@@ -8,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mcap.core.errors import UnknownModel
+from mcap.models import hfspec
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,8 @@ KNOWN_MODELS: dict[str, ModelKind] = {
 def _known() -> str:
     parts = [f"{k.name}:{','.join(f'{p.name}={p.default}' for p in k.params)}"
              for k in KNOWN_MODELS.values()]
-    return "; ".join(parts) + "; or a user model package.module:function"
+    return ("; ".join(parts) + "; " + hfspec.known()
+            + "; or a user model package.module:function")
 
 
 def _parse_value(raw: str, key: str, spec: str) -> int | float | str:
@@ -84,8 +87,8 @@ def is_user_spec(spec: str) -> bool:
     """``package.module:function`` — the part before the first colon is not a built-in
     name and the part after it is a Python identifier, not ``key=value`` pairs."""
     name, _, rest = spec.partition(":")
-    if name in KNOWN_MODELS or not rest:
-        return False
+    if name in KNOWN_MODELS or name == hfspec.PREFIX or not rest:
+        return False  # ``hf`` is reserved for Hugging Face architectures (built in)
     func = rest.split(":", 1)[0]
     return func.isidentifier() and all(p.isidentifier() for p in name.split("."))
 
@@ -98,6 +101,8 @@ def parse_spec(spec: str) -> tuple[str, dict[str, int | float | str]]:
     a user model's params are passed to its function as keyword arguments.
     """
     spec = spec.strip()
+    if hfspec.is_hf_spec(spec):
+        return hfspec.parse(spec)
     if is_user_spec(spec):
         module, func, *rest = spec.split(":", 2)
         return f"{module}:{func}", _parse_pairs(rest[0] if rest else "", spec, None)
@@ -131,6 +136,8 @@ def _parse_pairs(text: str, spec: str, kind: ModelKind | None) -> dict[str, int 
 def normalise_spec(spec: str) -> str:
     """The spec with every parameter spelled out in declared order: equal models, equal strings.
     A trusted spec stays trusted (``TrustedSpec``): the same model, spelled out."""
+    if hfspec.is_hf_spec(spec):
+        return hfspec.normalise(spec)
     name, params = parse_spec(spec)
     body = ",".join(f"{k}={v}" for k, v in params.items())
     text = f"{name}:{body}" if params else name

@@ -1,7 +1,10 @@
 """User models given as ``package.module:function``.
 
-Contract (README, Models): ``function(**params)`` returns ``(module, example_batch, loss)``:
-``module`` an ``nn.Sequential`` whose top-level children are the layers,
+Contract (README, Models): ``function(**params)`` returns ``(module, example_batch, loss)``
+or ``(module, example_batch, loss, split)``: ``module`` an ``nn.Sequential`` whose top-level
+children are the layers, or any ``nn.Module``, which the pipeline tracer splits into layers
+(``mcap.models.traced``: at its top-level children, a ModuleList/ModuleDict as its items, or
+at the submodules named in ``split``, e.g. ``["embed", "blocks.a", "blocks.b", "head"]``);
 ``example_batch(batch_size, seed=0) -> (inputs, targets)``, ``loss(output, targets) -> Tensor``.
 Loading a user model imports that module and calls that function: it runs that code.
 """
@@ -37,15 +40,21 @@ def load_user_model(target: str, params: dict) -> tuple[nn.Sequential, Callable,
         raise
     except Exception as exc:
         raise McapError(f"user model {target!r} raised {type(exc).__name__} while building: {exc}") from None
-    if not (isinstance(result, tuple) and len(result) == 3):
-        raise McapError(f"user model {target!r} must return (nn.Sequential, example_batch, loss), "
-                        f"got {type(result).__name__}")
-    seq, example_batch, loss = result
-    if not isinstance(seq, nn.Sequential):
-        raise McapError(f"user model {target!r}: first item must be an nn.Sequential, "
+    if not (isinstance(result, tuple) and len(result) in (3, 4)):
+        raise McapError(f"user model {target!r} must return (module, example_batch, loss) or "
+                        f"(module, example_batch, loss, split), got {type(result).__name__}")
+    seq, example_batch, loss = result[:3]
+    names = result[3] if len(result) == 4 else None
+    if not isinstance(seq, nn.Module):
+        raise McapError(f"user model {target!r}: first item must be an nn.Module, "
                         f"got {type(seq).__name__}")
     if not callable(example_batch) or not callable(loss):
         raise McapError(f"user model {target!r}: example_batch and loss must be callable")
+    if names is not None and not (isinstance(names, (list, tuple)) and all(isinstance(n, str) for n in names)):
+        raise McapError(f"user model {target!r}: split must be a list of submodule names, got {names!r}")
+    if not isinstance(seq, nn.Sequential) or names is not None:
+        from mcap.models import traced
+        seq = traced.split(seq, traced.first_input(example_batch), names, what=f"user model {target!r}")
     if len(seq) == 0:
         raise McapError(f"user model {target!r}: the nn.Sequential has no layers")
     return seq, example_batch, loss

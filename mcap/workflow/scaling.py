@@ -57,11 +57,15 @@ def spec_with(spec: str, key: str, value: int) -> str:
 
     name, params = parse_spec(spec)
     if key not in params:
+        hint = (f" (a Hugging Face model varies the keys its spec writes: {name}:{key}=N)"
+                if name.startswith("hf:") else "")
         raise McapError(f"--vary {key}: the model {name!r} has no parameter {key!r}; "
-                        f"it has {', '.join(params) or 'none'}")
+                        f"it has {', '.join(params) or 'none'}{hint}")
     params = dict(params, **{key: int(value)})
+    from mcap.models.hfspec import format_value  # hf: lists are written 2/2/2/2
     # The same model with one parameter changed: as trusted as the spec it came from.
-    return keep_trust(spec, normalise_spec(f"{name}:" + ",".join(f"{k}={v}" for k, v in params.items())))
+    return keep_trust(spec, normalise_spec(f"{name}:" + ",".join(f"{k}={format_value(v)}"
+                                                                  for k, v in params.items())))
 
 
 def value_grid(spec: str, key: str, low: int, high: int, step: Optional[int] = None) -> tuple[int, ...]:

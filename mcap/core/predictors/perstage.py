@@ -103,7 +103,8 @@ class PerStage(Predictor):
         fit = _with_middle(profile, layers, wins, fit)
         costs = costs_of(fit, self.name)
         costs.details.update(fit.details)
-        return costs
+        from mcap.core.predictors.positional import with_positions
+        return with_positions(costs, profile, wins)
 
 
 def _once_per_stage(profile: Profile, layers, wins: Windows, start: float):

@@ -215,7 +215,8 @@ class Workspace(Predictor):
         fit = ps._with_middle(profile, layers, wins, fit)
         costs = costs_of(fit, self.name)
         costs.details.update(fit.details)
-        return with_step(costs, profile, wins)
+        from mcap.core.predictors.positional import with_positions
+        return with_positions(with_step(costs, profile, wins), profile, wins)
 
 
 def with_step(costs: TermCosts, profile: Profile, wins: Windows):

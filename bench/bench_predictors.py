@@ -3,6 +3,8 @@
     python bench/bench_predictors.py                       # bundled data/ pairs + ../shared/gpu-h100, gpu-h200
     python bench/bench_predictors.py --pair P.json S.json  # one pair
     python bench/bench_predictors.py --markdown            # the BENCHMARKS.md table
+    python bench/bench_predictors.py --boundaries-from-spec  # as if every profile recorded
+                                                             # what its stages exchange
 
 For each pair and predictor: |predicted - measured| / measured of the overall peak (the
 partitioning's fullest device) and of every stage, p50 / p90 / max (one percentile
@@ -15,6 +17,13 @@ reads a few percent apart run to run), else reported as not measured. "in-sample
 the measured peak of the partitioning the predictor ranks lowest *among those measured*,
 over the lowest measured (what the predictor would have picked from this sample).
 Pure: nothing is measured.
+
+``--boundaries-from-spec``: a profile whose runs do not record the bytes a stage receives
+and sends (files written before the alone runner; ``workspace.boundary_bytes``) gets them
+computed from its model spec on the meta device, as the runner computes them (one
+micro-batch's output per layer), and attached to its ok runs: what the ``workspace``
+predictor's step would do on those profiles had they recorded them (BENCHMARKS.md,
+"2026-11-27"). Rows of such profiles are marked "+ boundaries from spec". Needs torch.
 """
 from __future__ import annotations
 
@@ -91,6 +100,40 @@ def in_sample(pred: np.ndarray, bals: np.ndarray, meas_overall: np.ndarray) -> f
     return float(meas_overall[first] / meas_overall.min())
 
 
+def with_spec_boundaries(profile):
+    """``profile`` with every ok run's stages given the boundary bytes its model spec
+    implies (module docstring), or None when it records them already or the spec cannot be
+    built here."""
+    import dataclasses
+
+    from mcap.core.predictors.workspace import boundary_bytes
+    from mcap.core.stats import stage_windows
+    from mcap.core.types import StageTimes
+    if boundary_bytes(profile) is not None:
+        return None
+    try:
+        from mcap.models import build_model
+        from mcap.runner.pipelining import _nbytes, tensor_shapes
+        built = build_model(profile.model.spec, device="meta")
+        micro = max(1, profile.setup.batch_size // profile.setup.chunks)
+        inputs, _ = built.example_batch(micro)
+        out = [_nbytes(m) for m in tensor_shapes(built.module, inputs[:micro])[:-1]]
+    except Exception as exc:  # noqa: BLE001 (a user model, a missing package: say so, go on)
+        print(f"  ({profile.model.spec}: no boundaries from the spec: {exc})", file=sys.stderr)
+        return None
+    n = len(out)
+    if n != len(profile.model.layers):
+        return None
+
+    def times(run):
+        return tuple(StageTimes(((0.0,),), ((0.0,),), (0.0,), out[a - 1] if a else 0,
+                                out[z] if z < n - 1 else 0) for a, z in stage_windows(run.balance))
+
+    return dataclasses.replace(profile, runs=tuple(
+        dataclasses.replace(r, times=times(r)) if r.status == "ok" and r.times is None else r
+        for r in profile.runs))
+
+
 def row(profile, sweep, name: str) -> dict:
     costs = costs_of(profile, name)
     return errors_row(costs, sweep, name)
@@ -115,6 +158,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pair", nargs=2, action="append", metavar=("PROFILE", "SWEEP"))
     ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--boundaries-from-spec", action="store_true",
+                    help="give profiles that do not record them their stages' boundary "
+                         "bytes from the model spec (module docstring)")
     args = ap.parse_args(argv)
     pairs = [(Path(p), Path(s)) for p, s in args.pair] if args.pair else pairs_found()
     if args.markdown:
@@ -123,12 +169,17 @@ def main(argv=None) -> int:
         print("|" + "---|" * 14)
     for p, s in pairs:
         profile, sweep = jsonio.load_profile(p), jsonio.load_sweep(s)
+        label = p.name
+        if args.boundaries_from_spec:
+            filled = with_spec_boundaries(profile)
+            if filled is not None:
+                profile, label = filled, f"{p.name} + boundaries from spec"
         if not args.markdown:
-            print(f"\n{p.name} + {s.name}")
+            print(f"\n{label} + {s.name}")
         for name in predictors.names():
             r = row(profile, sweep, name)
             if args.markdown:
-                print(f"| {p.name} | {s.name} | {name} | {r['n']} | {r['p50']:.2%} | {r['p90']:.2%} "
+                print(f"| {label} | {s.name} | {name} | {r['n']} | {r['p50']:.2%} | {r['p90']:.2%} "
                       f"| {r['max']:.2%} | {r['s50']:.2%} | {r['s90']:.2%} | {r['smax']:.2%} "
                       f"| {r['pick']} | {r['rank']} | {r['ratio']} | {r['sample']:.3f}x |")
             else:

@@ -44,6 +44,20 @@ fitted; it is kept only if it leaves the held-out error as low or lower. On the 
 profile it moves stages heavy in convolution weights up to their step (per-stage p90 4.96%
 -> 3.14%). A CPU profile's per-tensor step copy is the max-type term above.
 
+**What else a stage holds at its step: its boundary activations.** A pipeline stage keeps
+every micro-batch's received input and sent output until its step (the schedule holds the
+receive buffers and the forward sends' work objects), so the step holds ``chunks x
+(bytes received + bytes sent)`` more (first stage: nothing received; last: nothing sent).
+A profile whose runs record the bytes a stage receives and sends (``StageTimes``, the
+alone runner) gives them for every layer boundary; the step is then
+``forcuda.step_table + boundary_table``, not fitted, kept only if it lowers the held-out
+error (strictly: where the exchange stages through the host, the step holds none of them;
+only the alone runner records the bytes, and it keeps them on the device). On the clean
+H200 VGG11 profile (``vgg11-h512-b8-h200x4-alone``) a middle stage at its step, e.g.
+layers 12..20, reads ``4 x parameters + 4 x (64 + 4) KiB`` to the byte (BENCHMARKS.md,
+"2026-11-27", which also says what this model still leaves out there: the allocator's
+unsplit blocks).
+
 Transient library workspaces (cuDNN's, allocated and freed per call) are a max-type term,
 not a presence term: ``perstage``'s largest-parameter term per kind and layer already takes
 them where the profile shows them; on the H200 VGG11 profile it shows none.
@@ -54,14 +68,17 @@ import numpy as np
 
 from mcap.core import forcuda
 from mcap.core.costs import Term, TermCosts
+from mcap.core.predict import CostTable
 from mcap.core.predictors import perstage as ps
 from mcap.core.predictors.base import Predictor, Windows, ok_runs, register
 from mcap.core.predictors.maxparam import costs_of, fit_maxparam, without_runs
+from mcap.core.stats import stage_windows
 from mcap.core.types import Profile
 
 LIBRARY = "library workspace, once per stage"
 PAID_BY = "library workspace paid by"
 STEP = "optimizer step (CUDA), parameter bytes x"
+BOUNDARY = "optimizer step (CUDA) also holds boundary activations, micro-batches x"
 KEEP_IF_BETTER_BY = ps.KEEP_IF_BETTER_BY
 GRID = 48  # W candidates on (0, upper bound], then a ternary refinement around the best
 REFINE_STEPS = 30
@@ -230,12 +247,53 @@ def with_step(costs: TermCosts, profile: Profile, wins: Windows):
     backward = TermCosts(costs.base, tuple(t for t in costs.terms if t.name != LIBRARY),
                          costs.predictor)
     step = forcuda.step_table([l.param_bytes for l in profile.model.layers], setup.optimizer)
-    floored = forcuda.CudaCosts(backward, step, lib, costs.predictor, {
-        **costs.details, STEP: forcuda.STATE_COPIES[setup.optimizer]
-        + forcuda.FOREACH_COPIES[setup.optimizer]})
+    details = {**costs.details, STEP: forcuda.STATE_COPIES[setup.optimizer]
+               + forcuda.FOREACH_COPIES[setup.optimizer]}
+    floored = forcuda.CudaCosts(backward, step, lib, costs.predictor, details)
     h, peaks = wins.held, wins.peaks[wins.held]
 
     def error(c):
         return float(np.abs(c.stage_costs(wins.first[h], wins.last[h]) - peaks).sum() / peaks.sum())
 
-    return floored if error(floored) <= error(costs) else costs
+    best = floored if error(floored) <= error(costs) else costs
+    edges = boundary_table(profile)
+    if edges is not None:
+        held = forcuda.CudaCosts(backward, CostTable(iso=step.iso + edges.iso,
+                                                     prefix=step.prefix + edges.prefix),
+                                 lib, costs.predictor, {**details, BOUNDARY: setup.chunks})
+        if error(held) < error(best):  # bytes added must earn their place: a tie is not
+            best = held                 # evidence (host-staged exchanges hold none of them)
+    return best
+
+
+def boundary_bytes(profile: Profile):
+    """``out[l]``: the bytes of one micro-batch of layer l's output (what a stage ending at
+    l sends, one starting at l + 1 receives), for every l < L - 1, as the profile's ok runs
+    recorded them (``StageTimes``); None when a boundary is unrecorded (older files, runs
+    whose stages ran together) or two records disagree."""
+    L = len(profile.model.layers)
+    out: dict[int, int] = {}
+    for run in ok_runs(profile.runs, L):
+        for (a, z), t in zip(stage_windows(run.balance), run.times or ()):
+            if t is None:
+                continue
+            for l, b in ((z, t.send_bytes), (a - 1, t.recv_bytes)):
+                if 0 <= l < L - 1 and b > 0:
+                    if out.setdefault(l, int(b)) != int(b):
+                        return None
+    if len(out) < L - 1:
+        return None
+    return np.asarray([out[l] for l in range(L - 1)] + [0], dtype=np.int64)
+
+
+def boundary_table(profile: Profile):
+    """What a stage a..z holds of its boundary activations at its step (module docstring):
+    ``chunks x (in(a) + out(z))``, one allocator block per micro-batch (a lower bound when
+    a layer passes a tuple), as a Listing 1.1 table; None without :func:`boundary_bytes`."""
+    out = boundary_bytes(profile)
+    if out is None:
+        return None
+    out = profile.setup.chunks * forcuda.round_block(out)
+    into = np.concatenate([[0], out[:-1]])  # what stage a receives: layer a - 1's output
+    added = np.concatenate([[0], np.diff(out)])
+    return CostTable(iso=into + out, prefix=np.cumsum(added))

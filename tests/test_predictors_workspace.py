@@ -268,7 +268,8 @@ def test_on_the_clean_h200_pair_the_step_holds_the_boundary_activations(alone):
                                                    for r in profile.runs))
     before = predictors.fit(bare, "workspace")
     assert BOUNDARY not in before.details
-    # the 150 partitionings the fit never saw (BENCHMARKS.md "2026-11-26: What the default predictor's remaining error"): per stage p90
+    # the 150 partitionings the fit never saw (BENCHMARKS.md, "What the default
+    # predictor's remaining error ..."): per stage p90
     # 2.89% -> 2.51%; the overall peak is not moved (2.38%: what remains is the allocator's
     # unsplit blocks, next test, which no profile-fitted term here predicts)
     assert percentile(_per_stage(ws, sweep), 90) < 0.026 < percentile(_per_stage(before, sweep), 90)
@@ -278,8 +279,8 @@ def test_on_the_clean_h200_pair_the_step_holds_the_boundary_activations(alone):
 
 
 def test_the_clean_h200_overall_peaks_are_the_step_to_the_byte(alone):
-    """The decomposition of BENCHMARKS.md "2026-11-26: What the default predictor's remaining error" (a statement about the data, not a
-    predictor): every partitioning's fullest stage peaks at its optimizer step, at
+    """The decomposition in BENCHMARKS.md, "What the default predictor's remaining
+    error ..." (a statement about the data, not a predictor): every partitioning's fullest stage peaks at its optimizer step, at
     4 x its parameters (each tensor one 512 B block) + 4 micro-batches of its boundary
     activations + 65 MiB of cuBLAS / cuBLASLt workspaces if it holds a Linear, + 1 MiB
     more if a Linear and the layer after it share the stage, + 896 KiB for each convolution

@@ -55,8 +55,8 @@ error (strictly: where the exchange stages through the host, the step holds none
 only the alone runner records the bytes, and it keeps them on the device). On the clean
 H200 VGG11 profile (``vgg11-h512-b8-h200x4-alone``) a middle stage at its step, e.g.
 layers 12..20, reads ``4 x parameters + 4 x (64 + 4) KiB`` to the byte (BENCHMARKS.md,
-"2026-11-26: What the default predictor's remaining error", which also says what this model still leaves out there: the allocator's
-unsplit blocks).
+"What the default predictor's remaining error ...", which also says what this model
+still leaves out there: the allocator's unsplit blocks).
 
 Transient library workspaces (cuDNN's, allocated and freed per call) are a max-type term,
 not a presence term: ``perstage``'s largest-parameter term per kind and layer already takes

@@ -50,20 +50,29 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     with open_runner(args.model, setup, isolation="stage") as alone:
         estimated = [alone.measure(b) for b in balances]
+    measured, work_together = [], []
     with open_runner(args.model, setup, isolation="pipeline") as together:
-        measured = [together.measure(b) for b in balances]
+        for b in balances:
+            measured.append(together.measure(b))
+            # the stages' own CPU seconds in the run together (CPU only: the timer runs
+            # there too), to tell contention from the schedule's waits
+            times = [r.times for r in together.last_results]
+            work_together.append(sum(_work(t) for t in times) if all(times) else None)
     link = link_for(setup)
     errors, same = [], 0
-    print(f"{'balance':>16} {'estimated':>10} {'measured':>10} {'error':>8}")
-    for b, e, m in zip(balances, estimated, measured):
+    print(f"{'balance':>16} {'estimated':>10} {'measured':>10} {'error':>8} "
+          f"{'work alone':>11} {'together':>9}")
+    for b, e, m, w in zip(balances, estimated, measured, work_together):
         if e.status != "ok" or m.status != "ok":
             print(f"{','.join(map(str, b)):>16} {e.status:>10} {m.status:>10}")
             continue
         err = (e.samples_per_second - m.samples_per_second) / m.samples_per_second
         errors.append(abs(err))
         same += e.peaks == m.peaks
+        alone_work = sum(_work((t.forward, t.backward, t.step, t.other)) for t in e.times)
         print(f"{','.join(map(str, b)):>16} {e.samples_per_second:10.2f} "
-              f"{m.samples_per_second:10.2f} {100 * err:+7.1f}%")
+              f"{m.samples_per_second:10.2f} {100 * err:+7.1f}% {alone_work:10.3f}s "
+              f"{'' if w is None else f'{w:8.3f}s'}")
     load1 = os.getloadavg()
     print(f"\n{args.model}, {args.stages} stages, batch {args.batch_size} in {args.chunks}, "
           f"{args.schedule}, {args.device}; link {link.how}: {1e6 * link.latency:.0f} us + "
@@ -76,6 +85,13 @@ def main(argv=None) -> int:
     print(f"load average {load0[0]:.2f} before, {load1[0]:.2f} after; "
           f"{time.perf_counter() - t0:.0f} s")
     return 0
+
+
+def _work(t) -> float:
+    """CPU seconds of a stage's timed work: forwards, backwards, steps and the rest."""
+    forward, backward, step = t[0], t[1], t[2]
+    other = t[3] if len(t) > 3 else ()
+    return sum(map(sum, forward)) + sum(map(sum, backward)) + sum(step) + sum(other)
 
 
 if __name__ == "__main__":

@@ -110,7 +110,12 @@ def run_stage(res: Resident, setup: Setup, balance: tuple[int, ...], rank: int,
     window = Window([device], setup.capacity_bytes)  # from a clean slate (train.clean_slate)
     objects: list = []  # everything the run allocates, dropped in `finally`
     links = None  # MPress d2d: this stage's server and channels (mcap.runner.pressd2d)
-    timer = alone_mod.StageTimer(device, setup.threads) if alone else None
+    # Stages run together on the CPU time themselves too (the clocks cost nothing there):
+    # the same per-micro-batch figures under the contention of a real run, what the
+    # estimate from stages alone is checked against (bench/bench_stage_times.py); on CUDA
+    # the timer's synchronisations would change a concurrent run, so only stages alone.
+    timer = alone_mod.StageTimer(device, setup.threads) \
+        if alone or device.type == "cpu" else None
     try:
         if alone:
             alone_mod.join(rank, setup.stages)
@@ -142,8 +147,9 @@ def run_stage(res: Resident, setup: Setup, balance: tuple[int, ...], rank: int,
         # Every rank gets the loss: a schedule without one runs forward only, so the earlier
         # stages would never run backward (only the last stage calls it).
         schedule = schedule_cls(stage, setup.chunks, loss_fn=_loss_on_output_device(res.loss))
-        if timer is not None:
+        if alone:
             alone_mod.set_vote(schedule, stage)
+        if timer is not None:
             timer.wrap(stage)
         if isinstance(stage_mod, exchange.Exchanged):
             stage_mod.hold_through_backward(stage)

@@ -31,6 +31,14 @@ def positive_int(text: str) -> int:
     return v
 
 
+def out_path(text: str):
+    """``--out FILE``: a path, never empty (``Path("")`` would be ".", the current folder)."""
+    from pathlib import Path
+    if not str(text).strip():
+        raise argparse.ArgumentTypeError("--out is empty; give a file name such as result.json")
+    return Path(text)
+
+
 def seed(text: str) -> int:
     """A seed: an integer 0 .. 2**32 - 1 (numpy's and skopt's range)."""
     v = _int(text, "the seed")

@@ -15,7 +15,6 @@ imported.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from mcap.cli import args as argtypes
 from mcap.core.units import fmt_bytes
@@ -38,7 +37,7 @@ def register(sub) -> None:
                    help="measure the partitioning with every layer kept first (one real run "
                         "here, the profile's setup) and plan from its per-stage peaks, not "
                         "from predicted ones")
-    p.add_argument("--out", type=Path, default=None, metavar="PLAN.json",
+    p.add_argument("--out", type=argtypes.out_path, default=None, metavar="PLAN.json",
                    help="write the mcap.press/1 plan here (checked first; only an existing "
                         "mcap.press/1 file is replaced)")
     p.add_argument("--json", action="store_true")
@@ -76,9 +75,10 @@ def cmd_press(args) -> int:
     from mcap.io.jsonio import load_profile
     from mcap.io.outputs import check_out
 
-    if args.out is not None:
-        from mcap.core.pressplan import PRESS_SCHEMA
-        check_out(args.out, PRESS_SCHEMA, inputs=(args.profile,))  # before any work
+    from mcap.core.pressplan import PRESS_SCHEMA
+    from mcap.store.opening import default_store_path
+    if args.out is not None:  # before any work
+        check_out(args.out, PRESS_SCHEMA, inputs=(args.profile,), store=default_store_path())
     profile = load_profile(args.profile)
     balance = parse_balance(args.balance)
     base = None
@@ -96,6 +96,8 @@ def cmd_press(args) -> int:
     plan = solve(p, args.capacity, args.method)
     if args.out is not None:
         from mcap.io.pressfile import save
+        check_out(args.out, PRESS_SCHEMA, inputs=(args.profile,),
+                  store=default_store_path())  # again, right before the write
         save(plan, args.out)
     if args.json:
         print(json.dumps(plan_json(plan, p.base, "measured" if base else "predicted")))

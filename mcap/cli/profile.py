@@ -9,7 +9,6 @@ import argparse
 import contextlib
 import os
 import sys
-from pathlib import Path
 
 from mcap.core.errors import McapError
 from mcap.core.types import CHECKPOINTS, DEVICES, OPTIMIZERS, SCHEDULES, Setup
@@ -102,7 +101,7 @@ def register(sub) -> None:
                         "hybrid too (the default engine becomes hybrid). With --merge-to they "
                         "run on the merged layers, with --capture / --profile-batch-sizes at "
                         "each profiling batch size")
-    p.add_argument("--out", required=True, type=Path, metavar="FILE.json", help=OUT_HELP % "profile")
+    p.add_argument("--out", required=True, type=argtypes.out_path, metavar="FILE.json", help=OUT_HELP % "profile")
     p.add_argument("--press", action="store_true",
                    help="also measure MPress's costs: per layer the activation bytes saved "
                         "for backward and the forward time per micro-batch, and this "
@@ -134,7 +133,7 @@ def register(sub) -> None:
                    help="measure every partitioning; by default only a set that covers every "
                         "distinct stage is measured and the others' per-stage peaks are "
                         "composed from it (their throughput is then not measured)")
-    s.add_argument("--out", required=True, type=Path, metavar="FILE.json", help=OUT_HELP % "sweep")
+    s.add_argument("--out", required=True, type=argtypes.out_path, metavar="FILE.json", help=OUT_HELP % "sweep")
     add_node_options(s)
     s.set_defaults(func=cmd_sweep)
 

@@ -34,7 +34,10 @@ def register(sub) -> None:
                    help="skip the time method (it imports torch and times the model)")
     p.add_argument("--seed", type=argtypes.seed, default=0, help="seed for bo")
     argtypes.add_confirm_model_option(p, "evaluate")
-    p.add_argument("--bo-iterations", type=argtypes.positive_int, default=75, metavar="N",
+    from mcap.core.search.bayes import MAX_ITERATIONS
+    p.add_argument("--bo-iterations", default=75, metavar="N",
+                   type=argtypes.bounded_int(MAX_ITERATIONS, "--bo-iterations",
+                                             "bo refits its surrogate on every evaluation"),
                    help="bo evaluations (paper: 75; skopt needs at least 10)")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.add_argument("--strict", action="store_true",

@@ -121,9 +121,12 @@ def add_joint_options(p) -> None:
                         "fastest that fits --capacity (needs a profile with press statistics)")
     p.add_argument("--press-method", choices=tuple(METHODS), default="milp",
                    help="the plan of each candidate partitioning (default milp, exact)")
-    p.add_argument("--press-candidates", type=argtypes.positive_int, default=4,
-                   help="partitionings planned: this many by lowest peak and by lowest "
-                        "floor (default 4 each)")
+    from mcap.core.press.jointsearch import MAX_TOP
+    p.add_argument("--press-candidates", default=4,
+                   type=argtypes.bounded_int(MAX_TOP, "--press-candidates",
+                                             "each candidate is planned, an MILP each"),
+                   help=f"partitionings planned: this many by lowest peak and by lowest "
+                        f"floor (default 4 each, at most {MAX_TOP})")
 
 
 def cmd_joint(args) -> int:

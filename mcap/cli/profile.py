@@ -20,6 +20,8 @@ from mcap.runner import engines
 
 
 def _threads(text: str) -> int:
+    """``--threads N``: 1 .. the cores this process may run on (issue 28: 100000 was taken,
+    and the stage process died with signal 11 inside gloo)."""
     try:
         value = int(text)
     except ValueError:
@@ -27,7 +29,19 @@ def _threads(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"threads must be a whole number of at least 1, "
                                          f"got {text!r}")
+    cores = _cores()
+    if value > cores:
+        raise argparse.ArgumentTypeError(f"--threads {value:,} is more than the {cores} CPU "
+                                         f"core{'' if cores == 1 else 's'} this machine gives "
+                                         f"mcap; give 1..{cores}")
     return value
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def add_setup_options(p: argparse.ArgumentParser) -> None:

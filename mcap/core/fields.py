@@ -27,6 +27,8 @@ MAX_BYTES = 2**50
 MAX_COUNT = 2**31
 MAX_SECONDS = 10**9
 MAX_JSON_DEPTH = 64
+# A model spec a file or row may name (a merged profile's spec lists its group sizes).
+MAX_SPEC_CHARS = 8192
 
 SETUP_FIELDS = ("stages", "batch_size", "chunks", "schedule", "checkpoint", "device",
                 "capacity_bytes", "engine", "optimizer", "threads")
@@ -166,6 +168,9 @@ def layers(items, r: Reader, where: str = "model.layers") -> tuple[Layer, ...]:
 def model(m, r: Reader, where: str = "model") -> ModelInfo:
     m = r.obj(m, where)
     spec = r.str_(r.need(m, "spec", where), f"{where}.spec")
+    if len(spec) > MAX_SPEC_CHARS:
+        raise r.fail(f"{where}.spec", f"a spec of {len(spec):,} characters, above the limit of "
+                                      f"{MAX_SPEC_CHARS:,}: {show(spec)}")
     return ModelInfo(spec=spec, layers=layers(r.need(m, "layers", where), r, f"{where}.layers"))
 
 

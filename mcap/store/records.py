@@ -170,7 +170,11 @@ def model_to_json(model: ModelInfo) -> str:
 
 def model_from_json(spec: str, text: str, r: Optional[fields.Reader] = None) -> ModelInfo:
     r = r or fields.Reader("store", StoreError)
-    return ModelInfo(spec=r.str_(spec, "spec"),
+    spec = r.str_(spec, "spec")
+    if len(spec) > fields.MAX_SPEC_CHARS:
+        raise r.fail("spec", f"a spec of {len(spec):,} characters, above the limit of "
+                             f"{fields.MAX_SPEC_CHARS:,}: {fields.show(spec)}")
+    return ModelInfo(spec=spec,
                      layers=fields.layers(fields.loads(text, r, "layers"), r, "layers"))
 
 

@@ -440,6 +440,9 @@ class Store:
     def _machine_row(self, conn, key: Optional[str]) -> Optional[Machine]:
         if key is None:
             return None
+        if not isinstance(key, str):
+            raise StoreError(f"store {self.path}: a machine key is {fields.show(key)}, not "
+                             f"the text of a machines row")
         row = conn.execute("SELECT record FROM machines WHERE key = ?", (key,)).fetchone()
         return rec.machine_from_json(row[0], rec.reader(self.path, "machines", repr(key))) \
             if row else None
@@ -529,10 +532,10 @@ class Store:
                                "FROM profiles WHERE id = ?", (int(profile_id),)).fetchone()
             if row is None:
                 raise McapError(f"store {self.path} has no profile {profile_id}")
-            study = self._study_row(conn, row[0])
+            r = rec.reader(self.path, "profiles", int(profile_id))
+            study = self._study_row(conn, rec.row_id(row[0], r, "study_id"))
             runs = self._linked_runs(conn, "profile_runs", "profile_id", profile_id)
             machine = self._machine_row(conn, row[4])
-        r = rec.reader(self.path, "profiles", int(profile_id))
         stats = fields.stats(fields.loads(row[1], r, "mem_isolated"),
                              fields.loads(row[2], r, "mem_added"), r, study.model.num_layers)
         extra, variants, press = rec.profile_extra_from_json(row[3], study.model.num_layers, r)
@@ -602,7 +605,8 @@ class Store:
                                (int(sweep_id),)).fetchone()
             if row is None:
                 raise McapError(f"store {self.path} has no sweep {sweep_id}")
-            study = self._study_row(conn, row[0])
+            study = self._study_row(conn, rec.row_id(
+                row[0], rec.reader(self.path, "sweeps", int(sweep_id)), "study_id"))
             runs = self._linked_runs(conn, "sweep_runs", "sweep_id", sweep_id)
             machine = self._machine_row(conn, row[2])
         return Sweep(study.model, study.setup, runs,

@@ -160,14 +160,13 @@ def cmd_measure(args) -> int:
 
 
 def keep_measured(store, record, show):
-    """``record()`` the measured run, then ``show()`` it; a StoreError from the record (the
-    run is then in the recovery file, named in it) is returned, after the result is shown,
-    for the command to exit 2 with."""
-    from mcap.core.errors import StoreError
+    """``record()`` the measured run, then ``show()`` it; an McapError from the record (a
+    StoreError: the run is then in the recovery file, named in it) is returned, after the
+    result is shown, for the command to exit 2 with: a measured run is always printed."""
     try:
         record()
         unsaved = None
-    except StoreError as exc:
+    except McapError as exc:
         unsaved = exc
     show()
     sys.stdout.flush()

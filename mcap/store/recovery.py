@@ -48,7 +48,8 @@ def path_of(store_path) -> Path:
 
 def wait_seconds() -> float:
     """How long a measured run waits for a busy store: ``$MCAP_STORE_WAIT`` seconds (a
-    number >= 0), else DEFAULT_WAIT_S."""
+    number 0 .. a week), else DEFAULT_WAIT_S (a bad value is warned about, not refused:
+    the run is measured already)."""
     text = os.environ.get(WAIT_ENV)
     if text is None:
         return DEFAULT_WAIT_S
@@ -56,8 +57,10 @@ def wait_seconds() -> float:
         value = float(text)
     except ValueError:
         value = -1.0
-    if not 0 <= value <= 7 * 86400:
-        raise StoreError(f"${WAIT_ENV}={text!r}: expected seconds between 0 and 604800")
+    if not 0 <= value <= 7 * 86400:  # a run is at stake here: warn, never refuse
+        print(f"mcap: warning: ${WAIT_ENV}={text[:40]!r} is not seconds between 0 and "
+              f"604800; waiting {DEFAULT_WAIT_S:.0f} s", file=sys.stderr)
+        return DEFAULT_WAIT_S
     return value
 
 

@@ -174,13 +174,19 @@ def store():
     """The results store ($MCAP_STORE or ./.mcap/store.sqlite), opened once per server
     (read-only when it or its folder cannot be written). None, with an error shown, when
     the file is not a usable store."""
-    from mcap.store import default_store_path
-    path = str(default_store_path())
     try:
-        return _open_store(path)
+        return open_store_or_raise()
     except McapError as exc:
         error(exc, "The results store cannot be used: ")
         return None
+
+
+def open_store_or_raise():
+    """The store as :func:`store` opens it, an McapError when it cannot be used, and
+    nothing drawn: for code that may run inside a cached function, where an st.error would
+    be replayed on every later cache hit."""
+    from mcap.store import default_store_path
+    return _open_store(str(default_store_path()))
 
 
 @st.cache_resource(show_spinner=False)
@@ -223,9 +229,11 @@ def store_revision() -> tuple:
 # --- datasets ----------------------------------------------------------------------------
 
 @st.cache_data(show_spinner=False, max_entries=32)
-def _load(param: str, revision: tuple):
-    """A bundled or stored dataset; ``revision`` keys the cache on its content."""
-    return datasets.load(datasets.parse_ref(param), store())
+def _load(param: str, revision: tuple, where: str, _store):
+    """A bundled or stored dataset; ``revision`` keys the cache on its content and ``where``
+    on the store file. The store is opened by the caller: an st.error shown in here would be
+    replayed on every later cache hit, whatever the store is by then."""
+    return datasets.load(datasets.parse_ref(param), _store)
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
@@ -297,7 +305,10 @@ def open_dataset(param: str):
                             "again on the Overview page")
         st.session_state.setdefault("_uploads", {})[ref.key] = kept  # the pickers list it
         return _load_upload(_upload_name(ref.key), hashlib.sha256(kept[1]).hexdigest(), kept[1])
-    return _load(param, revision_of(ref))
+    if ref.source == "store":
+        from mcap.store import default_store_path
+        return _load(param, revision_of(ref), str(default_store_path()), open_store_or_raise())
+    return _load(param, revision_of(ref), "", None)
 
 
 def press_profiles() -> list[datasets.DatasetRef]:

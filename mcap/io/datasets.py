@@ -156,8 +156,10 @@ def may_hold_key(path: Union[str, Path], key: str, chunk: int = 2**20) -> bool:
     from mcap.io.jsonio import MAX_FILE_BYTES
     pattern = re.compile(rb'"' + re.escape(key.encode()) + rb'"\s*:')
     try:
+        if not os.path.isfile(path):  # a FIFO would block the open
+            return False
         with open(path, "rb") as fh:
-            if not os.path.isfile(path) or os.fstat(fh.fileno()).st_size > MAX_FILE_BYTES:
+            if os.fstat(fh.fileno()).st_size > MAX_FILE_BYTES:
                 return False
             tail = b""
             while True:

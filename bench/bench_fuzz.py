@@ -1,6 +1,8 @@
-"""Fuzz every file reader with seeded mutations of the bundled JSON files (issue 12).
+"""Fuzz every file reader with seeded mutations of the bundled JSON files (issue 12), and
+every reader of the store with seeded mutations of its rows (issue 28).
 
     PYTHONPATH=. python bench/bench_fuzz.py [--count 500] [--seed 0] [--time-count 100]
+                                            [--store-count 500] [--only files|store]
 
 Feeds ``--count`` mutated inputs (types, signs, sizes, nesting, truncation, byte noise,
 encodings; tests/fuzzing.py) to each reader: the JSON loader for profiles and sweeps, an
@@ -9,6 +11,13 @@ profile and with a mutated sweep), in-process. ``recommend --method time`` times
 model on every valid input (seconds each), so it gets ``--time-count``. Prints the tally of
 exit codes per reader and every finding (an exit other than 0 or 2, or a traceback); exits
 1 if there is any. Target: 0 findings.
+
+The store-row fuzzer (tests/fuzzing.py, ``run_store``) writes a store with a row in every
+table (two profiles, a sweep, runs with times and breakdowns, stages run alone, a job,
+machines), then ``--store-count`` times changes one column of one row (the columns taken in
+turn: every column of every table; CHECK constraints off, as another program could) and runs
+every reader: the Store API, the resume logic, the dashboard's listing and loading, and
+``export`` (whose file must then load). Each reader must return or exit 2 (McapError).
 """
 from __future__ import annotations
 
@@ -29,11 +38,14 @@ def main() -> int:
     ap.add_argument("--time-count", type=int, default=100,
                     help="inputs for recommend --method time (default 100)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--store-count", type=int, default=500,
+                    help="store-row mutations, each read by every store reader (default 500)")
+    ap.add_argument("--only", choices=("files", "store"), default=None)
     args = ap.parse_args()
     total, found = 0, []
     print(f"{'reader':<20} {'inputs':>7} {'exit 0':>7} {'exit 2':>7} {'other':>6} {'seconds':>8}")
     with tempfile.TemporaryDirectory(prefix="mcap-fuzz-") as tmp:
-        for reader in fuzzing.READERS:
+        for reader in (() if args.only == "store" else fuzzing.READERS):
             n = args.time_count if reader == "recommend-time" else args.count
             started = time.monotonic()
             tally, findings = fuzzing.run(reader, n, args.seed, Path(tmp))
@@ -41,6 +53,17 @@ def main() -> int:
             print(f"{reader:<20} {n:>7} {tally.get(0, 0):>7} {tally.get(2, 0):>7} {other:>6} "
                   f"{time.monotonic() - started:>8.1f}", flush=True)
             total += n
+            found += findings
+        if args.only != "files":
+            started = time.monotonic()
+            tally, findings, per_table = fuzzing.run_store(args.store_count, args.seed, Path(tmp))
+            other = sum(v for k, v in tally.items() if k not in (0, 2))
+            print(f"{'store rows':<20} {args.store_count:>7} {tally.get(0, 0):>7} "
+                  f"{tally.get(2, 0):>7} {other:>6} {time.monotonic() - started:>8.1f}  "
+                  f"(mutations x {len(fuzzing.store_readers(Path(tmp) / 'x', Path(tmp)))} "
+                  f"readers)", flush=True)
+            print("  mutations per table: " + ", ".join(f"{t} {n}" for t, n in per_table.items()))
+            total += args.store_count
             found += findings
     print(f"total: {total} inputs, {len(found)} findings (tracebacks or other exit codes)")
     for f in found[:50]:

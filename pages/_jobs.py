@@ -6,6 +6,7 @@ from __future__ import annotations
 import streamlit as st
 
 from mcap.core.errors import McapError
+from pages._shared import error
 
 
 @st.cache_resource(show_spinner=False)
@@ -54,7 +55,7 @@ def job_panel(s, job_id: int, key: str, every: float = 1.0) -> None:
     try:
         finished = s.job(job_id).finished
     except McapError as exc:
-        st.error(str(exc))
+        error(exc)
         return
 
     @st.fragment(run_every=None if finished else every)
@@ -76,7 +77,7 @@ def job_panel(s, job_id: int, key: str, every: float = 1.0) -> None:
         elif not finished:  # it finished since the page was drawn: redraw with the new runs
             st.rerun(scope="app")
         if job.status == "failed":
-            st.error(f"Job {job.id} failed: {job.error}")
+            error(f"Job {job.id} failed: {job.error}")
         elif job.status == "cancelled":
             st.warning(f"Job {job.id} was cancelled; the runs it finished are kept in the store.")
         elif job.status == "done":

@@ -10,7 +10,7 @@ from mcap.app import searches
 from mcap.core import predictors
 from mcap.core.search import get, names
 from mcap.io import datasets
-from pages._shared import open_dataset, profile_param, remember, revision_of, shared, store
+from pages._shared import open_dataset, profile_param, remember, revision_of, shared, shared_choice, store
 
 METHODS = names()  # every registered search method, in registry order
 QUICK = searches.quick_methods()  # what a page may run while it renders
@@ -23,8 +23,8 @@ def method_label(name: str) -> str:
 def predictor_choice(container=st, key: str = "predictor") -> str:
     """The predictor selector every prediction page shows, kept in the URL (``predictor``)."""
     options = predictors.names()
-    current = shared("predictor", predictors.DEFAULT)
-    index = options.index(current) if current in options else options.index(predictors.DEFAULT)
+    current = shared_choice("predictor", options, predictors.DEFAULT)
+    index = options.index(current)
     chosen = container.selectbox(
         "Predictor", options, index=index, key=key,
         format_func=lambda n: predictors.get(n).label + (" · default" if n == predictors.DEFAULT else ""),

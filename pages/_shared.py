@@ -115,44 +115,120 @@ def restore_url() -> None:
             st.query_params[name] = value
 
 
+def not_usable(name: str, raw, expected: str, used) -> None:
+    """Say once per session that the link's ``name=raw`` could not be used, and what is
+    shown instead (issue 28: ``?stages=-1`` was replaced by the default silently)."""
+    said = st.session_state.setdefault("_said_bad_values", set())
+    key = (name, str(raw))
+    if key in said:
+        return
+    said.add(key)
+    text = str(raw)
+    shown = text if len(text) <= 40 else text[:37] + "..."
+    st.warning(f"The link's {name}={shown!r} is not usable ({expected}); showing {used} instead.")
+
+
 def shared_int(name: str, default: int, low: int, high: int) -> int:
-    """An int query param clamped to [low, high]; junk falls back to the default."""
-    try:
-        value = int(shared(name, str(default)))
-    except (TypeError, ValueError):
+    """An int query param clamped to [low, high]; junk falls back to the default. Either
+    is said once (``not_usable``)."""
+    raw = shared(name, None)
+    if raw is None:
         return default
-    return min(max(value, low), high)
+    try:
+        value = int(raw)
+    except (TypeError, ValueError):
+        not_usable(name, raw, f"expected an integer {low}..{high}", default)
+        return default
+    if not low <= value <= high:
+        used = min(max(value, low), high)
+        not_usable(name, raw, f"expected {low}..{high}", used)
+        return used
+    return value
 
 
 def shared_float(name: str, default: float, low: float, high: float) -> float:
-    """A float query param clamped to [low, high]; junk (or NaN) falls back to the default."""
+    """A float query param clamped to [low, high]; junk (or NaN) falls back to the default.
+    Either is said once (``not_usable``)."""
+    raw = shared(name, None)
+    if raw is None:
+        return default
     try:
-        value = float(shared(name, str(default)))
+        value = float(raw)
     except (TypeError, ValueError):
-        return default
+        value = float("nan")
     if value != value:
+        not_usable(name, raw, f"expected a number {low:g}..{high:g}", default)
         return default
-    return min(max(value, low), high)
+    if not low <= value <= high:
+        used = min(max(value, low), high)
+        not_usable(name, raw, f"expected {low:g}..{high:g}", used)
+        return used
+    return value
+
+
+def shared_choice(name: str, options, default):
+    """A query param that must be one of ``options``; another value falls back to
+    ``default``, said once (``not_usable``)."""
+    raw = shared(name, None)
+    if raw is None:
+        return default
+    if raw in options:
+        return raw
+    not_usable(name, raw, "expected one of " + ", ".join(map(str, options)), default)
+    return default
 
 
 # --- the store ---------------------------------------------------------------------------
 
+def store():
+    """The results store ($MCAP_STORE or ./.mcap/store.sqlite), opened once per server
+    (read-only when it or its folder cannot be written). None, with an error shown, when
+    the file is not a usable store."""
+    try:
+        return open_store_or_raise()
+    except McapError as exc:
+        error(exc, "The results store cannot be used: ")
+        return None
+
+
+def open_store_or_raise():
+    """The store as :func:`store` opens it, an McapError when it cannot be used, and
+    nothing drawn: for code that may run inside a cached function, where an st.error would
+    be replayed on every later cache hit."""
+    from mcap.store import default_store_path
+    return _open_store(str(default_store_path()))
+
+
 @st.cache_resource(show_spinner=False)
 def _open_store(path: str):
     from mcap.store import open_store
-    return open_store(path)
+    return open_store(path, read_only=None)
 
 
-def store():
-    """The results store ($MCAP_STORE or ./.mcap/store.sqlite), opened once per server.
-    None, with an error shown, when the file is not a usable store."""
+# --- errors ------------------------------------------------------------------------------
+
+def message(exc) -> str:
+    """An error's text with the server's absolute paths left out (issue 28): a file in the
+    data folder by its name there, the data folder as "the data folder", the store by its
+    file name. A visitor learns what is wrong, not where the server keeps things."""
     from mcap.store import default_store_path
-    path = str(default_store_path())
-    try:
-        return _open_store(path)
-    except McapError as exc:
-        st.error(f"The results store cannot be used: {exc}")
-        return None
+    text = str(exc)
+    places = []
+    for folder, name in ((datasets.datasets_dir(), "the data folder"),
+                         (default_store_path().parent, None)):
+        for form in {str(folder), str(folder.resolve())}:
+            if form not in ("", ".", "/"):
+                places.append((form, name))
+    for form, name in sorted(places, key=lambda p: -len(p[0])):
+        text = text.replace(form.rstrip("/") + "/", "")
+        if name:
+            text = text.replace(form, name)
+    return text
+
+
+def error(exc, prefix: str = "") -> None:
+    """``st.error`` of an error (an McapError or a text), paths as :func:`message` shows."""
+    st.error(prefix + message(exc))
 
 
 def store_revision() -> tuple:
@@ -163,9 +239,11 @@ def store_revision() -> tuple:
 # --- datasets ----------------------------------------------------------------------------
 
 @st.cache_data(show_spinner=False, max_entries=32)
-def _load(param: str, revision: tuple):
-    """A bundled or stored dataset; ``revision`` keys the cache on its content."""
-    return datasets.load(datasets.parse_ref(param), store())
+def _load(param: str, revision: tuple, where: str, _store):
+    """A bundled or stored dataset; ``revision`` keys the cache on its content and ``where``
+    on the store file. The store is opened by the caller: an st.error shown in here would be
+    replayed on every later cache hit, whatever the store is by then."""
+    return datasets.load(datasets.parse_ref(param), _store)
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
@@ -185,7 +263,10 @@ def choices(kind: str) -> list[datasets.DatasetRef]:
                   key=lambda r: example_rank(kind, r))  # the default first, then the second example
     s = store()
     if s is not None:
-        refs += [r for r in datasets.in_store(s) if r.kind == kind]
+        try:
+            refs += [r for r in datasets.in_store(s) if r.kind == kind]
+        except McapError as exc:  # a row that cannot be read: say so, offer the rest
+            error(exc, "The store's saved profiles and sweeps cannot be listed: ")
     for key, (k, _) in st.session_state.get("_uploads", {}).items():
         if k == kind:
             refs.append(datasets.DatasetRef("upload", kind, key, f"{_upload_name(key)} (uploaded)"))
@@ -234,15 +315,19 @@ def open_dataset(param: str):
                             "again on the Overview page")
         st.session_state.setdefault("_uploads", {})[ref.key] = kept  # the pickers list it
         return _load_upload(_upload_name(ref.key), hashlib.sha256(kept[1]).hexdigest(), kept[1])
-    return _load(param, revision_of(ref))
+    if ref.source == "store":
+        from mcap.store import default_store_path
+        return _load(param, revision_of(ref), str(default_store_path()), open_store_or_raise())
+    return _load(param, revision_of(ref), "", None)
 
 
 def press_profiles() -> list[datasets.DatasetRef]:
     """The bundled profiles with MPress statistics, for pages that need them (Memory savers)."""
     out = []
     for ref in choices("profile"):
-        if ref.source != "bundled":
-            continue
+        if ref.source != "bundled" or \
+                not datasets.may_hold_key(datasets.datasets_dir() / ref.key, "press"):
+            continue  # only a file that names press statistics is opened whole
         try:
             data = open_dataset(ref.param)
         except McapError:
@@ -266,7 +351,7 @@ def current(kind: str, required: bool = True):
     try:
         data = open_dataset(param)
     except McapError as exc:
-        st.error(f"Cannot open {kind} {param!r}: {exc}")
+        error(exc, f"Cannot open {kind} {message(param)!r}: ")
         if required:
             st.stop()
         return None

@@ -16,9 +16,8 @@ from mcap.figures import timeline as fig_tl
 from mcap.figures._style import balance_str, fmt_bytes, table_view
 from pages._search import current_predictor, measured_for, measured_runs, stage_peaks
 from pages._shared import (
-    caption_of, chart, current, dataset_name, downloads, remember, restore_url, shared,
-    shared_float, shared_int, sweep_for,
-)
+    caption_of, chart, current, dataset_name, downloads, error, message, remember, restore_url,
+    shared, shared_choice, shared_float, shared_int, sweep_for)
 
 restore_url()
 st.title("Pipeline memory, explained")
@@ -47,9 +46,9 @@ labels = {"gpipe": "GPipe" + (" with checkpointing" if setup.checkpoint != "neve
           "1f1b": "1F1B" + (" with checkpointing" if setup.checkpoint != "never" else "")}
 # The dataset's own schedule first: the levels are calibrated on it (mcap.core.teaching).
 own = setup.schedule if setup.schedule in TIMELINE_SCHEDULES else TIMELINE_SCHEDULES[0]
-sched_default = shared("schedule", own)
+sched_default = shared_choice("schedule", TIMELINE_SCHEDULES, own)
 schedule = mid.radio("Schedule", TIMELINE_SCHEDULES, format_func=labels.get, key="tl-schedule",
-                     index=TIMELINE_SCHEDULES.index(sched_default if sched_default in TIMELINE_SCHEDULES else own),
+                     index=TIMELINE_SCHEDULES.index(sched_default),
                      help=f"the profile was measured with {SCHEDULE_NAMES.get(setup.schedule, setup.schedule)}")
 # A micro-batch holds at least one sample: the profile's batch bounds the count.
 most = max_chunks(setup)
@@ -66,7 +65,7 @@ try:
     params = tuple(l.param_bytes for l in profile.model.layers)
     les = lesson(balance, schedule, chunks, setup, params, predicted, run)
 except McapError as exc:
-    st.error(str(exc))
+    error(exc)
     st.stop()
 remember("balance", ",".join(map(str, balance)))
 remember("schedule", schedule)
@@ -133,7 +132,7 @@ cap_mib = a.number_input("Capacity per device (MiB)", min_value=0.01, step=1.0,
                               f"{fmt_bytes(space.least)}")
 methods = list(METHODS)
 method = b.selectbox("Planner", methods, key="tl-press-method",
-                     index=methods.index(shared("planner", methods[0])) if shared("planner") in methods else 0)
+                     index=methods.index(shared_choice("planner", methods, methods[0])))
 devices = list(range(len(balance)))
 device = c.selectbox("Device", devices, key="tl-press-device",
                      index=shared_int("plan_device", space.device, 0, len(balance) - 1))
@@ -146,7 +145,7 @@ try:
     eff = effect(before, [x for stage in plan.stages for x in stage], tl, device)
 except McapError as exc:
     hint = below_least(capacity, space.least)
-    st.error(str(exc) + ("" if hint is None else f". {hint}"))
+    error(message(exc) + ("" if hint is None else f". {hint}"))
     st.stop()
 reduced = sum(1 for x in plan.stages[device] if x.action != "keep")
 st.caption(f"Plan ({method}) under {fmt_bytes(capacity)}: device {device}'s predicted peak "

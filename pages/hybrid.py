@@ -17,8 +17,8 @@ from mcap.figures._style import fmt_bytes, table_view
 from pages._jobs import job_panel
 from pages._search import predictor_choice
 from pages._shared import (
-    caption_of, chart, current, dataset_name, downloads, remember, restore_url, shared, store,
-)
+    caption_of, chart, current, dataset_name, downloads, error, message, remember, restore_url,
+    shared, store)
 
 restore_url()
 st.title("Hybrid plans")
@@ -36,7 +36,7 @@ try:
     with st.spinner("searching the mesh…"):
         rec = recommend_mesh(profile, mesh, "exact", predictor=predictor)
 except McapError as exc:
-    st.error(str(exc))
+    error(exc)
     st.stop()
 remember("mesh", mesh.text)
 costs = HybridCosts(profile, predictor)
@@ -72,7 +72,7 @@ try:
     plan, peaks = mine, costs.peaks(mine)
     remember("plan", None if mine == rec.plan else mine.text)  # the URL keeps a typed plan only
 except McapError as exc:
-    st.error(f"{exc}. Showing the recommended plan {rec.plan.text} instead.")
+    error(f"{message(exc)}. Showing the recommended plan {rec.plan.text} instead.")
 
 c = st.columns([3, 2]) + st.columns([3, 2])  # plan texts are long: two metrics a row
 c[0].metric("recommended plan", rec.plan.text)
@@ -114,7 +114,7 @@ if s is not None:
             st.session_state["hybrid-job"] = (job.id, plan.text)
             job_state = st.session_state["hybrid-job"]
         except McapError as exc:
-            st.error(str(exc))
+            error(exc)
     if job_state is not None:
         st.caption(f"Job {job_state[0]} measures plan {job_state[1]}.")
         job_panel(s, job_state[0], key="hybrid")
@@ -140,7 +140,7 @@ else:
     try:
         fit = batch_fit(profile, first, last, predictor)
     except McapError as exc:
-        st.error(str(exc))
+        error(exc)
     else:
         chart(fig_h.draw_batch_fit(fit, dataset_name("profile")), key="hybrid-batch-chart",
               name=f"batch-line-{first}-{last}")

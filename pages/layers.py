@@ -5,7 +5,7 @@ import streamlit as st
 from mcap.core.errors import McapError
 from mcap.figures import layers as fig_layers
 from mcap.figures._style import fmt_bytes, table_view
-from pages._shared import caption_of, chart, current, dataset_name, downloads, restore_url
+from pages._shared import caption_of, chart, current, dataset_name, downloads, error, restore_url
 
 restore_url()
 st.title("Layers")
@@ -20,7 +20,7 @@ st.markdown(
 try:
     table = fig_layers.layer_table(profile.model, profile.stats)
 except McapError as exc:
-    st.error(str(exc))
+    error(exc)
     st.stop()
 
 big = table.loc[table["mem_isolated"].idxmax()]

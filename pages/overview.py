@@ -7,8 +7,8 @@ from mcap.figures._style import balance_str, fmt_bytes
 from pages._accuracy import show_accuracy
 from pages._search import prediction_of, recommendations
 from pages._shared import (
-    add_upload, chart, choices, current, dataset_name, json_download, remember, restore_url, shared, sweep_for,
-)
+    add_upload, chart, choices, current, dataset_name, error, json_download, remember,
+    restore_url, shared, sweep_for)
 
 restore_url()
 st.title("mcap: memory-centric partitioning")
@@ -36,7 +36,7 @@ if upload is not None and st.session_state.get("upload-read") != upload.file_id:
         st.session_state["upload-note"] = (kind, upload.name, param)
     except McapError as exc:
         st.session_state.pop("upload-note", None)
-        st.error(f"Cannot use {upload.name}: {exc}")
+        error(exc, f"Cannot use {upload.name}: ")
 note = st.session_state.get("upload-note")
 if upload is not None and note is not None and note[1] == upload.name:
     st.success(f"Loaded {note[1]} as a {note[0]}. A link to this page opens it on this server "
@@ -76,7 +76,7 @@ st.caption(f"Setup: schedule {h.schedule}, checkpoint {h.checkpoint}, {h.device}
 try:
     best, even = recommendations(profile, h.stages, ("exact", "uniform"))
 except McapError as exc:
-    st.error(str(exc))
+    error(exc)
     st.stop()
 c = st.columns(3)
 c[0].metric("mCAP's partitioning", balance_str(best.balance))

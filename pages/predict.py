@@ -21,9 +21,8 @@ from pages._search import (
     stage_peaks, time_left_out, time_pick, uniform_balance,
 )
 from pages._shared import (
-    caption_of, chart, current, dataset_name, downloads, remember, restore_url, shared, shared_float,
-    shared_int, store, sweep_for,
-)
+    caption_of, chart, current, dataset_name, downloads, error, remember, restore_url, shared,
+    shared_choice, shared_float, shared_int, store, sweep_for)
 
 
 restore_url()
@@ -60,9 +59,9 @@ try:
         validate(balance, layers)
     else:
         names = list(METHODS)
-        method = shared("method", "exact")
+        method = shared_choice("method", names, "exact")
         left, right = st.columns(2)
-        method = left.selectbox("Method", names, index=names.index(method) if method in names else 0,
+        method = left.selectbox("Method", names, index=names.index(method),
                                 key="pick-method")
         stages = right.number_input("Stages", 1, layers, value=shared_int("stages", setup.stages, 1, layers),
                                     key="pick-rec-stages")
@@ -89,7 +88,7 @@ try:
                 balance = recommendation(profile, int(stages), method).balance
         st.write(f"{method} recommends **{balance_str(balance)}**.")
 except McapError as exc:
-    st.error(str(exc))
+    error(exc)
     st.stop()
 remember("balance", ",".join(map(str, balance)))
 
@@ -144,6 +143,6 @@ else:
             job = jobs.launch(s, "measure", measure_args(profile, balance, device), total=1)
             st.session_state["measure-job"] = job.id
         except McapError as exc:
-            st.error(str(exc))
+            error(exc)
     if s is not None and st.session_state.get("measure-job"):
         job_panel(s, st.session_state["measure-job"], key="measure")

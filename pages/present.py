@@ -10,8 +10,7 @@ from mcap.figures import story as fig_story
 from pages._accuracy import show_accuracy
 from pages._search import current_predictor
 from pages._shared import (
-    caption_of, chart, current, dataset_name, profile_param, restore_url, sweep_for,
-)
+    caption_of, chart, current, dataset_name, error, profile_param, restore_url, sweep_for)
 
 restore_url()
 st.title("Present")
@@ -31,7 +30,7 @@ try:
     s = _story(profile_param(), None if sweep is None else dataset_name("sweep"),
                current_predictor(), date.today(), profile, sweep)
 except McapError as exc:
-    st.error(str(exc))
+    error(exc)
     st.stop()
 figures = fig_story.draw_story(s, name)
 # Built when clicked (a deferred download): the report inlines plotly.js (about 5 MB).

@@ -10,7 +10,7 @@ from mcap.core.setup import check_setup
 from mcap.core.types import CHECKPOINTS, OPTIMIZERS, SCHEDULES, Setup
 from mcap.runner.engines import get as get_engine, names as engine_names
 from pages._jobs import gpu_count, job_output, job_panel, setup_args
-from pages._shared import restore_url, store
+from pages._shared import error, restore_url, store
 
 
 restore_url()
@@ -90,7 +90,7 @@ if submitted:
             st.session_state["profile-job"] = job.id
             st.toast(f"Started {command} job {job.id}")
     except McapError as exc:
-        st.error(str(exc))
+        error(exc)
 
 pending = st.session_state.get("profile-confirm")
 if pending is not None:
@@ -107,7 +107,7 @@ if pending is not None:
             st.session_state.pop("profile-confirm", None)
             st.toast(f"Started {command_p} job {job.id}")
         except McapError as exc:
-            st.error(str(exc))
+            error(exc)
 
 # The job to follow: this session's last, else the newest unfinished one (started earlier,
 # from another tab, or before the page was left).

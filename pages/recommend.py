@@ -15,9 +15,8 @@ from pages._search import (
     start_time, time_left_out, time_pick, time_state,
 )
 from pages._shared import (
-    caption_of, chart, current, dataset_name, downloads, remember, restore_url, shared, shared_int,
-    sweep_for,
-)
+    caption_of, chart, current, dataset_name, downloads, error, remember, restore_url, shared,
+    shared_choice, shared_int, sweep_for)
 
 restore_url()
 st.title("Recommend")
@@ -28,8 +27,9 @@ layers = profile.model.num_layers
 SEARCHES = tuple(m for m in METHODS if m != "time")  # time is a baseline, timed below
 
 a, b, c, d = st.columns(4)
-method = shared("method", "exact")
-method = a.selectbox("Method", SEARCHES, index=SEARCHES.index(method) if method in SEARCHES else 0,
+method = shared_choice("method", METHODS, "exact")  # said once if it names no method at all
+method = method if method in SEARCHES else "exact"  # time: a baseline, timed below
+method = a.selectbox("Method", SEARCHES, index=SEARCHES.index(method),
                      key="rec-method", format_func=method_label,
                      help=" ".join(f"**{m}**: {get(m).help}." for m in SEARCHES))
 predictor_choice(d, key="rec-predictor")
@@ -93,7 +93,7 @@ else:
         with st.spinner(f"{method} is searching…"):
             rec = recommendation(profile, stages, method, **tol)
     except McapError as exc:
-        st.error(str(exc))
+        error(exc)
         st.stop()
 
 if rec is not None:

@@ -16,9 +16,8 @@ from pages._jobs import job_panel, measure_args
 from pages._search import predictor_choice, recommendation
 from mcap.core.teaching import state_copies
 from pages._shared import (
-    caption_of, chart, current, dataset_name, downloads, press_profiles, remember, restore_url,
-    shared, shared_float, store,
-)
+    caption_of, chart, current, dataset_name, downloads, error, message, not_usable,
+    press_profiles, remember, restore_url, shared, shared_choice, shared_float, store)
 
 restore_url()
 st.title("Memory savers")
@@ -40,7 +39,9 @@ layers, setup = profile.model.num_layers, profile.setup
 default = shared("balance")
 try:
     usable = default is not None and sum(parse_balance(default)) == layers
-except McapError:
+except McapError:  # not layer counts at all: said once (a balance of another model is not)
+    not_usable("balance", default, "expected layer counts such as 3,3,5,19",
+               "mCAP's pick")
     usable = False
 if not usable:  # start from mCAP's pick: the partitioning MPress starts from
     default = ",".join(map(str, recommendation(profile, setup.stages, "exact").balance))
@@ -49,12 +50,12 @@ text = left.text_input("Layers per device", value=default, key="savers-balance",
                        help=f"comma-separated layer counts summing to {layers}")
 planners = list(METHODS)
 method = right.selectbox("Planner", planners, key="savers-method",
-                         index=planners.index(shared("planner")) if shared("planner") in planners else 0,
+                         index=planners.index(shared_choice("planner", planners, planners[0])),
                          help="; ".join(f"{k}: {v}" for k, v in HELP.items()))
 try:
     balance = validate(parse_balance(text), layers).balance
 except McapError as exc:
-    st.error(str(exc))
+    error(exc)
     st.stop()
 s = store()
 measured = measured_keep_all(s, profile, balance) if s is not None else None
@@ -65,7 +66,7 @@ use_measured = measured is not None and st.sidebar.checkbox(
 try:
     before = problem(profile, balance, None, predictor, base=measured if use_measured else None)
 except McapError as exc:
-    st.error(str(exc))
+    error(exc)
     st.stop()
 remember("balance", ",".join(map(str, balance)))
 space = room(before, [l.param_bytes for l in profile.model.layers], state_copies(setup))
@@ -86,7 +87,7 @@ try:
     plan = solve(p, capacity, method)
 except McapError as exc:
     hint = below_least(capacity, least)
-    st.error(str(exc) + ("" if hint is None else f". {hint}"))
+    error(message(exc) + ("" if hint is None else f". {hint}"))
     st.stop()
 
 c = st.columns(4)
@@ -125,7 +126,7 @@ else:
             job = jobs.launch(s, "measure", [*measure_args(profile, balance), "--json"], total=1)
             st.session_state["savers-job"] = job.id
         except (McapError, OSError) as exc:
-            st.error(f"Could not start the measurement: {exc}")
+            error(exc, "Could not start the measurement: ")
     if s is not None and st.button(f"▶️ Measure {balance_str(balance)} with this plan",
                                    key="savers-measure"):
         try:
@@ -134,6 +135,6 @@ else:
             job = jobs.launch(s, "measure", args, total=1)
             st.session_state["savers-job"] = job.id
         except (McapError, OSError) as exc:
-            st.error(f"Could not start the measurement: {exc}")
+            error(exc, "Could not start the measurement: ")
     if s is not None and st.session_state.get("savers-job"):
         job_panel(s, st.session_state["savers-job"], key="savers")

@@ -7,7 +7,7 @@ from mcap.core.errors import McapError
 from mcap.figures import scaling as fig_scaling
 from mcap.figures._style import fmt_bytes, table_view
 from mcap.io.scalefile import compared_first, load
-from pages._shared import chart, downloads, remember, restore_url, shared
+from pages._shared import chart, downloads, error, remember, restore_url, shared
 
 restore_url()
 st.title("Scaling")
@@ -39,7 +39,7 @@ path = datasets_dir() / chosen
 try:
     result = _load(str(path), path.stat().st_mtime)
 except McapError as exc:
-    st.error(str(exc))
+    error(exc)
     st.stop()
 
 s = result.setup

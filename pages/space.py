@@ -18,9 +18,8 @@ from pages._search import (
     stage_peaks, sweep_predictions, time_left_out, time_pick,
 )
 from pages._shared import (
-    caption_of, chart, current, dataset_name, downloads, profile_for, remember, restore_url,
-    shared,
-)
+    caption_of, chart, current, dataset_name, downloads, error, profile_for, remember,
+    restore_url, shared)
 
 
 
@@ -43,7 +42,7 @@ predictor_choice(st.sidebar, key="space-predictor")
 try:
     predictions = sweep_predictions(profile, sweep)
 except McapError as exc:
-    st.error(str(exc))
+    error(exc)
     st.stop()
 
 stages = sweep.setup.stages
@@ -74,7 +73,7 @@ for method in chosen:
     try:
         rec = recommendation(profile, stages, method)
     except McapError as exc:
-        st.error(f"{method}: {exc}")
+        error(exc, f"{method}: ")
         continue
     recs.append(rec)
     marks.append(fig_space.Mark(method, tuple(rec.balance)))

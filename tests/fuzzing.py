@@ -168,3 +168,193 @@ def run(reader: str, count: int, seed: int, folder: Path) -> tuple[dict, list[st
             (folder / f"finding-{reader}-{i}.json").write_bytes(data)
         path.unlink()
     return tally, findings
+
+
+# --- store rows (issue 28) -----------------------------------------------------------------
+#
+# A store written by mcap, then one column of one row changed as a hand edit, another
+# program or a disk error might change it (SQLite stores any type in any column; CHECK
+# constraints are switched off for the edit), then every reader of the store: the Store API,
+# the resume logic, the dashboard's dataset listing and loading, and `export` (whose file
+# must then load: a store row that passes is one a file would pass). A reader passes when it
+# returns, or raises an McapError (exit 2); anything else is a finding.
+
+STORE_TABLES = ("machines", "studies", "jobs", "runs", "stage_runs", "profiles", "sweeps",
+                "profile_runs", "sweep_runs")
+_ROW_VALUES = [None, 0, 1, -1, 2, 2**63 - 1, -(2**63), 0.5, -0.5, 1e308, float("inf"),
+               float("-inf"), "", "x", "not json", "null", "true", "0", "-1", "1e999", "[]",
+               "{}", "[1e999]", "[-1]", "[1, 2]", "[[1]]", '{"a": 1}', '"text"', "[null]",
+               "[" * 100_000 + "]" * 100_000, "[" * 70 + "]" * 70, "9" * 5000, "[" + "9" * 5000 + "]",
+               '{"stages": "x"}', '[{"name": "a"}]', "\x00", "\u00b2", "a" * 10_000,
+               b"\x00\xff\x10binary", b""]
+
+
+def base_store(path: Path) -> Path:
+    """A store with a row in every table: two profiles (one with MPress statistics, one with
+    CAPTURE variants), a sweep, runs with times, breakdowns, machines and a job, stages run
+    alone with their times."""
+    from mcap.core.types import MemoryBreakdown, Run, StageRun, StageTimes
+    from mcap.io import jsonio
+    from mcap.store import Store
+    press = jsonio.load_profile(DATA / "vgg11-b8-never-cpu4-press.profile.json")
+    dptp = jsonio.load_profile(DATA / "gpt-l8-h128-cpu8-dptp.profile.json")
+    sweep = jsonio.load_sweep(DATA / "gpt-l8-h256-cpu4-full.sweep.json")
+    times = StageTimes(((0.01, 0.02),), ((0.03, 0.04),), (0.005,), 4096, 4096)
+    with Store(path) as store:
+        store.save_profile(press, name="press")
+        store.save_profile(dptp, name="dptp")
+        store.save_sweep(sweep, name="sweep")
+        study = store.study(sweep.model, sweep.setup)
+        job = store.create_job("sweep", ["sweep", "--model", sweep.model.spec], 3, study=study)
+        store.update_job(job, current=(3, 2, 3, 2), pid=1, status="running", done=1)
+        balance = (3, 2, 3, 2)
+        store.record_run(study, Run(balance, "ok", (1, 2, 3, 4), 1.5, 10.0,
+                                    breakdown=(MemoryBreakdown(1, 2, 3, 4),) * 4,
+                                    times=(times,) * 4, estimated=True),
+                         kind="sweep", job=job, machine=sweep.machine)
+        for stage in range(4):
+            store.record_stage(study, StageRun(balance, stage, "ok", 1000 + stage, 0.5, times,
+                                               breakdown=MemoryBreakdown(1, 2, 3, 4)),
+                               job=job, machine=sweep.machine)
+        store.record_stage(study, StageRun((2, 2, 3, 3), 0, "oom", None, 0.1,
+                                           error="out of memory"), machine=sweep.machine)
+    return path
+
+
+def store_columns(path: Path) -> list[tuple[str, str]]:
+    import sqlite3
+    conn = sqlite3.connect(path)
+    try:
+        return [(t, row[1]) for t in STORE_TABLES
+                for row in conn.execute(f"PRAGMA table_info({t})")]
+    finally:
+        conn.close()
+
+
+def mutate_row(path: Path, table: str, column: str, rng: random.Random) -> Optional[str]:
+    """Change ``column`` of a random row of ``table`` in place; what was written, or None when
+    SQLite refused it (NOT NULL, a primary key, uniqueness): the caller tries another."""
+    import sqlite3
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("PRAGMA ignore_check_constraints = ON")
+        rows = conn.execute(f"SELECT rowid, {column} FROM {table}").fetchall()
+        if not rows:
+            return None
+        rowid, current = rng.choice(rows)
+        if isinstance(current, str) and current[:1] in "[{" and rng.random() < 0.5:
+            value = mutate(current, rng).decode("utf-8", "replace")  # its JSON, mutated
+        else:
+            value = rng.choice(_ROW_VALUES)
+        conn.execute(f"UPDATE {table} SET {column} = ? WHERE rowid = ?", (value, rowid))
+        shown = repr(value)
+        return f"{table}.{column} of row {rowid} = {shown[:60]}{'...' if len(shown) > 60 else ''}"
+    except sqlite3.Error:
+        return None
+    finally:
+        conn.close()
+
+
+def store_readers(path: Path, folder: Path) -> list[tuple[str, Callable]]:
+    """Every way a command or the dashboard reads the store, each a call of its own."""
+    from mcap.store import Store
+
+    def api(name):
+        def call():
+            with Store(path) as s:
+                getattr(s, name)()
+        return call
+
+    def each(kind):
+        def call():
+            with Store(path) as s:
+                ids = [x.id for x in (s.list_profiles() if kind == "profile" else s.list_sweeps())]
+            for i in ids:
+                with Store(path) as s:
+                    s.load_profile(i) if kind == "profile" else s.load_sweep(i)
+        return call
+
+    def studies():
+        from mcap.workflow.reuse import stored_knowledge
+        with Store(path) as s:
+            for summary in s.list_studies():
+                study = s.get_study(summary.id)
+                s.runs(study)
+                for record in s.run_records(study):
+                    machine = s.get_machine(record.machine) if record.machine else None
+                    s.find_run(study, record.run.balance, machine=machine)
+                    s.stage_runs(study, machine=machine)
+                    stored_knowledge(s, study, study.setup, machine)
+                s.find_study(study.model.spec, study.setup)
+
+    def jobs():
+        with Store(path) as s:
+            for job in s.list_jobs():
+                s.job(job.id)
+                s.job_runs(job.id)
+
+    def dashboard():
+        from mcap.io import datasets
+        with Store(path, read_only=None) as s:
+            for ref in datasets.in_store(s):
+                datasets.load(ref, s)
+
+    def export(kind, i):
+        def call():
+            out = folder / f"export-{kind}-{i}.json"
+            code, why = _cli(["export", "--store", path, f"--{kind}", i, "--out", out])
+            if code == 0:
+                from mcap.io.jsonio import load_any
+                try:
+                    load_any(out)  # what export wrote, the file reader must read
+                finally:
+                    out.unlink()
+            elif code is None:
+                raise RuntimeError(why)
+        return call
+
+    return [("open", lambda: Store(path).close()),
+            ("list_studies", api("list_studies")), ("list_profiles", api("list_profiles")),
+            ("list_sweeps", api("list_sweeps")), ("run_records", api("run_records")),
+            ("list_jobs", api("list_jobs")), ("load_profile", each("profile")),
+            ("load_sweep", each("sweep")), ("studies", studies), ("jobs", jobs),
+            ("dashboard", dashboard),
+            *[(f"export --profile {i}", export("profile", i)) for i in (1, 2)],
+            ("export --sweep 1", export("sweep", 1))]
+
+
+def run_store(count: int, seed: int, folder: Path) -> tuple[dict, list[str], dict]:
+    """``count`` store mutations, the columns taken in turn (every column of every table),
+    each followed by every reader: (tally of outcomes, findings, mutations per table)."""
+    import shutil
+    from mcap.core.errors import McapError
+    base = base_store(folder / "base.sqlite")
+    columns = store_columns(base)
+    rng = random.Random(f"store:{seed}")
+    tally: dict = {}
+    per_table: dict = {}
+    findings: list[str] = []
+    done = tries = 0
+    while done < count and tries < 20 * count:
+        table, column = columns[done % len(columns)]
+        tries += 1
+        path = folder / "fuzz.sqlite"
+        shutil.copyfile(base, path)
+        what = mutate_row(path, table, column, rng)
+        if what is None:
+            continue
+        done += 1
+        per_table[table] = per_table.get(table, 0) + 1
+        for name, read in store_readers(path, folder):
+            try:
+                read()
+                code = 0
+            except McapError:
+                code = 2
+            except BaseException as exc:  # noqa: BLE001  (the finding itself)
+                code = None
+                findings.append(f"{what}: {name}: {type(exc).__name__}: {str(exc)[:200]}")
+            tally[code] = tally.get(code, 0) + 1
+        for p in folder.glob("fuzz.sqlite*"):
+            p.unlink()
+    return tally, findings, per_table

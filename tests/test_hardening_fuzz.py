@@ -1,6 +1,7 @@
 """Fuzzing (issue 12): seeded mutations of the bundled JSON files fed to the loader, an
 upload and every CLI command that reads a file; each must end in exit 0 or 2, never a
-traceback. A fast subset here; bench/bench_fuzz.py runs >= 500 per reader."""
+traceback. Store rows (issue 28): every column of every table changed once, then every
+reader of the store. A fast subset here; bench/bench_fuzz.py runs >= 500 of each."""
 from __future__ import annotations
 
 import pytest
@@ -17,3 +18,13 @@ def test_mutated_inputs_exit_0_or_2(tmp_path, monkeypatch, reader):
     tally, findings = fuzzing.run(reader, COUNTS[reader], seed=12, folder=tmp_path)
     assert not findings, "\n".join(findings[:5])
     assert sum(tally.values()) == COUNTS[reader] and tally.get(2, 0) > 0  # the mutations bite
+
+
+def test_every_column_of_every_table_mutated_reads_as_exit_0_or_2(tmp_path):
+    base = fuzzing.base_store(tmp_path / "columns.sqlite")
+    columns = fuzzing.store_columns(base)
+    assert {t for t, _ in columns} == set(fuzzing.STORE_TABLES) and len(columns) >= 70
+    tally, findings, per_table = fuzzing.run_store(len(columns), seed=28, folder=tmp_path)
+    assert not findings, "\n".join(findings[:5])
+    assert set(per_table) == set(fuzzing.STORE_TABLES)  # every table, every column once
+    assert sum(per_table.values()) == len(columns) and tally.get(2, 0) > 0  # the edits bite

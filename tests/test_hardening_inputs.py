@@ -32,11 +32,11 @@ def cli(capsys, *argv):
     ("gpt:vocab=999999999999999999999999", "cannot be built"),
 ])
 def test_a_model_that_cannot_fit_is_refused_before_any_run(capsys, tmp_path, spec, needle):
-    started = time.monotonic()
+    started = time.process_time()  # this process's CPU seconds: not the machine's load
     code, _, err = cli(capsys, "profile", "--model", spec, "--stages", "4", "--store",
                        tmp_path / "s.sqlite", "--out", tmp_path / "p.json")
     assert code == 2 and needle in err and spec.split(":")[1].split("=")[1] in err
-    assert time.monotonic() - started < 30 and not (tmp_path / "p.json").exists()
+    assert time.process_time() - started < 30 and not (tmp_path / "p.json").exists()
 
 
 def test_build_model_refuses_with_the_numbers():
@@ -46,10 +46,10 @@ def test_build_model_refuses_with_the_numbers():
 
 
 def test_plan_refuses_a_million_layers_at_once(capsys):
-    started = time.monotonic()
+    started = time.process_time()
     code, _, err = cli(capsys, "plan", "--layers", "1000000", "--stages", "4")
     assert code == 2 and "limited to 512 layers" in err and "1,000,000" in err
-    assert time.monotonic() - started < 2
+    assert time.process_time() - started < 2
 
 
 def test_sweep_without_sample_on_a_huge_space_is_refused(capsys, tmp_path):

@@ -3,6 +3,8 @@ and the exact DP agree), the logarithmic degree fit, batch-size lines and the la
 from __future__ import annotations
 
 import itertools
+import time
+
 import numpy as np
 import pytest
 
@@ -162,5 +164,6 @@ def test_recommendation_on_a_2x4_mesh_is_fast():
     L = 30
     mesh = parse_mesh("2x4")
     cost = _random_cost(L, 7)
+    started = time.process_time()  # CPU seconds of this process: not the machine's load
     dp = exact_plan(L, mesh, cost)
-    assert dp.seconds < 5.0 and dp.plan.devices == 8
+    assert time.process_time() - started < 5.0 and dp.plan.devices == 8

@@ -42,10 +42,9 @@ def all_balances(layers, stages):
 def test_profile_end_to_end_then_predict_unprofiled_partitionings(tmp_path):
     store = Store(tmp_path / "s.sqlite")
     out = tmp_path / "p.json"
-    started = time.monotonic()
+    # No wall-clock bound here (issue 28: a test must not depend on the machine's timing);
+    # what the profile costs is its run count, asserted below, and BENCHMARKS.md's timings.
     result = profile(MODEL, SETUP, out, store=store, stream=io.StringIO())
-    profile_seconds = time.monotonic() - started
-    assert profile_seconds < 60
     plan = profiling_plan(6, 3).runs
     assert [r.balance for r in result.profile.runs] == list(plan)
     assert all(r.status == "ok" for r in result.profile.runs)

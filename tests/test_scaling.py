@@ -100,7 +100,7 @@ def test_bad_scale_files_are_refused_naming_the_file(tmp_path):
     with pytest.raises(SchemaError, match=r"f.json: not a valid mcap.scale/1 file \(KeyError"):
         from_dict({"schema": "mcap.scale/1", "model": "m"}, "f.json")
     (tmp_path / "t.scale.json").write_text("{trunc")
-    with pytest.raises(SchemaError, match="t.scale.json: not JSON"):
+    with pytest.raises(SchemaError, match="t.scale.json: not valid JSON"):
         load(tmp_path / "t.scale.json")
 
 

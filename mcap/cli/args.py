@@ -31,6 +31,27 @@ def positive_int(text: str) -> int:
     return v
 
 
+def bounded_int(high: int, flag: str, why: str = ""):
+    """An argparse type: an integer 1 .. ``high``, refused naming ``flag`` and the bound
+    before anything runs (a count that only sizes work: iterations, candidates)."""
+    def parse(text: str) -> int:
+        v = positive_int(text)
+        if v > high:
+            raise argparse.ArgumentTypeError(f"{flag} {v:,} is above the limit of {high:,}"
+                                             + (f" ({why})" if why else ""))
+        return v
+    parse.__name__ = flag.lstrip("-").replace("-", "_")
+    return parse
+
+
+def out_path(text: str):
+    """``--out FILE``: a path, never empty (``Path("")`` would be ".", the current folder)."""
+    from pathlib import Path
+    if not str(text).strip():
+        raise argparse.ArgumentTypeError("--out is empty; give a file name such as result.json")
+    return Path(text)
+
+
 def seed(text: str) -> int:
     """A seed: an integer 0 .. 2**32 - 1 (numpy's and skopt's range)."""
     v = _int(text, "the seed")

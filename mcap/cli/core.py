@@ -89,8 +89,11 @@ def register(sub) -> None:
                    help="; ".join(f"{m.name}: {m.help}" for m in map(search.get, search.names())))
     add_predictor_option(p)
     p.add_argument("--seed", type=argtypes.seed, default=0, help="seed for bo")
-    p.add_argument("--iterations", type=argtypes.positive_int, default=75,
-                   help="bo evaluations (paper: 75)")
+    from mcap.core.search.bayes import MAX_ITERATIONS
+    p.add_argument("--iterations", default=75,
+                   type=argtypes.bounded_int(MAX_ITERATIONS, "--iterations",
+                                             "bo refits its surrogate on every evaluation"),
+                   help=f"bo evaluations (paper: 75; at most {MAX_ITERATIONS})")
     p.add_argument("--tie-tolerance", type=argtypes.tolerance, default=0.0,
                    help="relative band above the lowest peak treated as a tie, 0..1 (default 0)")
     add_batch_size_option(p)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 from mcap.cli import args as argtypes
 from mcap.core.errors import McapError
@@ -35,7 +34,10 @@ def register(sub) -> None:
                    help="skip the time method (it imports torch and times the model)")
     p.add_argument("--seed", type=argtypes.seed, default=0, help="seed for bo")
     argtypes.add_confirm_model_option(p, "evaluate")
-    p.add_argument("--bo-iterations", type=argtypes.positive_int, default=75, metavar="N",
+    from mcap.core.search.bayes import MAX_ITERATIONS
+    p.add_argument("--bo-iterations", default=75, metavar="N",
+                   type=argtypes.bounded_int(MAX_ITERATIONS, "--bo-iterations",
+                                             "bo refits its surrogate on every evaluation"),
                    help="bo evaluations (paper: 75; skopt needs at least 10)")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.add_argument("--strict", action="store_true",
@@ -67,7 +69,7 @@ def register(sub) -> None:
                         "it on the batch line (CAPTURE III-A2), so its profiling fits the cap")
     s.add_argument("--profile-batch-sizes", default=None, metavar="B1,B2",
                    help="like --capture, at these batch sizes (each a multiple of --chunks)")
-    s.add_argument("--out", type=Path, default=None, metavar="FILE.json",
+    s.add_argument("--out", type=argtypes.out_path, default=None, metavar="FILE.json",
                    help="write the mcap.scale/1 result here (checked before any run: never the "
                         "store, a folder or a file of another kind; an existing mcap.scale/1 "
                         "file is replaced)")
@@ -240,7 +242,12 @@ def cmd_scale(args) -> int:
         store.close()
     if args.out is not None:
         try:
+            check_out(args.out, scaling.SCALE_SCHEMA, store=store_path)  # again, right before
             scaling.save(result, args.out)
+        except OutputError as exc:
+            raise OutputError(f"{exc}. Nothing was written; every run is kept in the store "
+                              f"({store_path}): run the command again with another --out to "
+                              f"write it; nothing is measured twice") from None
         except OSError as exc:
             raise OutputError(f"could not write {args.out}: {exc.strerror or exc}. Every run is "
                               f"kept in the store ({store_path}): run the same command again "

@@ -9,7 +9,6 @@ is checked as for every command (``mcap.io.outputs``).
 """
 from __future__ import annotations
 
-from pathlib import Path
 
 from mcap.cli import args as argtypes
 
@@ -24,7 +23,7 @@ def register(sub) -> None:
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--profile", type=argtypes.positive_int, metavar="ID", help="stored profile id")
     which.add_argument("--sweep", type=argtypes.positive_int, metavar="ID", help="stored sweep id")
-    p.add_argument("--out", required=True, type=Path, metavar="FILE.json",
+    p.add_argument("--out", required=True, type=argtypes.out_path, metavar="FILE.json",
                    help="the file to write (never the store, a folder or a file of another "
                         "kind; an existing file of the same schema is replaced)")
     p.set_defaults(func=cmd_export)
@@ -33,20 +32,22 @@ def register(sub) -> None:
 def cmd_export(args) -> int:
     from mcap.core.errors import McapError
     from mcap.io import jsonio
-    from mcap.io.outputs import check_out, write_text
+    from mcap.io.outputs import check_out, write_checked
     from mcap.store import Store
-    from mcap.store.opening import resolve_path
+    from mcap.store.opening import check_path, resolve_path
 
     kind = "profile" if args.profile is not None else "sweep"
     stored_id = args.profile if kind == "profile" else args.sweep
     store_path = resolve_path(args.store)
-    if not store_path.is_file():
-        raise McapError(f"store {store_path} does not exist")
+    if check_path(store_path):  # a folder, a FIFO, a device: named as what it is
+        raise McapError(f"store {store_path} does not exist" if not store_path.exists()
+                        else f"store {store_path} is empty: it holds no {kind}")
     check_out(args.out, f"mcap.{kind}/1", store=store_path)
-    with Store(store_path) as store:
+    # Read-only: export changes nothing, and a store on a read-only mount can be exported.
+    with Store(store_path, read_only=True) as store:
         obj = store.load_profile(stored_id) if kind == "profile" else store.load_sweep(stored_id)
     try:
-        write_text(args.out, jsonio.dumps(obj))
+        write_checked(args.out, jsonio.dumps(obj), f"mcap.{kind}/1", store=store_path)
     except OSError as exc:
         raise McapError(f"could not write {args.out}: {exc.strerror or exc}") from None
     print(f"{kind} {stored_id} ({obj.model.spec}, {len(obj.runs)} runs) -> {args.out}")

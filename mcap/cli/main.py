@@ -53,8 +53,38 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mcap: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("mcap: interrupted; finished runs are kept in the store", file=sys.stderr)
+        # Only commands that measure keep runs in a store (export only reads one).
+        measures = args.command in ("measure", "profile", "sweep", "scale")
+        print("mcap: interrupted" + ("; finished runs are kept in the store" if measures
+                                     else ""), file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        if not _stdout_gone():
+            raise
+        return 141  # 128 + SIGPIPE, as a shell pipeline's writer that head closed
+
+
+def _stdout_gone() -> bool:
+    """Whether stdout's reader went away (``| head`` read enough): then stop quietly, and
+    point stdout at /dev/null so the interpreter's final flush does not fail again. A
+    broken pipe elsewhere (a stage process's) is not this, and is raised."""
+    import os
+    import select
+    try:
+        fd = sys.stdout.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        gone = any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError, AttributeError):  # not a real file (tests capture it)
+        return False
+    if gone:
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, fd)
+            os.close(devnull)
+        except OSError:
+            pass
+    return gone
 
 
 if __name__ == "__main__":

@@ -52,6 +52,7 @@ def plan_json(plan: HybridPlan, run: Run) -> dict:
 
 def cmd_measure_plan(args) -> int:
     from mcap.cli.profile import isolation_env
+    from mcap.cli.run import keep_measured
     from mcap.models.spec import parse_spec
     from mcap.runner import open_runner
     from mcap.store import Store
@@ -73,15 +74,22 @@ def cmd_measure_plan(args) -> int:
                 run = runner.measure_plan(plan)
             study_setup = dataclasses.replace(setup, stages=len(plan.stages),
                                               engine=store_engine(plan))
-            store.record_run(store.study(info, study_setup), stored_run(plan, run),
-                             kind="measure", job=args.job, machine=machine)
-            if args.job is not None:
+            unsaved = keep_measured(store, lambda: store.keep_run(
+                info, study_setup, stored_run(plan, run), kind="measure", job=args.job,
+                machine=machine), lambda: _print(args, plan, run))
+            if args.job is not None and unsaved is None:
                 store.update_job(args.job, done=1)
     except Cancelled:
         print("mcap: measure cancelled", file=sys.stderr)
         return 143
     finally:
         store.close()
+    if unsaved is not None:
+        raise unsaved
+    return 0 if run.status == "ok" else 1
+
+
+def _print(args, plan: HybridPlan, run: Run) -> None:
     if args.json:
         print(json.dumps(plan_json(plan, run)))
     else:
@@ -94,7 +102,6 @@ def cmd_measure_plan(args) -> int:
                       f"({peak / 2**20:.2f} MiB)")
         if run.error:
             print(f"  {run.error}", file=sys.stderr)
-    return 0 if run.status == "ok" else 1
 
 
 __all__ = ["cmd_measure_plan", "plan_json", "plan_setup", "stored_run"]

@@ -40,7 +40,8 @@ def add_node_options(p: argparse.ArgumentParser) -> None:
 def check_node_options(args) -> None:
     """``--node-rank`` / ``--rdzv-endpoint`` mean something only with ``--nnodes``: given
     without it they were silently ignored (the run stayed on this machine); refused naming
-    them. With ``--nnodes`` the rank defaults to 0."""
+    them. With ``--nnodes`` the rank defaults to 0, and ``--nnodes 1`` without an endpoint
+    rendezvouses on this machine (127.0.0.1 and a free port); more nodes need one."""
     if args.nnodes is None:
         given = [f"{opt} {value}" for opt, value in (("--node-rank", args.node_rank),
                                                       ("--rdzv-endpoint", args.rdzv_endpoint))
@@ -48,8 +49,22 @@ def check_node_options(args) -> None:
         if given:
             raise McapError(f"{' and '.join(given)} apply only across nodes: give --nnodes N "
                             "as well, or leave them out to run on this machine")
-    elif args.node_rank is None:
-        args.node_rank = 0
+    else:
+        if args.node_rank is None:
+            args.node_rank = 0
+        if args.rdzv_endpoint is None:
+            if args.nnodes != 1:
+                raise McapError(f"--nnodes {args.nnodes} needs --rdzv-endpoint HOST:PORT: node "
+                                "0's address and a free port, the same on every node (e.g. "
+                                "node0:29500)")
+            args.rdzv_endpoint = f"127.0.0.1:{_free_port()}"  # one node: this machine
+
+
+def _free_port() -> int:
+    import socket
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _endpoint(text) -> tuple[str, int]:
@@ -116,8 +131,8 @@ def launch_measure(args, devices: int) -> int:
     run = Run(tuple(got["balance"]), got["status"],
               tuple(got["peaks"]) if got.get("peaks") else None, float(got["seconds"]),
               samples_per_second=got.get("samples_per_second"), error=got.get("error"))
-    _record(args, run)
-    print(line if args.json else f"{run.status}: peaks {run.peaks}")
+    print(line if args.json else f"{run.status}: peaks {run.peaks}", flush=True)
+    _record(args, run)  # after the print: a store that refuses it cannot hide the result
     return 0 if run.status == "ok" else 1
 
 
@@ -181,8 +196,8 @@ def _record(args, run) -> None:
     else:
         args.stages = len(run.balance)
         setup = setup_from_args(args)
-    with Store(args.store) as store:
-        store.record_run(store.study(info, setup), run, kind="measure", job=args.job)
+    with Store(args.store) as store:  # a busy store: waited for, else the recovery file
+        store.keep_run(info, setup, run, kind="measure", job=args.job)
 
 
 __all__ = ["add_node_options", "launch_command", "launch_measure", "spmd_argv"]

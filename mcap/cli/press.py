@@ -15,7 +15,6 @@ imported.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from mcap.cli import args as argtypes
 from mcap.core.units import fmt_bytes
@@ -38,7 +37,7 @@ def register(sub) -> None:
                    help="measure the partitioning with every layer kept first (one real run "
                         "here, the profile's setup) and plan from its per-stage peaks, not "
                         "from predicted ones")
-    p.add_argument("--out", type=Path, default=None, metavar="PLAN.json",
+    p.add_argument("--out", type=argtypes.out_path, default=None, metavar="PLAN.json",
                    help="write the mcap.press/1 plan here (checked first; only an existing "
                         "mcap.press/1 file is replaced)")
     p.add_argument("--json", action="store_true")
@@ -76,9 +75,10 @@ def cmd_press(args) -> int:
     from mcap.io.jsonio import load_profile
     from mcap.io.outputs import check_out
 
-    if args.out is not None:
-        from mcap.core.pressplan import PRESS_SCHEMA
-        check_out(args.out, PRESS_SCHEMA, inputs=(args.profile,))  # before any work
+    from mcap.core.pressplan import PRESS_SCHEMA
+    from mcap.store.opening import default_store_path
+    if args.out is not None:  # before any work
+        check_out(args.out, PRESS_SCHEMA, inputs=(args.profile,), store=default_store_path())
     profile = load_profile(args.profile)
     balance = parse_balance(args.balance)
     base = None
@@ -96,6 +96,8 @@ def cmd_press(args) -> int:
     plan = solve(p, args.capacity, args.method)
     if args.out is not None:
         from mcap.io.pressfile import save
+        check_out(args.out, PRESS_SCHEMA, inputs=(args.profile,),
+                  store=default_store_path())  # again, right before the write
         save(plan, args.out)
     if args.json:
         print(json.dumps(plan_json(plan, p.base, "measured" if base else "predicted")))
@@ -119,9 +121,12 @@ def add_joint_options(p) -> None:
                         "fastest that fits --capacity (needs a profile with press statistics)")
     p.add_argument("--press-method", choices=tuple(METHODS), default="milp",
                    help="the plan of each candidate partitioning (default milp, exact)")
-    p.add_argument("--press-candidates", type=argtypes.positive_int, default=4,
-                   help="partitionings planned: this many by lowest peak and by lowest "
-                        "floor (default 4 each)")
+    from mcap.core.press.jointsearch import MAX_TOP
+    p.add_argument("--press-candidates", default=4,
+                   type=argtypes.bounded_int(MAX_TOP, "--press-candidates",
+                                             "each candidate is planned, an MILP each"),
+                   help=f"partitionings planned: this many by lowest peak and by lowest "
+                        f"floor (default 4 each, at most {MAX_TOP})")
 
 
 def cmd_joint(args) -> int:

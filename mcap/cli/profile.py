@@ -9,7 +9,6 @@ import argparse
 import contextlib
 import os
 import sys
-from pathlib import Path
 
 from mcap.core.errors import McapError
 from mcap.core.types import CHECKPOINTS, DEVICES, OPTIMIZERS, SCHEDULES, Setup
@@ -21,6 +20,8 @@ from mcap.runner import engines
 
 
 def _threads(text: str) -> int:
+    """``--threads N``: 1 .. the cores this process may run on (issue 28: 100000 was taken,
+    and the stage process died with signal 11 inside gloo)."""
     try:
         value = int(text)
     except ValueError:
@@ -28,7 +29,19 @@ def _threads(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"threads must be a whole number of at least 1, "
                                          f"got {text!r}")
+    cores = _cores()
+    if value > cores:
+        raise argparse.ArgumentTypeError(f"--threads {value:,} is more than the {cores} CPU "
+                                         f"core{'' if cores == 1 else 's'} this machine gives "
+                                         f"mcap; give 1..{cores}")
     return value
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def add_setup_options(p: argparse.ArgumentParser) -> None:
@@ -103,7 +116,7 @@ def register(sub) -> None:
                         "hybrid too (the default engine becomes hybrid). With --merge-to they "
                         "run on the merged layers, with --capture / --profile-batch-sizes at "
                         "each profiling batch size")
-    p.add_argument("--out", required=True, type=Path, metavar="FILE.json", help=OUT_HELP % "profile")
+    p.add_argument("--out", required=True, type=argtypes.out_path, metavar="FILE.json", help=OUT_HELP % "profile")
     p.add_argument("--press", action="store_true",
                    help="also measure MPress's costs: per layer the activation bytes saved "
                         "for backward and the forward time per micro-batch, and this "
@@ -135,7 +148,7 @@ def register(sub) -> None:
                    help="measure every partitioning; by default only a set that covers every "
                         "distinct stage is measured and the others' per-stage peaks are "
                         "composed from it (their throughput is then not measured)")
-    s.add_argument("--out", required=True, type=Path, metavar="FILE.json", help=OUT_HELP % "sweep")
+    s.add_argument("--out", required=True, type=argtypes.out_path, metavar="FILE.json", help=OUT_HELP % "sweep")
     add_node_options(s)
     s.set_defaults(func=cmd_sweep)
 

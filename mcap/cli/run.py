@@ -142,15 +142,39 @@ def cmd_measure(args) -> int:
                 run = runner.measure(balance, press=plan)
             # A plan's run is a study of its own (Setup.press): never reused as a plain run.
             keyed = setup if plan is None else dataclasses.replace(setup, press=press_code(plan))
-            store.record_run(store.study(info, keyed), run, kind="measure", job=args.job,
-                             machine=machine)
-            if args.job is not None:
+            # A busy store is waited for, and a run it still refuses is kept in its recovery
+            # file: the result is printed either way, before the error (issue 28).
+            unsaved = keep_measured(store, lambda: store.keep_run(
+                info, keyed, run, kind="measure", job=args.job, machine=machine),
+                lambda: print_run(args, run, plan))
+            if args.job is not None and unsaved is None:
                 store.update_job(args.job, done=1)
     except Cancelled:
         print("mcap: measure cancelled", file=sys.stderr)
         return 143
     finally:
         store.close()
+    if unsaved is not None:
+        raise unsaved
+    return 0 if run.status == "ok" else 1
+
+
+def keep_measured(store, record, show):
+    """``record()`` the measured run, then ``show()`` it; an McapError from the record (a
+    StoreError: the run is then in the recovery file, named in it) is returned, after the
+    result is shown, for the command to exit 2 with: a measured run is always printed."""
+    try:
+        record()
+        unsaved = None
+    except McapError as exc:
+        unsaved = exc
+    show()
+    sys.stdout.flush()
+    return unsaved
+
+
+def print_run(args, run, plan) -> None:
+    from mcap.core.setup import press_code
     if args.json:
         out = run_json(run)
         if plan is not None:
@@ -169,7 +193,7 @@ def cmd_measure(args) -> int:
             print(f"  peak {run.peak} bytes ({_mib(run.peak)}), {rate}")
         if run.error:
             print(f"  {run.error}", file=sys.stderr)
-    return 0 if run.status == "ok" else 1
 
 
-__all__ = ["register", "cmd_measure", "parse_balance", "parse_plan_arg", "run_json"]
+__all__ = ["register", "cmd_measure", "keep_measured", "parse_balance", "parse_plan_arg",
+           "print_run", "run_json"]

@@ -18,6 +18,7 @@ goes through :func:`costs_at`.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Callable, Optional, Sequence
 
 import numpy as np
@@ -30,6 +31,34 @@ from mcap.core.types import LayerStats, Profile, VariantStats
 
 # The profile's ``extra`` key naming the batch sizes its statistics were extrapolated from.
 EXTRA_KEY = "batch_scaled"
+# A value read off a line (bytes) must stay exact in int64 with room for sums of stages
+# (issue 28: batch size 999999999999999998 gave "predicted peak -8192.00 PiB" through an
+# int64 overflow). Beyond it the prediction is refused, naming the batch size.
+MAX_LINE_BYTES = 2**60
+
+
+def _refuse(value: float, target: int, b_low: int, b_high: int, what: str) -> McapError:
+    return McapError(f"at {what} {target:,} the line through {what}s {b_low} and {b_high} "
+                     f"predicts {value:.3g} bytes, beyond the {MAX_LINE_BYTES:,} bytes a "
+                     f"prediction can hold; predict at a smaller {what}")
+
+
+def line_bytes(value: float, target: int, b_low: int, b_high: int,
+               what: str = "batch size") -> int:
+    """A value read off the batch line, as int bytes (an exact Python int), or refused."""
+    if not math.isfinite(value) or abs(value) > MAX_LINE_BYTES:
+        raise _refuse(value, target, b_low, b_high, what)
+    return int(round(value))
+
+
+def line_array(values: np.ndarray, target: int, b_low: int, b_high: int,
+               what: str = "batch size") -> np.ndarray:
+    """``line_bytes`` of an array: int64 peaks floored at 0, or refused."""
+    values = np.asarray(values, dtype=np.float64)
+    bad = ~np.isfinite(values) | (np.abs(values) > MAX_LINE_BYTES)
+    if bad.any():
+        raise _refuse(float(values[bad].flat[0]), target, b_low, b_high, what)
+    return np.maximum(np.rint(values), 0).astype(np.int64)
 
 
 def pp_variants(profile: Profile) -> tuple[VariantStats, ...]:
@@ -93,7 +122,8 @@ def line_stats(low: VariantStats, high: VariantStats, target: int) -> LayerStats
     """Per-layer M_i and M_a on the line through two batch sizes (III-B2 applied to
     Listing 1.1's terms), rounded to bytes."""
     def at(a, b):
-        return int(round(batch_line(a, low.batch_size, b, high.batch_size, target)))
+        return line_bytes(batch_line(a, low.batch_size, b, high.batch_size, target), target,
+                          low.batch_size, high.batch_size)
     iso = tuple(at(a, b) for a, b in zip(low.stats.mem_isolated, high.stats.mem_isolated))
     added = tuple(None if a is None or b is None else at(a, b)
                   for a, b in zip(low.stats.mem_added, high.stats.mem_added))
@@ -140,7 +170,7 @@ class LineCosts(StageCosts):
         m2 = self.high.stage_costs(first, last).astype(np.float64)
         line = batch_line(m1, self.b_low, m2, self.b_high, self.target)
         # A peak is never negative; only an extrapolation far below both sizes could say so.
-        return np.maximum(np.rint(line), 0).astype(np.int64)
+        return line_array(line, self.target, self.b_low, self.b_high)
 
 
 Fit = Callable[[Profile, str], StageCosts]

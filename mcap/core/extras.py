@@ -88,7 +88,10 @@ def _int(v, where, fail, low, high, nullable=False):
 def _num(v, where, fail, high):
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise fail(where, f"expected a number, found {_show(v)}")
-    f = float(v)
+    try:
+        f = float(v)
+    except OverflowError:  # an int beyond float's range
+        f = math.inf
     if math.isnan(f) or not 0 <= f <= high:
         raise fail(where, f"expected a finite number between 0 and {high:g}, found {_show(v)}")
     return f

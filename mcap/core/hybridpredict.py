@@ -294,7 +294,8 @@ class _Line(StageCosts):
         b1, b2, t = self.b
         m = batch_line(self.low.stage_costs(first, last).astype(np.float64), b1,
                        self.high.stage_costs(first, last).astype(np.float64), b2, t)
-        return np.maximum(np.rint(m), 0).astype(np.int64)  # a peak is never negative
+        from mcap.core.batchscale import line_array
+        return line_array(m, t, b1, b2)  # a peak is never negative; int64 overflow refused
 
 
 class _DegreeFit(StageCosts):
@@ -310,7 +311,8 @@ class _DegreeFit(StageCosts):
         d1, d2, d = self.d
         m = degree_fit(self.form, d1, self.low.stage_costs(first, last).astype(np.float64), d2,
                        self.high.stage_costs(first, last).astype(np.float64), d)
-        return np.maximum(np.rint(m), 0).astype(np.int64)
+        from mcap.core.batchscale import line_array
+        return line_array(m, d, d1, d2, "degree")
 
 
 @dataclass(frozen=True)
@@ -423,8 +425,9 @@ class BatchFit:
 
     @property
     def at_target(self) -> int:
-        return int(round(batch_line(self.peaks[0], self.sizes[0], self.peaks[1], self.sizes[1],
-                                    self.target)))
+        from mcap.core.batchscale import line_bytes
+        return line_bytes(batch_line(self.peaks[0], self.sizes[0], self.peaks[1], self.sizes[1],
+                                     self.target), self.target, *self.sizes)
 
 
 def pp_batch_sizes(profile: Profile) -> tuple[int, ...]:

@@ -68,6 +68,21 @@ class Scaling:
 
 # --- the search (pure) ------------------------------------------------------------------
 
+# Values a grid may hold (issue 28): the search bisects it (about log2(n) + 2 points are
+# measured), but the grid is listed in memory and saved in the mcap.scale/1 file.
+MAX_GRID = 100_000
+
+
+def check_grid_size(low: int, high: int, step: int) -> int:
+    """The number of values of low, low + step, ..., up to high; McapError naming the
+    flags above MAX_GRID, before anything is listed."""
+    n = 0 if high < low else (high - low) // step + 1
+    if n > MAX_GRID:
+        raise McapError(f"--low {low} --high {high} --step {step} is a grid of {n:,} values, "
+                        f"above the limit of {MAX_GRID:,}; give a larger --step or a narrower "
+                        f"range")
+    return n
+
 def bisect(grid: Sequence[int], trains: Callable[[int], bool]) -> tuple[Optional[int], bool]:
     """The largest value of ``grid`` for which ``trains`` holds, assuming it is monotone
     (true up to some value, false after), and whether that is the last grid value.
@@ -151,6 +166,9 @@ def from_dict(d, source: str = "<scale>") -> Scaling:
     if not isinstance(d, dict) or d.get("schema") != SCALE_SCHEMA:
         found = d.get("schema") if isinstance(d, dict) else type(d).__name__
         raise SchemaError(f"{source}: expected schema {SCALE_SCHEMA!r}, found {found!r}")
+    if isinstance(d.get("grid"), list) and len(d["grid"]) > MAX_GRID:
+        raise SchemaError(f"{source}: the grid has {len(d['grid']):,} values, above the limit "
+                          f"of {MAX_GRID:,}")
     try:
         raw = dict(d["setup"])
         if "backend" in raw and "device" not in raw:  # files written before device was renamed

@@ -18,10 +18,11 @@ from typing import Optional
 
 from mcap.core.errors import SchemaError
 from mcap.core.evaluate import RankAgreement
-from mcap.io.jsonio import write_text_atomic
+from mcap.io.jsonio import read_json, write_text_atomic
 
 SCHEMA = "mcap.agreement/1"
 SUFFIX = ".agreement.json"
+MAX_AGREEMENT_BYTES = 2**20  # a few KB in practice; the dashboard reads every one
 _TEXT = ("model", "setup", "a", "b", "note", "command")
 
 
@@ -64,10 +65,7 @@ def _check_stats(d, where: str, source: str) -> RankAgreement:
 def load(path: Path) -> dict:
     """The file's text fields plus ``stats`` and ``reverse`` as RankAgreement records."""
     path = Path(path)
-    try:
-        d = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise SchemaError(f"{path}: cannot read ({exc})") from None
+    d = read_json(path, limit=MAX_AGREEMENT_BYTES, what="an mcap.agreement/1 file")
     if not isinstance(d, dict) or d.get("schema") != SCHEMA:
         raise SchemaError(f"{path}: expected schema {SCHEMA!r}")
     out = {k: str(d.get(k, ""))[:2000] for k in _TEXT}

@@ -9,6 +9,7 @@ raises ``McapError`` naming the file and what is wrong.
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -144,6 +145,32 @@ def _load_path(path: Path) -> Dataset:
     if not isinstance(data, (Profile, Sweep)):
         raise SchemaError(f"{path.name} holds a {type(data).__name__}, not a profile or a sweep")
     return data
+
+
+def may_hold_key(path: Union[str, Path], key: str, chunk: int = 2**20) -> bool:
+    """Whether the JSON file ``path`` may hold the object key ``key`` (``"key":``), read in
+    chunks of ``chunk`` bytes (constant memory), without decoding it: a listing asks this
+    before opening a file whole (issue 28: the dashboard read every file of the data folder
+    on a fresh visit). False for a file that cannot be read or is above the size cap; a
+    True is confirmed by opening the file."""
+    from mcap.io.jsonio import MAX_FILE_BYTES
+    pattern = re.compile(rb'"' + re.escape(key.encode()) + rb'"\s*:')
+    try:
+        if not os.path.isfile(path):  # a FIFO would block the open
+            return False
+        with open(path, "rb") as fh:
+            if os.fstat(fh.fileno()).st_size > MAX_FILE_BYTES:
+                return False
+            tail = b""
+            while True:
+                data = fh.read(chunk)
+                if not data:
+                    return False
+                if pattern.search(tail + data):
+                    return True
+                tail = data[-(len(key) + 64):]
+    except OSError:
+        return False
 
 
 def file_revision(path: Union[str, Path]) -> tuple:

@@ -16,7 +16,6 @@ the file again from the store when the final write fails after the runs.
 """
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from pathlib import Path
@@ -24,7 +23,7 @@ from typing import Iterable, Optional, Union
 
 from mcap.core.errors import McapError
 
-STORE_SIDECARS = ("", "-wal", "-shm", "-journal")
+STORE_SIDECARS = ("", "-wal", "-shm", "-journal", ".recovery.jsonl")
 # An existing file larger than this is not read to learn its schema: no mcap JSON is.
 MAX_SCHEMA_PROBE_BYTES = 256 * 2**20
 
@@ -34,12 +33,15 @@ class OutputError(McapError):
 
 
 def _same(a: Path, b: Path) -> bool:
+    """Whether two paths name one file: the same inode when both exist, else the same
+    resolved real path (symlinked folders and a dangling symlink resolved: ``DIR_LINK/x``
+    and ``REAL_DIR/x`` are one file before either exists, issue 28)."""
     try:
         if a.exists() and b.exists():
             return os.path.samefile(a, b)
     except OSError:
         pass
-    return os.path.abspath(a) == os.path.abspath(b)
+    return os.path.realpath(a) == os.path.realpath(b)
 
 
 def _existing_ancestor(p: Path) -> Path:
@@ -50,11 +52,10 @@ def _existing_ancestor(p: Path) -> Path:
 
 
 def _schema_of(p: Path) -> Optional[str]:
+    from mcap.io.jsonio import read_json
     try:
-        if p.stat().st_size > MAX_SCHEMA_PROBE_BYTES:
-            return None
-        d = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        d = read_json(p, limit=MAX_SCHEMA_PROBE_BYTES)
+    except McapError:
         return None
     return d.get("schema") if isinstance(d, dict) and isinstance(d.get("schema"), str) else None
 
@@ -63,9 +64,9 @@ def check_out(out: Union[str, Path], schema: str, *, store: Union[str, Path, Non
               inputs: Iterable[Union[str, Path]] = (), flag: str = "--out") -> Path:
     """Raise ``OutputError`` naming ``out`` unless writing ``schema`` there is safe; see the
     module docstring. Creates nothing (the write probe is removed)."""
-    p = Path(out)
-    if str(out).strip() == "":
+    if str(out).strip() == "":  # argparse's --out type refuses it before Path("") is "."
         raise OutputError(f"{flag} is empty; give a file name such as result.json")
+    p = Path(out)
     if store is not None:
         for suffix in STORE_SIDECARS:
             if _same(p, Path(f"{store}{suffix}")):
@@ -120,13 +121,29 @@ def rescue_hint(kind: str, stored_id: int, store: Union[str, Path], out: Union[s
     return (f"python -m mcap export --store {store} --{kind} {stored_id} --out {out}")
 
 
+def write_checked(out: Union[str, Path], text: str, schema: str, *,
+                  store: Union[str, Path, None] = None,
+                  inputs: Iterable[Union[str, Path]] = (), flag: str = "--out") -> Path:
+    """``check_out`` again, right before the write, then ``write_text``: what was checked
+    before the runs may have changed since (the store created meanwhile behind a symlinked
+    folder, a file of another kind put there), so the check that counts is this one."""
+    check_out(out, schema, store=store, inputs=inputs, flag=flag)
+    return write_text(out, text)
+
+
 def write_or_explain(obj, out: Union[str, Path], kind: str, stored_id: int,
                      store: Union[str, Path]) -> Path:
-    """Write a Profile or Sweep to ``out``; if that fails after the runs, raise an
-    McapError saying the result is in the store and how to write it again."""
+    """Write a Profile or Sweep to ``out`` (checked again first, :func:`write_checked`); if
+    that fails after the runs, raise an McapError saying the result is in the store and how
+    to write it again."""
     from mcap.io import jsonio
+    text = jsonio.dumps(obj)
     try:
-        return write_text(out, jsonio.dumps(obj))
+        return write_checked(out, text, f"mcap.{kind}/1", store=store)
+    except OutputError as exc:
+        raise OutputError(f"{exc}. Nothing was written; the runs and the {kind} are kept in "
+                          f"the store ({kind} id {stored_id}); write the file elsewhere with: "
+                          f"{rescue_hint(kind, stored_id, store, 'FILE.json')}") from None
     except OSError as exc:
         raise OutputError(f"could not write {out}: {exc.strerror or exc}. The runs and the {kind} "
                           f"are kept in the store ({kind} id {stored_id}); write the file again "

@@ -7,25 +7,22 @@ from typing import Sequence, Union
 
 from mcap.core.errors import SchemaError
 from mcap.core.scaling import Scaling, from_dict, to_dict
-from mcap.io.jsonio import write_text_atomic
+from mcap.io.jsonio import read_json, write_text_atomic
 
 
 def save(s: Scaling, path: Union[str, Path]) -> Path:
     return write_text_atomic(Path(path), json.dumps(to_dict(s), indent=1) + "\n")
 
 
+# A scale file holds a grid and a few results: kilobytes (the grid is capped at
+# mcap.core.scaling.MAX_GRID values). The Scaling page reads every one in the data folder.
+MAX_SCALE_BYTES = 16 * 2**20
+
+
 def load(path: Union[str, Path]) -> Scaling:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SchemaError(f"{path}: cannot read ({getattr(exc, 'strerror', None) or exc})") from None
-    try:
-        d = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SchemaError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
-    except (ValueError, RecursionError) as exc:  # huge integers, deep nesting
-        raise SchemaError(f"{path}: not usable JSON ({type(exc).__name__})") from None
-    return from_dict(d, str(path))
+    """The scaling in ``path``; its size is capped before it is read (``read_json``)."""
+    return from_dict(read_json(path, limit=MAX_SCALE_BYTES, what="an mcap.scale/1 file"),
+                     str(path))
 
 
 def compared_first(paths: Sequence[Union[str, Path]]) -> list[Path]:

@@ -67,6 +67,37 @@ KNOWN_MODELS: dict[str, ModelKind] = {
 }
 
 
+# Layers a built-in model may have (issue 28): checked on the spec, before the model is
+# built even on the meta device (gpt:layers=100000000 took 1.3 GB in 60 s of building
+# there). 1,024 layers build in seconds; profiling plans are limited to 512
+# (mcap.core.plan.MAX_PLAN_LAYERS).
+MAX_LAYERS = 1024
+# How many layers a built-in model has, from its parameters (vgg.py, amoebanet.py, gpt.py).
+_LAYER_COUNTS = {"vgg11": lambda p: 30, "amoebanet-d": lambda p: p["layers"] + 6,
+                 "gpt": lambda p: p["layers"] + 2}
+# A spec echoed in a message is cut to this many characters, its length named; a longer
+# spec than MAX_SPEC_CHARS is refused (a built-in spec is under 100, a user one a module
+# path and a function name).
+SHOWN_SPEC_CHARS = 200
+MAX_SPEC_CHARS = 1024
+
+
+def shown(spec: str) -> str:
+    """``spec`` for a message: repr'd, cut to SHOWN_SPEC_CHARS with its length named (a
+    97 KB spec was echoed whole, twice, in one line)."""
+    text = repr(str(spec))
+    if len(text) <= SHOWN_SPEC_CHARS:
+        return text
+    return f"{text[:SHOWN_SPEC_CHARS - 20]}...' ({len(str(spec)):,} characters)"
+
+
+def layer_count(name: str, params: dict) -> int | None:
+    """The number of layers of a built-in model with these parameters; None for a user
+    model (only building it tells)."""
+    count = _LAYER_COUNTS.get(name)
+    return None if count is None else count(params)
+
+
 def _known() -> str:
     parts = [f"{k.name}:{','.join(f'{p.name}={p.default}' for p in k.params)}"
              for k in KNOWN_MODELS.values()]
@@ -101,6 +132,9 @@ def parse_spec(spec: str) -> tuple[str, dict[str, int | float | str]]:
     a user model's params are passed to its function as keyword arguments.
     """
     spec = spec.strip()
+    if len(spec) > MAX_SPEC_CHARS:
+        raise UnknownModel(f"spec {shown(spec)} is longer than the limit of {MAX_SPEC_CHARS:,} "
+                           f"characters")
     if hfspec.is_hf_spec(spec):
         return hfspec.parse(spec)
     if is_user_spec(spec):
@@ -109,9 +143,14 @@ def parse_spec(spec: str) -> tuple[str, dict[str, int | float | str]]:
     name, _, rest = spec.partition(":")
     kind = KNOWN_MODELS.get(name)
     if kind is None:
-        raise UnknownModel(f"unknown model {name!r} in spec {spec!r}; known: {_known()}")
+        raise UnknownModel(f"unknown model {shown(name)} in spec {shown(spec)}; known: "
+                           f"{_known()}")
     params: dict[str, int | float | str] = {p.name: p.default for p in kind.params}
     params.update(_parse_pairs(rest, spec, kind))
+    layers = layer_count(name, params)
+    if layers is not None and not 1 <= layers <= MAX_LAYERS:
+        raise UnknownModel(f"spec {shown(spec)} has {layers:,} layers; models are limited to "
+                           f"1..{MAX_LAYERS:,} layers (checked before anything is built)")
     return name, params
 
 
@@ -121,14 +160,18 @@ def _parse_pairs(text: str, spec: str, kind: ModelKind | None) -> dict[str, int 
         key, eq, raw = pair.partition("=")
         key = key.strip()
         if not eq or not key:
-            raise UnknownModel(f"spec {spec!r}: expected key=value, got {pair!r}")
+            raise UnknownModel(f"spec {shown(spec)}: expected key=value, got {shown(pair)}")
         if kind is not None and key not in kind.param_names():
             raise UnknownModel(
-                f"model {kind.name!r} has no parameter {key!r} (spec {spec!r}); "
+                f"model {kind.name!r} has no parameter {shown(key)} (spec {shown(spec)}); "
                 f"known: {', '.join(f'{p.name}={p.default}' for p in kind.params)}")
+        if key in out:  # vgg11:image_size=32,image_size=64 was taken as 64, silently
+            raise UnknownModel(f"spec {shown(spec)} gives {key} twice ({key}={out[key]} and "
+                               f"{key}={raw.strip()[:40]}); give each parameter once")
         value = _parse_value(raw.strip(), key, spec)
         if kind is not None and not isinstance(value, int):
-            raise UnknownModel(f"spec {spec!r}: {key} must be an integer, got {raw!r}")
+            raise UnknownModel(f"spec {shown(spec)}: {key} must be an integer, got "
+                               f"{shown(raw)}")
         out[key] = value
     return out
 

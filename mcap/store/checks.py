@@ -1,10 +1,14 @@
-"""Refusing what does not belong in a study, before anything is written."""
+"""Refusing what does not belong in a study, before anything is written.
+
+The bounds are the ones every row is read back with (``mcap.core.fields``, the checks files
+pass too): what the store accepts, it can read and export (issue 28)."""
 from __future__ import annotations
 
 import math
 import numbers
 
 from mcap.core.errors import InvalidPartitioning, McapError
+from mcap.core.fields import MAX_BYTES, MAX_SECONDS
 from mcap.store.records import RUN_KINDS, RUN_STATUSES, Study
 from mcap.core.types import ModelInfo, Run, StageRun
 
@@ -36,16 +40,16 @@ def check_run(run: Run, study: Study, kind: str) -> None:
     if run.peaks is None:
         if run.status == "ok":
             raise McapError(f"an ok run needs its peaks (balance {list(balance)})")
-    elif len(run.peaks) != stages or not all(is_int(p) and p >= 0 for p in run.peaks):
+    elif len(run.peaks) != stages or not all(is_int(p) and 0 <= p <= MAX_BYTES
+                                             for p in run.peaks):
         raise McapError(f"run of balance {list(balance)} has peaks {list(run.peaks)}; "
-                        f"expected {stages} int byte counts >= 0")
+                        f"expected {stages} int byte counts 0 .. {MAX_BYTES:,} (1 PiB)")
     for label, value in (("seconds", run.seconds), ("samples_per_second", run.samples_per_second)):
         if value is None and label == "samples_per_second":
             continue
-        if isinstance(value, bool) or not isinstance(value, numbers.Real) \
-                or not math.isfinite(value) or value < 0:
+        if not _seconds_ok(value):
             raise McapError(f"run of balance {list(balance)} has {label}={value!r}; expected "
-                            f"a finite number >= 0")
+                            f"a finite number 0 .. {MAX_SECONDS:,}")
     if run.breakdown is not None and len(run.breakdown) != stages:
         raise McapError(f"run of balance {list(balance)} has a breakdown of "
                         f"{len(run.breakdown)} stages; expected {stages}")
@@ -62,11 +66,18 @@ def check_stage_run(run: StageRun, study: Study) -> None:
     if run.status not in RUN_STATUSES:
         raise McapError(f"stage run status must be one of {', '.join(RUN_STATUSES)}, got "
                         f"{run.status!r}")
-    if run.status == "ok" and not (is_int(run.peak) and run.peak >= 0):
-        raise McapError(f"an ok stage run needs its peak as int bytes >= 0, got {run.peak!r}")
-    if isinstance(run.seconds, bool) or not isinstance(run.seconds, numbers.Real) \
-            or not math.isfinite(run.seconds) or run.seconds < 0:
-        raise McapError(f"stage run has seconds={run.seconds!r}; expected a finite number >= 0")
+    if (run.status == "ok" or run.peak is not None) and \
+            not (is_int(run.peak) and 0 <= run.peak <= MAX_BYTES):
+        raise McapError(f"a stage run's peak must be int bytes 0 .. {MAX_BYTES:,} (1 PiB; an "
+                        f"ok one needs it), got {run.peak!r}")
+    if not _seconds_ok(run.seconds):
+        raise McapError(f"stage run has seconds={run.seconds!r}; expected a finite number "
+                        f"0 .. {MAX_SECONDS:,}")
+
+
+def _seconds_ok(value) -> bool:
+    return not isinstance(value, bool) and isinstance(value, numbers.Real) \
+        and math.isfinite(value) and 0 <= value <= MAX_SECONDS
 
 
 def layer_diff(old: ModelInfo, new: ModelInfo) -> str:

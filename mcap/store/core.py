@@ -14,20 +14,22 @@ from __future__ import annotations
 import dataclasses
 import os
 import sqlite3
+import sys
 import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Optional, Sequence, Union
+from typing import Callable, Iterator, Optional, Sequence, Union
 
-from mcap.core import merging
+from mcap.core import fields, merging
 from mcap.core.errors import McapError, StoreError
 from mcap.store import records as rec
+from mcap.store import recovery
 from mcap.store.checks import check_run, check_stage_run, is_int, layer_diff
-from mcap.store.opening import connect, resolve_path
+from mcap.store.opening import BUSY_TIMEOUT_S, connect, resolve_path, writable
 from mcap.store.records import Job, RunRecord, Study, StudySummary, Summary
 from mcap.core.machine import Machine
-from mcap.core.types import LayerStats, ModelInfo, Profile, Run, Setup, StageRun, Sweep
+from mcap.core.types import ModelInfo, Profile, Run, Setup, StageRun, Sweep
 
 StudyRef = Union[Study, int]
 _UNSET = object()  # "leave this job field as it is" (None means "clear it")
@@ -41,11 +43,32 @@ class Store:
     or a store of another schema version raises ``StoreError`` and is left untouched.
     """
 
-    def __init__(self, path: Union[str, os.PathLike, None] = None):
+    def __init__(self, path: Union[str, os.PathLike, None] = None, *,
+                 read_only: Optional[bool] = False):
+        """``read_only``: True opens an existing store for reading only (nothing is created
+        or changed; ``export`` uses it); None decides by the file: read-only when it exists
+        and it or its folder cannot be written (a read-only mount; the dashboard uses it)."""
         self.path: Path = resolve_path(path)
+        if read_only is None:
+            read_only = self.path.is_file() and not writable(self.path)
+        self.read_only = bool(read_only)
         self._lock = threading.RLock()
-        self._conn: Optional[sqlite3.Connection] = connect(self.path)
+        self._conn: Optional[sqlite3.Connection] = connect(self.path, read_only=self.read_only)
         self._pid = os.getpid()
+        self.progress = recovery.stderr_progress  # (path, waited s, limit s) while busy
+        if not self.read_only and recovery.pending(self.path):
+            self._import_pending()
+
+    def _import_pending(self) -> None:
+        """Runs kept in the recovery file while the store was busy come in now; a store
+        still busy is not waited for (the file stays for the next command)."""
+        def note(text):
+            print(f"mcap: {text}", file=sys.stderr, flush=True)
+        self._conn.execute("PRAGMA busy_timeout = 1000")
+        try:
+            recovery.import_into(self, note)
+        finally:
+            self._conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
 
     # --- lifetime ---------------------------------------------------------------------
 
@@ -74,6 +97,9 @@ class Store:
         """
         with self._lock:
             conn = self._connection()
+            if self.read_only:
+                raise StoreError(f"store {self.path} is open read-only (it or its folder "
+                                 f"cannot be written); nothing can be stored there")
             try:
                 if conn.in_transaction:  # a signal cut a previous ROLLBACK short
                     conn.execute("ROLLBACK")
@@ -90,6 +116,42 @@ class Store:
                     raise StoreError(f"store {self.path}: write failed, nothing was "
                                      f"stored: {exc}") from exc
                 raise
+
+    def _patient(self, write, line: Callable[[], dict]):
+        """``write(conn)`` in one write transaction, for a measured run: a store busy with
+        another process's lock is waited for longer than an ordinary write (progress every
+        few seconds, ``recovery.wait_seconds``); if it still refuses (busy, a full disk, a
+        read-only file), the run (``line()``) is kept in the recovery file and StoreError
+        names it (``mcap.store.recovery``)."""
+        limit, started = recovery.wait_seconds(), time.monotonic()
+        step = max(0.05, min(recovery.PROGRESS_EVERY_S, limit))
+        with self._lock:
+            conn = self._connection()
+            if not self.read_only:
+                conn.execute(f"PRAGMA busy_timeout = {int(step * 1000)}")
+            try:
+                while True:
+                    try:
+                        with self._write() as conn:
+                            return write(conn)
+                    except StoreError as exc:
+                        if not isinstance(exc.__cause__, sqlite3.Error) and not self.read_only:
+                            raise  # not the store refusing: a bad record, nothing to keep
+                        waited = time.monotonic() - started
+                        if recovery.busy(exc) and waited < limit:
+                            self.progress(self.path, waited, limit)
+                            continue
+                        why = (f"the store {self.path} stayed busy for {waited:.0f} s (another "
+                               f"process holds its lock)" if recovery.busy(exc) else str(exc))
+                        try:
+                            kept = line()
+                        except McapError as other:  # the study itself cannot be read now
+                            raise StoreError(f"{why}; the measured run could not be kept "
+                                             f"either ({other})") from None
+                        raise recovery.kept_or_explain(self.path, kept, why) from None
+            finally:
+                if not self.read_only and self._conn is not None:
+                    self._conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
 
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
@@ -129,7 +191,7 @@ class Store:
         with self._read() as conn:
             row = conn.execute(f"SELECT {rec.STUDY_COLUMNS} FROM studies "
                                "WHERE key = ?", (rec.study_key(spec, setup),)).fetchone()
-        return rec.study_from_row(row) if row else None
+        return rec.study_from_row(row, self.path) if row else None
 
     def get_study(self, study_id: int) -> Study:
         with self._read() as conn:
@@ -140,8 +202,12 @@ class Store:
             rows = conn.execute(
                 "SELECT s.id, s.spec, s.setup, COUNT(r.id), s.created FROM studies s "
                 "LEFT JOIN runs r ON r.study_id = s.id GROUP BY s.id ORDER BY s.id").fetchall()
-        return tuple(StudySummary(i, spec, rec.setup_from_json(setup), n, created)
-                     for i, spec, setup, n, created in rows)
+        out = []
+        for i, spec, setup, n, created in rows:
+            r = rec.reader(self.path, "studies", i)
+            out.append(StudySummary(i, r.str_(spec, "spec"), rec.setup_from_json(setup, r), n,
+                                    rec.when(created, r, "created")))
+        return tuple(out)
 
     def _get_or_create_study(self, conn, model: ModelInfo, setup: Setup) -> Study:
         if not isinstance(model, ModelInfo) or not isinstance(setup, Setup):
@@ -153,7 +219,7 @@ class Store:
         row = conn.execute(f"SELECT {rec.STUDY_COLUMNS} FROM studies "
                            "WHERE key = ?", (key,)).fetchone()
         if row is not None:
-            study = rec.study_from_row(row)
+            study = rec.study_from_row(row, self.path)
             if study.model != model:
                 # Same spec, different layers: the model's code changed. Mixing its runs
                 # with the old ones would make every statistic wrong.
@@ -178,7 +244,7 @@ class Store:
             # whichever study happens to have its id here.
             raise McapError(f"store {self.path} has no study {study_id}"
                             + (f" for {study.model.spec!r}" if isinstance(study, Study) else ""))
-        return rec.study_from_row(row)
+        return rec.study_from_row(row, self.path)
 
     # --- runs -------------------------------------------------------------------------
 
@@ -186,12 +252,35 @@ class Store:
                    job: Optional[int] = None, machine: Optional[Machine] = None) -> int:
         """Store one finished run (ok, oom or failed) at once; returns its id. ``machine``
         is where it was measured (``Runner.machine``); None records it as unknown."""
-        with self._write() as conn:
-            study = self._study_row(conn, study)
-            if job is not None:
-                job = self._job(conn, job).id
-            return self._insert_run(conn, study, run, kind, job, time.time(),
+        created = time.time()
+
+        def write(conn):
+            study_row = self._study_row(conn, study)
+            return self._insert_run(conn, study_row, run, kind, self._job_id(conn, job),
+                                    created, self._machine_key(conn, machine))
+
+        def line():
+            found = study if isinstance(study, Study) else self.get_study(study)
+            return recovery.run_line(found.model, found.setup, run, kind=kind, job=job,
+                                     machine=machine, created=created)
+        return self._patient(write, line)
+
+    def keep_run(self, model: ModelInfo, setup: Setup, run: Run, *, kind: str = "measure",
+                 job: Optional[int] = None, machine: Optional[Machine] = None) -> int:
+        """The study of (model, setup), created on first use, and ``run`` recorded in it, in
+        one transaction that waits for a busy store and keeps the run in the recovery file
+        when the store refuses it (what ``measure`` records its run with)."""
+        created = time.time()
+
+        def write(conn):
+            study = self._get_or_create_study(conn, model, setup)
+            return self._insert_run(conn, study, run, kind, self._job_id(conn, job), created,
                                     self._machine_key(conn, machine))
+        return self._patient(write, lambda: recovery.run_line(
+            model, setup, run, kind=kind, job=job, machine=machine, created=created))
+
+    def _job_id(self, conn, job: Optional[int]) -> Optional[int]:
+        return None if job is None else self._job(conn, job).id
 
     def runs(self, study: StudyRef, ok_only: bool = False) -> tuple[Run, ...]:
         """Every run of the study in the order they were recorded."""
@@ -214,7 +303,20 @@ class Store:
             sql += " WHERE " + " AND ".join(where)
         with self._read() as conn:
             rows = conn.execute(sql + " ORDER BY id", args).fetchall()
-        return tuple(rec.run_record_from_row(row) for row in rows)
+            layers = self._layer_counts(conn, {row[1] for row in rows})
+        return tuple(rec.run_record_from_row(row, self.path, layers.get(row[1])) for row in rows)
+
+    def _layer_counts(self, conn, study_ids) -> dict:
+        """The layer count of each of these studies (a run's balance must partition its
+        study's layers); a study row that cannot be read raises StoreError."""
+        out = {}
+        for study_id in study_ids:
+            if isinstance(study_id, int):
+                row = conn.execute(f"SELECT {rec.STUDY_COLUMNS} FROM studies WHERE id = ?",
+                                   (study_id,)).fetchone()
+                if row is not None:
+                    out[study_id] = rec.study_from_row(row, self.path).model.num_layers
+        return out
 
     def find_run(self, study: StudyRef, balance: Sequence[int],
                  machine: Optional[Machine] = None) -> Optional[Run]:
@@ -237,28 +339,83 @@ class Store:
                 "AND status IN ('ok', 'oom') AND machine IS ? AND composed = 0 "
                 "ORDER BY id DESC LIMIT 1",
                 (study_id, rec.balance_text(balance), key)).fetchone()
-        return rec.run_record_from_row(row).run if row else None
+            layers = self._layer_counts(conn, {study_id}) if row else {}
+        return rec.run_record_from_row(row, self.path, layers.get(study_id)).run if row else None
 
     def record_stage(self, study: StudyRef, run: StageRun, *, job: Optional[int] = None,
                      machine: Optional[Machine] = None) -> int:
         """Store one stage measured alone (``StageRun``) at once; returns its id."""
+        created = time.time()
+
+        def write(conn):
+            return self._insert_stage(conn, self._study_row(conn, study), run,
+                                      self._job_id(conn, job), created,
+                                      self._machine_key(conn, machine))
+
+        def line():
+            found = study if isinstance(study, Study) else self.get_study(study)
+            return recovery.stage_line(found.model, found.setup, run, job=job,
+                                       machine=machine, created=created)
+        return self._patient(write, line)
+
+    def _insert_stage(self, conn, study: Study, run: StageRun, job: Optional[int],
+                      created: float, machine: Optional[str]) -> int:
         from mcap.core.cover import stage_keys
+        check_stage_run(run, study)
+        first, last, position = stage_keys(run.balance, study.setup.schedule)[run.stage]
+        shown = (rec.balance_text(run.balance), int(run.stage), run.status,
+                 None if run.peak is None else int(run.peak), float(run.seconds),
+                 rec.times_to_json(run.times), run.error,
+                 rec.breakdown_to_json(None if run.breakdown is None else (run.breakdown,)))
+        _readable(lambda: rec.stage_run_from_row((0, *shown), self.path,
+                                                 study.model.num_layers),
+                  "stage run", run.balance)
+        cur = conn.execute(
+            "INSERT INTO stage_runs (study_id, job_id, first_layer, last_layer, position, "
+            "balance, stage, status, peak, seconds, times, error, breakdown, created, "
+            "machine) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (study.id, job, first, last, rec.dumps(position), *shown, created, machine))
+        return cur.lastrowid
+
+    def _import_recovered(self, items: Sequence[dict]) -> tuple[int, list]:
+        """Store the decoded recovery lines (``recovery.import_into``) in one transaction,
+        each in its own savepoint: (runs stored, per item None or why it was refused). A run
+        already stored (same study, balance, kind or stage, and time) is not stored twice."""
+        done, refused = 0, []
         with self._write() as conn:
-            study = self._study_row(conn, study)
-            check_stage_run(run, study)
-            if job is not None:
-                job = self._job(conn, job).id
-            first, last, position = stage_keys(run.balance, study.setup.schedule)[run.stage]
-            cur = conn.execute(
-                "INSERT INTO stage_runs (study_id, job_id, first_layer, last_layer, position, "
-                "balance, stage, status, peak, seconds, times, error, breakdown, created, "
-                "machine) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (study.id, job, first, last, rec.dumps(position), rec.balance_text(run.balance),
-                 int(run.stage), run.status, None if run.peak is None else int(run.peak),
-                 float(run.seconds), rec.times_to_json(run.times), run.error,
-                 rec.breakdown_to_json(None if run.breakdown is None else (run.breakdown,)),
-                 time.time(), self._machine_key(conn, machine)))
-            return cur.lastrowid
+            for item in items:
+                conn.execute("SAVEPOINT recovered")
+                try:
+                    done += self._import_one(conn, item)
+                    refused.append(None)
+                    conn.execute("RELEASE recovered")
+                except McapError as exc:
+                    conn.execute("ROLLBACK TO recovered")
+                    conn.execute("RELEASE recovered")
+                    refused.append(str(exc))
+        return done, refused
+
+    def _import_one(self, conn, item: dict) -> int:
+        study = self._get_or_create_study(conn, item["model"], item["setup"])
+        machine = self._machine_key(conn, item["machine"])
+        job = item["job"]
+        if job is not None and conn.execute("SELECT 1 FROM jobs WHERE id = ?",
+                                            (job,)).fetchone() is None:
+            job = None
+        run, created = item["run"], item["created"]
+        if item["table"] == "runs":
+            if conn.execute("SELECT 1 FROM runs WHERE study_id = ? AND balance = ? AND kind = ? "
+                            "AND created = ?", (study.id, rec.balance_text(run.balance),
+                                                item["kind"], created)).fetchone():
+                return 0
+            self._insert_run(conn, study, run, item["kind"], job, created, machine)
+            return 1
+        if conn.execute("SELECT 1 FROM stage_runs WHERE study_id = ? AND balance = ? AND "
+                        "stage = ? AND created = ?", (study.id, rec.balance_text(run.balance),
+                                                      run.stage, created)).fetchone():
+            return 0
+        self._insert_stage(conn, study, run, job, created, machine)
+        return 1
 
     def stage_runs(self, study: StudyRef, machine: Optional[Machine] = None
                    ) -> tuple[StageRun, ...]:
@@ -268,15 +425,12 @@ class Store:
         key = None if machine is None else machine.key()
         with self._read() as conn:
             rows = conn.execute(
-                "SELECT balance, stage, status, peak, seconds, times, error, breakdown FROM "
-                "stage_runs WHERE study_id = ? AND machine IS ? ORDER BY id",
+                "SELECT id, balance, stage, status, peak, seconds, times, error, breakdown "
+                "FROM stage_runs WHERE study_id = ? AND machine IS ? ORDER BY id",
                 (study_id, key)).fetchall()
-        out = []
-        for balance, stage, status, peak, seconds, times, error, breakdown in rows:
-            bd = rec.breakdown_from_json(breakdown)
-            out.append(StageRun(rec.ints_or_none(balance), int(stage), status, peak, seconds,
-                                rec.times_from_json(times), error, bd[0] if bd else None))
-        return tuple(out)
+            layers = self._layer_counts(conn, {study_id}) if rows else {}
+        return tuple(rec.stage_run_from_row(row, self.path, layers.get(study_id))
+                     for row in rows)
 
     def get_machine(self, key: str) -> Optional[Machine]:
         """The fingerprint stored under ``key`` (``RunRecord.machine``), or None."""
@@ -286,8 +440,12 @@ class Store:
     def _machine_row(self, conn, key: Optional[str]) -> Optional[Machine]:
         if key is None:
             return None
+        if not isinstance(key, str):
+            raise StoreError(f"store {self.path}: a machine key is {fields.show(key)}, not "
+                             f"the text of a machines row")
         row = conn.execute("SELECT record FROM machines WHERE key = ?", (key,)).fetchone()
-        return rec.machine_from_json(row[0]) if row else None
+        return rec.machine_from_json(row[0], rec.reader(self.path, "machines", repr(key))) \
+            if row else None
 
     def _machine_key(self, conn, machine: Optional[Machine]) -> Optional[str]:
         """The key of ``machine``, its record stored on first use; None stays None."""
@@ -304,12 +462,14 @@ class Store:
     def _insert_run(self, conn, study: Study, run: Run, kind: str, job: Optional[int],
                     created: float, machine: Optional[str] = None) -> int:
         check_run(run, study, kind)
+        values = (study.id, job, kind, *rec.run_values(run), created, machine,
+                  int(run.composed), rec.times_to_json(run.times), int(run.estimated))
+        _readable(lambda: rec.run_record_from_row((0, *values), self.path,
+                                                  study.model.num_layers), "run", run.balance)
         cur = conn.execute(
             "INSERT INTO runs (study_id, job_id, kind, balance, status, peaks, seconds, "
             "samples_per_second, error, breakdown, created, machine, composed, times, "
-            "estimated) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (study.id, job, kind, *rec.run_values(run), created, machine, int(run.composed),
-             rec.times_to_json(run.times), int(run.estimated)))
+            "estimated) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", values)
         return cur.lastrowid
 
     def _reuse_or_insert(self, conn, study: Study, runs: Sequence[Run], kind: str,
@@ -372,11 +532,13 @@ class Store:
                                "FROM profiles WHERE id = ?", (int(profile_id),)).fetchone()
             if row is None:
                 raise McapError(f"store {self.path} has no profile {profile_id}")
-            study = self._study_row(conn, row[0])
+            r = rec.reader(self.path, "profiles", int(profile_id))
+            study = self._study_row(conn, rec.row_id(row[0], r, "study_id"))
             runs = self._linked_runs(conn, "profile_runs", "profile_id", profile_id)
             machine = self._machine_row(conn, row[4])
-        stats = LayerStats(rec.ints_or_none(row[1]), rec.ints_or_none(row[2]))
-        extra, variants, press = rec.profile_extra_from_json(row[3], study.model.num_layers)
+        stats = fields.stats(fields.loads(row[1], r, "mem_isolated"),
+                             fields.loads(row[2], r, "mem_added"), r, study.model.num_layers)
+        extra, variants, press = rec.profile_extra_from_json(row[3], study.model.num_layers, r)
         profile = Profile(study.model, study.setup, stats, runs, extra, machine=machine,
                           variants=variants, press=press)
         sizes = merging.sizes_of(profile)
@@ -443,10 +605,12 @@ class Store:
                                (int(sweep_id),)).fetchone()
             if row is None:
                 raise McapError(f"store {self.path} has no sweep {sweep_id}")
-            study = self._study_row(conn, row[0])
+            study = self._study_row(conn, rec.row_id(
+                row[0], rec.reader(self.path, "sweeps", int(sweep_id)), "study_id"))
             runs = self._linked_runs(conn, "sweep_runs", "sweep_id", sweep_id)
             machine = self._machine_row(conn, row[2])
-        return Sweep(study.model, study.setup, runs, rec.extra_from_json(row[1]),
+        return Sweep(study.model, study.setup, runs,
+                     rec.extra_from_json(row[1], rec.reader(self.path, "sweeps", int(sweep_id))),
                      machine=machine)
 
     def list_sweeps(self) -> tuple[Summary, ...]:
@@ -455,8 +619,10 @@ class Store:
     def _linked_runs(self, conn, link: str, column: str, owner: int) -> tuple[Run, ...]:
         cols = ", ".join("r." + c.strip() for c in rec.RUN_COLUMNS.split(","))
         rows = conn.execute(f"SELECT {cols} FROM {link} l JOIN runs r ON r.id = l.run_id "
-                            f"WHERE l.{column} = ? ORDER BY l.position", (int(owner),))
-        return tuple(rec.run_record_from_row(row).run for row in rows)
+                            f"WHERE l.{column} = ? ORDER BY l.position", (int(owner),)).fetchall()
+        layers = self._layer_counts(conn, {row[1] for row in rows})
+        return tuple(rec.run_record_from_row(row, self.path, layers.get(row[1])).run
+                     for row in rows)
 
     def _summaries(self, table: str, link: str, column: str) -> tuple[Summary, ...]:
         with self._read() as conn:
@@ -465,9 +631,14 @@ class Store:
                 f"(SELECT COUNT(*) FROM {link} l WHERE l.{column} = t.id), t.created, s.id, "
                 f"m.record FROM {table} t JOIN studies s ON s.id = t.study_id "
                 f"LEFT JOIN machines m ON m.key = t.machine ORDER BY t.id").fetchall()
-        return tuple(Summary(i, name, spec, rec.setup_from_json(setup), n, created, sid,
-                             rec.machine_from_json(machine))
-                     for i, name, spec, setup, n, created, sid, machine in rows)
+        out = []
+        for i, name, spec, setup, n, created, sid, machine in rows:
+            r = rec.reader(self.path, table, i)
+            out.append(Summary(i, r.str_(name, "name", nullable=True), r.str_(spec, "spec"),
+                               rec.setup_from_json(setup, rec.reader(self.path, "studies", sid)),
+                               n, rec.when(created, r, "created"), sid,
+                               rec.machine_from_json(machine, rec.reader(self.path, table, i))))
+        return tuple(out)
 
     # --- jobs -------------------------------------------------------------------------
 
@@ -536,7 +707,7 @@ class Store:
         """All jobs, newest first."""
         with self._read() as conn:
             rows = conn.execute(f"SELECT {rec.JOB_COLUMNS} FROM jobs ORDER BY id DESC").fetchall()
-        return tuple(rec.job_from_row(row) for row in rows)
+        return tuple(rec.job_from_row(row, self.path) for row in rows)
 
     def job_runs(self, job_id: int) -> tuple[RunRecord, ...]:
         """The runs a job has recorded so far, oldest first (the Profile page's table)."""
@@ -547,9 +718,21 @@ class Store:
                            (int(job_id),)).fetchone()
         if row is None:
             raise McapError(f"store {self.path} has no job {job_id}")
-        return rec.job_from_row(row)
+        return rec.job_from_row(row, self.path)
 
 
-def open_store(path: Union[str, os.PathLike, None] = None) -> Store:
-    """``Store(path)``; ``path=None`` is ``$MCAP_STORE`` or ``./.mcap/store.sqlite``."""
-    return Store(path)
+def _readable(decode, what: str, balance) -> None:
+    """Refuse (McapError) a record the store could not read back: every row is read with
+    the checks files pass (``mcap.store.records``), so what is written must pass them."""
+    try:
+        decode()
+    except StoreError as exc:
+        found = str(exc).split(": ", 2)[-1]
+        raise McapError(f"{what} of balance {list(balance)} cannot be stored: {found}") from None
+
+
+def open_store(path: Union[str, os.PathLike, None] = None, *,
+               read_only: Optional[bool] = False) -> Store:
+    """``Store(path, read_only=...)``; ``path=None`` is ``$MCAP_STORE`` or
+    ``./.mcap/store.sqlite``."""
+    return Store(path, read_only=read_only)

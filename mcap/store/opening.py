@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import stat
 import time
 from pathlib import Path
 from typing import Union
@@ -187,18 +188,58 @@ def resolve_path(path: Union[str, os.PathLike, None]) -> Path:
     return default_store_path() if path is None else Path(path)
 
 
-def connect(path: Path) -> sqlite3.Connection:
-    """Check ``path`` (creating it when new) and return a read-write connection to it.
-
-    The connection is in autocommit mode (``isolation_level=None``): the store opens its
-    own ``BEGIN IMMEDIATE`` transactions, see ``Store._write``.
-    """
+def check_path(path: Path) -> bool:
+    """Whether ``path`` is a new store (missing, or a zero-byte regular file); StoreError
+    for anything that is not a regular file: a folder, a FIFO, a device such as /dev/null
+    (SQLite would put its -journal beside it, in /dev), a socket. Follows symlinks."""
     try:
-        if path.is_dir():
-            raise StoreError(f"store path {path} is a directory, not a file")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        new = not path.exists() or path.stat().st_size == 0
+        st = os.stat(path)
+    except FileNotFoundError:
+        return True
     except OSError as exc:  # under a file, in /proc, no permission: say so, no traceback
+        raise StoreError(f"cannot use {path} as the store: {exc.strerror or exc}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise StoreError(f"store path {path} is a directory (a folder), not a file")
+    if not stat.S_ISREG(st.st_mode):
+        raise StoreError(f"store path {path} is {file_kind(st.st_mode)}, not a regular file; "
+                         f"a store is a regular file or a path that does not exist yet")
+    return st.st_size == 0
+
+
+def file_kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISDIR, "a folder")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def writable(path: Path) -> bool:
+    """Whether the store file and its folder can be written (a read-only mount says no,
+    to root too: EROFS). SQLite writes -wal and -shm files beside the store."""
+    folder = path.parent if str(path.parent) else Path(".")
+    return os.access(path, os.W_OK) and os.access(folder, os.W_OK | os.X_OK)
+
+
+def connect(path: Path, read_only: bool = False) -> sqlite3.Connection:
+    """Check ``path`` (creating it when new) and return a read-write connection to it, or
+    with ``read_only`` a read-only one to an existing store (nothing is created or changed:
+    a store on a read-only mount is read as it is, an older schema upgraded in memory only).
+
+    A read-write connection is in autocommit mode (``isolation_level=None``): the store
+    opens its own ``BEGIN IMMEDIATE`` transactions, see ``Store._write``.
+    """
+    new = check_path(path)
+    if read_only:
+        if new:
+            raise StoreError(f"store {path} does not exist" if not path.exists()
+                             else f"store {path} is empty: nothing to read")
+        check_existing(path)
+        return _connect_read_only(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
         raise StoreError(f"cannot use {path} as the store: {exc.strerror or exc}") from None
     if not new:
         check_existing(path)
@@ -226,6 +267,49 @@ def connect(path: Path) -> sqlite3.Connection:
     except BaseException:
         conn.close()
         raise
+    return conn
+
+
+def _ro_uri(path: Path, immutable: bool) -> str:
+    # immutable: a WAL store whose folder cannot be written has no -shm to share, and
+    # mode=ro cannot open it ("unable to open database file"); nobody can write it either,
+    # so reading it as immutable is exact.
+    return path.resolve().as_uri() + ("?immutable=1" if immutable else "?mode=ro")
+
+
+def _open_ro(path: Path) -> sqlite3.Connection:
+    """A read-only connection that has read the header (a WAL store on a read-only mount
+    is opened immutable); sqlite3 errors pass through."""
+    for immutable in (False, True):
+        conn = sqlite3.connect(_ro_uri(path, immutable), uri=True, timeout=BUSY_TIMEOUT_S,
+                               check_same_thread=False)
+        try:
+            conn.execute("PRAGMA schema_version").fetchone()
+            return conn
+        except sqlite3.OperationalError as exc:
+            conn.close()
+            if immutable or "unable to open" not in str(exc) or writable(path):
+                raise
+    raise AssertionError("unreachable")
+
+
+def _connect_read_only(path: Path) -> sqlite3.Connection:
+    try:
+        conn = _open_ro(path)
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot open store {path} read-only: {exc}") from None
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        if conn.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
+            # An older store read-only: upgrade a copy in memory, never the file.
+            memory = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+            conn.backup(memory)
+            conn.close()
+            conn = memory
+            _migrate(conn, path)
+    except sqlite3.Error as exc:
+        conn.close()
+        raise StoreError(f"cannot read store {path}: {exc}") from None
     return conn
 
 
@@ -335,11 +419,14 @@ def check_existing(path: Path) -> None:
 
 
 def _check_sqlite(path: Path) -> None:
-    uri = path.resolve().as_uri() + "?mode=ro"
     try:
-        ro = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S)
+        ro = _open_ro(path)
+    except sqlite3.DatabaseError as exc:
+        if isinstance(exc, sqlite3.OperationalError):  # locked, unreadable: not corrupt
+            raise StoreError(f"cannot open store {path} to check it: {exc}") from None
+        raise StoreError(f"{path} is a corrupt SQLite file ({exc}); nothing was changed") from None
     except sqlite3.Error as exc:
-        raise StoreError(f"cannot open store {path} to check it: {exc}") from exc
+        raise StoreError(f"cannot open store {path} to check it: {exc}") from None
     try:
         app_id = ro.execute("PRAGMA application_id").fetchone()[0]
         if app_id != APPLICATION_ID:

@@ -9,6 +9,11 @@ balances are equal strings and the ``(study, balance)`` index finds them), peaks
 list of ints, a breakdown a JSON list of ``{"weights", "gradients", "optimizer",
 "other"}`` objects. Bytes stay Python ints; SQLite's INTEGER and JSON ints are 64-bit
 exact, so nothing is rounded.
+
+A row is data someone else may have written (a hand edit, another program, a disk error):
+every column is checked on read with the checks files pass (``mcap.core.fields``: types,
+ranges, lengths, nesting), and a bad value raises ``StoreError`` naming the store, the
+table, the row and the column (issue 28), never a decoding traceback.
 """
 from __future__ import annotations
 
@@ -17,9 +22,10 @@ import json
 from dataclasses import dataclass
 from typing import Optional
 
-from mcap.core.errors import McapError
+from mcap.core import fields
+from mcap.core.errors import McapError, StoreError
 from mcap.core.machine import Machine
-from mcap.core.types import Layer, MemoryBreakdown, ModelInfo, Run, Setup, StageTimes
+from mcap.core.types import Layer, MemoryBreakdown, ModelInfo, Run, Setup, StageRun, StageTimes
 
 RUN_KINDS = ("profile", "sweep", "measure")
 RUN_STATUSES = ("ok", "oom", "failed")
@@ -118,13 +124,22 @@ def setup_to_json(setup: Setup) -> str:
     return dumps(dataclasses.asdict(setup))
 
 
-def setup_from_json(text: str) -> Setup:
-    data = json.loads(text)
-    if "backend" in data and "device" not in data:  # written before the rename
-        data["device"] = data.pop("backend")
-    known = {f.name for f in dataclasses.fields(Setup)}
+# The Setup fields every study row holds (schema version 1 wrote them all): a row missing
+# one is refused rather than filled in with a default that was never measured.
+_ROW_SETUP_FIELDS = ("stages", "batch_size", "chunks", "schedule", "checkpoint", "device",
+                     "capacity_bytes", "engine", "optimizer")
+
+
+def reader(source, table: str, row_id) -> fields.Reader:
+    """The checks of one row: errors read ``store PATH: TABLE row ID: COLUMN: ...``."""
+    return fields.Reader(f"store {source}: {table} row {row_id}", StoreError)
+
+
+def setup_from_json(text: str, r: Optional[fields.Reader] = None) -> Setup:
+    r = r or fields.Reader("store", StoreError)
     # Keys a newer mcap added are dropped rather than crashing an older reader.
-    return Setup(**{k: v for k, v in data.items() if k in known})
+    return fields.setup(fields.loads(text, r, "setup"), r, required=_ROW_SETUP_FIELDS,
+                        press=True)
 
 
 def study_key(spec: str, setup: Setup) -> str:
@@ -141,11 +156,11 @@ def machine_to_json(machine: Machine) -> str:
     return dumps(dataclasses.asdict(machine))
 
 
-def machine_from_json(text: Optional[str]) -> Optional[Machine]:
+def machine_from_json(text: Optional[str], r: Optional[fields.Reader] = None) -> Optional[Machine]:
     if text is None:
         return None
-    known = {f.name for f in dataclasses.fields(Machine)}
-    return Machine(**{k: v for k, v in json.loads(text).items() if k in known})
+    r = r or fields.Reader("store: machines", StoreError)
+    return fields.machine(fields.loads(text, r, "record"), r, "record")
 
 
 def model_to_json(model: ModelInfo) -> str:
@@ -153,9 +168,14 @@ def model_to_json(model: ModelInfo) -> str:
                    **({"kind": layer.kind} if layer.kind else {})} for layer in model.layers])
 
 
-def model_from_json(spec: str, text: str) -> ModelInfo:
-    return ModelInfo(spec=spec, layers=tuple(Layer(d["name"], int(d["param_bytes"]), str(d.get("kind", "")))
-                                             for d in json.loads(text)))
+def model_from_json(spec: str, text: str, r: Optional[fields.Reader] = None) -> ModelInfo:
+    r = r or fields.Reader("store", StoreError)
+    spec = r.str_(spec, "spec")
+    if len(spec) > fields.MAX_SPEC_CHARS:
+        raise r.fail("spec", f"a spec of {len(spec):,} characters, above the limit of "
+                             f"{fields.MAX_SPEC_CHARS:,}: {fields.show(spec)}")
+    return ModelInfo(spec=spec,
+                     layers=fields.layers(fields.loads(text, r, "layers"), r, "layers"))
 
 
 def breakdown_to_json(breakdown: Optional[tuple[MemoryBreakdown, ...]]) -> Optional[str]:
@@ -164,10 +184,12 @@ def breakdown_to_json(breakdown: Optional[tuple[MemoryBreakdown, ...]]) -> Optio
     return dumps([dataclasses.asdict(b) for b in breakdown])
 
 
-def breakdown_from_json(text: Optional[str]) -> Optional[tuple[MemoryBreakdown, ...]]:
+def breakdown_from_json(text: Optional[str], r: Optional[fields.Reader] = None,
+                        stages: Optional[int] = None) -> Optional[tuple[MemoryBreakdown, ...]]:
     if text is None:
         return None
-    return tuple(MemoryBreakdown(**d) for d in json.loads(text))
+    r = r or fields.Reader("store", StoreError)
+    return fields.breakdowns(fields.loads(text, r, "breakdown"), r, "breakdown", stages)
 
 
 def extra_to_json(extra: Optional[dict]) -> Optional[str]:
@@ -180,8 +202,11 @@ def extra_to_json(extra: Optional[dict]) -> Optional[str]:
         raise McapError(f"cannot store the extra keys {sorted(extra)}: {exc}") from exc
 
 
-def extra_from_json(text: Optional[str]) -> Optional[dict]:
-    return None if text is None else json.loads(text)
+def extra_from_json(text: Optional[str], r: Optional[fields.Reader] = None) -> Optional[dict]:
+    if text is None:
+        return None
+    r = r or fields.Reader("store", StoreError)
+    return r.obj(fields.loads(text, r, "extra"), "extra")
 
 
 # A profile's CAPTURE / MPress statistics ride in the extra column under these keys
@@ -196,13 +221,6 @@ def _plain_run(run: Run) -> dict:
             "error": run.error}
 
 
-def _run_from_plain(d: dict) -> Run:
-    return Run(balance=tuple(int(b) for b in d["balance"]), status=str(d["status"]),
-               peaks=None if d.get("peaks") is None else tuple(int(p) for p in d["peaks"]),
-               seconds=float(d.get("seconds", 0.0)),
-               samples_per_second=d.get("samples_per_second"), error=d.get("error"))
-
-
 def profile_extra_to_json(profile) -> Optional[str]:
     """The extra column of a profile: unknown file keys plus its variants and press stats."""
     from mcap.core import extras
@@ -214,30 +232,35 @@ def profile_extra_to_json(profile) -> Optional[str]:
     return extra_to_json(extra or None)
 
 
-def profile_extra_from_json(text: Optional[str], num_layers: int):
-    """(extra, variants, press) back from the extra column."""
+def profile_extra_from_json(text: Optional[str], num_layers: int,
+                            r: Optional[fields.Reader] = None):
+    """(extra, variants, press) back from the extra column, every value checked as a
+    profile file's ``variants`` and ``press`` are."""
     from mcap.core import extras
-    extra = extra_from_json(text) or {}
+    r = r or fields.Reader("store: profiles", StoreError)
+    extra = dict(extra_from_json(text, r) or {})
 
     def fail(where, msg):
-        return McapError(f"store profile: {where}: {msg}")
+        return r.fail(f"extra.{where}", msg)
 
     def runs(items, where):
-        try:
-            return tuple(_run_from_plain(x) for x in items)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise fail(where, f"unreadable run ({exc})") from None
+        return fields.run_list(items, fields.Reader(f"{r.source}: extra", StoreError),
+                               num_layers, where, per_device=True)
 
     variants = extras.variants_from_json(extra.pop(_VARIANTS, []), num_layers, fail, runs)
     press = extras.press_from_json(extra.pop(_PRESS, None), num_layers, fail)
     return extra or None, variants, press
 
 
-def ints_or_none(text: Optional[str]) -> Optional[tuple]:
-    """A JSON list column back to a tuple (None stays None; null entries stay None)."""
+def ints_or_none(text: Optional[str], r: Optional[fields.Reader] = None,
+                 where: str = "value") -> Optional[tuple]:
+    """A JSON list column of ints back to a tuple (None stays None; null entries stay
+    None); every entry an int of at most 1 PiB in size."""
     if text is None:
         return None
-    return tuple(json.loads(text))
+    r = r or fields.Reader("store", StoreError)
+    return tuple(r.bytes_(v, f"{where}[{i}]", nullable=True, signed=True)
+                 for i, v in enumerate(r.lst(fields.loads(text, r, where), where)))
 
 
 # --- rows <-> dataclasses ---------------------------------------------------------------
@@ -250,9 +273,26 @@ JOB_COLUMNS = ("id, kind, argv, total, done, current, status, error, pid, study_
                 "created, updated")
 
 
-def study_from_row(row) -> Study:
+# Unix seconds a row may carry (created, updated): 0 .. year 36812, finite.
+MAX_TIME = 2.0**40
+
+
+def when(v, r: fields.Reader, where: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or \
+            not 0 <= v <= MAX_TIME:
+        raise r.fail(where, f"expected a time in unix seconds, found {fields.show(v)}")
+    return float(v)
+
+
+def row_id(v, r: fields.Reader, where: str, nullable: bool = False) -> Optional[int]:
+    return r.int_(v, where, nullable=nullable, low=0, high=2**63 - 1)
+
+
+def study_from_row(row, source="") -> Study:
     i, key, spec, layers, setup, created = row
-    return Study(i, key, model_from_json(spec, layers), setup_from_json(setup), created)
+    r = reader(source, "studies", i)
+    return Study(i, r.str_(key, "key"), model_from_json(spec, layers, r),
+                 setup_from_json(setup, r), when(created, r, "created"))
 
 
 def run_values(run: Run) -> tuple:
@@ -276,33 +316,82 @@ def times_to_json(times) -> Optional[str]:
     return dumps(out[0] if one else out)
 
 
-def times_from_json(text: Optional[str]):
-    """Back from :func:`times_to_json` (a tuple, or one StageTimes for a stage record)."""
+def times_from_json(text: Optional[str], r: Optional[fields.Reader] = None,
+                    stages: Optional[int] = None):
+    """Back from :func:`times_to_json`: a tuple of ``stages`` StageTimes, or (``stages``
+    None) one StageTimes for a stage record."""
     if text is None:
         return None
-
-    def one(d):
-        return StageTimes(tuple(tuple(float(x) for x in f) for f in d["forward"]),
-                          tuple(tuple(float(x) for x in b) for b in d["backward"]),
-                          tuple(float(x) for x in d["step"]), int(d.get("recv_bytes", 0)),
-                          int(d.get("send_bytes", 0)),
-                          tuple(float(x) for x in d.get("other", ())))
-
-    data = json.loads(text)
-    return one(data) if isinstance(data, dict) else tuple(one(d) for d in data)
+    r = r or fields.Reader("store", StoreError)
+    data = fields.loads(text, r, "times")
+    if stages is None:
+        return fields.stage_times(data, r, "times")
+    return fields.times_list(data, r, "times", stages)
 
 
-def run_record_from_row(row) -> RunRecord:
+def _flag(v, r: fields.Reader, where: str) -> bool:
+    if v not in (0, 1) or isinstance(v, float):
+        raise r.fail(where, f"expected 0 or 1, found {fields.show(v)}")
+    return bool(v)
+
+
+def run_record_from_row(row, source="", num_layers: Optional[int] = None,
+                        per_device: bool = False) -> RunRecord:
+    """A ``runs`` row, every column checked; ``num_layers``: the study's, which the balance
+    must partition (None: not known here); ``per_device``: a hybrid study's run, whose
+    peaks are per device."""
     (i, study_id, job_id, kind, balance, status, peaks, seconds, sps, error, breakdown,
      created, machine, composed, times, estimated) = row
-    run = Run(balance=ints_or_none(balance), status=status,
-              peaks=ints_or_none(peaks), seconds=seconds, samples_per_second=sps,
-              error=error, breakdown=breakdown_from_json(breakdown), composed=bool(composed),
-              times=times_from_json(times), estimated=bool(estimated))
-    return RunRecord(i, study_id, job_id, kind, created, run, machine)
+    r = reader(source, "runs", i)
+    bal = fields.balance(fields.loads(balance, r, "balance"), r, "balance", num_layers)
+    status = fields.status(status, r, "status")
+    pk = None if peaks is None else fields.peaks(fields.loads(peaks, r, "peaks"), r, "peaks",
+                                                 len(bal), per_device)
+    if status == "ok" and pk is None:
+        raise r.fail("peaks", "an ok run needs its per-stage peaks")
+    if kind not in RUN_KINDS:
+        raise r.fail("kind", f"expected one of {', '.join(RUN_KINDS)}, found {fields.show(kind)}")
+    run = Run(balance=bal, status=status, peaks=pk, seconds=r.num(seconds, "seconds"),
+              samples_per_second=r.num(sps, "samples_per_second", nullable=True),
+              error=r.str_(error, "error", nullable=True),
+              breakdown=breakdown_from_json(breakdown, r, len(bal)),
+              composed=_flag(composed, r, "composed"),
+              times=times_from_json(times, r, len(bal)),
+              estimated=_flag(estimated, r, "estimated"))
+    return RunRecord(row_id(i, r, "id"), row_id(study_id, r, "study_id"),
+                     row_id(job_id, r, "job_id", nullable=True), kind,
+                     when(created, r, "created"), run, r.str_(machine, "machine", nullable=True))
 
 
-def job_from_row(row) -> Job:
+def stage_run_from_row(row, source="", num_layers: Optional[int] = None) -> StageRun:
+    """A ``stage_runs`` row (id, balance, stage, status, peak, seconds, times, error,
+    breakdown), every column checked."""
+    i, balance, stage, status, peak, seconds, times, error, breakdown = row
+    r = reader(source, "stage_runs", i)
+    bal = fields.balance(fields.loads(balance, r, "balance"), r, "balance", num_layers)
+    stage = r.int_(stage, "stage", low=0, high=len(bal) - 1)
+    status = fields.status(status, r, "status")
+    peak = r.bytes_(peak, "peak", nullable=status != "ok")
+    bd = breakdown_from_json(breakdown, r, 1)
+    return StageRun(bal, stage, status, peak, r.num(seconds, "seconds"),
+                    times_from_json(times, r), r.str_(error, "error", nullable=True),
+                    bd[0] if bd else None)
+
+
+def job_from_row(row, source="") -> Job:
     i, kind, argv, total, done, current, status, error, pid, study_id, created, updated = row
-    return Job(i, kind, tuple(json.loads(argv)), total, done,
-               ints_or_none(current), status, error, pid, study_id, created, updated)
+    r = reader(source, "jobs", i)
+    args = tuple(r.str_(a, f"argv[{k}]")
+                 for k, a in enumerate(r.lst(fields.loads(argv, r, "argv"), "argv")))
+    cur = None if current is None else fields.balance(fields.loads(current, r, "current"), r,
+                                                      "current", None)
+    if status not in JOB_STATUSES:
+        raise r.fail("status", f"expected one of {', '.join(JOB_STATUSES)}, found "
+                               f"{fields.show(status)}")
+    return Job(row_id(i, r, "id"), r.str_(kind, "kind"), args,
+               r.int_(total, "total", low=0, high=2**63 - 1),
+               r.int_(done, "done", low=0, high=2**63 - 1), cur, status,
+               r.str_(error, "error", nullable=True),
+               r.int_(pid, "pid", nullable=True, low=0, high=2**31),
+               row_id(study_id, r, "study_id", nullable=True), when(created, r, "created"),
+               when(updated, r, "updated"))

@@ -554,6 +554,11 @@ def sweep_balances(num_layers: int, stages: int, sample: Optional[int],
                 for chunk in partition.enumerate_all(num_layers, stages) for row in chunk]
     if sample < 1:
         raise McapError(f"--sample must be >= 1, got {sample}")
+    count = partition.count(num_layers, stages)
+    if min(sample, count) > MAX_SWEEP_ALL:  # refused before drawing (issue 28)
+        raise McapError(f"--sample {sample:,} would measure {min(sample, count):,} of the "
+                        f"{count:,} partitionings of {num_layers} layers on {stages} stages; a "
+                        f"sweep measures at most {MAX_SWEEP_ALL:,}")
     return partition.random_partitionings(num_layers, stages, sample, seed=seed)
 
 

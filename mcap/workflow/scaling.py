@@ -83,6 +83,8 @@ def value_grid(spec: str, key: str, low: int, high: int, step: Optional[int] = N
     if low % granularity or step % granularity:
         raise McapError(f"{name} {key} must be a multiple of {granularity}: --low {low} and "
                         f"--step {step} must be too")
+    from mcap.core.scaling import check_grid_size
+    check_grid_size(low, high, step)  # before the grid is listed (issue 28)
     return tuple(range(low, high + 1, step))
 
 

@@ -28,6 +28,9 @@ from mcap.core.pressplan import PressPlan
 
 ENUMERATE = 300_000
 RADIUS = 2
+# Candidates planned by each ranking (issue 28): each is one plan (an MILP by default), so
+# the count is bounded; the default is 4.
+MAX_TOP = 64
 
 
 @dataclass(frozen=True)
@@ -90,8 +93,9 @@ def joint(profile, stages: int, capacity: int, method: str = "milp",
     from mcap.core.press import solve
     from mcap.core.recommend import check_stages, costs_of
     check_stages(stages, profile.model.num_layers)
-    if isinstance(top, bool) or not isinstance(top, int) or top < 1:
-        raise McapError(f"top must be an integer >= 1, got {top!r}")
+    if isinstance(top, bool) or not isinstance(top, int) or not 1 <= top <= MAX_TOP:
+        raise McapError(f"the candidates planned (--press-candidates) must be 1..{MAX_TOP}, "
+                        f"got {top!r}")
     check_profile(profile)
     costs = costs_of(profile, predictor)
     pool = _pool(profile, stages, costs)

@@ -147,3 +147,20 @@ def test_the_schedules_other_work_goes_with_the_forwards_and_backwards():
                        other=(0.5 * (sum(t.forward[0]) + sum(t.backward[0])),)) for t in base]
     free = Link(0.0, 1e12)
     assert makespan(busy, "gpipe", M, free) == pytest.approx((M + G - 1) * 3.0 * 1.5 + 0.5)
+
+
+def test_a_crossing_on_the_shared_compute_is_work_not_a_delay():
+    """gloo between processes of one host copies through the kernel on the cores the
+    stages share: the crossing takes a share of them like compute does; NCCL between GPUs
+    of their own only delays the receiver."""
+    G, M, nbytes = 2, 1, 10**6
+    ts = _times(G, M, f=1.0, b=1.0, step=0.0, nbytes=nbytes)
+    one_ms = dict(latency=0.0, bytes_per_second=1e9)  # 1 ms per crossing
+    delay = makespan(ts, "gpipe", M, Link(**one_ms, how="nccl"))
+    work = makespan(ts, "gpipe", M, Link(**one_ms, how="gloo"))
+    assert delay == pytest.approx(work) == pytest.approx(4.0 + 0.002)
+    assert Link(**one_ms, how="gloo").on_compute and not Link(**one_ms, how="nccl").on_compute
+    # on one shared slot the crossing competes with compute; as a delay it would not
+    shared = makespan(_times(3, 2, nbytes=nbytes), "gpipe", 2,
+                      Link(**one_ms, how="gloo", slots=1))
+    assert shared == pytest.approx(3 * (2 * 3.0 + 0.5) + 8 * 0.001)

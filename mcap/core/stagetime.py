@@ -13,7 +13,10 @@ tests/test_stagetime.py checks :func:`op_order` against their ``pipeline_order``
 - a forward of micro-batch m on stage s > 0 starts once stage s - 1 finished it and the
   activation crossed the link (``Link``: a latency per message plus bytes over the
   measured bandwidth); a backward on stage s < G - 1 once stage s + 1 finished it and the
-  gradient crossed back (the same bytes); sends are asynchronous, as the runtime's are;
+  gradient crossed back (the same bytes); sends are asynchronous, as the runtime's are.
+  Where the crossing itself runs on the compute the stages share (gloo between processes
+  of one host copies through the kernel; IPC copies of stages on one GPU), it is work of
+  the receiving op rather than a delay (``Link.on_compute``);
 - stages that share compute (CPU stage processes on fewer cores than stages; stages on
   one GPU) share it: while n of them compute on ``Link.slots`` slots each runs at
   min(1, slots / n) of its own speed (processor sharing, how the OS and the GPU's
@@ -47,6 +50,13 @@ class Link:
         if nbytes <= 0:
             return 0.0
         return self.latency + nbytes / self.bytes_per_second
+
+    @property
+    def on_compute(self) -> bool:
+        """Whether a crossing is work of the devices the stages compute on: gloo between
+        processes of one host copies through the kernel on its cores, IPC and host copies
+        of stages sharing a GPU run on that GPU; NCCL between GPUs of their own does not."""
+        return self.how in ("gloo", "ipc", "host", "store")
 
 
 def op_order(schedule: str, stages: int, chunks: int) -> list[list[tuple[str, int]]]:
@@ -115,15 +125,26 @@ def makespan(times: Sequence[StageTimes], schedule: str, chunks: int, link: Link
     now = 0.0
     slots = link.slots if 0 < link.slots < G else 0
 
+    def crossing(s: int) -> float:
+        """Seconds the input of stage s's next op takes to cross to it (0: none)."""
+        kind = programs[s][pc[s]][0]
+        if kind == "F" and s > 0:
+            return link.seconds(times[s - 1].send_bytes)
+        if kind == "B" and s < G - 1:
+            return link.seconds(times[s + 1].recv_bytes)
+        return 0.0
+
     def arrival(s: int):
-        """When stage s's next op may start (None: its input is not even computed)."""
+        """When stage s's next op may start (None: its input is not even computed). A
+        crossing on the compute (``Link.on_compute``) is work of the op, not a delay."""
         kind, it, m, _ = programs[s][pc[s]]
+        delay = 0.0 if link.on_compute else crossing(s)
         if kind == "F" and s > 0:
             src = done.get((s - 1, "F", it, m))
-            return None if src is None else src + link.seconds(times[s - 1].send_bytes)
+            return None if src is None else src + delay
         if kind == "B" and s < G - 1:
             src = done.get((s + 1, "B", it, m))
-            return None if src is None else src + link.seconds(times[s + 1].recv_bytes)
+            return None if src is None else src + delay
         return now
 
     while True:
@@ -133,7 +154,7 @@ def makespan(times: Sequence[StageTimes], schedule: str, chunks: int, link: Link
                 continue
             at = arrival(s)
             if at is not None and at <= now + 1e-15:
-                running[s] = programs[s][pc[s]][3]
+                running[s] = programs[s][pc[s]][3] + (crossing(s) if link.on_compute else 0.0)
             elif at is not None:
                 waits.append(at)
         if not running:

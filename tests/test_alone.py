@@ -56,6 +56,17 @@ def test_first_middle_and_last_stage_alone_read_the_concurrent_bytes(spec, balan
         assert (t.recv_bytes == 0) == (s == 0) and (t.send_bytes == 0) == (s == G - 1)
     for s in range(G - 1):  # what one stage sends, the next receives
         assert alone.times[s].send_bytes == alone.times[s + 1].recv_bytes
+    # the measured memory timeline (issue 26): its events cover the whole window, so the
+    # highest peak inside them is the stage's peak, to the byte; each event starts where
+    # the last ended; every forward, backward and step of both iterations is there
+    for s, t in enumerate(alone.times):
+        assert max(e[4] for e in t.memory) == alone.peaks[s]
+        assert all(a[5] == b[3] for a, b in zip(t.memory, t.memory[1:]))
+        assert all(e[3] <= e[4] and e[5] <= e[4] for e in t.memory)
+        ops = [(k, it, mb) for k, it, mb, *_ in t.memory if k != "-"]
+        assert sorted(ops) == sorted([(k, it, mb) for it in range(2) for k in "FB"
+                                      for mb in range(setup.chunks)] +
+                                     [("S", it, -1) for it in range(2)])
 
 
 def test_a_stage_alone_reads_the_same_after_any_other_stage():

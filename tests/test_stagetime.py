@@ -114,6 +114,9 @@ def test_times_survive_the_json_file_and_the_store(tmp_path):
     model = ModelInfo("vgg11:image_size=32", tuple(Layer(f"l{i}", 4) for i in range(4)))
     setup = Setup(stages=2, batch_size=4, chunks=2)
     times = tuple(_times(2, 2, its=2, nbytes=4096))
+    times = (times[0], StageTimes(times[1].forward, times[1].backward, times[1].step,
+                                  times[1].recv_bytes, times[1].send_bytes, (0.01, 0.02),
+                                  (("-", 0, -1, 10, 40, 20), ("F", 0, 0, 20, 200, 150))))
     run = Run((1, 3), "ok", (100, 200), 1.5, samples_per_second=3.25, times=times,
               estimated=True)
     sweep = Sweep(model, setup, (run, Run((2, 2), "ok", (5, 6), 1.0)))

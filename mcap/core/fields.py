@@ -277,7 +277,32 @@ def stage_times(t, r: Reader, w: str) -> StageTimes:
     return StageTimes(forward, backward, seconds(r.need(t, "step", w), f"{w}.step"),
                       r.bytes_(t.get("recv_bytes", 0), f"{w}.recv_bytes"),
                       r.bytes_(t.get("send_bytes", 0), f"{w}.send_bytes"),
-                      seconds(t.get("other", []), f"{w}.other"))
+                      seconds(t.get("other", []), f"{w}.other"),
+                      memory_events(t.get("memory", []), r, f"{w}.memory"))
+
+
+MEMORY_KINDS = ("F", "B", "S", "-")  # forward, backward, optimizer step, between them
+
+
+def memory_events(items, r: Reader, w: str) -> tuple:
+    """A measured memory timeline (``StageTimes.memory``): lists of [kind, iteration,
+    micro-batch (-1: none), bytes before, peak inside, bytes after]."""
+    out = []
+    for k, e in enumerate(r.lst(items, w)):
+        where = f"{w}[{k}]"
+        e = r.lst(e, where)
+        if len(e) != 6:
+            raise r.fail(where, f"expected [kind, iteration, micro-batch, before, peak, "
+                                f"after], found {len(e)} values")
+        kind = e[0]
+        if kind not in MEMORY_KINDS:
+            raise r.fail(f"{where}[0]", f"expected one of {', '.join(MEMORY_KINDS)}, found "
+                                        f"{kind!r:.40}")
+        it = r.int_(e[1], f"{where}[1]", low=0, high=MAX_COUNT)
+        mb = r.int_(e[2], f"{where}[2]", low=-1, high=MAX_COUNT)
+        before, peak, after = (r.bytes_(e[j], f"{where}[{j}]") for j in (3, 4, 5))
+        out.append((kind, it, mb, before, peak, after))
+    return tuple(out)
 
 
 def times_list(items, r: Reader, where: str, stages: int) -> Optional[tuple[StageTimes, ...]]:

@@ -112,6 +112,10 @@ class StageTimes:
     # per iteration: what the schedule spent beyond the forwards and backwards (its
     # receives and sends, the loss, its own Python); () where not recorded
     other: tuple[float, ...] = ()
+    # the measured memory timeline: per event (kind, iteration, micro-batch, bytes before,
+    # peak inside, bytes after), kind "F", "B", "S" (optimizer step) or "-" (the
+    # schedule's work between them); its highest peak is the stage's; () not recorded
+    memory: tuple[tuple, ...] = ()
 
 
 @dataclass(frozen=True)

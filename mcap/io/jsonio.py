@@ -98,7 +98,15 @@ def stage_times_to_dict(t: StageTimes) -> dict:
             "backward": [[float(x) for x in b] for b in t.backward],
             "step": [float(x) for x in t.step],
             "recv_bytes": int(t.recv_bytes), "send_bytes": int(t.send_bytes),
-            **({"other": [float(x) for x in t.other]} if t.other else {})}
+            **({"other": [float(x) for x in t.other]} if t.other else {}),
+            **({"memory": [memory_event_to_list(e) for e in t.memory]} if t.memory else {})}
+
+
+def memory_event_to_list(e) -> list:
+    """One event of a measured memory timeline: [kind, iteration, micro-batch, bytes
+    before, peak inside, bytes after]."""
+    kind, it, mb, before, peak, after = e
+    return [str(kind), int(it), int(mb), int(before), int(peak), int(after)]
 
 
 def profile_to_dict(profile: Profile) -> dict:

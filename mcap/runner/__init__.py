@@ -344,7 +344,8 @@ def stage_times(results) -> Optional[tuple]:
     if any(r.times is None for r in results):
         return None
     return tuple(StageTimes(r.times[0], r.times[1], r.times[2], r.recv_bytes, r.send_bytes,
-                            tuple(r.times[3]) if len(r.times) > 3 else ())
+                            tuple(r.times[3]) if len(r.times) > 3 else (),
+                            tuple(r.times[4]) if len(r.times) > 4 else ())
                  for r in results)
 
 

@@ -194,6 +194,42 @@ class StageTimer:
         self.step: list[float] = []
         self.other: list[float] = []  # per iteration: the schedule's own work around them
         self._filled = 0.0  # seconds spent filling receive buffers (not the real runtime's)
+        # The measured memory timeline (issue 26): per event (kind, iteration, micro-batch,
+        # bytes before, peak inside, bytes after); kind F, B, S (optimizer step) or "-"
+        # (the schedule's own work between them: receives, sends, the loss). Its peaks
+        # cover the whole window, so their highest is the stage's peak to the byte.
+        self.memory: list[tuple] = []
+        self._window = None
+        self._held: Optional[int] = None
+
+    def begin(self, window) -> None:
+        """Record the memory timeline of ``window`` (a ``mcap.runner.train.Window`` just
+        started) from here on."""
+        self._window = window
+        self._held = window.current()[0]
+
+    def _segment(self, kind: str, micro: int, before: Optional[int]) -> Optional[int]:
+        """Close the segment since the last boundary as an event; the bytes held now."""
+        if self._window is None:
+            return None
+        peak, now = self._window.segment()
+        it = max(0, len(self.forward) - 1)
+        self.memory.append((kind, it, micro, self._held if before is None else before,
+                            peak, now))
+        self._held = now
+        return now
+
+    def _op(self, kind: str, run, micro: int):
+        """Run one op (forward, backward or step) as its own segment of the timeline."""
+        before = self._segment("-", -1, None)  # the schedule's work since the last op
+        try:
+            return run()
+        finally:
+            self._segment(kind, micro, before)
+
+    def close(self) -> None:
+        """End the timeline (the work after the last op)."""
+        self._segment("-", -1, None)
 
     def _now(self) -> float:
         if self.cuda:
@@ -211,14 +247,14 @@ class StageTimer:
         def forward_one_chunk(*args, **kwargs):
             t = self._now()
             try:
-                return fwd(*args, **kwargs)
+                return self._op("F", lambda: fwd(*args, **kwargs), _chunk(args, kwargs))
             finally:
                 self.forward[-1].append(self._now() - t)
 
         def backward_one_chunk(*args, **kwargs):
             t = self._now()
             try:
-                return bwd(*args, **kwargs)
+                return self._op("B", lambda: bwd(*args, **kwargs), _chunk(args, kwargs))
             finally:
                 self.backward[-1].append(self._now() - t)
 
@@ -226,7 +262,7 @@ class StageTimer:
 
     def timed_step(self, step) -> None:
         t = self._now()
-        step()
+        self._op("S", step, -1)
         self.step.append(self._now() - t)
 
     def timed_schedule(self, step) -> None:
@@ -245,11 +281,22 @@ class StageTimer:
         self.other.append(max(0.0, total - work - self._filled))
 
     def record(self) -> Optional[tuple]:
-        """(forward, backward, step, other): per iteration, per micro-batch seconds."""
+        """(forward, backward, step, other, memory): per iteration, per micro-batch
+        seconds, and the memory timeline."""
         if not self.forward:
             return None
         return (tuple(tuple(f) for f in self.forward), tuple(tuple(b) for b in self.backward),
-                tuple(self.step), tuple(self.other))
+                tuple(self.step), tuple(self.other), tuple(self.memory))
+
+
+def _chunk(args, kwargs) -> int:
+    """The micro-batch index a stage's forward_one_chunk / backward_one_chunk was given."""
+    if args:
+        return int(args[0])
+    for key in ("fwd_chunk_id", "bwd_chunk_id"):
+        if key in kwargs:
+            return int(kwargs[key])
+    return -1
 
 
 _timer: Optional[StageTimer] = None  # the timer of the step running now (arrive's time)

@@ -161,6 +161,8 @@ def run_stage(res: Resident, setup: Setup, balance: tuple[int, ...], rank: int,
             # otherwise count its wait for the others in the run's time.
             torch.distributed.barrier()
         window.start()
+        if timer is not None:
+            timer.begin(window)
         start, cpu = time.perf_counter(), time.process_time()
         for _ in range(ITERATIONS):
             if timer is not None:
@@ -190,6 +192,8 @@ def run_stage(res: Resident, setup: Setup, balance: tuple[int, ...], rank: int,
             elif timer is not None:
                 timer.step.append(0.0)
             window.mark_iteration()
+        if timer is not None:
+            timer.close()
         seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
         if isinstance(stage_mod, exchange.Exchanged):  # the neighbours' copies are made
             stage_mod.finish()

@@ -141,6 +141,11 @@ class Window:
         clean_slate(self.devices)
         self.capacity = capacity
         self.iteration_peaks: list[list[int]] = []
+        # Segments (a measured timeline, mcap.runner.alone.StageTimer): the device's peak
+        # counter is read and reset at each boundary; the window's peak is the highest
+        # segment's (and its breakdown, on the CPU, that segment's at its peak).
+        self._max: Optional[list[int]] = None
+        self._max_breakdown: Optional[tuple] = None
         # Bytes this process held before the stage was built; 0 when nothing leaked from
         # earlier runs. Peaks are absolute (like max_memory_allocated), so this is a check.
         self.held_before = self._held()
@@ -183,17 +188,48 @@ class Window:
         else:
             memtrack.set_capacity(None)
 
-    def peaks(self) -> list[int]:
+    def _counter(self) -> list[int]:
+        """The device peak counters since their last reset."""
         if self.cuda:
             return [int(torch.cuda.max_memory_allocated(d)) for d in self.devices]
         return [memtrack.peak()]
+
+    def current(self) -> list[int]:
+        if self.cuda:
+            return [int(torch.cuda.memory_allocated(d)) for d in self.devices]
+        return [memtrack.current()]
+
+    def segment(self) -> tuple[int, int]:
+        """End a segment of the timeline on the first device: (its peak, the bytes held
+        now); the counter starts again from here, the window's peak keeps the highest."""
+        if self.cuda:
+            torch.cuda.synchronize(self.devices[0])
+        peak, now = self._counter()[0], self.current()[0]
+        if self._max is None or peak > self._max[0]:
+            self._max = [peak]
+            if not self.cuda:
+                self._max_breakdown = memtrack.peak_breakdown()
+        if self.cuda:
+            torch.cuda.reset_peak_memory_stats(self.devices[0])
+        else:
+            memtrack.reset_peak()
+        return peak, now
+
+    def peaks(self) -> list[int]:
+        counted = self._counter()
+        if self._max is None:
+            return counted
+        return [max(self._max[0], counted[0])] + counted[1:]
 
     def breakdowns(self) -> list[Optional[MemoryBreakdown]]:
         """Exact on CPU (the tracker copies its per-category bytes when a peak is reached);
         not available on CUDA, where only the allocator's totals are read."""
         if self.cuda:
             return [None] * len(self.devices)
-        other, weights, grads, optim = memtrack.peak_breakdown()
+        if self._max is not None and self._max[0] >= memtrack.peak():
+            other, weights, grads, optim = self._max_breakdown
+        else:
+            other, weights, grads, optim = memtrack.peak_breakdown()
         return [MemoryBreakdown(weights=weights, gradients=grads, optimizer=optim, other=other)]
 
 

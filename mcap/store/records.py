@@ -312,7 +312,9 @@ def times_to_json(times) -> Optional[str]:
     items = [times] if one else list(times)
     out = [{"forward": [list(f) for f in t.forward], "backward": [list(b) for b in t.backward],
             "step": list(t.step), "recv_bytes": int(t.recv_bytes),
-            "send_bytes": int(t.send_bytes), "other": list(t.other)} for t in items]
+            "send_bytes": int(t.send_bytes), "other": list(t.other),
+            "memory": [[str(k), int(i), int(m), int(b), int(p), int(a)]
+                       for k, i, m, b, p, a in t.memory]} for t in items]
     return dumps(out[0] if one else out)
 
 

@@ -4,6 +4,7 @@ the same per-device peaks every other page shows (mcap.core.teaching)."""
 import streamlit as st
 
 from mcap.app.press import below_least, capacity_input_mib, room
+from mcap.core import memtimeline
 from mcap.core.errors import McapError
 from mcap.core.partition import parse_balance, validate, windows
 from mcap.core.press import METHODS, problem, solve
@@ -95,6 +96,26 @@ if les.unknowns:
 chart(fig_tl.draw_timeline(tl, dataset=dataset_name("profile"), measured=les.measured if les.levels else None,
                            levels=les.levels),
       key="timeline-chart", name=f"timeline-{schedule}")
+
+st.subheader("Measured, op by op")
+measured_events = memtimeline.events(run)
+if measured_events is None:
+    st.info(f"No measured timeline for {balance_str(balance)} in this dataset: a run records one "
+            "when its stages run alone (the default since its files carry `\"memory\"`). "
+            "Measure this partitioning on the Predict page and come back.")
+else:
+    chart(fig_tl.draw_measured(measured_events, dataset=dataset_name("profile"),
+                               balance=balance), key="measured-timeline-chart",
+          name=f"measured-timeline-{balance_str(balance)}")
+    model_labels = memtimeline.model_peak_labels(tl) \
+        if schedule == setup.schedule and chunks == setup.chunks and les.levels else None
+    for line in memtimeline.sentences(measured_events, les.predicted, model_labels):
+        st.markdown("- " + line)
+    measured_table = fig_tl.measured_frame(measured_events)
+    st.dataframe(table_view(measured_table, ("before", "peak", "after")), hide_index=True,
+                 key="measured-timeline-table", height=240)
+    downloads(measured_table, f"mcap-measured-timeline-{balance_str(balance)}",
+              "measured-timeline")
 
 other, counts = other_schedule(schedule, len(balance), chunks)
 st.caption(f"Under {SCHEDULE_NAMES[other]} the same partitioning would have "

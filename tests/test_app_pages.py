@@ -919,3 +919,43 @@ def test_partition_space_says_how_a_cpu_profile_plans_for_a_gpu():
     shown = " ".join(m.value for m in at.markdown)
     for c in checks:
         assert sentence(c) in shown
+
+
+@pytest.mark.integration
+def test_explained_draws_the_measured_timeline_of_a_measured_partitioning(tmp_path,
+                                                                         monkeypatch):
+    """Issue 26, item 2: a profile whose runs ran their stages alone carries each stage's
+    memory timeline; the teaching page draws it for a measured partitioning, op by op, its
+    highest point the measured peak to the byte, and says where each device peaked."""
+    import io
+
+    from mcap.core import memtimeline
+    from mcap.core.types import Setup
+    from mcap.store import Store
+    from mcap.workflow.profiling import profile as run_profile
+
+    data = tmp_path / "data"
+    data.mkdir()
+    made = run_profile("gpt:layers=4,hidden=64,heads=2,vocab=64,seq=16",
+                       Setup(stages=2, batch_size=8, chunks=2), data / "tiny.profile.json",
+                       store=Store(tmp_path / "made.sqlite"), stream=io.StringIO())
+    run = made.profile.runs[0]
+    evs = memtimeline.events(run)
+    assert evs is not None and [max(e.peak for e in dev) for dev in evs] == list(run.peaks)
+    monkeypatch.setenv("MCAP_DATA_DIR", str(data))
+    at = page("explained", profile="bundled:tiny.profile.json",
+              balance=",".join(map(str, run.balance)))
+    assert not errors(at)
+    table = frame(at, "op", "kind", "peak (MiB)")
+    assert len(table) == sum(len(dev) for dev in evs)
+    assert max(table["peak (MiB)"]) == pytest.approx(max(run.peaks) / 2**20, abs=0.005)
+    shown = " ".join(m.value for m in at.markdown)
+    for d, dev in enumerate(evs):
+        top = memtimeline.peak_event(dev)
+        assert f"device {d}: measured peak {top.peak / 2**20:.2f} MiB" in shown
+    # a partitioning nobody measured says so, and how to get one
+    other = (run.balance[1], run.balance[0])
+    if other != run.balance and other not in [r.balance for r in made.profile.runs]:
+        at = page("explained", profile="bundled:tiny.profile.json",
+                  balance=",".join(map(str, other)))
+        assert any("No measured timeline" in i.value for i in at.info)

@@ -260,3 +260,28 @@ def test_space_draws_composed_picks_and_the_lowest_peak_with_an_estimate():
     assert few.set_index("balance")["estimated"].to_dict() == {"2-2": True, "1-3": False, "3-1": True}
     assert len(space.space_points(runs, marks, Flat())) == 4
     assert len(space.space_points(runs, marks)) == 1  # no estimate: measured throughput only
+
+
+def test_measured_timeline_frame_lists_every_event_in_the_order_the_device_ran_it():
+    from mcap.core import memtimeline
+    from mcap.core.types import Run, StageTimes
+    from mcap.figures import timeline as fig_tl
+
+    mem0 = (("-", 0, -1, 10, 12, 11), ("F", 0, 0, 11, 30, 20), ("B", 0, 0, 20, 25, 12),
+            ("S", 0, -1, 12, 16, 12))
+    mem1 = (("F", 0, 0, 5, 9, 8), ("B", 0, 0, 8, 40, 6))
+    times = tuple(StageTimes(((0.1,),), ((0.2,),), (0.0,), memory=m) for m in (mem0, mem1))
+    run = Run((1, 1), "ok", (30, 40), 1.0, times=times)
+    evs = memtimeline.events(run)
+    frame = fig_tl.measured_frame(evs)
+    assert list(frame["op"]) == ["·", "F0", "B0", "step", "F0", "B0"]
+    assert list(frame["peak"]) == [12, 30, 25, 16, 9, 40]
+    assert list(frame["device"]) == [0, 0, 0, 0, 1, 1]
+    assert [memtimeline.peak_event(d).label for d in evs] == ["F0", "B0"]
+    said = memtimeline.sentences(evs, [30, 50], ["F0", "F0"])
+    assert said[0].startswith("device 0: measured peak 0.00 MiB inside F0 (forward)")
+    assert "predicted" in said[1] and "(-20.0%)" in said[1]
+    assert "puts its peak in F0" in said[1] and "peaks in F0 too" in said[0]
+    fig = fig_tl.draw_measured(evs, balance=(1, 1))
+    assert len(fig.data) == 4
+    assert memtimeline.events(Run((1, 1), "ok", (30, 40), 1.0)) is None

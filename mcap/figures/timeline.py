@@ -137,3 +137,43 @@ def draw_press_effect(t: Timeline, e, dataset: str = "") -> go.Figure:
     fig.update_layout(legend=dict(orientation="v", x=1.01, xanchor="left", y=0, yanchor="bottom"),
                       margin=dict(t=90 + MODEBAR, r=150))
     return fig
+
+
+def measured_frame(evs) -> pd.DataFrame:
+    """One row per measured event (``mcap.core.memtimeline.events``): device, its order on
+    the device, iteration, the op's label and kind, and bytes before, peak inside, after."""
+    rows = [(e.device, e.order, e.iteration + 1, e.label, e.kind, e.before, e.peak, e.after)
+            for dev in evs for e in dev]
+    return pd.DataFrame(rows, columns=["device", "order", "iteration", "op", "kind", "before",
+                                       "peak", "after"])
+
+
+def draw_measured(evs, dataset: str = "", balance=()) -> go.Figure:
+    """Each device's measured memory, op by op in the order it ran them (both iterations):
+    a line through the bytes held after each op and a marker at the peak inside it."""
+    frame = measured_frame(evs)
+    unit = unit_for(frame["peak"])
+    fig = go.Figure()
+    for d, rows in frame.groupby("device", sort=True):
+        ops = rows[rows["kind"] != "-"]
+        text = [f"it {i} {op}" for i, op in zip(rows["iteration"], rows["op"])]
+        fig.add_scatter(x=rows["order"], y=scaled(rows["after"], unit), mode="lines",
+                        line_shape="hv", name=f"device {d} held", legendgroup=f"device {d}",
+                        line=dict(color=device_color(d), width=3), text=text,
+                        hovertemplate=f"device {d} " + "%{text}: %{y:.2f} " + unit[0]
+                                      + " held after<extra></extra>")
+        fig.add_scatter(x=ops["order"], y=scaled(ops["peak"], unit), mode="markers",
+                        name=f"device {d} peak inside", legendgroup=f"device {d}",
+                        marker=dict(color=device_color(d), symbol="triangle-up", size=9,
+                                    line=dict(color="black", width=1)),
+                        text=[f"it {i} {op}" for i, op in zip(ops["iteration"], ops["op"])],
+                        hovertemplate=f"device {d} " + "%{text}: peak %{y:.2f} " + unit[0]
+                                      + "<extra></extra>")
+    fig.update_yaxes(title_text=unit[0])
+    fig.update_xaxes(title_text="ops in the order each device ran them (two iterations)")
+    fig.update_layout(height=440)
+    finish(fig, "Measured memory per device, op by op"
+                + (f" ({'-'.join(map(str, balance))})" if balance else ""), dataset)
+    fig.update_layout(legend=dict(orientation="v", x=1.01, xanchor="left", y=0, yanchor="bottom"),
+                      margin=dict(t=90 + MODEBAR, r=190))
+    return fig

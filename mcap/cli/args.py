@@ -137,6 +137,6 @@ def add_confirm_model_option(p, command: str) -> None:
     the ``time`` method (issue 12: mcap never runs code because a file names it)."""
     from mcap.models.spec import trusted_model_arg
     p.add_argument("--model", type=trusted_model_arg, default=None, metavar="SPEC",
-                   help=f"for the time method of `{command}` on a user model "
+                   help=f"for the time method of {command} on a user model "
                         "(package.module:function): type the file's spec here to allow running "
                         "that code; mcap never runs code because a file names it")

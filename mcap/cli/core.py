@@ -39,7 +39,8 @@ def add_predictor_option(p) -> None:
     from mcap.core import predictors
     p.add_argument("--predictor", choices=predictors.names(), default=predictors.DEFAULT,
                    help=f"how peaks are predicted (default {predictors.DEFAULT}); "
-                        + "; ".join(f"{n}: {predictors.get(n).help}" for n in predictors.names()))
+                        + "; ".join(f"{n}: {predictors.get(n).help.rstrip('.')}"
+                                   for n in predictors.names()))
 
 
 def add_batch_size_option(p) -> None:

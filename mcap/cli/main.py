@@ -24,7 +24,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m mcap", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="python -m mcap",  # plain words: --help prints no RST markup
+                     description="mcap: memory-centric partitioning of pipeline-parallel training; "
+                                 "python -m mcap COMMAND --help describes each command")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name in COMMAND_MODULES:
         try:

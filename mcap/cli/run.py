@@ -61,7 +61,7 @@ def register(sub) -> None:
                             "N:tpK on K devices with data / tensor parallelism), run on engine "
                             "hybrid with one process per device")
     p.add_argument("--press", type=Path, default=None, metavar="PLAN.json",
-                   help="apply an MPress plan (mcap.press/1, from `mcap press --out`) of this "
+                   help="apply an MPress plan (mcap.press/1, from python -m mcap press --out) of this "
                         "model and balance: per layer keep, recompute, host swap or d2d swap; "
                         "needs --checkpoint never. The run is stored apart from plain runs")
     p.add_argument("--json", action="store_true", help="print one JSON object")

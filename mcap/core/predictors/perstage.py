@@ -88,7 +88,7 @@ class PerStage(Predictor):
     label = "perstage (+ once-per-stage terms)"
     help = ("Listing 1.1 plus memory paid once per stage: c x the largest parameter tensor "
             "and a workspace W for any stage holding parameters, both fitted on the "
-            "profile's own held-out windows (the default).")
+            "profile's own held-out windows.")
 
     def fit(self, profile: Profile) -> TermCosts:
         layers = profile.model.layers

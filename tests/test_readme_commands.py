@@ -606,3 +606,13 @@ def test_every_readme_command_runs(tmp_path):
     assert set(made) <= {"out", ".mcap", "data", "bench"}, made
     assert sorted(p.name for p in node1.iterdir() if not p.name.startswith("store.sqlite")) == ["out"]
     assert _snapshot(REPO) == before
+
+
+def test_help_is_plain_words():
+    """README item 17: ``--help`` showed RST backticks and ".;" where descriptions joined."""
+    from mcap.cli.main import build_parser
+    parser = build_parser()
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    for name, p in [("", parser), *sub.choices.items()]:
+        text = p.format_help()
+        assert "`" not in text and ".;" not in text, (name, re.findall(r".{0,30}(?:`|\.;).{0,30}", text, re.S))

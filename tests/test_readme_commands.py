@@ -22,8 +22,9 @@ against the code:
   get the ``--no-time`` they show), and every decimal figure and balance its comment quotes
   must appear in what it prints. Afterwards the scratch folder holds nothing but ``out/``
   and ``.mcap/`` (and what the test linked in), and ``data/`` and the repository root are
-  as they were. Two blocks run at a time; 35 commands took 165 s on the 2-core VM at load
-  3.5-4 (another suite running), most of it the stage processes' start-up.
+  as they were. Two blocks run at a time; the 35 commands took 127 s (load 2.6-3.5) to
+  165 s (load 3.5-4) on the 2-core VM with another suite running, most of it the stage
+  processes' start-up (about 7 CPU seconds per training line).
 
 Placeholders filled: ``$M`` (the README's own variable), ``R`` (node rank 0 / 1) and
 ``HOST:PORT`` (127.0.0.1 and a free port). Not run: ``bash bin/dashboard`` and ``bash

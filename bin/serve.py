@@ -41,12 +41,24 @@ def warm() -> list[str]:
     """Import :data:`WARM` and build one figure of each trace type the pages draw (plotly
     loads its validators on first use); returns the modules that failed to import, so a
     broken page still shows its own error when visited instead of failing the server."""
+    import logging
+
     failed = []
-    for name in WARM:
-        try:
-            importlib.import_module(name)
-        except Exception:  # noqa: BLE001 - the page will raise it where the user sees it
-            failed.append(name)
+    # Pages define st.cache_data functions at import; imported before the server's runtime
+    # exists, each says "No runtime found, using MemoryCacheStorageManager" (4 warnings at
+    # every start, issue 26). The cache they get when the pages run is the runtime's.
+    import streamlit.runtime.caching.cache_data_api  # noqa: F401 (creates its logger first)
+    quiet = logging.getLogger("streamlit.runtime.caching.cache_data_api")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        for name in WARM:
+            try:
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001 - the page will raise it where the user sees it
+                failed.append(name)
+    finally:
+        quiet.setLevel(level)
     try:
         import plotly.graph_objects as go
         for trace in (go.Scatter, go.Bar, go.Histogram, go.Heatmap):

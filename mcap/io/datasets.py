@@ -63,11 +63,14 @@ def bundled(data_dir: Optional[Path] = None) -> tuple[DatasetRef, ...]:
     data_dir = datasets_dir() if data_dir is None else data_dir
     if not data_dir.is_dir():
         return ()
+    # The files shipped in data/ are "bundled"; another folder ($MCAP_DATA_DIR) is named
+    # as what it is, not passed off as the project's own data.
+    where = "bundled" if data_dir.resolve() == DATA_DIR.resolve() else "from MCAP_DATA_DIR"
     refs = []
     for path in sorted(data_dir.iterdir()):
         kind = kind_of_file(path.name)
         if kind is not None and path.is_file():
-            refs.append(DatasetRef("bundled", kind, path.name, f"{path.name} (bundled)"))
+            refs.append(DatasetRef("bundled", kind, path.name, f"{path.name} ({where})"))
     return tuple(sorted(refs, key=lambda r: (KINDS.index(r.kind), r.key)))
 
 

@@ -1,5 +1,6 @@
-"""``perstage`` (the default): Listing 1.1 plus the memory a stage pays **once**, whatever
-how many layers it holds, each term estimated from the profiling runs themselves.
+"""``perstage`` (``workspace``, the default, builds on it): Listing 1.1 plus the memory a
+stage pays **once**, whatever how many layers it holds, each term estimated from the
+profiling runs themselves.
 
 What the measurements showed (ARCHITECTURE.md, "Predictors"; BENCHMARKS.md):
 

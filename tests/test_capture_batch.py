@@ -225,7 +225,7 @@ def test_scale_file_says_how_mcap_profiled():
 def test_profile_prints_one_line_per_profiled_batch_size():
     """A batch-scaled profile's summary printed "pp1: 3 runs on 2 sub-meshes of 1 devices"
     once per batch size, the same line twice; each line now says which batch size it is."""
-    from mcap.cli.profile import variant_lines
+    from mcap.cli.commands.profile import variant_lines
     runs = (Run((2, 3), "ok", (1, 2), 1.0), Run((3, 2), "ok", (2, 1), 1.0))
     base = Profile(MODEL, Setup(stages=2, batch_size=16, chunks=2), _stats(1))
     prof = batchscale.scaled_profile(base, [VariantStats(b, _stats(b), "pp", 1, runs[:n])

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from mcap.cli.profile import parse_bytes
+from mcap.cli.args import parse_bytes
 from mcap.core.errors import McapError
 from mcap.core.plan import profiling_plan
 from mcap.workflow.profiling import Tally, _fallback, _missing_message, model_info, summary, sweep_balances

@@ -115,7 +115,7 @@ def test_capacity_oom_is_composed_for_every_partitioning_holding_the_stage(sched
 def test_profile_composes_runs_whose_every_stage_is_stored_and_starts_no_process(tmp_path):
     from mcap.core.plan import profiling_plan
     from mcap.core.stats import extract
-    from mcap.workflow.profiling import model_info
+    from mcap.workflow.measuring import model_info
 
     spec, setup = "vgg11:image_size=32,hidden=64", Setup(stages=4, batch_size=8, chunks=2)
     from mcap.runner.machine import collect
@@ -323,7 +323,7 @@ def stage_env(monkeypatch):
 
 
 def reuse_info():
-    from mcap.workflow.profiling import model_info
+    from mcap.workflow.measuring import model_info
     return model_info(MODEL)
 
 

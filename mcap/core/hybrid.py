@@ -289,3 +289,16 @@ def plan_from_store(engine: str, balance: Sequence[int]) -> Optional[HybridPlan]
                         f"{list(balance)} has {len(balance)}")
     return parse_plan(",".join(str(n) if k == "pp" else f"{n}:{k}"
                                for n, k in zip(balance, kinds)))
+
+
+def stored_run(plan: HybridPlan, run):
+    """The record of a hybrid run in its ``hybrid:<layout>`` study (``store_engine``): one
+    peak per stage, the highest of the stage's devices (a study's runs have one peak per
+    stage)."""
+    import dataclasses
+    peaks = None
+    if run.peaks is not None:
+        stage_of = plan.device_stage()
+        peaks = tuple(max(p for d, p in enumerate(run.peaks) if stage_of[d] == s)
+                      for s in range(len(plan.stages)))
+    return dataclasses.replace(run, balance=plan.balance, peaks=peaks, breakdown=None)

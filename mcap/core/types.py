@@ -83,9 +83,13 @@ class Partitioning:
         return sum(self.balance)
 
     def bounds(self) -> tuple[tuple[int, int], ...]:
-        """(first, last) layer index of each stage, inclusive (``mcap.core.partition.windows``)."""
-        from mcap.core.partition import windows
-        return windows(self.balance)
+        """(first, last) layer index of each stage, inclusive: the one balance -> windows
+        computation (``mcap.core.partition.windows`` asks it)."""
+        out, start = [], 0
+        for n in self.balance:
+            out.append((start, start + n - 1))
+            start += n
+        return tuple(out)
 
 
 @dataclass(frozen=True)

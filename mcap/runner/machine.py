@@ -84,7 +84,8 @@ def meter(setup: Setup, isolation: Optional[str] = None) -> str:
     """How a runner of ``setup`` reads peaks (``Machine.meter``): the CPU tracker's version
     (the same whether stages run alone or together: tests/test_alone.py checks it to the
     byte), and on CUDA whether stages run alone or together, and how they exchange."""
-    from mcap.runner import engines, resolve_isolation
+    from mcap.runner import engines
+    from mcap.runner.isolation import resolve_isolation
     from mcap.runner import exchange
 
     how = resolve_isolation(isolation, engines.get(setup.engine))

@@ -29,30 +29,14 @@ from __future__ import annotations
 import gc
 import os
 import time
-from typing import Optional, Sequence
+from typing import Sequence
 
 from mcap.core.errors import McapError
 from mcap.core.types import Run, Setup
+from mcap.runner.results import run_of
 
 
 ENGINES = ("pipelining", "hybrid")  # the engines whose runs go across nodes
-
-
-def run_of(balance: tuple[int, ...], results: Sequence, seconds: float, setup: Setup) -> Run:
-    """The Run of gathered stage results (one per rank, in stage order), as the runner makes
-    it: ok with per-stage peaks, or oom / failed with the stages' messages."""
-    from mcap.runner.protocol import ITERATIONS
-
-    bad = [r for r in results if r.status != "ok"]
-    if bad:
-        status = "oom" if any(r.status == "oom" for r in bad) else "failed"
-        return Run(balance, status, None, seconds,
-                   error="; ".join(dict.fromkeys(r.error or "" for r in bad)) or None)
-    window = max(r.seconds for r in results)
-    return Run(balance, "ok", tuple(r.peak for r in results), seconds,
-               samples_per_second=ITERATIONS * setup.batch_size / window if window > 0 else None,
-               breakdown=(tuple(r.breakdown for r in results)
-                          if all(r.breakdown for r in results) else None))
 
 
 class _Rank:

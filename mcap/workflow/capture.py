@@ -26,7 +26,7 @@ from typing import Optional, Sequence, TextIO
 from mcap.core import batchscale, merging
 from mcap.core.errors import McapError
 from mcap.core.types import Profile, Setup, VariantStats
-from mcap.workflow import profiling
+from mcap.workflow import measuring, profiling
 from mcap.workflow.profiling import DEFAULT_TIMEOUT, ProfileResult, Tally
 
 
@@ -95,7 +95,7 @@ def check_merge_to(spec: str, setup: Setup, merge_to: Optional[int],
     from mcap.core.plan import minimum_layers
     if merge_to is None:
         return
-    layers = profiling.model_info(spec).num_layers
+    layers = measuring.model_info(spec).num_layers
     low = max(setup.stages, minimum_layers(setup.stages, scheme))
     if not low <= merge_to <= layers:
         why = (f"the {scheme} scheme profiles at least {low} layers on {setup.stages} stages")

@@ -237,7 +237,7 @@ def add_parallel_variants(prof: Profile, spec: str, store: Store, kinds: Sequenc
     for the command's summary); McapError when they allow none, naming the device count. A
     merged ``prof`` (``mcap.core.merging``) gets them over its merged layers."""
     from mcap.core import merging
-    from mcap.workflow.profiling import model_info
+    from mcap.workflow.measuring import model_info
 
     setup = prof.setup
     todo = check_parallel(kinds, setup)

@@ -66,7 +66,8 @@ def stored_knowledge(store: Store, study, setup: Setup, machine=None) -> tuple[K
 
 def stages_alone(setup: Setup) -> bool:
     """Whether this process's runners of ``setup`` run stages alone (``--isolation``)."""
-    from mcap.runner import engines, resolve_isolation
+    from mcap.runner import engines
+    from mcap.runner.isolation import resolve_isolation
     return resolve_isolation(None, engines.get(setup.engine)) == "stage"
 
 

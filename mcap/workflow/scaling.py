@@ -23,7 +23,7 @@ tracker enforcing ``Setup.capacity_bytes``). "Trains" means the run's status is 
 * ``time``: torchgpipe's ``balance_by_time`` on a sample micro-batch.
 * ``uniform``, ``params``: the baselines of ``mcap.core.search.baselines``.
 
-Every run goes through the store (``profiling.Measurer``), so an interrupted ``scale``
+Every run goes through the store (``measuring.Measurer``), so an interrupted ``scale``
 resumes without repeating a finished run. ``balance_by_time`` re-times the model on a
 resume and may pick another balance on a noisy machine; the measured runs are still reused.
 
@@ -102,9 +102,9 @@ def _pick(partitioner: str, spec: str, setup: Setup, store, timeout: float,
     from mcap.core.recommend import recommend
     from mcap.core.search import SearchContext
     from mcap.core.setup import micro_batch
-    from mcap.workflow import profiling
+    from mcap.workflow import measuring, profiling
 
-    info = profiling.model_info(spec)
+    info = measuring.model_info(spec)
     G = setup.stages
     if partitioner == "mcap":
         try:
@@ -155,7 +155,7 @@ def measure_point(partitioner: str, spec: str, value: int, setup: Setup, *, stor
                   profile_capacity: bool = True, predictor: Optional[str] = None,
                   capture=False) -> ScalePoint:
     """Pick with ``partitioner`` at ``spec`` and measure the pick under the capacity."""
-    from mcap.workflow import profiling
+    from mcap.workflow import measuring
     from mcap.models import count_parameters
     from mcap.workflow.progress import ProgressBar
 
@@ -166,9 +166,9 @@ def measure_point(partitioner: str, spec: str, value: int, setup: Setup, *, stor
     if balance is None:
         return ScalePoint(value, spec, params, None, "unprofiled", seconds=time.monotonic() - started,
                           error=why)
-    info = profiling.model_info(spec)
+    info = measuring.model_info(spec)
     bar = ProgressBar(1, f"scale {partitioner} {value}", stream=stream)
-    m = profiling.Measurer(info.spec, info, setup, store, "measure", bar, timeout=timeout)
+    m = measuring.Measurer(info.spec, info, setup, store, "measure", bar, timeout=timeout)
     try:
         run = m.get(tuple(balance))
     finally:

@@ -90,7 +90,7 @@ def _pool(profile, G: int, costs) -> np.ndarray:
 def joint(profile, stages: int, capacity: int, method: str = "milp",
           predictor: Optional[str] = None, top: int = 4) -> Joint:
     """The fastest partitioning + plan under ``capacity`` (module docstring)."""
-    from mcap.core.press import solve
+    from mcap.core.press.base import solve
     from mcap.core.recommend import check_stages, costs_of
     check_stages(stages, profile.model.num_layers)
     if isinstance(top, bool) or not isinstance(top, int) or not 1 <= top <= MAX_TOP:

@@ -6,80 +6,11 @@ hidden ``--job ID`` the dashboard passes (``mcap.app.jobs.launch``) to report pr
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import sys
 
-from mcap.core.errors import McapError
-from mcap.core.types import CHECKPOINTS, DEVICES, OPTIMIZERS, SCHEDULES, Setup
 from mcap.cli import args as argtypes
-from mcap.cli.args import parse_bytes  # noqa: F401  (kept importable from here)
-from mcap.cli.nodes import add_node_options
-from mcap.models.spec import trusted_model_arg
-from mcap.runner import engines
-
-
-def _threads(text: str) -> int:
-    """``--threads N``: 1 .. the cores this process may run on (issue 28: 100000 was taken,
-    and the stage process died with signal 11 inside gloo)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"threads must be a whole number of at least 1, "
-                                         f"got {text!r}")
-    cores = _cores()
-    if value > cores:
-        raise argparse.ArgumentTypeError(f"--threads {value:,} is more than the {cores} CPU "
-                                         f"core{'' if cores == 1 else 's'} this machine gives "
-                                         f"mcap; give 1..{cores}")
-    return value
-
-
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
-def add_setup_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", required=True, metavar="SPEC", type=trusted_model_arg,
-                   help="e.g. vgg11:image_size=32, amoebanet-d:layers=6,filters=64, "
-                        "gpt:layers=8,hidden=256, or package.module:function (a user model: "
-                        "its module is imported and its function called; mcap runs user code "
-                        "only when you type it here, never because a file names it)")
-    p.add_argument("--stages", type=argtypes.positive_int, required=True, metavar="G",
-                   help="pipeline stages (devices)")
-    p.add_argument("--batch-size", type=argtypes.positive_int, default=32, metavar="B")
-    p.add_argument("--chunks", type=argtypes.positive_int, default=4, metavar="M",
-                   help="micro-batches per batch")
-    p.add_argument("--schedule", choices=SCHEDULES, default="gpipe")
-    p.add_argument("--checkpoint", choices=CHECKPOINTS, default="except_last")
-    p.add_argument("--optimizer", choices=OPTIMIZERS, default="sgd")
-    p.add_argument("--capacity", type=parse_bytes, default=None, metavar="BYTES",
-                   help="memory per device; a stage above it is an oom run")
-    p.add_argument("--engine", "--backend", dest="engine", choices=("auto", *engines.names()),
-                   default="auto",
-                   help="pipeline runtime (auto: the default, pipelining); "
-                        + "; ".join(f"{e.name}: {e.help}" for e in map(engines.get, engines.names()))
-                        + ". --backend is the old name of this flag")
-    p.add_argument("--device", choices=DEVICES, default="cpu")
-    p.add_argument("--threads", type=_threads, default=1, metavar="N",
-                   help="intra-op threads of each stage process (default 1): CPU peaks depend "
-                        "on them, so they are fixed and recorded with the setup")
-    p.add_argument("--store", default=None, metavar="PATH",
-                   help="results store (default $MCAP_STORE or .mcap/store.sqlite)")
-    p.add_argument("--timeout", type=argtypes.timeout, default=300.0, metavar="S", help="seconds per run")
-    p.add_argument("--isolation", choices=("stage", "pipeline"), default=None,
-                   help="stage (the default): each stage runs alone in its own process over a "
-                        "process group that moves no data, the memory truth, with its own "
-                        "per-micro-batch times (throughput is estimated from them); pipeline: "
-                        "the stages run together and exchange their data, the run whose time "
-                        "is real. Engine hybrid runs each device (dp/tp rank) alone the same way; "
-                        "torchgpipe always runs its stages together")
-    p.add_argument("--job", type=int, default=None, help=argparse.SUPPRESS)
+from mcap.cli.options import add_node_options, add_setup_options, isolation_env, setup_from_args
+from mcap.core.errors import McapError
 
 
 def _parallel_kinds(text: str) -> tuple[str, ...]:
@@ -88,14 +19,6 @@ def _parallel_kinds(text: str) -> tuple[str, ...]:
         return parse_kinds(text)
     except McapError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def setup_from_args(args) -> Setup:
-    engine = engines.DEFAULT if args.engine == "auto" else args.engine
-    return Setup(stages=args.stages, batch_size=args.batch_size, chunks=args.chunks,
-                 schedule=args.schedule, checkpoint=args.checkpoint, device=args.device,
-                 capacity_bytes=args.capacity, engine=engine, optimizer=args.optimizer,
-                 threads=args.threads)
 
 
 OUT_HELP = ("write the mcap.%s/1 JSON here (checked before any run: never the store, an input, "
@@ -154,7 +77,7 @@ def register(sub) -> None:
 
 
 def _run(args, action) -> int:
-    from mcap.workflow import profiling
+    from mcap.workflow import measuring, profiling
     from mcap.models.spec import parse_spec
     from mcap.store import Store
 
@@ -167,37 +90,17 @@ def _run(args, action) -> int:
     check_out(args.out, f"mcap.{args.command}/1", store=store_path)  # before any run
     if getattr(args, "nnodes", None) is not None:  # through torchrun on every node
         from mcap.cli.nodes import launch_command
-        profiling._check_stages(profiling.model_info(args.model), setup)  # exit 2 before it
+        measuring.check_stages(measuring.model_info(args.model), setup)  # exit 2 before it
         return launch_command(args, setup)
     store = Store(store_path)
     try:
-        with profiling.sigterm_cancels(), isolation_env(args.isolation):
+        with measuring.sigterm_cancels(), isolation_env(args.isolation):
             return action(profiling, setup, store)
-    except profiling.Cancelled:
+    except measuring.Cancelled:
         print(f"mcap: {args.command} cancelled; finished runs are kept in the store", file=sys.stderr)
         return 143
     finally:
         store.close()
-
-
-@contextlib.contextmanager
-def isolation_env(isolation):
-    """Inside, every runner of this process measures with ``isolation`` (``--isolation``;
-    ``mcap.runner.resolve_isolation`` reads ``$MCAP_ISOLATION``), and so do the machine
-    fingerprints that look stored runs up; None leaves the environment as it is."""
-    from mcap.runner import ISOLATION_ENV
-    if isolation is None:
-        yield
-        return
-    saved = os.environ.get(ISOLATION_ENV)
-    os.environ[ISOLATION_ENV] = isolation
-    try:
-        yield
-    finally:
-        if saved is None:
-            os.environ.pop(ISOLATION_ENV, None)
-        else:
-            os.environ[ISOLATION_ENV] = saved
 
 
 def _write(obj, out, kind: str, stored_id: int, store) -> None:
@@ -303,4 +206,4 @@ def cmd_sweep(args) -> int:
     return _run(args, action)
 
 
-__all__ = ["register", "add_setup_options", "setup_from_args", "parse_bytes", "McapError"]
+__all__ = ["register", "cmd_profile", "cmd_sweep", "variant_lines"]

@@ -17,11 +17,11 @@ from __future__ import annotations
 import json
 
 from mcap.cli import args as argtypes
+from mcap.cli.options import add_predictor_option
 from mcap.core.units import fmt_bytes
 
 
 def register(sub) -> None:
-    from mcap.cli.core import add_predictor_option
     from mcap.core.press import HELP, METHODS
     p = sub.add_parser("press", help="plan recompute / host swap / device-to-device swap so "
                                      "every stage fits a capacity (MPress)")
@@ -177,7 +177,7 @@ def cmd_scale_press(args, setup) -> int:
     from mcap.core.press import scale as pscale
     from mcap.store import Store
     from mcap.store.opening import resolve_path
-    from mcap.workflow import profiling, scaling
+    from mcap.workflow import measuring, scaling
 
     if args.out is not None:
         raise McapError("scale --press prints its result (--json); --out writes mcap.scale/1 "
@@ -185,11 +185,11 @@ def cmd_scale_press(args, setup) -> int:
     grid = scaling.value_grid(args.model, args.vary, args.low, args.high, args.step)
     store = Store(resolve_path(args.store))
     try:
-        with profiling.sigterm_cancels():
+        with measuring.sigterm_cancels():
             result = scaling.scale_press(args.model, args.vary, grid, setup, store=store,
                                          timeout=args.timeout, stream=sys.stderr,
                                          predictor=args.predictor)
-    except profiling.Cancelled:
+    except measuring.Cancelled:
         print("mcap: scale cancelled; finished runs are kept in the store", file=sys.stderr)
         return 143
     finally:

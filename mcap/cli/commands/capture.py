@@ -6,7 +6,7 @@
 ``recommend --mesh`` prints ``plan_text`` (``3,3,10:tp2``), ``plan`` (a list of
 ``{"layers", "parallel", "degree"}``) and ``predicted_peaks`` (one per device, in stage
 order); ``predict --plan`` prints ``predicted_peaks``. ``--stages`` / ``--balance`` keep
-meaning pipeline-only. The options are added to the parsers of ``mcap.cli.core``; the work is
+meaning pipeline-only. The options are added to the parsers of ``mcap.cli.commands.predict``; the work is
 ``mcap.core.hybridpredict``. Bad input (a plan whose layers do not sum to the model's, or
 whose degrees do not fit the mesh; a degree the profile cannot predict) exits 2 naming it.
 """
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 
+from mcap.cli.output import line_note
 from mcap.core.errors import McapError
 from mcap.core.units import fmt_bytes
 
@@ -89,7 +90,6 @@ def _profile(args):
 
 
 def cmd_recommend_mesh(args) -> int:
-    from mcap.cli.core import line_note
     from mcap.core.hybrid import parse_mesh
     from mcap.core.hybridpredict import METHODS, recommend_mesh
 
@@ -118,7 +118,6 @@ def cmd_recommend_mesh(args) -> int:
 
 
 def cmd_predict_plan(args) -> int:
-    from mcap.cli.core import line_note
     from mcap.core.hybrid import check_plan, parse_mesh, parse_plan
     from mcap.core.hybridpredict import HybridCosts
 

@@ -6,10 +6,10 @@
     python -m mcap recommend --profile FILE --stages 4 [--method NAME] [--predictor NAME] [--json]
     python -m mcap recommend --profile FILE --mesh 2x4 [--method exact|enumerate] [--json]
     python -m mcap predict --profile FILE --plan 3,3,10:tp2 [--json]
-    python -m mcap recommend --profile FILE --stages 4 --capacity C --press   (mcap.cli.press)
+    python -m mcap recommend --profile FILE --stages 4 --capacity C --press   (mcap.cli.commands.press)
     python -m mcap recommend --profile CPU_FILE --stages 4 --for cuda    (mcap.cli.target)
 
-``--mesh`` and ``--plan`` are hybrid plans (CAPTURE III; ``mcap.cli.mesh``).
+``--mesh`` and ``--plan`` are hybrid plans (CAPTURE III; ``mcap.cli.commands.capture``).
 
 Method and predictor choices come from their registries (``mcap.core.search``,
 ``mcap.core.predictors``).
@@ -20,32 +20,19 @@ Without ``--json`` they print a small table. Bad input raises McapError, which
 """
 from __future__ import annotations
 
-import argparse
 import json
 
 from mcap.cli import args as argtypes
+from mcap.cli.options import add_batch_size_option, add_predictor_option, search_context
+from mcap.cli.output import line_note, stage_table
 from mcap.core.errors import McapError
-from mcap.core.partition import parse_balance, windows
+from mcap.core.partition import parse_balance
 from mcap.core.units import fmt_bytes
 from mcap.models.spec import trusted_model_arg
 
 
 def _positive_int(text: str) -> int:
     return argtypes.positive_int(text)
-
-
-def add_predictor_option(p) -> None:
-    """``--predictor NAME``, choices and help from the registry (shared by every command)."""
-    from mcap.core import predictors
-    p.add_argument("--predictor", choices=predictors.names(), default=predictors.DEFAULT,
-                   help=f"how peaks are predicted (default {predictors.DEFAULT}); "
-                        + "; ".join(f"{n}: {predictors.get(n).help}" for n in predictors.names()))
-
-
-def add_batch_size_option(p) -> None:
-    p.add_argument("--batch-size", type=argtypes.positive_int, default=None, metavar="B",
-                   help="predict at this batch size (default: the profile's); another one needs "
-                        "a CAPTURE profile with two batch sizes (profile --capture)")
 
 
 def _costs(profile, args):
@@ -57,7 +44,8 @@ def _costs(profile, args):
 
 
 def register(sub) -> None:
-    from mcap.cli import mesh, target
+    from mcap.cli import target
+    from mcap.cli.commands import capture
     from mcap.core import search
     p = sub.add_parser("plan", help="print the profiling partitionings for L layers on G stages")
     p.add_argument("--layers", type=_positive_int, help="number of layers L (default: the --model's)")
@@ -79,13 +67,13 @@ def register(sub) -> None:
     add_batch_size_option(p)
     target.add_option(p)
     p.add_argument("--json", action="store_true")
-    mesh.add_predict_options(p)  # --plan / --mesh: hybrid plans (mcap.cli.mesh)
+    capture.add_predict_options(p)  # --plan / --mesh: hybrid plans (mcap.cli.commands.capture)
     p.set_defaults(func=cmd_predict)
 
     p = sub.add_parser("recommend", help="recommend the partitioning with the lowest predicted peak")
     p.add_argument("--profile", required=True, help="a mcap.profile/1 JSON file")
     p.add_argument("--stages", type=_positive_int, help="number of devices G")
-    p.add_argument("--method", choices=(*search.names(), *mesh.ONLY_MESH_METHODS), default=None,
+    p.add_argument("--method", choices=(*search.names(), *capture.ONLY_MESH_METHODS), default=None,
                    help="; ".join(f"{m.name}: {m.help}" for m in map(search.get, search.names())))
     add_predictor_option(p)
     p.add_argument("--seed", type=argtypes.seed, default=0, help="seed for bo")
@@ -99,10 +87,10 @@ def register(sub) -> None:
     add_batch_size_option(p)
     target.add_option(p)
     argtypes.add_confirm_model_option(p, "recommend")
-    from mcap.cli.press import add_joint_options
+    from mcap.cli.commands.press import add_joint_options
     add_joint_options(p)  # --capacity, --press (MPress: partitioning + plan)
     p.add_argument("--json", action="store_true")
-    mesh.add_recommend_options(p)  # --mesh / --no-prune: hybrid plans (mcap.cli.mesh)
+    capture.add_recommend_options(p)  # --mesh / --no-prune: hybrid plans (mcap.cli.commands.capture)
     p.set_defaults(func=cmd_recommend)
 
 
@@ -175,14 +163,14 @@ def _print_layers(spec, layers, shared, as_json: bool) -> int:
 
 
 def cmd_predict(args) -> int:
-    from mcap.cli import mesh
+    from mcap.cli.commands import capture
     from mcap.core import merging
     from mcap.io.jsonio import load_profile
 
-    if mesh.wants_plan(args):
+    if capture.wants_plan(args):
         from mcap.cli.target import refuse
         refuse(args, "--plan / --mesh (hybrid plans)")
-        return mesh.cmd_predict_plan(args)
+        return capture.cmd_predict_plan(args)
     profile = load_profile(args.profile)
     costs = _costs(profile, args)
     balance = tuple(parse_balance(args.balance))
@@ -195,52 +183,23 @@ def cmd_predict(args) -> int:
         return 0
     print(f"balance {','.join(map(str, balance))}: predicted peak {fmt_bytes(max(peaks))} "
           f"({max(peaks)} bytes; predictor {costs.predictor}{line_note(costs.details)})")
-    _stage_table(balance, peaks)
+    stage_table(balance, peaks)
     return 0
-
-
-def line_note(details) -> str:
-    """Where the batch line came from (CAPTURE III-B2), when it did: ``details`` of the
-    stage costs (``batchscale.LineCosts``)."""
-    line = (details or {}).get("batch_line")
-    if not line:
-        return ""
-    return (f"; at batch size {line['target']} on the line through batch sizes "
-            f"{line['from'][0]} and {line['from'][1]}")
-
-
-def _stage_table(balance, peaks) -> None:
-    print("stage  layers     predicted peak")
-    for i, ((a, z), p) in enumerate(zip(windows(balance), peaks)):
-        print(f"{i:>5}  {a:>3}..{z:<4}  {fmt_bytes(p):>14}")
-
-
-def search_context(profile, method: str):
-    """The profile's search context; ``time`` gets the real model timer (torch)."""
-    from mcap.core.recommend import context_of
-    if method != "time":
-        return context_of(profile)
-    try:
-        from mcap.runner.timebalance import timer
-    except ImportError as exc:
-        raise McapError(f"method 'time' needs torch and torchgpipe, which cannot be imported "
-                        f"here: {exc}") from None
-    return context_of(profile, timer=timer(device=profile.setup.device))
 
 
 def cmd_recommend(args) -> int:
     from mcap.core.recommend import recommend
-    from mcap.cli import mesh
+    from mcap.cli.commands import capture
     from mcap.io.jsonio import load_profile
 
     from mcap.cli.target import refuse
-    if args.press or args.capacity is not None:  # MPress (mcap.cli.press); --capacity alone: refused there
+    if args.press or args.capacity is not None:  # MPress (mcap.cli.commands.press); --capacity alone: refused there
         refuse(args, "--capacity / --press (MPress)")
-        from mcap.cli.press import cmd_joint
+        from mcap.cli.commands.press import cmd_joint
         return cmd_joint(args)
-    if mesh.wants_mesh(args):
+    if capture.wants_mesh(args):
         refuse(args, "--mesh (hybrid plans)")
-        return mesh.cmd_recommend_mesh(args)
+        return capture.cmd_recommend_mesh(args)
     profile = load_profile(args.profile)
     profile = argtypes.allow_model(profile, args.model)
     source, context = profile, search_context(profile, args.method)
@@ -267,5 +226,5 @@ def cmd_recommend(args) -> int:
     print(f"method {rec.method}: balance {','.join(map(str, rec.balance))}, predicted peak "
           f"{fmt_bytes(rec.predicted_peak)} ({rec.predicted_peak} bytes, predictor "
           f"{rec.predictor}); searched {rec.evaluated} candidates in {rec.seconds:.3f} s")
-    _stage_table(rec.balance, rec.predicted_peaks)
+    stage_table(rec.balance, rec.predicted_peaks)
     return 0

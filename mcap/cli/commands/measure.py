@@ -3,12 +3,15 @@
     python -m mcap measure --model vgg11:image_size=32 --balance 3,3,5,19 --batch-size 8 --json
     python -m mcap measure --model gpt:layers=4 --plan 2,2:dp2,2:tp2 --batch-size 8 --json
 
-The number of stages is the length of ``--balance``. ``--plan`` measures a hybrid plan
-(CAPTURE III) on engine hybrid, one process per device: its JSON's ``peaks`` are per device,
-in stage order, and ``plan`` names the stages. The run is recorded in the store (kind
-"measure") whatever its status; an oom or failed run exits 1, bad input exits 2. A plan's
-run is recorded in the study of engine ``hybrid:<layout>`` (``mcap.core.hybrid.store_engine``)
-with one peak per stage (the highest of its devices), never in a pipeline-only study.
+The number of stages is the length of ``--balance``. ``--plan`` measures a CAPTURE plan
+(section III, issue 15) on engine hybrid, one process per device: each device alone, rank
+by rank over the slots there are (``--isolation stage``, the default), or all together
+(``--isolation pipeline``; ``mcap.runner.capture``). Its JSON's ``peaks`` are per device,
+in stage order, and ``plan_text`` / ``plan`` name the stages. The run is recorded in the
+store (kind "measure") whatever its status; an oom or failed run exits 1, bad input exits 2.
+A plan's run is recorded in the study of engine ``hybrid:<layout>``
+(``mcap.core.hybrid.store_engine``) with one peak per stage (the highest of its devices),
+never in a pipeline-only study.
 
 ``--press PLAN.json`` applies an MPress plan (``mcap.press/1``; ``mcap.runner.press``) and
 needs ``--checkpoint never``; a plan of another model or balance exits 2 naming both. Its
@@ -18,33 +21,17 @@ and code) to the usual status, peaks, seconds and samples_per_second.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import sys
 from pathlib import Path
 
-from mcap.cli.profile import add_setup_options, isolation_env, setup_from_args
+from mcap.cli.options import (
+    add_node_options, add_setup_options, isolation_env, parse_balance, parse_plan_arg,
+    plan_setup, setup_from_args,
+)
+from mcap.cli.output import keep_measured, mib, plan_json, run_json
 from mcap.core.errors import InvalidPartitioning, McapError
-from mcap.core.partition import parse_balance as core_parse_balance
-from mcap.core.types import Run
-
-
-def parse_balance(text: str) -> tuple[int, ...]:
-    """``3,3,5,19`` -> (3, 3, 5, 19); argparse shows the core's message on bad text."""
-    try:
-        return core_parse_balance(text)
-    except McapError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def parse_plan_arg(text: str):
-    """``3,3,10:tp2`` -> HybridPlan; argparse shows the core's message on bad text."""
-    from mcap.core.hybrid import parse_plan
-    try:
-        return parse_plan(text)
-    except McapError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def register(sub) -> None:
@@ -65,7 +52,6 @@ def register(sub) -> None:
                         "model and balance: per layer keep, recompute, host swap or d2d swap; "
                         "needs --checkpoint never. The run is stored apart from plain runs")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    from mcap.cli.nodes import add_node_options
     add_node_options(p)
     for action in p._actions:  # --stages is implied by --balance here
         if action.dest == "stages":
@@ -73,32 +59,8 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_measure)
 
 
-def run_json(run: Run) -> dict:
-    """What ``measure`` prints: status, per-stage peaks (bytes), the worst, timing."""
-    out = {"balance": list(run.balance), "status": run.status,
-           "peaks": list(run.peaks) if run.peaks else None, "peak": run.peak,
-           "seconds": round(run.seconds, 3),
-           "samples_per_second": (round(run.samples_per_second, 3)
-                                  if run.samples_per_second else None)}
-    if run.estimated:
-        out["samples_per_second_estimated"] = True
-    if run.error:
-        out["error"] = run.error
-    if run.breakdown:
-        out["breakdown"] = [{"weights": b.weights, "gradients": b.gradients,
-                             "optimizer": b.optimizer, "other": b.other} for b in run.breakdown]
-    return out
-
-
-def _mib(n: int) -> str:
-    return f"{n / 2**20:.2f} MiB"
-
-
 def cmd_measure(args) -> int:
     from mcap.models.spec import parse_spec
-    from mcap.workflow.profiling import Cancelled, job_status, sigterm_cancels
-    from mcap.runner import open_runner
-    from mcap.store import Store
 
     if args.press is not None and (args.plan is not None or args.nnodes is not None):
         raise McapError("--press applies an MPress plan to a --balance on this machine; it "
@@ -108,8 +70,7 @@ def cmd_measure(args) -> int:
         return launch_measure(args, args.plan.devices if args.plan is not None
                               else len(args.balance))
     if args.plan is not None:
-        from mcap.cli.measure_plan import cmd_measure_plan
-        return cmd_measure_plan(args)
+        return _measure_plan(args)
     balance = args.balance
     if args.stages is not None and args.stages != len(balance):
         raise InvalidPartitioning(f"balance {','.join(map(str, balance))} has {len(balance)} "
@@ -119,34 +80,68 @@ def cmd_measure(args) -> int:
     setup = setup_from_args(args)
     plan = None
     if args.press is not None:  # checked before any process starts (exit 2 naming values)
-        from mcap.core.setup import press_code
         from mcap.io.pressfile import load as load_plan
         from mcap.runner.pressplans import check_plan
         plan = load_plan(args.press)
         check_plan(plan, args.model, setup, balance)
-    # A dashboard job (--job ID, mcap.app.jobs.launch) sees running -> done/failed/cancelled,
-    # the balance being measured, and the run linked to it, as profile and sweep report.
     # A plan that moves activations into a peer stage (d2d) needs the stages together.
     isolation = args.isolation
     if plan is not None and isolation is None and \
             any(a.action == "d2d" for stage in plan.stages for a in stage):
         isolation = "pipeline"
+
+    def stored(run):
+        # A plan's run is a study of its own (Setup.press): never reused as a plain run.
+        from mcap.core.setup import press_code
+        return (setup if plan is None else dataclasses.replace(setup, press=press_code(plan))), run
+    return _measure_and_keep(args, setup, balance, isolation,
+                             lambda runner: runner.measure(balance, press=plan), stored,
+                             lambda run: print_run(args, run, plan))
+
+
+def _measure_plan(args) -> int:
+    """``measure --plan``: a CAPTURE plan on engine hybrid, stored in its own study."""
+    from mcap.core.hybrid import check_plan, store_engine, stored_run
+    from mcap.models.spec import parse_spec
+    from mcap.workflow.measuring import model_info
+
+    plan = args.plan
+    parse_spec(args.model)
+    setup = plan_setup(args, plan)
+    check_plan(plan, model_info(args.model).num_layers)  # before any process starts
+    study_setup = dataclasses.replace(setup, stages=len(plan.stages), engine=store_engine(plan))
+    # --isolation: each device alone (the default) or all of them together
+    return _measure_and_keep(args, setup, plan.balance, getattr(args, "isolation", None),
+                             lambda runner: runner.measure_plan(plan),
+                             lambda run: (study_setup, stored_run(plan, run)),
+                             lambda run: _print_plan(args, plan, run))
+
+
+def _measure_and_keep(args, setup, current, isolation, measure, stored, show) -> int:
+    """One measurement of ``measure(runner)`` in the store's job and the run's isolation,
+    kept as ``stored(run) -> (setup, run)`` and printed by ``show(run)``: exit 0 (ok), 1
+    (oom or failed), 143 (cancelled), or the store's refusal (exit 2) after the print.
+
+    A dashboard job (--job ID, mcap.app.jobs.launch) sees running -> done/failed/cancelled,
+    what is being measured, and the run linked to it, as profile and sweep report."""
+    from mcap.runner import open_runner
+    from mcap.store import Store
+    from mcap.workflow.measuring import Cancelled, job_status, sigterm_cancels
+
     store = Store(args.store)
     try:
-        with sigterm_cancels(), job_status(store, args.job, total=1), \
-                isolation_env(isolation):
+        with sigterm_cancels(), job_status(store, args.job, total=1), isolation_env(isolation):
             if args.job is not None:
-                store.update_job(args.job, current=balance)
+                store.update_job(args.job, current=current)
             with open_runner(args.model, setup, timeout=args.timeout) as runner:
                 info, machine = runner.model_info, runner.machine
-                run = runner.measure(balance, press=plan)
-            # A plan's run is a study of its own (Setup.press): never reused as a plain run.
-            keyed = setup if plan is None else dataclasses.replace(setup, press=press_code(plan))
+                run = measure(runner)
+            keyed, kept = stored(run)
             # A busy store is waited for, and a run it still refuses is kept in its recovery
             # file: the result is printed either way, before the error (issue 28).
             unsaved = keep_measured(store, lambda: store.keep_run(
-                info, keyed, run, kind="measure", job=args.job, machine=machine),
-                lambda: print_run(args, run, plan))
+                info, keyed, kept, kind="measure", job=args.job, machine=machine),
+                lambda: show(run))
             if args.job is not None and unsaved is None:
                 store.update_job(args.job, done=1)
     except Cancelled:
@@ -157,20 +152,6 @@ def cmd_measure(args) -> int:
     if unsaved is not None:
         raise unsaved
     return 0 if run.status == "ok" else 1
-
-
-def keep_measured(store, record, show):
-    """``record()`` the measured run, then ``show()`` it; an McapError from the record (a
-    StoreError: the run is then in the recovery file, named in it) is returned, after the
-    result is shown, for the command to exit 2 with: a measured run is always printed."""
-    try:
-        record()
-        unsaved = None
-    except McapError as exc:
-        unsaved = exc
-    show()
-    sys.stdout.flush()
-    return unsaved
 
 
 def print_run(args, run, plan) -> None:
@@ -185,15 +166,29 @@ def print_run(args, run, plan) -> None:
         print(f"{run.status}: balance {','.join(map(str, run.balance))} in {run.seconds:.2f} s")
         if run.peaks:
             for i, peak in enumerate(run.peaks):
-                print(f"  stage {i}: peak {peak} bytes ({_mib(peak)})")
+                print(f"  stage {i}: peak {peak} bytes ({mib(peak)})")
             how = ("estimated from the stages' own times" if run.estimated
                    else "timed on the stages running together")
             rate = (f"{run.samples_per_second:.1f} samples/s ({how})"
                     if run.samples_per_second else "throughput not known")
-            print(f"  peak {run.peak} bytes ({_mib(run.peak)}), {rate}")
+            print(f"  peak {run.peak} bytes ({mib(run.peak)}), {rate}")
         if run.error:
             print(f"  {run.error}", file=sys.stderr)
 
 
-__all__ = ["register", "cmd_measure", "keep_measured", "parse_balance", "parse_plan_arg",
-           "print_run", "run_json"]
+def _print_plan(args, plan, run) -> None:
+    if args.json:
+        print(json.dumps(plan_json(plan, run)))
+    else:
+        print(f"{run.status}: plan {plan.text} on {plan.devices} devices in {run.seconds:.2f} s")
+        if run.peaks:
+            stage_of = plan.device_stage()
+            for d, peak in enumerate(run.peaks):
+                s = plan.stages[stage_of[d]]
+                print(f"  device {d} (stage {stage_of[d]}, {s.text}): peak {peak} bytes "
+                      f"({mib(peak)})")
+        if run.error:
+            print(f"  {run.error}", file=sys.stderr)
+
+
+__all__ = ["register", "cmd_measure", "print_run"]

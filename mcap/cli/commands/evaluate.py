@@ -11,17 +11,15 @@ otherwise (exit 0: every other method still runs). ``scale`` measures for real, 
 """
 from __future__ import annotations
 
-import argparse
 import json
 
 from mcap.cli import args as argtypes
+from mcap.cli.options import add_predictor_option, add_setup_options, search_context, setup_from_args
 from mcap.core.errors import McapError
 from mcap.models.spec import UntrustedCode
 
 
 def register(sub) -> None:
-    from mcap.cli.core import add_predictor_option
-
     p = sub.add_parser("evaluate", help="prediction error and where each method's pick lands in a sweep",
                        description="Over a sweep's ok runs: |predicted - measured| / measured "
                                    "(median, p90, p99, max), and for each method (exact, bf, bo, "
@@ -45,7 +43,6 @@ def register(sub) -> None:
                         "instead of warning")
     p.set_defaults(func=cmd_evaluate)
 
-    from mcap.cli.profile import add_setup_options
     from mcap.workflow.scaling import PARTITIONERS
     s = sub.add_parser("scale", help="largest model that trains under a capacity, per partitioner "
                                      "(paper 4.3, Fig. 11)",
@@ -84,7 +81,6 @@ def register(sub) -> None:
 
 def _time_pick(profile, stages: int, predictor: str):
     """torchgpipe's balance_by_time for the profiled model, or (None, why)."""
-    from mcap.cli.core import search_context
     from mcap.core.recommend import recommend
     from mcap.core.search.time import NoDevice
     try:
@@ -206,9 +202,8 @@ def _sizes(text):
 def cmd_scale(args) -> int:
     import sys
 
-    from mcap.workflow import profiling
+    from mcap.workflow import measuring
     from mcap.workflow import scaling
-    from mcap.cli.profile import setup_from_args
     from mcap.io.outputs import OutputError, check_out
     from mcap.store import Store
     from mcap.store.opening import resolve_path
@@ -218,7 +213,7 @@ def cmd_scale(args) -> int:
         raise McapError("scale needs --capacity BYTES: the largest trainable size is only "
                         "defined under a memory limit")
     if args.press:
-        from mcap.cli.press import cmd_scale_press
+        from mcap.cli.commands.press import cmd_scale_press
         return cmd_scale_press(args, setup)
     from mcap.workflow.capture import sizes_from_args
     sizes = sizes_from_args(args.batch_size, _sizes(args.profile_batch_sizes), args.capture)
@@ -230,12 +225,12 @@ def cmd_scale(args) -> int:
         check_out(args.out, scaling.SCALE_SCHEMA, store=store_path)  # before any run
     store = Store(store_path)
     try:
-        with profiling.sigterm_cancels():
+        with measuring.sigterm_cancels():
             result = scaling.scale(args.model, args.vary, grid, setup, parts, store=store,
                                    timeout=args.timeout, stream=sys.stderr,
                                    profile_capacity=args.profile_capacity == "same",
                                    predictor=args.predictor, capture=capture)
-    except profiling.Cancelled:
+    except measuring.Cancelled:
         print("mcap: scale cancelled; finished runs are kept in the store", file=sys.stderr)
         return 143
     finally:

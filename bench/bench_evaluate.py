@@ -29,7 +29,7 @@ from mcap.core.evaluate import evaluate, pure_picks  # noqa: E402
 from mcap.io.jsonio import load_profile, load_sweep  # noqa: E402
 from mcap.core import predictors  # noqa: E402
 from mcap.core.recommend import context_of, costs_of, recommend  # noqa: E402
-from mcap.core.stats import stage_windows  # noqa: E402
+from mcap.core.profiling.stats import stage_windows  # noqa: E402
 
 
 def stage_errors(pred, runs):

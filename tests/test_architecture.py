@@ -150,6 +150,46 @@ def test_the_cycle_check_sees_a_cycle():
     assert cycles({"a": {"b"}, "b": set()}) == []
 
 
+# Where a registered name may be compared: the registries themselves.
+REGISTRY_HOMES = ("mcap/core/search/", "mcap/core/predictors/", "mcap/runner/engines/",
+                  "mcap/core/press/base.py", "mcap/core/press/mpress.py",
+                  "mcap/core/press/milp.py", "mcap/core/capture/meshsearch.py")
+
+
+def registered_names() -> set[str]:
+    """Every name in a registry: search methods, predictors, engines, mesh searches and
+    MPress planners."""
+    from mcap.core import predictors, search
+    from mcap.core.capture import meshsearch
+    from mcap.core.press import base as planners
+    from mcap.runner import engines
+    return {*search.names(), *predictors.names(), *engines.names(), *meshsearch.names(),
+            *planners.names()}
+
+
+def name_checks(path: Path, names: set[str]) -> list[str]:
+    """Comparisons of a registered name written as a literal (``method == "bo"``,
+    ``engine in ("pipelining", "hybrid")``): a capability belongs on the registered class."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if not isinstance(node, ast.Compare):
+            continue
+        for side in (node.left, *node.comparators):
+            values = side.elts if isinstance(side, (ast.Tuple, ast.List, ast.Set)) else [side]
+            hits = [v.value for v in values if isinstance(v, ast.Constant) and v.value in names]
+            if hits:
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno} compares {hits[0]!r}")
+    return found
+
+
+def test_no_name_checks_of_registered_names_outside_the_registries():
+    names = registered_names()
+    paths = [p for p in _modules() if not str(p.relative_to(ROOT)).startswith(REGISTRY_HOMES)]
+    paths += sorted((ROOT / "pages").glob("*.py")) + [ROOT / "app.py"]
+    found = [hit for p in paths for hit in name_checks(p, names)]
+    assert not found, "capabilities belong on the registered class:\n" + "\n".join(found)
+
+
 def test_pages_only_render():
     """pages/ import mcap and streamlit, never torch, and start no processes themselves."""
     for path in sorted((ROOT / "pages").glob("*.py")) + [ROOT / "app.py"]:

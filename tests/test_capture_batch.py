@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 
 from mcap.cli.main import main
-from mcap.core import batchscale, merging
+from mcap.core.capture import batchscale
+from mcap.core.capture import merging
 from mcap.core.costs import AdditiveCosts
 from mcap.core.errors import McapError
-from mcap.core.hybrid import batch_line, merge_layers
+from mcap.core.capture.plan import batch_line, merge_layers
 from mcap.core.predict import cost_table
 from mcap.core.recommend import costs_at, costs_of
 from mcap.core.types import Layer, LayerStats, ModelInfo, Profile, Run, Setup, VariantStats

@@ -116,10 +116,10 @@ def launch_command(args, setup) -> int:
     import os
     import tempfile
 
-    from mcap.runner.spmdrunner import ENGINES
-    if setup.engine not in ENGINES:
-        raise McapError(f"--nnodes runs engines {' and '.join(ENGINES)}; engine {setup.engine} "
-                        "does not run across nodes")
+    from mcap.runner.engines import across_nodes
+    if setup.engine not in across_nodes():
+        raise McapError(f"--nnodes runs engines {' and '.join(across_nodes())}; engine "
+                        f"{setup.engine} does not run across nodes")
     devices = setup.stages
     command = _without_node_options(list(args.argv))
     argv = torchrun_argv(args, devices) + ["mcap.cli.spmd_run", "--device", args.device,
@@ -140,14 +140,15 @@ def launch_command(args, setup) -> int:
 
 def _record(args, run) -> None:
     from mcap.cli.options import setup_from_args
-    from mcap.core.hybrid import store_engine, stored_run
+    from mcap.core.capture.plan import store_engine, stored_run
     from mcap.store import Store
     from mcap.workflow.measuring import model_info
 
     info = model_info(args.model)
     plan = getattr(args, "plan", None)
     if plan is not None:
-        args.stages, args.engine = len(plan.stages), "hybrid"
+        from mcap.runner.engines import plans_engine
+        args.stages, args.engine = len(plan.stages), plans_engine()
         setup = dataclasses.replace(setup_from_args(args), engine=store_engine(plan))
         run = stored_run(plan, run)
     else:

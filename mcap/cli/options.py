@@ -95,14 +95,15 @@ def setup_from_args(args) -> Setup:
 def plan_setup(args, plan):
     """The runner's setup for a CAPTURE ``plan`` (``measure --plan``): engine hybrid, one
     "stage" process per device."""
-    from mcap.core.hybrid import check_micro_batches
+    from mcap.core.capture.plan import check_micro_batches
 
-    if args.engine not in ("auto", "hybrid"):
-        raise McapError(f"--plan {plan.text} runs on engine hybrid, not --engine {args.engine}")
+    capture = engines.plans_engine()  # the engine that runs CAPTURE's plans (hybrid)
+    if args.engine not in ("auto", capture):
+        raise McapError(f"--plan {plan.text} runs on engine {capture}, not --engine {args.engine}")
     if args.stages is not None and args.stages != plan.devices:
         raise InvalidPartitioning(f"plan {plan.text} uses {plan.devices} devices but --stages "
                                   f"is {args.stages}")
-    args.stages, args.engine = plan.devices, "hybrid"
+    args.stages, args.engine = plan.devices, capture
     setup = setup_from_args(args)
     check_micro_batches(plan, setup.batch_size, setup.chunks)
     return setup
@@ -141,7 +142,7 @@ def parse_balance(text: str) -> tuple[int, ...]:
 
 def parse_plan_arg(text: str):
     """``3,3,10:tp2`` -> HybridPlan; argparse shows the core's message on bad text."""
-    from mcap.core.hybrid import parse_plan
+    from mcap.core.capture.plan import parse_plan
     try:
         return parse_plan(text)
     except McapError as exc:
@@ -168,14 +169,15 @@ def add_batch_size_option(p) -> None:
 def search_context(profile, method: str):
     """The profile's search context; a method that needs the real model (``needs_model``:
     ``time``) gets the model timer (torch)."""
+    from mcap.core import search
     from mcap.core.recommend import context_of
-    if method != "time":
+    if not search.get(method).needs_model:
         return context_of(profile)
     try:
         from mcap.runner.timebalance import timer
     except ImportError as exc:
-        raise McapError(f"method 'time' needs torch and torchgpipe, which cannot be imported "
-                        f"here: {exc}") from None
+        raise McapError(f"method {method!r} needs torch and torchgpipe, which cannot be "
+                        f"imported here: {exc}") from None
     return context_of(profile, timer=timer(device=profile.setup.device))
 
 

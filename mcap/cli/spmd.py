@@ -66,7 +66,9 @@ def _measure(args, setup, rank: int, world: int, run_json) -> int:
     from mcap.runner.results import run_of
 
     check_setup(setup)
-    if setup.engine != "pipelining":
+    from mcap.runner import engines
+    engine = engines.get(setup.engine)
+    if not engine.across_nodes or engine.plans:  # a plan is --plan (_measure_plan)
         print("mcap: error: under torchrun only engine pipelining runs", file=sys.stderr)
         return 2
     local = int(os.environ.get("LOCAL_RANK", rank))
@@ -98,16 +100,16 @@ def _measure(args, setup, rank: int, world: int, run_json) -> int:
 
 
 def _measure_plan(args, rank: int, world: int) -> int:
-    """A hybrid plan (engine hybrid): rank d is device d of the plan (mcap.runner.hybrid)."""
+    """A hybrid plan (engine hybrid): rank d is device d of the plan (mcap.runner.capture.device)."""
     import torch
     import torch.distributed as dist
     import torch.distributed.pipelining  # noqa: F401  (import-time tensors stay uncounted)
 
     from mcap.cli.options import plan_setup
     from mcap.cli.output import plan_json
-    from mcap.core.hybrid import check_plan
+    from mcap.core.capture.plan import check_plan
     from mcap.runner import check_setup, memtrack
-    from mcap.runner.hybrid import run_device
+    from mcap.runner.capture.device import run_device
     from mcap.runner.machine import pin_threads
     from mcap.runner.pipelining import build_resident
     from mcap.runner.results import run_of

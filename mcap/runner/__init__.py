@@ -64,12 +64,14 @@ def runnable_plan(plan, setup: Setup, num_layers: int):
     """``plan`` (text or HybridPlan) as a HybridPlan a runner of ``setup`` can measure:
     engine hybrid, the model's layers, one device per stage process, micro-batches every
     degree splits. McapError naming the values otherwise (both runners share this)."""
-    from mcap.core.hybrid import as_plan, check_micro_batches, check_plan
+    from mcap.core.capture.plan import as_plan, check_micro_batches, check_plan
+
+    from mcap.runner import engines
 
     plan = as_plan(plan)
-    if setup.engine != "hybrid":
-        raise McapError(f"plan {plan.text} needs engine hybrid; this runner runs "
-                        f"{setup.engine}")
+    if not engines.get(setup.engine).plans:
+        raise McapError(f"plan {plan.text} needs engine {engines.plans_engine()}; this "
+                        f"runner runs {setup.engine}")
     check_plan(plan, num_layers)
     if plan.devices != setup.stages:
         raise InvalidPartitioning(f"plan {plan.text} uses {plan.devices} devices but this "
@@ -182,13 +184,13 @@ class Runner:
 
     def measure(self, balance: Sequence[int], press=None) -> Run:
         """Measure one partitioning; a failure is a Run with status "oom" or "failed".
-        ``press``: an MPress plan (``mcap.core.pressplan.PressPlan``) of this balance to
-        apply (``mcap.runner.press``)."""
+        ``press``: an MPress plan (``mcap.core.press.actions.PressPlan``) of this balance to
+        apply (``mcap.runner.press.apply``)."""
         if self._closed:
             raise McapError("this runner is closed; open a new one with open_runner()")
         balance = check_balance(balance, self.setup.stages, self.model_info.num_layers)
         if press is not None:
-            from mcap.runner.pressplans import check_plan
+            from mcap.runner.press.check import check_plan
             check_plan(press, self.model_info.spec, self.setup, balance)
             if self.alone and any(a.action == "d2d" for stage in press.stages for a in stage):
                 raise McapError("this plan moves activations into another stage's memory "

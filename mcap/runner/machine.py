@@ -94,7 +94,7 @@ def meter(setup: Setup, isolation: Optional[str] = None) -> str:
         return CPU_METER if mode is None else f"{CPU_METER} pipeline-{mode}"
     if how == "stage":
         return "cuda/alone"
-    if setup.engine != "pipelining":
+    if not engines.get(setup.engine).exchange:
         return f"cuda/{setup.engine}"
     import torch
     mode = exchange.mode(torch.cuda.device_count() < setup.stages)

@@ -29,7 +29,7 @@ class Tally:
     """What a command did: runs in its result, how many were measured now or reused.
 
     ``measured`` and ``reused`` count every run the command made, the dp/tp runs of
-    ``profile --parallel`` (``parallel_runs``, mcap.workflow.hybrid) too; ``runs`` are the
+    ``profile --parallel`` (``parallel_runs``, mcap.workflow.capture.parallel) too; ``runs`` are the
     pipeline-only runs of the result and ``parallel_measured`` / ``parallel_reused`` say
     how many of the counts were dp/tp runs."""
     measured: int
@@ -37,7 +37,7 @@ class Tally:
     seconds: float
     runs: tuple[Run, ...] = ()
     fallback: tuple[tuple[int, ...], ...] = ()  # balances added by the oom fallback
-    composed: int = 0  # runs composed from other runs' stages (mcap.core.cover), not measured
+    composed: int = 0  # runs composed from other runs' stages (mcap.core.profiling.cover), not measured
     cover: int = 0     # covering partitionings a reusing sweep chose to measure
     parallel_measured: int = 0  # of ``measured``, dp/tp runs (--parallel)
     parallel_reused: int = 0    # of ``reused``, dp/tp runs
@@ -54,7 +54,7 @@ class Tally:
 
     @staticmethod
     def combined(tallies: Sequence["Tally"], seconds: float) -> "Tally":
-        """One tally for a command made of several (CAPTURE's passes, mcap.workflow.capture)."""
+        """One tally for a command made of several (CAPTURE's passes, mcap.workflow.capture.batches)."""
         return Tally(sum(t.measured for t in tallies), sum(t.reused for t in tallies), seconds,
                      tuple(r for t in tallies for r in t.runs),
                      tuple(b for t in tallies for b in t.fallback),
@@ -77,7 +77,7 @@ class Measurer:
     bar: ProgressBar
     job: Optional[int] = None
     timeout: float = DEFAULT_TIMEOUT
-    # Stage keys known from stored runs (mcap.core.cover.Knowledge): a balance whose every
+    # Stage keys known from stored runs (mcap.core.profiling.cover.Knowledge): a balance whose every
     # stage is known is composed instead of measured. None: measure everything.
     knowledge: object = None
     measured: int = 0

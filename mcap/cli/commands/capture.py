@@ -7,7 +7,7 @@
 ``{"layers", "parallel", "degree"}``) and ``predicted_peaks`` (one per device, in stage
 order); ``predict --plan`` prints ``predicted_peaks``. ``--stages`` / ``--balance`` keep
 meaning pipeline-only. The options are added to the parsers of ``mcap.cli.commands.predict``; the work is
-``mcap.core.hybridpredict``. Bad input (a plan whose layers do not sum to the model's, or
+``mcap.core.capture.predict``. Bad input (a plan whose layers do not sum to the model's, or
 whose degrees do not fit the mesh; a degree the profile cannot predict) exits 2 naming it.
 """
 from __future__ import annotations
@@ -18,8 +18,14 @@ from mcap.cli.output import line_note
 from mcap.core.errors import McapError
 from mcap.core.units import fmt_bytes
 
-# ``recommend --method``: the registry's methods plus the mesh-only enumeration.
-ONLY_MESH_METHODS = ("enumerate",)
+
+
+def only_mesh_methods() -> tuple[str, ...]:
+    """``recommend --method`` choices that search only a mesh: the mesh searches' registry
+    (``mcap.core.capture.meshsearch``) less the names the pipeline methods share."""
+    from mcap.core import search
+    from mcap.core.capture import meshsearch
+    return tuple(m for m in meshsearch.names() if m not in search.names())
 
 
 def add_predict_options(p) -> None:
@@ -30,7 +36,7 @@ def add_predict_options(p) -> None:
 
 
 def _degree_fit_option(p) -> None:
-    from mcap.core.hybridpredict import DEGREE_FITS
+    from mcap.core.capture.predict import DEGREE_FITS
     p.add_argument("--degree-fit", choices=DEGREE_FITS, default=None,
                    help="with --plan / --mesh: dp/tp degrees above the profiled ones from "
                         "M(k) = R + S/k (inverse, the default: replicated plus 1/k sharded "
@@ -67,14 +73,15 @@ def wants_mesh(args) -> bool:
     if args.mesh is None:
         if args.stages is None:
             raise McapError("recommend needs --stages G (pipeline-only) or --mesh NxK (hybrid)")
-        if args.method in ONLY_MESH_METHODS:
+        if args.method in only_mesh_methods():
             raise McapError(f"--method {args.method} searches a mesh; give --mesh NxK, or one of "
                             "the pipeline methods with --stages")
         if args.no_prune:
             raise McapError("--no-prune applies to --mesh --method enumerate")
         if args.degree_fit is not None:
             raise McapError("--degree-fit applies to --mesh (hybrid plans); with --stages give none")
-        args.method = args.method or "exact"
+        from mcap.core import search
+        args.method = args.method or search.DEFAULT
         return False
     if args.stages is not None:
         raise McapError(f"give --stages {args.stages} (pipeline-only) or --mesh {args.mesh} "
@@ -90,16 +97,20 @@ def _profile(args):
 
 
 def cmd_recommend_mesh(args) -> int:
-    from mcap.core.hybrid import parse_mesh
-    from mcap.core.hybridpredict import METHODS, recommend_mesh
+    from mcap.core.capture.plan import parse_mesh
+    from mcap.core.capture import meshsearch
+    from mcap.core.capture.predict import recommend_mesh
 
     mesh = parse_mesh(args.mesh)
-    method = args.method or METHODS[0]
-    if method not in METHODS:
+    methods = meshsearch.names()
+    method = args.method or methods[0]
+    if method not in methods:
         raise McapError(f"--method {method} does not search a mesh; with --mesh use "
-                        f"{' or '.join(METHODS)}")
-    if args.no_prune and method != "enumerate":
-        raise McapError("--no-prune applies to --method enumerate (the DP does not prune)")
+                        f"{' or '.join(methods)}")
+    if args.no_prune and not meshsearch.get(method).prunes:
+        raise McapError(f"--no-prune applies to --method "
+                        f"{' or '.join(m for m in methods if meshsearch.get(m).prunes)} "
+                        f"({method} does not prune)")
     rec = recommend_mesh(_profile(args), mesh, method, prune=not args.no_prune,
                          predictor=args.predictor, degree_fit=args.degree_fit or "inverse",
                          batch_size=args.batch_size)
@@ -107,7 +118,7 @@ def cmd_recommend_mesh(args) -> int:
         print(json.dumps(rec.as_json()))
         return 0
     print(f"mesh {mesh.text}, method {rec.method}"
-          + (" (no pruning)" if method == "enumerate" and not rec.prune else "")
+          + (" (no pruning)" if meshsearch.get(method).prunes and not rec.prune else "")
           + f": plan {rec.plan.text}, predicted peak {fmt_bytes(rec.peak)} ({rec.peak} bytes, "
           f"predictor {rec.predictor}{line_note(rec.line)}); {rec.evaluated} configs "
           f"evaluated in {rec.seconds:.3f} s")
@@ -118,8 +129,8 @@ def cmd_recommend_mesh(args) -> int:
 
 
 def cmd_predict_plan(args) -> int:
-    from mcap.core.hybrid import check_plan, parse_mesh, parse_plan
-    from mcap.core.hybridpredict import HybridCosts
+    from mcap.core.capture.plan import check_plan, parse_mesh, parse_plan
+    from mcap.core.capture.predict import HybridCosts
 
     plan = parse_plan(args.plan)
     profile = _profile(args)

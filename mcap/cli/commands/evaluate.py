@@ -43,7 +43,7 @@ def register(sub) -> None:
                         "instead of warning")
     p.set_defaults(func=cmd_evaluate)
 
-    from mcap.workflow.scaling import PARTITIONERS
+    from mcap.core.scaling import partitioners
     s = sub.add_parser("scale", help="largest model that trains under a capacity, per partitioner "
                                      "(paper 4.3, Fig. 11)",
                        description="Binary-search the largest value of --vary for which the "
@@ -52,8 +52,8 @@ def register(sub) -> None:
     add_setup_options(s)
     add_predictor_option(s)
     s.add_argument("--vary", default="filters", help="the model parameter to grow (default filters)")
-    s.add_argument("--partitioner", action="append", choices=PARTITIONERS, default=None,
-                   help="repeatable; default: all of " + ", ".join(PARTITIONERS))
+    s.add_argument("--partitioner", action="append", choices=partitioners(), default=None,
+                   help="repeatable; default: all of " + ", ".join(partitioners()))
     s.add_argument("--low", type=int, required=True, help="smallest value of --vary to try")
     s.add_argument("--high", type=int, required=True, help="largest value of --vary to try")
     s.add_argument("--step", type=int, default=None,
@@ -79,21 +79,22 @@ def register(sub) -> None:
 
 # --- evaluate ------------------------------------------------------------------------
 
-def _time_pick(profile, stages: int, predictor: str):
-    """torchgpipe's balance_by_time for the profiled model, or (None, why)."""
+def _model_pick(profile, stages: int, method: str, predictor: str):
+    """The pick of a method that times the real model (``needs_model``: torchgpipe's
+    balance_by_time), or (None, why)."""
     from mcap.core.recommend import recommend
     from mcap.core.search.time import NoDevice
     try:
-        return recommend(profile, stages, "time", predictor,
-                         context=search_context(profile, "time")), ""
+        return recommend(profile, stages, method, predictor,
+                         context=search_context(profile, method)), ""
     except NoDevice as exc:  # a CUDA profile here without CUDA: left out, said why
         return None, f"left out: {exc}"
     except UntrustedCode:
         from mcap.models.spec import untrusted_note
         spec = profile.model.spec
         return None, untrusted_note(spec, f"python -m mcap evaluate --model {spec} ...")
-    except McapError as exc:  # e.g. a model too large to build here: time is unavailable
-        return None, f"time unavailable: {exc}"
+    except McapError as exc:  # e.g. a model too large to build here: it is unavailable
+        return None, f"{method} unavailable: {exc}"
 
 
 def evaluation_json(ev) -> dict:
@@ -144,6 +145,7 @@ def print_evaluation(ev) -> None:
 
 
 def cmd_evaluate(args) -> int:
+    from mcap.core import search
     from mcap.core.evaluate import check_measured, evaluate, pure_picks
     from mcap.core.setup import check_compatible
     from mcap.io.jsonio import load_profile, load_sweep
@@ -156,12 +158,14 @@ def cmd_evaluate(args) -> int:
     picks = list(pure_picks(profile, stages, predictor=args.predictor, seed=args.seed,
                             bo_iterations=args.bo_iterations))
     unavailable = []
-    if args.no_time:
-        unavailable.append(("time", "skipped (--no-time)"))
-    else:
-        rec, why = _time_pick(argtypes.allow_model(profile, args.model), stages, args.predictor)
+    for method in search.names(needs_model=True):  # they time the real model
+        if args.no_time:
+            unavailable.append((method, "skipped (--no-time)"))
+            continue
+        rec, why = _model_pick(argtypes.allow_model(profile, args.model), stages, method,
+                               args.predictor)
         if rec is None:
-            unavailable.append(("time", why))
+            unavailable.append((method, why))
         else:
             picks.append(rec)
     ev = evaluate(profile, sweep, picks, predictor=args.predictor, unavailable=unavailable)
@@ -215,10 +219,10 @@ def cmd_scale(args) -> int:
     if args.press:
         from mcap.cli.commands.press import cmd_scale_press
         return cmd_scale_press(args, setup)
-    from mcap.workflow.capture import sizes_from_args
+    from mcap.workflow.capture.batches import sizes_from_args
     sizes = sizes_from_args(args.batch_size, _sizes(args.profile_batch_sizes), args.capture)
     capture = False if sizes is None else (True if args.capture else sizes)
-    parts = tuple(dict.fromkeys(args.partitioner or scaling.PARTITIONERS))
+    parts = tuple(dict.fromkeys(args.partitioner or scaling.registered()))
     grid = scaling.value_grid(args.model, args.vary, args.low, args.high, args.step)
     store_path = resolve_path(args.store)
     if args.out is not None:

@@ -10,10 +10,10 @@ by rank over the slots there are (``--isolation stage``, the default), or all to
 in stage order, and ``plan_text`` / ``plan`` name the stages. The run is recorded in the
 store (kind "measure") whatever its status; an oom or failed run exits 1, bad input exits 2.
 A plan's run is recorded in the study of engine ``hybrid:<layout>``
-(``mcap.core.hybrid.store_engine``) with one peak per stage (the highest of its devices),
+(``mcap.core.capture.plan.store_engine``) with one peak per stage (the highest of its devices),
 never in a pipeline-only study.
 
-``--press PLAN.json`` applies an MPress plan (``mcap.press/1``; ``mcap.runner.press``) and
+``--press PLAN.json`` applies an MPress plan (``mcap.press/1``; ``mcap.runner.press.apply``) and
 needs ``--checkpoint never``; a plan of another model or balance exits 2 naming both. Its
 run is stored under a setup that names the plan (``Setup.press``), so it is never reused
 as a plain run of that balance. ``--json`` adds ``press`` (the plan file, its action counts
@@ -81,7 +81,7 @@ def cmd_measure(args) -> int:
     plan = None
     if args.press is not None:  # checked before any process starts (exit 2 naming values)
         from mcap.io.pressfile import load as load_plan
-        from mcap.runner.pressplans import check_plan
+        from mcap.runner.press.check import check_plan
         plan = load_plan(args.press)
         check_plan(plan, args.model, setup, balance)
     # A plan that moves activations into a peer stage (d2d) needs the stages together.
@@ -101,7 +101,7 @@ def cmd_measure(args) -> int:
 
 def _measure_plan(args) -> int:
     """``measure --plan``: a CAPTURE plan on engine hybrid, stored in its own study."""
-    from mcap.core.hybrid import check_plan, store_engine, stored_run
+    from mcap.core.capture.plan import check_plan, store_engine, stored_run
     from mcap.models.spec import parse_spec
     from mcap.workflow.measuring import model_info
 

@@ -36,7 +36,7 @@ def _positive_int(text: str) -> int:
 
 
 def _costs(profile, args):
-    """The profile's stage costs at ``--batch-size`` (``mcap.core.batchscale``), for the
+    """The profile's stage costs at ``--batch-size`` (``mcap.core.capture.batchscale``), for the
     ``--for`` target (``mcap.cli.target``)."""
     from mcap.cli import target
     from mcap.core.recommend import costs_at
@@ -73,7 +73,7 @@ def register(sub) -> None:
     p = sub.add_parser("recommend", help="recommend the partitioning with the lowest predicted peak")
     p.add_argument("--profile", required=True, help="a mcap.profile/1 JSON file")
     p.add_argument("--stages", type=_positive_int, help="number of devices G")
-    p.add_argument("--method", choices=(*search.names(), *capture.ONLY_MESH_METHODS), default=None,
+    p.add_argument("--method", choices=(*search.names(), *capture.only_mesh_methods()), default=None,
                    help="; ".join(f"{m.name}: {m.help}" for m in map(search.get, search.names())))
     add_predictor_option(p)
     p.add_argument("--seed", type=argtypes.seed, default=0, help="seed for bo")
@@ -95,7 +95,7 @@ def register(sub) -> None:
 
 
 def cmd_plan(args) -> int:
-    from mcap.core.plan import profiling_plan
+    from mcap.core.profiling.schedule import profiling_plan
 
     if args.list_layers and args.model is None:
         raise McapError("--list-layers needs --model SPEC (e.g. --model hf:gpt2)")
@@ -164,7 +164,7 @@ def _print_layers(spec, layers, shared, as_json: bool) -> int:
 
 def cmd_predict(args) -> int:
     from mcap.cli.commands import capture
-    from mcap.core import merging
+    from mcap.core.capture import merging
     from mcap.io.jsonio import load_profile
 
     if capture.wants_plan(args):
@@ -212,7 +212,7 @@ def cmd_recommend(args) -> int:
     predictor = source.predictor if args.for_target else args.predictor
     rec = recommend(source, args.stages, args.method, predictor, context=context,
                     tie_tolerance=args.tie_tolerance, seed=args.seed, iterations=args.iterations)
-    from mcap.core import merging
+    from mcap.core.capture import merging
     sizes = merging.sizes_of(profile)
     if sizes is not None:  # a balance over merged layers -> over the model's real layers
         from dataclasses import replace

@@ -22,7 +22,7 @@ from mcap.core.units import fmt_bytes
 
 
 def register(sub) -> None:
-    from mcap.core.press import HELP, METHODS
+    from mcap.core.press import get, names
     p = sub.add_parser("press", help="plan recompute / host swap / device-to-device swap so "
                                      "every stage fits a capacity (MPress)")
     p.add_argument("--profile", required=True, help="a mcap.profile/1 JSON file with MPress "
@@ -30,8 +30,8 @@ def register(sub) -> None:
     p.add_argument("--balance", required=True, help="layer counts per stage, e.g. 3,3,5,19")
     p.add_argument("--capacity", type=argtypes.parse_bytes, required=True, metavar="BYTES",
                    help="memory per device: bytes or a unit (512MiB, 1.5GB)")
-    p.add_argument("--method", choices=tuple(METHODS), default="mpress",
-                   help="; ".join(f"{k}: {v}" for k, v in HELP.items()))
+    p.add_argument("--method", choices=names(), default=names()[0],
+                   help="; ".join(f"{n}: {get(n).help}" for n in names()))
     add_predictor_option(p)
     p.add_argument("--measure-base", action="store_true",
                    help="measure the partitioning with every layer kept first (one real run "
@@ -47,7 +47,7 @@ def register(sub) -> None:
 def plan_json(plan, base_peaks, base: str = "predicted") -> dict:
     """The ``--json`` answer: the contract keys plus the keep-all peaks for comparison
     (``base``: whether they were predicted or measured)."""
-    from mcap.core.pressplan import plan_to_json
+    from mcap.core.press.actions import plan_to_json
     d = plan_to_json(plan)
     return {"balance": d["balance"], "capacity_bytes": d["capacity_bytes"],
             "method": d["method"], "plan": d["plan"],
@@ -75,7 +75,7 @@ def cmd_press(args) -> int:
     from mcap.io.jsonio import load_profile
     from mcap.io.outputs import check_out
 
-    from mcap.core.pressplan import PRESS_SCHEMA
+    from mcap.core.press.actions import PRESS_SCHEMA
     from mcap.store.opening import default_store_path
     if args.out is not None:  # before any work
         check_out(args.out, PRESS_SCHEMA, inputs=(args.profile,), store=default_store_path())
@@ -113,13 +113,13 @@ def cmd_press(args) -> int:
 # --- recommend --capacity C --press (partitioning + plan) --------------------------------
 
 def add_joint_options(p) -> None:
-    from mcap.core.press import METHODS
+    from mcap.core.press import names
     p.add_argument("--capacity", type=argtypes.parse_bytes, default=None, metavar="BYTES",
                    help="memory per device (with --press): bytes or a unit (512MiB)")
     p.add_argument("--press", action="store_true",
                    help="search partitionings and MPress plans together and return the "
                         "fastest that fits --capacity (needs a profile with press statistics)")
-    p.add_argument("--press-method", choices=tuple(METHODS), default="milp",
+    p.add_argument("--press-method", choices=names(), default="milp",
                    help="the plan of each candidate partitioning (default milp, exact)")
     from mcap.core.press.jointsearch import MAX_TOP
     p.add_argument("--press-candidates", default=4,
@@ -145,7 +145,8 @@ def cmd_joint(args) -> int:
     if args.capacity is None:
         raise McapError("recommend --press needs --capacity BYTES: a plan saves memory to fit "
                         "a capacity")
-    if args.method not in (None, "exact"):
+    from mcap.core.search import DEFAULT
+    if args.method not in (None, DEFAULT):
         raise McapError(f"recommend --press ranks partitionings itself (by predicted peak and "
                         f"floor); drop --method {args.method}")
     profile = argtypes.allow_model(load_profile(args.profile), args.model)

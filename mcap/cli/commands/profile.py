@@ -14,7 +14,7 @@ from mcap.core.errors import McapError
 
 
 def _parallel_kinds(text: str) -> tuple[str, ...]:
-    from mcap.workflow.hybrid import parse_kinds
+    from mcap.workflow.capture.parallel import parse_kinds
     try:
         return parse_kinds(text)
     except McapError as exc:
@@ -122,10 +122,10 @@ def _batch_sizes(text: str) -> tuple[int, ...]:
 
 
 def cmd_profile(args) -> int:
-    from mcap.workflow import capture
-    sizes = capture.sizes_from_args(args.batch_size, args.profile_batch_sizes, args.capture)
+    from mcap.workflow.capture import batches
+    sizes = batches.sizes_from_args(args.batch_size, args.profile_batch_sizes, args.capture)
     if sizes is not None:
-        from mcap.core.batchscale import check_sizes
+        from mcap.core.capture.batchscale import check_sizes
         check_sizes(sizes, args.batch_size, args.chunks)  # exit 2 before anything runs
     if args.press and (sizes is not None or args.merge_to is not None):
         raise McapError("--press measures MPress statistics at one batch size on the real "
@@ -141,34 +141,33 @@ def cmd_profile(args) -> int:
                         "cannot be combined with --parallel (profile twice)")
     if args.parallel:
         # The pipeline-only runs of a hybrid profile run on the engine its dp/tp runs and
-        # its plans run on (mcap.workflow.hybrid.check_base_engine says why).
-        from mcap.workflow.hybrid import check_base_engine
+        # its plans run on (mcap.workflow.capture.parallel.check_base_engine says why).
+        from mcap.workflow.capture.parallel import check_base_engine
         if args.engine == "auto":
-            args.engine = "hybrid"
+            from mcap.runner.engines import plans_engine
+            args.engine = plans_engine()
         check_base_engine(args.engine)
 
     if args.nnodes is not None and args.press:
         raise McapError("--press measures MPress statistics in this one process, on this "
                         "machine; it cannot be combined with --nnodes")
     if args.nnodes is not None and args.parallel:  # exit 2 on every node before torchrun
-        from mcap.workflow.hybrid import check_parallel
+        from mcap.workflow.capture.parallel import check_parallel
         check_parallel(args.parallel, setup_from_args(args))
         if sizes is not None:
-            from mcap.workflow.capture import check_parallel_sizes
+            from mcap.workflow.capture.batches import check_parallel_sizes
             check_parallel_sizes(args.parallel, setup_from_args(args), sizes)
 
     def action(profiling, setup, store):
-        options = dict(store=store, scheme=args.scheme, job=args.job, timeout=args.timeout,
-                       reuse=args.reuse)
+        request = profiling.ProfileRequest(args.model, setup, scheme=args.scheme, job=args.job,
+                                           timeout=args.timeout, reuse=args.reuse,
+                                           press=args.press, parallel=tuple(args.parallel))
         if sizes is not None:
-            result = capture.profile(args.model, setup, None, sizes=sizes,
-                                     merge_to=args.merge_to, parallel=args.parallel, **options)
+            result = batches.profile(request, store=store, sizes=sizes, merge_to=args.merge_to)
         elif args.merge_to is not None:
-            result = capture.profile_merged(args.model, setup, None, merge_to=args.merge_to,
-                                            parallel=args.parallel, **options)
+            result = batches.profile_merged(request, store=store, merge_to=args.merge_to)
         else:
-            result = profiling.profile(args.model, setup, None, press=args.press,
-                                       parallel=args.parallel, **options)
+            result = profiling.profile(request, store=store)
         _write(result.profile, args.out, "profile", result.profile_id, store)
         print(profiling.summary("profile", result.tally, args.out, result.profile_id))
         for line in variant_lines(result.profile):

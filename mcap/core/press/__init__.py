@@ -18,11 +18,7 @@ from mcap.core.press.base import Planner, get, names, register, solve  # noqa: F
 from mcap.core.press.model import (  # noqa: F401  (the public names)
     Outcome, Problem, outcome, problem, problem_from, smallest_capacity, to_plan, unreachable,
 )
-from mcap.core.pressplan import PressPlan
-
-METHODS = names()  # in registration order (the CLI's and the pages' choices)
-HELP = {name: get(name).help for name in METHODS}
-
+from mcap.core.press.actions import PressPlan
 
 def plan_profile(profile, balance: Sequence[int], capacity: int, method: str = "mpress",
                  predictor: Optional[str] = None) -> PressPlan:

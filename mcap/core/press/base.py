@@ -18,7 +18,7 @@ from typing import ClassVar
 
 from mcap.core.errors import McapError
 from mcap.core.press.model import Problem, to_plan
-from mcap.core.pressplan import LayerAction, PressPlan
+from mcap.core.press.actions import LayerAction, PressPlan
 from mcap.core.registry import Registry
 
 

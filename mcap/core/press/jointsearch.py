@@ -24,7 +24,7 @@ from mcap.core.partition import count, enumerate_all, windows_many
 from mcap.core.press.model import (
     Problem, check_profile, problem, smallest_capacity, window_floor_drop,
 )
-from mcap.core.pressplan import PressPlan
+from mcap.core.press.actions import PressPlan
 
 ENUMERATE = 300_000
 RADIUS = 2

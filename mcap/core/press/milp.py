@@ -43,7 +43,7 @@ import warnings
 from mcap.core.errors import McapError
 from mcap.core.press.model import Problem, outcome, smallest_capacity, unreachable
 from mcap.core.press.base import Planner, register
-from mcap.core.pressplan import LayerAction
+from mcap.core.press.actions import LayerAction
 
 TIE = 1e-7       # seconds per reduced layer: among equal plans, change the fewest layers
 SCALE = 1e3      # the objective in milliseconds, so TIE stays above CBC's tolerances

@@ -33,7 +33,7 @@ from mcap.core.press.model import (
     Problem, floor_actions, keep, outcome, smallest_capacity, unreachable,
 )
 from mcap.core.press.base import Planner, register
-from mcap.core.pressplan import LayerAction
+from mcap.core.press.actions import LayerAction
 
 EPS = 1e-12
 

@@ -1,74 +1,70 @@
 """CAPTURE profiling (III-A2, III-A3): mCAP's profiling plan at two batch sizes, stored as
 one profile whose target is the training batch size, optionally on merged layers.
 
-    profile(spec, setup, sizes=(8, 16), store=...)            # target setup.batch_size
-    profile(spec, setup, sizes=(8, 16), merge_to=12, store=...)
+    profile(ProfileRequest(spec, setup), sizes=(8, 16), store=...)   # at setup.batch_size
+    profile(ProfileRequest(spec, setup), sizes=(8, 16), merge_to=12, store=...)
 
 Each batch size is an ordinary ``mcap.workflow.profiling.profile`` (resumable, stored, with
 the oom fallback) under the same setup but that batch size. With ``merge_to`` the smallest
-is first profiled on the model's layers, the merger (``mcap.core.merging``) groups them
+is first profiled on the model's layers, the merger (``mcap.core.capture.merging``) groups them
 from those statistics, and then every batch size is profiled on the merged layers only
 (Lm - G + 1 runs instead of L - G + 1, at the first size mostly composed from the stages
 already measured: what the merger saves is the later sizes' runs). The result's
-statistics at the target come from the batch line (``mcap.core.batchscale``) unless the
+statistics at the target come from the batch line (``mcap.core.capture.batchscale``) unless the
 target is one of the profiled sizes. With ``parallel`` (dp, tp; III-A1) every size also
-gets its dp/tp variants (``mcap.workflow.hybrid``, on the merged layers with ``merge_to``);
+gets its dp/tp variants (``mcap.workflow.capture.parallel``, on the merged layers with ``merge_to``);
 a dp/tp stage at the target is read off the line through two of them per (kind, degree),
-as ``mcap.core.hybridpredict.HybridCosts`` does.
+as ``mcap.core.capture.predict.HybridCosts`` does.
 """
 from __future__ import annotations
 
 import dataclasses
 import time
-from pathlib import Path
-from typing import Optional, Sequence, TextIO
+from typing import Optional, Sequence
 
-from mcap.core import batchscale, merging
+from mcap.core.capture import batchscale
+from mcap.core.capture import merging
 from mcap.core.errors import McapError
 from mcap.core.types import Profile, Setup, VariantStats
 from mcap.workflow import measuring, profiling
-from mcap.workflow.profiling import DEFAULT_TIMEOUT, ProfileResult, Tally
+from mcap.workflow.profiling import ProfileRequest, ProfileResult, Tally
 
 
-def profile(spec: str, setup: Setup, out: Optional[Path], *, store, sizes: Sequence[int],
-            merge_to: Optional[int] = None, scheme: str = "mcap", job: Optional[int] = None,
-            stream: Optional[TextIO] = None, timeout: float = DEFAULT_TIMEOUT,
-            name: Optional[str] = None, reuse: bool = True,
-            parallel: Sequence[str] = ()) -> ProfileResult:
-    """The CAPTURE profile of ``spec`` at ``setup.batch_size`` (module docstring).
-    ``parallel`` (dp, tp): every batch size also gets its dp/tp variants (III-A1), over the
-    merged layers with ``merge_to``; a dp/tp stage is then predicted on the line through
-    two of them (III-B2)."""
+def profile(request: ProfileRequest, *, store, sizes: Sequence[int],
+            merge_to: Optional[int] = None) -> ProfileResult:
+    """The CAPTURE profile of ``request.spec`` at ``request.setup.batch_size`` (module
+    docstring): ``request`` at each of ``sizes``. ``request.parallel`` (dp, tp): every batch
+    size also gets its dp/tp variants (III-A1), over the merged layers with ``merge_to``; a
+    dp/tp stage is then predicted on the line through two of them (III-B2)."""
     from mcap.io import jsonio
 
     started = time.monotonic()
+    spec, setup, name, parallel = request.spec, request.setup, request.name, request.parallel
     sizes = batchscale.check_sizes(sizes, setup.batch_size, setup.chunks)
-    check_merge_to(spec, setup, merge_to, scheme)
+    check_merge_to(spec, setup, merge_to, request.scheme)
     check_parallel_sizes(parallel, setup, sizes)
     results: dict[int, ProfileResult] = {}
     groups, basis = None, []
-    options = dict(store=store, scheme=scheme, job=job, stream=stream, timeout=timeout,
-                   reuse=reuse)
+    # Each pass is the request at one batch size, stored only (the result is written below).
+    at_size = lambda b, **kw: dataclasses.replace(  # noqa: E731
+        request, setup=dataclasses.replace(setup, batch_size=b), out=None, press=False, **kw)
     if merge_to is not None:
         # The merger needs M_i and M_a of every layer (III-A3: after the pipeline profiling
         # pass): the smallest batch size on all layers, the cheapest runs.
-        at = dataclasses.replace(setup, batch_size=sizes[0])
-        first = profiling.profile(spec, at, None, name=f"{name or 'capture'}: batch size "
-                                  f"{sizes[0]} before merging", **options)
+        first = profiling.profile(at_size(sizes[0], parallel=(), groups=None, name=(
+            f"{name or 'capture'}: batch size {sizes[0]} before merging")), store=store)
         basis.append(first)
         groups = merging.merge_sizes(first.profile.stats, merge_to)
     for b in sizes:
         # With merging every size, the first too, is profiled on the merged layers, so each
         # predictor fits its own runs; at the first size most of those runs' stages were
         # measured by the pass before and are composed from the store, not measured again.
-        at = dataclasses.replace(setup, batch_size=b)
-        results[b] = profiling.profile(
-            spec, at, None, name=f"{name or 'capture'}: batch size {b} of {setup.batch_size}",
-            groups=groups, parallel=parallel, **options)
+        results[b] = profiling.profile(at_size(b, groups=groups, name=(
+            f"{name or 'capture'}: batch size {b} of {setup.batch_size}")), store=store)
     machine = results[sizes[-1]].profile.machine
     profiles = {b: r.profile for b, r in results.items()}
     variants = tuple(VariantStats(b, p.stats, "pp", 1, p.runs) for b, p in profiles.items())
-    # Each size's dp/tp variants, at that size (mcap.workflow.hybrid).
+    # Each size's dp/tp variants, at that size (mcap.workflow.capture.parallel).
     hybrid = tuple(v for p in profiles.values() for v in p.variants if v.parallel != "pp")
     last = profiles[sizes[-1]]
     base = Profile(model=last.model, setup=setup, stats=last.stats, machine=machine,
@@ -79,8 +75,8 @@ def profile(spec: str, setup: Setup, out: Optional[Path], *, store, sizes: Seque
                                    variants=hybrid + variants)
     else:
         prof = batchscale.scaled_profile(base, variants)
-    if out is not None:
-        jsonio.save(prof, out)
+    if request.out is not None:
+        jsonio.save(prof, request.out)
     profile_id = store.save_profile(prof, name=name)
     tally = Tally.combined([r.tally for r in basis + list(results.values())],
                            time.monotonic() - started)  # each size's dp/tp runs too
@@ -90,9 +86,9 @@ def profile(spec: str, setup: Setup, out: Optional[Path], *, store, sizes: Seque
 def check_merge_to(spec: str, setup: Setup, merge_to: Optional[int],
                    scheme: str = "mcap") -> None:
     """``--merge-to`` must leave as many merged layers as the profiling scheme needs on
-    ``setup.stages`` (``mcap.core.plan.minimum_layers``: the merged layers are profiled
+    ``setup.stages`` (``mcap.core.profiling.schedule.minimum_layers``: the merged layers are profiled
     with it) and at most the model's layers; refused before any run."""
-    from mcap.core.plan import minimum_layers
+    from mcap.core.profiling.schedule import minimum_layers
     if merge_to is None:
         return
     layers = measuring.model_info(spec).num_layers
@@ -107,11 +103,11 @@ def check_merge_to(spec: str, setup: Setup, merge_to: Optional[int],
 
 def check_parallel_sizes(parallel: Sequence[str], setup: Setup, sizes: Sequence[int]) -> None:
     """``--parallel`` at every profiling batch size: each size's micro-batches must split
-    over the profiled degrees (``mcap.workflow.hybrid.check_parallel``); refused before any
+    over the profiled degrees (``mcap.workflow.capture.parallel.check_parallel``); refused before any
     run, naming the size."""
     if not parallel:
         return
-    from mcap.workflow.hybrid import check_parallel
+    from mcap.workflow.capture.parallel import check_parallel
     for b in sizes:
         try:
             check_parallel(parallel, dataclasses.replace(setup, batch_size=b))
@@ -137,28 +133,27 @@ def sizes_from_args(target: int, explicit: Optional[Sequence[int]], capture: boo
     return None
 
 
-def profile_merged(spec: str, setup: Setup, out: Optional[Path], *, store, merge_to: int,
-                   name: Optional[str] = None, parallel: Sequence[str] = (),
-                   **options) -> ProfileResult:
+def profile_merged(request: ProfileRequest, *, store, merge_to: int) -> ProfileResult:
     """mCAP's profile at ``setup.batch_size`` on all layers, then the same batch size on
     the ``merge_to`` merged layers (III-A3), whose runs are mostly composed from the first
     pass's stages. With one batch size this saves no pipeline profiling; prediction and
-    search run on the merged layers. ``parallel`` (dp, tp): the dp/tp runs (III-A1) are
-    made on the merged layers only, and that is what merging saves here (module docstring
-    of ``mcap.workflow.hybrid``). The merged profile is the result."""
+    search run on the merged layers. ``request.parallel`` (dp, tp): the dp/tp runs (III-A1)
+    are made on the merged layers only, and that is what merging saves here (module
+    docstring of ``mcap.workflow.capture.parallel``). The merged profile is the result."""
     from mcap.io import jsonio
 
-    check_merge_to(spec, setup, merge_to, options.get("scheme", "mcap"))
-    if parallel:  # before any run
-        from mcap.workflow.hybrid import check_parallel
-        check_parallel(parallel, setup)
+    check_merge_to(request.spec, request.setup, merge_to, request.scheme)
+    if request.parallel:  # before any run
+        from mcap.workflow.capture.parallel import check_parallel
+        check_parallel(request.parallel, request.setup)
     started = time.monotonic()
-    full = profiling.profile(spec, setup, None, store=store,
-                             name=f"{name or 'merge'}: before merging", **options)
+    full = profiling.profile(dataclasses.replace(
+        request, out=None, parallel=(), groups=None,
+        name=f"{request.name or 'merge'}: before merging"), store=store)
     groups = merging.merge_sizes(full.profile.stats, merge_to)
-    merged = profiling.profile(spec, setup, None, store=store, name=name, groups=groups,
-                               parallel=parallel, **options)
-    if out is not None:
-        jsonio.save(merged.profile, out)
+    merged = profiling.profile(dataclasses.replace(request, out=None, groups=groups),
+                               store=store)
+    if request.out is not None:
+        jsonio.save(merged.profile, request.out)
     tally = Tally.combined([full.tally, merged.tally], time.monotonic() - started)
     return ProfileResult(merged.profile, merged.profile_id, tally)

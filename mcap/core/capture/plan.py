@@ -217,7 +217,7 @@ def merge_layers(mem_isolated: Sequence[int], mem_added: Sequence[Optional[int]]
     return tuple(sizes), tuple(iso), tuple(added)
 
 
-# --- running a plan (mcap.runner.hybrid) and recording it (mcap.store) --------------------
+# --- running a plan (mcap.runner.capture.device) and recording it (mcap.store) --------------------
 
 def as_plan(balance_or_plan) -> HybridPlan:
     """A HybridPlan from a plan, its text, its StageConfigs, or a pipeline-only balance."""

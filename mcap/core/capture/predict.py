@@ -1,7 +1,7 @@
 """Predicting hybrid stages from a profile (CAPTURE III-B) and recommending a plan on a mesh
 (III-C). Pure: no torch, no files.
 
-A stage config is (layers first..last, parallelism, degree) (``mcap.core.hybrid``). Its
+A stage config is (layers first..last, parallelism, degree) (``mcap.core.capture.plan``). Its
 per-device peak comes from:
 
 * ``pp`` (degree 1): the profile's own stage costs under the chosen predictor
@@ -12,16 +12,16 @@ per-device peak comes from:
   statistics and runs (``Profile.variants``; per device for dp/tp), "in similar fashion as
   for pipeline-parallel stages" (III-B3). At the profile's batch size the variant is fitted
   as is; profiled at two other batch sizes, the stage's peak is read off the line through
-  the two (III-B2, ``mcap.core.hybrid.batch_line``);
+  the two (III-B2, ``mcap.core.capture.plan.batch_line``);
 * every kind from engine hybrid: a profile whose pipeline-only runs ran on another
-  engine predicts no dp/tp stage (``mcap.workflow.hybrid.check_base_engine`` says why);
+  engine predicts no dp/tp stage (``mcap.workflow.capture.parallel.check_base_engine`` says why);
 * ``dp``/``tp`` above the largest profiled degree (e.g. 8 from 2 and 4): a fit through the
   stage's peaks at the two largest profiled degrees. By default the form M(k) = R + S/k
   (``inverse_fit``): a device of a k-way dp stage holds the replicated weights, gradients,
   optimizer state and DDP buckets (R) and 1/k of every micro-batch's activations; a k-way
   tp stage holds the replicated parts (norms, embeddings, the stage's input and output
   activations) and 1/k of the sharded weights and inner activations. III-B3's logarithmic
-  fit (``degree_fit="log"``, ``mcap.core.hybrid.log_degree`` for 2 and 4) assumes the same
+  fit (``degree_fit="log"``, ``mcap.core.capture.plan.log_degree`` for 2 and 4) assumes the same
   saving per doubling, where the saving halves: measured on 8 CPU devices it read 21% (dp8)
   and 40% (tp8) under the peak, the inverse form 5% and 17% (BENCHMARKS.md, "Hybrid plans
   measured").
@@ -31,7 +31,7 @@ A degree that is neither profiled nor above two profiled ones is refused, naming
 stage of degree d puts its peak on d devices).
 
 For the search every config's costs are one (L, L+1) table computed once, vectorised, so
-Algorithm 4 and the dynamic programme (``mcap.core.meshsearch``) only index lists.
+Algorithm 4 and the dynamic programme (``mcap.core.capture.meshsearch``) only index lists.
 """
 from __future__ import annotations
 
@@ -42,11 +42,12 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from mcap.core import merging
+from mcap.core.capture import merging
 from mcap.core.costs import StageCosts
 from mcap.core.errors import McapError, SearchTooLarge
-from mcap.core.hybrid import STORE_ENGINE, HybridPlan, Mesh, batch_line, check_plan
-from mcap.core.meshsearch import MeshResult, configs, enumerate_plans, exact_plan
+from mcap.core.capture.plan import STORE_ENGINE, HybridPlan, Mesh, batch_line, check_plan
+from mcap.core.capture import meshsearch
+from mcap.core.capture.meshsearch import MeshResult, configs
 from mcap.core.types import Profile, Run, VariantStats
 
 KINDS = ("dp", "tp")
@@ -54,12 +55,11 @@ KINDS = ("dp", "tp")
 # 18,600; past this cap (seconds of pure Python) a mesh is refused before anything is fitted.
 MAX_PLACEMENTS = 2_000_000
 DEGREE_FITS = ("inverse", "log")  # above the profiled degrees (module docstring)
-METHODS = ("exact", "enumerate")  # the DP first: exact and faster (BENCHMARKS.md, "Mesh")
 
 
 def log_fit(d1: int, m1: float, d2: int, m2: float, degree: int) -> float:
     """The line in log2(degree) through (d1, m1) and (d2, m2) sampled at ``degree``
-    (III-B3); for d1, d2 = 2, 4 this is ``mcap.core.hybrid.log_degree``."""
+    (III-B3); for d1, d2 = 2, 4 this is ``mcap.core.capture.plan.log_degree``."""
     if d1 == d2:
         raise McapError(f"the logarithmic degree fit needs two different degrees, got {d1} twice")
     t = (math.log2(degree) - math.log2(d1)) / (math.log2(d2) - math.log2(d1))
@@ -81,7 +81,7 @@ def degree_fit(form: str, d1: int, m1, d2: int, m2, degree: int):
     return (inverse_fit if form == "inverse" else log_fit)(d1, m1, d2, m2, degree)
 
 
-# The degrees ``profile --parallel`` measures (III-A1; ``mcap.workflow.hybrid``): a k-way
+# The degrees ``profile --parallel`` measures (III-A1; ``mcap.workflow.capture.parallel``): a k-way
 # variant runs on at least 2 groups of k devices, so degree k needs ``--stages`` >= 2k.
 PROFILED_DEGREES = (2, 4)
 
@@ -150,7 +150,7 @@ class HybridCosts:
 
     def __post_init__(self):
         if self.batch_size is not None:  # also for plans without a pp stage
-            from mcap.core.batchscale import check_batch_size
+            from mcap.core.capture.batchscale import check_batch_size
             check_batch_size(self.profile, int(self.batch_size))
 
     @property
@@ -160,7 +160,7 @@ class HybridCosts:
     @property
     def layers(self) -> int:
         """The model's real layers, which plans are written in (a merged profile predicts
-        over fewer, ``num_layers``; ``mcap.core.merging``)."""
+        over fewer, ``num_layers``; ``mcap.core.capture.merging``)."""
         return merging.real_layers(self.profile)
 
     @property
@@ -194,7 +194,7 @@ class HybridCosts:
         engine = self.profile.setup.engine
         if engine != STORE_ENGINE and any(v.parallel == kind for v in self.profile.variants):
             # pp stages would come from another runtime than the dp/tp ones and the plan
-            # (mcap.workflow.hybrid.check_base_engine: engine pipelining reads higher).
+            # (mcap.workflow.capture.parallel.check_base_engine: engine pipelining reads higher).
             return (f"predicting a {kind}{degree} stage beside pipeline-only stages needs both "
                     f"measured on engine hybrid, which runs the plan; this profile's "
                     f"pipeline-only statistics come from engine {engine!r}, which keeps "
@@ -294,7 +294,7 @@ class _Line(StageCosts):
         b1, b2, t = self.b
         m = batch_line(self.low.stage_costs(first, last).astype(np.float64), b1,
                        self.high.stage_costs(first, last).astype(np.float64), b2, t)
-        from mcap.core.batchscale import line_array
+        from mcap.core.capture.batchscale import line_array
         return line_array(m, t, b1, b2)  # a peak is never negative; int64 overflow refused
 
 
@@ -311,7 +311,7 @@ class _DegreeFit(StageCosts):
         d1, d2, d = self.d
         m = degree_fit(self.form, d1, self.low.stage_costs(first, last).astype(np.float64), d2,
                        self.high.stage_costs(first, last).astype(np.float64), d)
-        from mcap.core.batchscale import line_array
+        from mcap.core.capture.batchscale import line_array
         return line_array(m, d, d1, d2, "degree")
 
 
@@ -374,8 +374,9 @@ def recommend_mesh(profile: Profile, mesh: Mesh, method: str = "exact", prune: b
     profile cannot predict are left out, and ``missing`` says why; with no dp/tp config left
     the plans are pipeline-only (one layer group per device). ``batch_size``: predict there
     (``HybridCosts.batch_size``), as ``recommend --stages --batch-size`` does."""
-    if method not in METHODS:
-        raise McapError(f"mesh method {method!r} is not one of {', '.join(METHODS)}")
+    if method not in meshsearch.names():
+        raise McapError(f"mesh method {method!r} is not one of {', '.join(meshsearch.names())}")
+    searcher = meshsearch.get(method)
     hc = HybridCosts(profile, predictor, degree_fit, batch_size=batch_size)
     pp = hc.pp_costs()  # refuses a batch size the profile cannot predict, before searching
     found, missing = searchable(hc, mesh)
@@ -400,15 +401,14 @@ def recommend_mesh(profile: Profile, mesh: Mesh, method: str = "exact", prune: b
     def cost(i: int, z: int, par: str, d: int) -> int:
         return tables[(par, d)][i][z + 1]
 
-    res: MeshResult = (exact_plan(L, mesh, cost, kinds=found, only=opts) if method == "exact"
-                       else enumerate_plans(L, mesh, cost, prune=prune, kinds=found, only=opts))
+    res: MeshResult = searcher.search(L, mesh, cost, prune=prune, kinds=found, only=opts)
     sizes = merging.sizes_of(profile)
     # The search ran over a merged profile's merged layers; the plan is shown, measured and
     # predicted again over the real ones, as ``recommend --stages`` prints its balance.
     plan = res.plan if sizes is None else merging.expand_plan(res.plan, sizes)
     return MeshRecommendation(method, mesh, plan, tuple(int(p) for p in res.peaks),
                               res.seconds, res.explored, found,
-                              prune=prune and method == "enumerate",  # the DP never prunes
+                              prune=prune and searcher.prunes,  # the DP never prunes
                               predictor=pp.predictor, missing=missing, batch_size=hc.target,
                               line=dict(pp.details or {}))
 
@@ -425,7 +425,7 @@ class BatchFit:
 
     @property
     def at_target(self) -> int:
-        from mcap.core.batchscale import line_bytes
+        from mcap.core.capture.batchscale import line_bytes
         return line_bytes(batch_line(self.peaks[0], self.sizes[0], self.peaks[1], self.sizes[1],
                                      self.target), self.target, *self.sizes)
 

@@ -9,8 +9,8 @@ from typing import Optional, Sequence
 import pandas as pd
 import plotly.graph_objects as go
 
-from mcap.core.hybrid import HybridPlan, Mesh
-from mcap.core.hybridpredict import BatchFit
+from mcap.core.capture.plan import HybridPlan, Mesh
+from mcap.core.capture.predict import BatchFit
 from mcap.figures._style import device_color, finish, scaled, unit_for
 
 
@@ -104,7 +104,7 @@ def draw_batch_fit(fit: BatchFit, dataset: str = "") -> go.Figure:
     unit = unit_for(frame["predicted"])
     lo = min(0, *fit.sizes)
     xs = [lo, max(fit.target, *fit.sizes)]
-    from mcap.core.hybrid import batch_line
+    from mcap.core.capture.plan import batch_line
     ys = [batch_line(fit.peaks[0], fit.sizes[0], fit.peaks[1], fit.sizes[1], x) for x in xs]
     fig = go.Figure()
     fig.add_scatter(x=xs, y=scaled(ys, unit), mode="lines", name="line through the two",

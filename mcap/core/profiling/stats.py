@@ -6,7 +6,7 @@ layers a..z: a *window*. From the windows:
 * ``mem_isolated(l) = PM(l..l)``, a run where layer l is alone on a stage (3.1 (a)).
 * ``mem_added(l) = PM(n..l) - PM(n..l-1)`` for the smallest n < l for which both windows
   were measured (3.1 (b), (c): "we keep n as small as possible"). With mCAP's plan
-  (``mcap.core.plan``) n = 0 for layers 1..L-G, i.e. both windows are prefixes on stage 0.
+  (``mcap.core.profiling.schedule``) n = 0 for layers 1..L-G, i.e. both windows are prefixes on stage 0.
   For the last G-1 layers no prefix window exists (a stage holds at most L-G+1 layers),
   so n > 0 and the two windows may sit on different stage positions; for the very last
   layer they must: PM(n..L-1) is always on the last stage and PM(n..L-2) on the one before.
@@ -21,7 +21,7 @@ OOM and failed runs are skipped (they carry no trustworthy peaks).
 **Over the capacity** (profiling under a capacity, mCAP 3.5). An oom run's error names the
 stage that ran out ("stage 2 (layers 9..10): ... out of memory"), so that window's peak is
 known to exceed the capacity; so is every window containing it (more layers on a device
-rarely need less memory, the assumption ``mcap.core.plan`` already makes). Only the
+rarely need less memory, the assumption ``mcap.core.profiling.schedule`` already makes). Only the
 stage that raised counts: the other stages of an oom run stopped early and prove nothing.
 When PM(l-1..l) is over the capacity, every window pair n..l-1, n..l contains it, so
 mem_added(l) cannot be measured under that capacity at all; it is then replaced by its

@@ -25,7 +25,7 @@ import numpy as np
 
 from mcap.core.costs import StageCosts
 from mcap.core.errors import McapError
-from mcap.core.hybrid import batch_line
+from mcap.core.capture.plan import batch_line
 from mcap.core.setup import split_batch
 from mcap.core.types import LayerStats, Profile, VariantStats
 

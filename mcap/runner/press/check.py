@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from mcap.core.errors import McapError
-from mcap.core.pressplan import PressPlan
+from mcap.core.press.actions import PressPlan
 from mcap.core.types import Setup
 
 

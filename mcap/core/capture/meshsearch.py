@@ -1,7 +1,7 @@
 """The recommender on a mesh (CAPTURE III-C, Algorithm 4) and an exact dynamic programme
 beside it. Pure.
 
-Both search hybrid plans (``mcap.core.hybrid``) of L layers on a mesh of N nodes x K
+Both search hybrid plans (``mcap.core.capture.plan``) of L layers on a mesh of N nodes x K
 devices: stage configs with power-of-two degrees (pp with degree 1, dp and tp with 2, 4,
 ..., K), placed in layer order node by node, every node's degrees summing to K. A plan's
 per-device peaks are its stages' per-device predicted peaks (a stage of degree d puts the
@@ -9,6 +9,10 @@ same peak on d devices). The best plan has the lexicographically smallest per-de
 vector sorted high to low: the lowest peak, then drop the fullest devices and compare the
 rest (the seed's tie-break; where the seed draws at random among equal plans, the
 smallest plan in a fixed order wins, so results are reproducible).
+
+Each search is registered (``MeshMethod``; ``recommend --mesh --method``, the Hybrid plans
+page): ``exact`` (the DP, the default: exact and faster) and ``enumerate`` (Algorithm 4,
+``prunes``: ``--no-prune`` places every config).
 
 * :func:`enumerate_plans` is Algorithm 4 with its pruning: a stage config whose predicted
   peak already exceeds the best plan's peak is not placed.
@@ -21,10 +25,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, ClassVar, Optional
 
 from mcap.core.errors import McapError
-from mcap.core.hybrid import HybridPlan, Mesh, StageConfig
+from mcap.core.registry import Registry
+from mcap.core.capture.plan import HybridPlan, Mesh, StageConfig
 
 # (first layer, last layer, parallelism, degree) -> predicted per-device peak (bytes)
 StageCost = Callable[[int, int, str, int], int]
@@ -154,3 +159,44 @@ def exact_plan(L: int, mesh: Mesh, cost: StageCost,
     if final is None:
         raise McapError(f"no plan places {L} layers on mesh {mesh.text}")
     return MeshResult(HybridPlan(final[1]), final[2], time.perf_counter() - started, work)
+
+
+# --- the registry of mesh searches ------------------------------------------------------
+
+class MeshMethod:
+    """A search of hybrid plans on a mesh (ARCHITECTURE.md, "Add a mesh search"). ``prunes``:
+    it takes ``prune`` (``--no-prune`` turns it off); ``color``: its colour on every chart."""
+    name: ClassVar[str] = ""
+    label: ClassVar[str] = ""
+    help: ClassVar[str] = ""
+    color: ClassVar[str] = "#1f77b4"
+    prunes: ClassVar[bool] = False
+
+    def search(self, L: int, mesh: Mesh, cost: StageCost, *, prune: bool = True,
+               kinds: tuple[str, ...] = ("dp", "tp"), only=None) -> MeshResult:
+        raise NotImplementedError
+
+
+REGISTRY: Registry[MeshMethod] = Registry("mesh method")
+register, names, get = REGISTRY.register, REGISTRY.names, REGISTRY.get
+
+
+@register
+class Exact(MeshMethod):
+    name, label = "exact", "exact (dynamic programme)"
+    help = "the exact DP over (layers placed, devices used): the optimum, fast (the default)"
+    color = "#2ca02c"
+
+    def search(self, L, mesh, cost, *, prune=True, kinds=("dp", "tp"), only=None):
+        return exact_plan(L, mesh, cost, kinds=kinds, only=only)
+
+
+@register
+class Enumerate(MeshMethod):
+    name, label = "enumerate", "enumerate (Algorithm 4)"
+    help = "CAPTURE's Algorithm 4: every placement, pruned by the best peak so far"
+    color = "#9467bd"
+    prunes = True
+
+    def search(self, L, mesh, cost, *, prune=True, kinds=("dp", "tp"), only=None):
+        return enumerate_plans(L, mesh, cost, prune=prune, kinds=kinds, only=only)

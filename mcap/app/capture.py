@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Optional
 
-from mcap.core.hybrid import HybridPlan
+from mcap.core.capture.plan import HybridPlan
 from mcap.core.types import Profile
 
 
@@ -15,7 +15,7 @@ def measure_plan_args(profile: Profile, plan: HybridPlan) -> list[str]:
     contract) under the profile's setup, so the measured peaks answer the predicted ones:
     also its device, schedule, checkpointing and optimizer (the engine, one process per
     device, follows from ``--plan``)."""
-    from mcap.core.merging import real_spec
+    from mcap.core.capture.merging import real_spec
     s = profile.setup
     # A merged profile's plans are over the real layers of the real model (recommend_mesh).
     return ["--model", real_spec(profile), "--batch-size", str(s.batch_size),
@@ -29,7 +29,7 @@ def pipeline_only_why(profile: Profile, mesh) -> Optional[str]:
     (a stage never spans two nodes, so one device per node leaves no room for a dp or tp
     stage), or None when the profile has no dp/tp statistics (the page then says how to
     profile them) or the mesh has room."""
-    from mcap.core.hybridpredict import KINDS
+    from mcap.core.capture.predict import KINDS
     if mesh.per_node > 1 or not any(v.parallel in KINDS and v.degree > 1
                                     for v in profile.variants):
         return None

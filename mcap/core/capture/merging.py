@@ -1,6 +1,6 @@
 """CAPTURE's layer merger applied to profiles and partitionings (III-A3). Pure.
 
-``mcap.core.hybrid.merge_layers`` chooses the groups (always the adjacent pair whose merged
+``mcap.core.capture.plan.merge_layers`` chooses the groups (always the adjacent pair whose merged
 M_i is lowest, until ``Lm`` remain) and gives the merged statistics. This module makes a
 *merged profile* of them: its model is the merged layers (each named ``first..last`` of the
 original layers it holds, with their parameter bytes summed; its spec is the real spec plus
@@ -15,7 +15,7 @@ import dataclasses
 from typing import Optional, Sequence
 
 from mcap.core.errors import InvalidPartitioning, McapError
-from mcap.core.hybrid import HybridPlan, check_plan, merge_layers
+from mcap.core.capture.plan import HybridPlan, check_plan, merge_layers
 from mcap.core.types import Layer, LayerStats, ModelInfo, Profile, Run, VariantStats
 
 EXTRA_KEY = "merged"

@@ -2,9 +2,9 @@
 memory (profiling under a capacity, mCAP 3.5: "if some configurations run out of memory, a
 different set is chosen"). Pure: no torch, no files.
 
-``mcap.core.plan.replan`` places the windows a missing statistic needs into a run and
+``mcap.core.profiling.schedule.replan`` places the windows a missing statistic needs into a run and
 spreads the other layers evenly; under a tight capacity that even spread often lands a
-window proven over the capacity (``mcap.core.stats.over_capacity_windows``) on some
+window proven over the capacity (``mcap.core.profiling.stats.over_capacity_windows``) on some
 stage, and the run would only fail again. Here the other layers are split so that no
 stage contains such a window, with the longest free stage as short as possible (the
 runs that failed were the unbalanced ones). Candidates come best first.
@@ -14,7 +14,7 @@ from __future__ import annotations
 from itertools import combinations_with_replacement, product
 from typing import Iterator, Sequence
 
-from mcap.core.stats import doomed
+from mcap.core.profiling.stats import doomed
 
 Window = tuple[int, int]
 

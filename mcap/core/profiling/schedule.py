@@ -1,7 +1,7 @@
 """Profiling plans: which partitionings to run so that every layer gets its statistics.
 
 Pure: no torch, no files. A run's stage holding layers a..z measures the *window*
-PM(a..z); ``mcap.core.stats`` turns windows into mem_isolated / mem_added (mCAP 3.1).
+PM(a..z); ``mcap.core.profiling.stats`` turns windows into mem_isolated / mem_added (mCAP 3.1).
 
 Scheme ``"mcap"`` (mCAP 3.1 (a)(b)(c), n kept small), for G >= 3:
 
@@ -20,7 +20,7 @@ Scheme ``"mcap"`` (mCAP 3.1 (a)(b)(c), n kept small), for G >= 3:
   BENCHMARKS.md); ``bench/plan_runs.py`` prints the counts.
 * G = 2: the runs (k, L-k), k = 1..L-1 (L-G+1 runs, the whole space). A middle layer can
   never be alone on one of two devices, so its mem_isolated is derived from the suffix
-  window PM(k..L-1), under the assumption documented in ``mcap.core.stats`` (mem_added(L-1) = 0,
+  window PM(k..L-1), under the assumption documented in ``mcap.core.profiling.stats`` (mem_added(L-1) = 0,
   exact for every 2-stage partitioning).
 
 Scheme ``"capture"``: CAPTURE's Description 1 (003, III-A1), generalised to L not
@@ -36,9 +36,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Optional, Sequence
 
-from mcap.core import safefill
+from mcap.core.profiling import safefill
 from mcap.core.errors import McapError
-from mcap.core.stats import (Sources, doomed, missing_for_windows, over_capacity_windows,
+from mcap.core.profiling.stats import (Sources, doomed, missing_for_windows, over_capacity_windows,
                              sources_for_windows, stage_windows)
 from mcap.core.types import Run
 
@@ -329,11 +329,11 @@ def replan(num_layers: int, stages: int, ok_runs: Iterable, failed_runs: Iterabl
     layers moved around, and no failed or planned balance is repeated. Returns () when
     nothing is missing; raises McapError when a statistic cannot be obtained at all.
 
-    An oom Run whose error names the stage that ran out (``mcap.core.stats.
+    An oom Run whose error names the stage that ran out (``mcap.core.profiling.stats.
     over_capacity_windows``) proves that window over the capacity: it, and every window
     containing it, is never planned again, and the run's other stages are not suspects
     (they only stopped early). A mem_added(l) whose pair l-1..l is over needs no window
-    pair (none can fit); layer l-1 alone gives its lower bound (``mcap.core.stats``).
+    pair (none can fit); layer l-1 alone gives its lower bound (``mcap.core.profiling.stats``).
     Under a proven limit a missing mem_added takes the *shortest* pair that avoids the
     over windows (the largest n): the long prefixes of 3.1 are what ran out.
     """
@@ -358,7 +358,7 @@ def replan(num_layers: int, stages: int, ok_runs: Iterable, failed_runs: Iterabl
                 fails[w] = fails.get(w, 0) + (2 if w in over else 1)
     # Under a proven capacity a layer may never fit alone beside the rest (every other
     # stage would hold an over window); its mem_isolated is then derived from a window
-    # l..z as mcap.core.stats allows (exact under Listing 1.1).
+    # l..z as mcap.core.profiling.stats allows (exact under Listing 1.1).
     missing = missing_for_windows(L, have, max([len(b) for b in ok] + [G]), derive=bool(over), over=over)
     if not missing:
         return ()
@@ -376,7 +376,7 @@ def replan(num_layers: int, stages: int, ok_runs: Iterable, failed_runs: Iterabl
     hopeless = []
     for l in missing.isolated:
         # Alone on a stage; with 2 stages a middle layer cannot be, so its suffix window
-        # l..L-1 is measured instead and mem_isolated derived (see mcap.core.stats).
+        # l..L-1 is measured instead and mem_isolated derived (see mcap.core.profiling.stats).
         w = (l, l) if probe.can_take((l, l)) else (l, L - 1)
         if over and not placeable(w):
             w = next(((l, z) for z in range(l + 1, L) if not doomed((l, z), over)
@@ -428,7 +428,7 @@ def replan(num_layers: int, stages: int, ok_runs: Iterable, failed_runs: Iterabl
 
 def _pick(slot: _Slot, G: int, over, avoid) -> Optional[tuple[int, ...]]:
     """The slot's first balance neither tried nor holding an over window: the even fills
-    first, then (under a proven capacity) the fills of ``mcap.core.safefill``."""
+    first, then (under a proven capacity) the fills of ``mcap.core.profiling.safefill``."""
     for shift in range(0, 4 * G + 1):
         bal = slot.balance(shift)
         if bal not in avoid and not any(doomed(w, over) for w in stage_windows(bal)):

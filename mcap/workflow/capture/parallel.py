@@ -4,7 +4,7 @@ For each kind (dp, tp) and degree k in 2 and 4, the G devices of the setup (``--
 are grouped into S = G // k sub-meshes of k devices, and the pipeline profiling
 partitionings of the L layers over S stages (the profile's own scheme: mCAP 3.1 or CAPTURE's
 Description 1) are run with every stage k-way data- or tensor-parallel, on engine hybrid
-(``mcap.runner.hybrid``, one process per device). A degree is profiled only when S >= 2
+(``mcap.runner.capture.device``, one process per device). A degree is profiled only when S >= 2
 (one sub-mesh would hold every layer, and no layer's statistics could be told apart), so
 ``--stages 4`` gives the 2-way runs and ``--stages 8`` the 2- and 4-way runs; degrees above
 4 are predicted (III-B3), never profiled. On the CPU the devices are stage processes, so
@@ -21,7 +21,7 @@ those per micro-batch and frees them as it goes (BENCHMARKS.md, "Hybrid plans").
 
 With two sub-meshes (degree 4 on 8 devices) the profiling runs measure prefixes on the
 first stage and suffixes on the last, so mem_added of the last layer is never measured and
-extraction would take it as 0 (``mcap.core.stats``), over-predicting every stage that starts
+extraction would take it as 0 (``mcap.core.profiling.stats``), over-predicting every stage that starts
 at a middle layer by the true value (GPT tp4: the vocabulary head's 3 MiB on a 4 MiB
 block). One more run identifies it: the whole model as one k-way stage on k devices
 (PM(0..L-1) beside the measured prefix PM(0..L-2)). It is left out when it does not fit
@@ -30,22 +30,22 @@ block). One more run identifies it: the whole model as one k-way stage on k devi
 Per-device statistics: every device of a stage holds the same layers, and a stage's peak
 is the highest of its devices (equal for dp; on a tp stage device 0 also sends and
 receives the stage's activations and gradients, so it can read a little more). mem_isolated and mem_added then follow from those per-stage
-peaks exactly as for pipeline stages (``mcap.core.stats.extract``, mCAP 3.1). The runs are
+peaks exactly as for pipeline stages (``mcap.core.profiling.stats.extract``, mCAP 3.1). The runs are
 kept with their per-device peaks in ``Profile.variants`` and recorded in the store in the
-``hybrid:<layout>`` study of their plan (``mcap.core.hybrid.store_engine``), so an
+``hybrid:<layout>`` study of their plan (``mcap.core.capture.plan.store_engine``), so an
 interrupted profile resumes without measuring them again and none is ever read as a
 pipeline-only run.
 
 On merged layers (CAPTURE III-A3, ``profile --parallel dp,tp --merge-to Lm``): the sub-mesh
 partitionings are those of the Lm merged layers (Lm - S + 1 runs per (kind, degree) under
 mCAP's scheme instead of L - S + 1), each measured as the plan over the real layers it
-stands for (``mcap.core.merging.expand_plan``) and stored as that real-layer run, so it is
+stands for (``mcap.core.capture.merging.expand_plan``) and stored as that real-layer run, so it is
 the same record an unmerged profile would measure and reuse; the statistics are extracted
 over the merged layers, which is what the pp statistics of a merged profile are over, and
 ``HybridCosts`` maps plans between the two (``merging.contract_plan`` / ``expand_plan``).
 At several batch sizes (``--capture``, ``--profile-batch-sizes``) each size gets its own
 variant per (kind, degree), and a dp/tp stage is predicted on the line through two of them
-(III-B2, ``mcap.core.hybridpredict.HybridCosts``).
+(III-B2, ``mcap.core.capture.predict.HybridCosts``).
 """
 from __future__ import annotations
 
@@ -55,9 +55,10 @@ from dataclasses import dataclass
 from typing import Optional, Sequence, TextIO
 
 from mcap.core.errors import McapError
-from mcap.core.hybrid import HybridPlan, StageConfig, check_micro_batches, store_engine
-from mcap.core.hybridpredict import PROFILED_DEGREES
+from mcap.core.capture.plan import HybridPlan, StageConfig, check_micro_batches, store_engine
+from mcap.core.capture.predict import PROFILED_DEGREES
 from mcap.core.types import LayerStats, Profile, Run, Setup, VariantStats
+from mcap.runner.engines import plans_engine
 from mcap.store import Store
 from mcap.workflow.progress import ProgressBar
 
@@ -96,7 +97,7 @@ def variant_degrees(kinds: Sequence[str], devices: int) -> list[tuple[str, int]]
 def variant_plans(num_layers: int, sub_meshes: int, kind: str, degree: int,
                   scheme: str) -> list[HybridPlan]:
     """The pipeline profiling partitionings over ``sub_meshes`` stages, each stage k-way."""
-    from mcap.core.plan import profiling_plan
+    from mcap.core.profiling.schedule import profiling_plan
     return [HybridPlan(tuple(StageConfig(n, kind, degree) for n in balance))
             for balance in profiling_plan(num_layers, sub_meshes, scheme).runs]
 
@@ -120,8 +121,8 @@ def profile_variant(spec: str, info, setup: Setup, store: Store, kind: str, degr
     ``info`` is the model's real layers; ``groups`` (real layers per merged layer) profiles
     the merged layers instead (module docstring): the runs and statistics returned are over
     them, the runs measured and stored are over the real layers."""
-    from mcap.core import merging
-    from mcap.core.stats import extract
+    from mcap.core.capture import merging
+    from mcap.core.profiling.stats import extract
 
     layers = info.num_layers if groups is None else len(groups)
 
@@ -133,7 +134,7 @@ def profile_variant(spec: str, info, setup: Setup, store: Store, kind: str, degr
 
     subs = setup.stages // degree
     plans = variant_plans(layers, subs, kind, degree, scheme)
-    run_setup = dataclasses.replace(setup, stages=subs * degree, engine="hybrid",
+    run_setup = dataclasses.replace(setup, stages=subs * degree, engine=plans_engine(),
                                     schedule="gpipe")
     check_micro_batches(plans[0], setup.batch_size, setup.chunks)
     bar = ProgressBar(len(plans), f"profile {kind}{degree}", stream=stream)
@@ -208,7 +209,8 @@ def check_base_engine(engine: str) -> None:
     """Refuse dp/tp statistics beside pipeline-only ones from another runtime (module
     docstring: engine pipelining's extra buffers would be predicted for every pp stage of a
     hybrid plan that engine hybrid runs without them)."""
-    if engine != "hybrid":
+    from mcap.runner.engines import get
+    if not get(engine).plans:
         raise McapError(f"--parallel measures its dp/tp stages on engine hybrid, so the "
                         f"profile's pipeline-only runs must run there too; --engine is "
                         f"{engine!r} (it keeps per-micro-batch buffers engine hybrid does not, "
@@ -235,8 +237,8 @@ def add_parallel_variants(prof: Profile, spec: str, store: Store, kinds: Sequenc
     """``prof`` with a VariantStats per (kind, degree) the setup's devices allow (CAPTURE
     III-A1) at its batch size, and the dp/tp runs that took (measured now or found stored,
     for the command's summary); McapError when they allow none, naming the device count. A
-    merged ``prof`` (``mcap.core.merging``) gets them over its merged layers."""
-    from mcap.core import merging
+    merged ``prof`` (``mcap.core.capture.merging``) gets them over its merged layers."""
+    from mcap.core.capture import merging
     from mcap.workflow.measuring import model_info
 
     setup = prof.setup

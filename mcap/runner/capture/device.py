@@ -1,6 +1,6 @@
 """Engine ``hybrid``: one device of a hybrid plan (CAPTURE III) in this process.
 
-A plan's stages each have a kind and a degree (``mcap.core.hybrid``); device d runs stage
+A plan's stages each have a kind and a degree (``mcap.core.capture.plan``); device d runs stage
 ``plan.device_stage()[d]``. Every device process holds an uncounted copy of the whole model
 (``mcap.runner.pipelining.build_resident``), clones its stage's layers for each run and
 trains them for ``ITERATIONS`` iterations with its own GPipe schedule (all forwards, then all
@@ -27,7 +27,7 @@ backwards in reverse; mCAP 3.5's fill-drain) over point-to-point sends between t
   stay replicated (:func:`tensor_parallel` lists them). Every device of the stage computes
   on the whole micro-batch.
 
-Activations between stages of different kinds and degrees (:func:`mcap.core.hybrid.holder_rows`):
+Activations between stages of different kinds and degrees (:func:`mcap.core.capture.plan.holder_rows`):
 a data-parallel device sends its rows, a pipeline or tensor stage sends all rows from its
 device 0; each receiving device gets the rows it computes (its share for dp, all rows for
 pp/tp). Gradients go back the same way: the holder of each row sends its gradient to the
@@ -61,7 +61,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from mcap.core.hybrid import (
+from mcap.core.capture.plan import (
     HybridPlan, StageConfig, as_plan, check_micro_batches, holder_rows, need_rows,
 )
 from mcap.core.types import Setup

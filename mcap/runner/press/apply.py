@@ -3,7 +3,7 @@
 A stage's layers run through :class:`PressStage` instead of ``train.Recomputed``. Per
 micro-batch forward, every tensor autograd saves for backward goes through
 ``torch.autograd.graph.saved_tensors_hooks``; the plan's action of the layer that saves a
-storage *first* in that forward (its **owner**; the same rule ``mcap.runner.pressstats``
+storage *first* in that forward (its **owner**; the same rule ``mcap.runner.press.stats``
 uses to attribute ``saved_bytes``, so nothing is counted twice) decides what happens:
 
 * ``keep``: nothing; the storage stays where it is until backward.
@@ -21,7 +21,7 @@ uses to attribute ``saved_bytes``, so nothing is counted twice) decides what hap
   host buffer with ``non_blocking`` copies on the compute stream (ordered with the kernels
   that read the storage before and after).
 * ``d2d``: the storage is moved into the memory of the peer stage ``target``
-  (:mod:`mcap.runner.pressd2d`): on the CPU the target stage process receives the bytes
+  (:mod:`mcap.runner.press.d2d`): on the CPU the target stage process receives the bytes
   into a tensor allocated by its own (tracked) allocator, so they count in the target's
   peak for as long as they live there, and hands them back in backward; on CUDA the
   target allocates the buffer on its GPU and the sender copies into it through a CUDA IPC
@@ -32,7 +32,7 @@ small host tensors (flash attention's ``philox_seed`` and ``philox_offset``, CPU
 saved by every ``scaled_dot_product_attention`` backward), which no GPU counter counts, so
 moving them frees nothing there, and the CUDA copy paths (a d2d channel synchronizes the
 source's device) refuse a host tensor (the H200's ``Expected a cuda device, but got:
-cpu``, issue 30). They stay where they are, as ``mcap.runner.pressstats`` leaves them out
+cpu``, issue 30). They stay where they are, as ``mcap.runner.press.stats`` leaves them out
 of ``saved_bytes``.
 
 What no action can free, and so is left in place: the stage's input and output
@@ -194,7 +194,7 @@ class PressStage(nn.Module):
         self.actions = [a.action for a in actions]
         self.targets = [a.target for a in actions]
         self.rank = rank
-        self.channels = channels  # mcap.runner.pressd2d.Channels, for d2d actions
+        self.channels = channels  # mcap.runner.press.d2d.Channels, for d2d actions
         # the stage's device: only its storages are moved (None: its input's, at forward)
         self.device = None if device is None else torch.device(device)
         self.param_keys = {t.untyped_storage().data_ptr()
@@ -295,18 +295,18 @@ def press_stage(layers: nn.Sequential, job: PressJob, setup, rank: int,
                 device: torch.device) -> tuple[PressStage, Optional[Links]]:
     """The stage module for ``job``'s plan, with its d2d links opened (eagerly, so every
     target knows when all its senders are done)."""
-    from mcap.runner import pressd2d
+    from mcap.runner.press import d2d
 
     actions = job.actions(rank)
     targets = sorted({a.target for a in actions if a.action == "d2d"})
     senders = job.d2d_senders(rank)
     if (targets or senders) and not job.channel_dir:
         raise RuntimeError("d2d swap needs the stage processes of one pool (a process group)")
-    server = pressd2d.Server(job.channel_dir, job.run_id, rank, len(senders), device) \
+    server = d2d.Server(job.channel_dir, job.run_id, rank, len(senders), device) \
         if senders else None
     channels = None
     if targets:
-        channels = pressd2d.Channels(job.channel_dir, job.run_id, device)
+        channels = d2d.Channels(job.channel_dir, job.run_id, device)
         for t in targets:
             channels.to(t)
     links = Links(server, channels) if server or channels else None

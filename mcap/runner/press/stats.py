@@ -6,12 +6,12 @@ process on the setup's device with the setup's intra-op threads:
 * ``saved_bytes[l]``: bytes of the storages layer ``l``'s forward saves for backward per
   micro-batch, counted through ``torch.autograd.graph.saved_tensors_hooks``: each storage
   once (views of one storage, or one tensor saved by two ops or two layers, count once, for
-  the first layer that saves it: the owner ``mcap.runner.press`` applies that layer's
+  the first layer that saves it: the owner ``mcap.runner.press.apply`` applies that layer's
   action to), parameters and buffers never (they are not activations), and the model's
   input batch never (the first stage's schedule holds it whatever a plan does), and
   storages on another device than the stage's never (a CUDA layer's host scalars, such as
   flash attention's RNG seed and offset: no GPU counter counts them, and the runner leaves
-  them in place, ``mcap.runner.press``). A layer
+  them in place, ``mcap.runner.press.apply``). A layer
   that starts a stage owns its input there too when it is the first to save it (a conv's
   input): the schedule holds that one as well, so acting on that layer frees less than
   ``saved_bytes`` says.
@@ -84,7 +84,7 @@ costs while the wall clock also holds the time it waited for a core
   count) and back into a fresh tensor; on CUDA a pinned host buffer with non-blocking
   copies. The median over repeats of the mean of the two directions.
 * ``d2d_bandwidth``: bytes per second of one direction of a d2d swap done the way the
-  runner does it (``mcap.runner.pressd2d``): on the CPU over a Unix socket into a
+  runner does it (``mcap.runner.press.d2d``): on the CPU over a Unix socket into a
   receiving server's tensor and back (here both ends are threads of this process; the
   kernel copies the same bytes between two processes); on CUDA a device-to-device copy
   from GPU 0 to GPU 1 (GPU 0 itself when there is only one, as stages sharing it do).
@@ -269,12 +269,12 @@ def transients(module: torch.nn.Sequential, x: torch.Tensor, device: torch.devic
     copies, the fresh allocations and the hooks' own work, as the runner does them). Parameters require grad: ``first`` allocates their gradients,
     ``accumulate`` adds to existing ones (the backwards of later micro-batches), ``swapped``
     too with every storage the layer saves moved to host memory at its forward by the
-    runner's own hooks (``mcap.runner.press``) and brought back when backward unpacks it.
+    runner's own hooks (``mcap.runner.press.apply``) and brought back when backward unpacks it.
     A forward holds its saved storages and its temporaries (``keep``); swapped, the moved
     storages' originals live until the layer lets them go. The layer's input and output
     are copies no one else holds, so only what it saves keeps them, as inside a stage."""
-    from mcap.core.pressplan import LayerAction
-    from mcap.runner.press import PressStage
+    from mcap.core.press.actions import LayerAction
+    from mcap.runner.press.apply import PressStage
 
     now, reset, top = _counters(device)
     inputs = _layer_inputs(module, x)
@@ -359,7 +359,7 @@ def _pass(layer, leaves, hooks, now, reset, top, sync, watch: "Stopwatch | None"
     ``PressStage``, recomputing it when it is :data:`RECOMPUTE`): the peaks of each above
     its start, and the seconds both took on ``watch`` (0.0 without one)."""
     from torch.utils.checkpoint import checkpoint
-    from mcap.runner.press import Saver
+    from mcap.runner.press.apply import Saver
 
     sync()
     if watch is not None:
@@ -506,11 +506,11 @@ def d2d_bandwidth(device: torch.device, repeats: int = REPEATS,
             return out, back.stop()
         return _rate(nbytes, probe, repeats)
 
-    from mcap.runner import pressd2d
+    from mcap.runner.press import d2d
     src = torch.ones(nbytes, dtype=torch.uint8)
     with tempfile.TemporaryDirectory(prefix="mcap-d2d-") as folder:
-        server = pressd2d.Server(folder, 0, 1, 1, device)
-        channels = pressd2d.Channels(folder, 0, device)
+        server = d2d.Server(folder, 0, 1, 1, device)
+        channels = d2d.Channels(folder, 0, device)
         channel = channels.to(1)
         key = [0]
 

@@ -12,7 +12,7 @@
 peak (the batch-scaled profile's at B, and the one profiled at B) and exact's pick: its
 measured peak and its ratio to the best measured; with ``-`` for the sweep, the batch line's
 error on the direct profile's own runs (measured at B), per peak and per stage. ``merge`` merges FULL (``--merge-to``'s
-rule, ``mcap.core.merging``) to each Lm and prints the same figures over the sweep's
+rule, ``mcap.core.capture.merging``) to each Lm and prints the same figures over the sweep's
 partitionings whose stage boundaries fall between merged layers (the only ones a merged
 profile can place), plus the profiling runs and their measured seconds after merging; a
 MERGED profile given (written by ``profile --merge-to``) is scored the same way, with the
@@ -25,7 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mcap.core import batchscale, merging  # noqa: E402
+from mcap.core.capture import batchscale  # noqa: E402
+from mcap.core.capture import merging  # noqa: E402
 from mcap.core import predictors  # noqa: E402
 from mcap.core.evaluate import percentile, place, prediction_errors  # noqa: E402
 from mcap.core.recommend import costs_of, recommend  # noqa: E402

@@ -29,7 +29,7 @@ from mcap.core.evaluate import evaluate, pure_picks  # noqa: E402
 from mcap.io.jsonio import load_profile, load_sweep  # noqa: E402
 from mcap.core import predictors  # noqa: E402
 from mcap.core.recommend import context_of, costs_of, recommend  # noqa: E402
-from mcap.core.stats import stage_windows  # noqa: E402
+from mcap.core.profiling.stats import stage_windows  # noqa: E402
 
 
 def stage_errors(pred, runs):
@@ -46,7 +46,7 @@ def stage_errors(pred, runs):
 
 
 def measure_missing(sweep, balances, store_path, timeout):
-    from mcap.workflow import profiling
+    from mcap.workflow import measuring
     from mcap.workflow.progress import ProgressBar
     from mcap.store import Store
 
@@ -56,7 +56,7 @@ def measure_missing(sweep, balances, store_path, timeout):
         return sweep, 0
     with Store(store_path) as store:
         bar = ProgressBar(len(todo), "picks", stream=io.StringIO())
-        m = profiling.Measurer(sweep.model.spec, sweep.model, sweep.setup, store, "measure", bar,
+        m = measuring.Measurer(sweep.model.spec, sweep.model, sweep.setup, store, "measure", bar,
                                timeout=timeout)
         try:
             extra = tuple(m.get(b) for b in todo)

@@ -47,8 +47,8 @@ from pathlib import Path
 from typing import Optional
 
 from mcap.core.evaluate import percentile
-from mcap.core.hybrid import HybridPlan, StageConfig, parse_mesh, parse_plan
-from mcap.core.hybridpredict import DEGREE_FITS, HybridCosts, recommend_mesh
+from mcap.core.capture.plan import HybridPlan, StageConfig, parse_mesh, parse_plan
+from mcap.core.capture.predict import DEGREE_FITS, HybridCosts, recommend_mesh
 from mcap.io import jsonio
 
 GPT = "gpt:layers=8,hidden=128,heads=4,vocab=512,seq=64"  # 10 layers
@@ -56,7 +56,7 @@ VGG = "vgg11:image_size=32,hidden=512"  # 30 layers
 BATCH, CHUNKS = 16, 2  # micro-batch 8: every degree up to 8 divides it
 CASES = {"gpt4": ("gpt", GPT, 4), "gpt8": ("gpt", GPT, 8),
          "vgg4": ("vgg11", VGG, 4), "vgg8": ("vgg11", VGG, 8)}
-PROFILE_DEVICES = 8  # profiles dp/tp at degrees 2 and 4 (mcap.workflow.hybrid)
+PROFILE_DEVICES = 8  # profiles dp/tp at degrees 2 and 4 (mcap.workflow.capture.parallel)
 CATEGORIES = ("pp", "dp", "tp", "mixed")
 TARGET_P90 = 0.10
 STARTED = time.time()
@@ -351,7 +351,7 @@ def main(argv: list[str]) -> None:
                     help="set every plan's per-device peaks beside the same plan's in another "
                          "result of this bench (e.g. --isolation pipeline against stage)")
     ap.add_argument("--degree-fit", choices=DEGREE_FITS, default="inverse",
-                    help="degrees above the profiled ones (mcap.core.hybridpredict)")
+                    help="degrees above the profiled ones (mcap.core.capture.predict)")
     args = ap.parse_args(argv[1:])
     args.work.mkdir(parents=True, exist_ok=True)
     if args.load is not None:

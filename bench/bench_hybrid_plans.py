@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 import time
 
-from mcap.core.hybrid import parse_plan
+from mcap.core.capture.plan import parse_plan
 from mcap.core.types import Setup
 from mcap.runner import open_runner
 

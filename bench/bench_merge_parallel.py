@@ -30,10 +30,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mcap.core import merging  # noqa: E402
+from mcap.core.capture import merging  # noqa: E402
 from mcap.core.evaluate import percentile  # noqa: E402
-from mcap.core.hybrid import HybridPlan, StageConfig, parse_mesh  # noqa: E402
-from mcap.core.hybridpredict import HybridCosts, recommend_mesh  # noqa: E402
+from mcap.core.capture.plan import HybridPlan, StageConfig, parse_mesh  # noqa: E402
+from mcap.core.capture.predict import HybridCosts, recommend_mesh  # noqa: E402
 from mcap.io import jsonio  # noqa: E402
 
 GPT = "gpt:layers=6,hidden=64,heads=4,vocab=256,seq=16"  # 8 layers
@@ -174,7 +174,7 @@ def main() -> int:
         hc = HybridCosts(r["profile"])
         errs = []
         for text, peaks in measured.items():
-            from mcap.core.hybrid import parse_plan
+            from mcap.core.capture.plan import parse_plan
             pred = hc.peaks(parse_plan(text))
             errs += [abs(a - b) / b for a, b in zip(pred, peaks)]
         row = {"profile": r["tag"], "command": r["command"], "runs": r["runs"],

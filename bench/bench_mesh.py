@@ -28,8 +28,8 @@ import multiprocessing as mp
 import platform
 import time
 
-from mcap.core.hybrid import parse_mesh
-from mcap.core.hybridpredict import HybridCosts, recommend_mesh, searchable
+from mcap.core.capture.plan import parse_mesh
+from mcap.core.capture.predict import HybridCosts, recommend_mesh, searchable
 from mcap.core.types import LayerStats, VariantStats
 from mcap.io import datasets
 

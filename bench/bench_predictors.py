@@ -11,7 +11,7 @@ partitioning's fullest device) and of every stage, p50 / p90 / max (one percenti
 definition: ``mcap.core.evaluate.percentile``), and where exact's pick under that predictor
 lands among the measured partitionings (rank by measured peak, 1 = lowest; ratio to the
 lowest). A pick a sampled sweep did not measure is composed from the sweep's stages when
-every one of its stages (first layer, last layer, position: ``mcap.core.cover``) was
+every one of its stages (first layer, last layer, position: ``mcap.core.profiling.cover``) was
 measured in some run, marked ``~`` (the highest reading of each stage: on a GPU a stage
 reads a few percent apart run to run), else reported as not measured. "in-sample pick":
 the measured peak of the partitioning the predictor ranks lowest *among those measured*,
@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 from collections import defaultdict  # noqa: E402
 
 from mcap.core import predictors  # noqa: E402
-from mcap.core.cover import stage_keys  # noqa: E402
+from mcap.core.profiling.cover import stage_keys  # noqa: E402
 from mcap.core.evaluate import percentile, place  # noqa: E402
 from mcap.core.recommend import costs_of, recommend  # noqa: E402
 from mcap.core.search.tiebreak import key  # noqa: E402
@@ -107,7 +107,7 @@ def with_spec_boundaries(profile):
     import dataclasses
 
     from mcap.core.predictors.workspace import boundary_bytes
-    from mcap.core.stats import stage_windows
+    from mcap.core.profiling.stats import stage_windows
     from mcap.core.types import StageTimes
     if boundary_bytes(profile) is not None:
         return None

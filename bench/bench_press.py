@@ -24,10 +24,10 @@ import dataclasses
 import json
 import statistics
 
-from mcap.core.pressplan import LayerAction, keep_all
+from mcap.core.press.actions import LayerAction, keep_all
 from mcap.core.types import Setup
 from mcap.runner import ITERATIONS, open_runner
-from mcap.runner.pressstats import measure
+from mcap.runner.press.stats import measure
 
 
 def all_of(plan, action, stages=None, target=None):

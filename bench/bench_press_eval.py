@@ -71,11 +71,11 @@ def evaluate(spec: str, repeats: int, store, base: str = "predicted",
     from mcap.core.recommend import recommend
     from mcap.core.types import Setup
     from mcap.runner import ITERATIONS, open_runner
-    from mcap.workflow.profiling import profile
+    from mcap.workflow.profiling import ProfileRequest, profile
 
     setup = Setup(stages=stages, batch_size=8, chunks=4, checkpoint="never", schedule=schedule)
     t0 = time.monotonic()
-    prof = profile(spec, setup, None, store=store, press=True).profile
+    prof = profile(ProfileRequest(spec, setup, press=True), store=store).profile
     profile_s = time.monotonic() - t0
     balance = recommend(prof, stages, "exact").balance
     measured_base = None

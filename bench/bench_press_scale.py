@@ -60,7 +60,7 @@ def main(argv=None) -> int:
                                      stream=sys.stderr)
         unbounded = dataclasses.replace(setup, capacity_bytes=None)
         for pt in sorted(result.points, key=lambda p: p.value):
-            prof = profiling.profile(pt.spec, unbounded, None, store=store, press=True).profile
+            prof = profiling.profile(profiling.ProfileRequest(pt.spec, unbounded, press=True), store=store).profile
             alone = recommend(prof, setup.stages, "exact")
             plan = joint(prof, setup.stages, cap).plan if pt.balance else None
             with open_runner(pt.spec, setup) as runner:

@@ -12,7 +12,7 @@ whether a core is free or not, and each stage process can read it: its CPU secon
 timed iterations (``StageResult.cpu_seconds``, ``time.process_time``, every thread of the
 process). The prediction is the planner's own cost (``Problem.costs``: a recompute is the
 layer's forward again per micro-batch, a swap its measured ``swap_seconds``, both read on
-the same CPU clock by ``profile --press``, ``mcap.runner.pressstats.clock``), summed over
+the same CPU clock by ``profile --press``, ``mcap.runner.press.stats.clock``), summed over
 the layers each stage reduces. That is ``PressPlan.predicted_work_seconds`` per stage; the
 wall-clock delay a user waits (``predicted_added_seconds``) is that work pushed through the
 schedule, which this machine cannot check (a GPU can).
@@ -53,11 +53,11 @@ def evaluate(spec: str, repeats: int, store, stages: int = 4) -> dict:
     from mcap.core.recommend import recommend
     from mcap.core.types import Setup
     from mcap.runner import ITERATIONS, open_runner
-    from mcap.workflow.profiling import profile
+    from mcap.workflow.profiling import ProfileRequest, profile
 
     setup = Setup(stages=stages, batch_size=8, chunks=4, checkpoint="never")
     t0 = time.monotonic()
-    prof = profile(spec, setup, None, store=store, press=True).profile
+    prof = profile(ProfileRequest(spec, setup, press=True), store=store).profile
     profile_s = time.monotonic() - t0
     balance = recommend(prof, stages, "exact").balance
     p = press.problem(prof, balance)

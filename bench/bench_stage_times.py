@@ -30,7 +30,7 @@ def main(argv=None) -> int:
     from mcap.core.types import Setup
     from mcap.runner import open_runner
     from mcap.runner.link import link_for
-    from mcap.workflow.profiling import model_info
+    from mcap.workflow.measuring import model_info
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="vgg11:image_size=32,hidden=512")

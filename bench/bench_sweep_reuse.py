@@ -32,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from mcap.core.cover import greedy_cover, stage_keys  # noqa: E402
+from mcap.core.profiling.cover import greedy_cover, stage_keys  # noqa: E402
 from mcap.io import jsonio  # noqa: E402
 
 
@@ -90,7 +90,7 @@ def compare(out: Path, direct: Path) -> None:
 
 
 def replay(direct: Path) -> None:
-    from mcap.core.cover import Knowledge
+    from mcap.core.profiling.cover import Knowledge
     from mcap.core.types import Run
     from mcap.workflow import reuse
 

@@ -56,7 +56,7 @@ def main(argv=None) -> int:
     setup = Setup(stages=args.stages, batch_size=args.batch_size, chunks=args.chunks)
     store = Store(args.store)
     started = time.monotonic()
-    prof = profiling.profile(args.model, setup, args.profile_out, store=store)
+    prof = profiling.profile(profiling.ProfileRequest(args.model, setup, args.profile_out), store=store)
     profile_wall = time.monotonic() - started
     p = prof.profile
     profiled = {r.balance for r in p.runs}

@@ -181,7 +181,7 @@ def forced_d2d(summary: dict, prof: Path, balance: list, work: Path, setup: list
     """Step 5 (module docstring): a d2d plan made here, predicted and measured."""
     from mcap.core.press import problem, to_plan
     from mcap.core.press.model import keep
-    from mcap.core.pressplan import LayerAction
+    from mcap.core.press.actions import LayerAction
     from mcap.io import jsonio
     from mcap.io.pressfile import save
 

@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 import time
 
 from mcap.core.errors import McapError
-from mcap.core.plan import profiling_plan
+from mcap.core.profiling.schedule import profiling_plan
 
 CASES = [(8, 2), (30, 2), (6, 4), (8, 4), (12, 4), (30, 4), (36, 4), (30, 3), (60, 3), (10, 8), (16, 8),
          (24, 8), (30, 8), (100, 8), (200, 16), (1000, 64)]

@@ -19,7 +19,7 @@ def gpu_count() -> int:
 # --- jobs (child processes; ARCHITECTURE.md: never in the script thread) -------------------------
 
 def setup_args(spec: str, setup) -> list[str]:
-    """The CLI flags that reproduce a model spec and a Setup (``mcap.cli.profile``):
+    """The CLI flags that reproduce a model spec and a Setup (``mcap.cli.options``):
     ``--engine`` is the pipeline runtime, ``--device`` the device kind."""
     args = ["--model", spec, "--stages", str(setup.stages), "--batch-size", str(setup.batch_size),
             "--chunks", str(setup.chunks), "--schedule", setup.schedule,

@@ -12,8 +12,23 @@ from mcap.core.search import get, names
 from mcap.io import datasets
 from pages._shared import open_dataset, profile_param, remember, revision_of, shared, shared_choice, store
 
-METHODS = names()  # every registered search method, in registry order
-QUICK = searches.quick_methods()  # what a page may run while it renders
+
+
+def methods() -> tuple[str, ...]:
+    """Every registered search method, in registry order (read as a page renders, so one
+    registered later is listed too)."""
+    return names()
+
+
+def quick() -> tuple[str, ...]:
+    """What a page may run while it renders (``mcap.app.searches.quick_methods``)."""
+    return searches.quick_methods()
+
+
+def slow(method: str) -> bool:
+    """Whether ``method`` is run elsewhere and shown once done: minutes of search
+    (``on_demand``) or timing the real model (``needs_model``)."""
+    return get(method).on_demand or get(method).needs_model
 
 
 def method_label(name: str) -> str:
@@ -71,7 +86,7 @@ def time_pick(profile, stages: int):
     """``time``'s Recommendation if this server has timed the model, else None."""
     if not searches.time_known(profile, stages):
         return None
-    return recommendation(profile, stages, "time")
+    return recommendation(profile, stages, searches.timed_methods()[0])
 
 
 def time_left_out(profile) -> Optional[str]:
@@ -91,13 +106,29 @@ def start_time(profile, stages: int) -> None:
 
 # --- bo, measured runs, predictions of a sweep --------------------------------------------
 
-def bo_run(profile, stages: int, seed: int, iterations: int, start: bool = False):
+def bo_run(profile, stages: int, seed: int, iterations: int, start: bool = False,
+           method: Optional[str] = None):
+    """The background run of an on-demand method (bo) for these settings, or None."""
     return searches.bo_run(shared("profile"), profile, stages, seed, iterations,
-                           current_predictor(), start=start)
+                           current_predictor(), start=start, method=method)
 
 
-def finished_bo(stages: int):
-    return searches.finished_bo(profile_param(), stages, current_predictor())
+def finished_bo(stages: int, method: Optional[str] = None):
+    return searches.finished_bo(profile_param(), stages, current_predictor(), method=method)
+
+
+def done_elsewhere(profile, stages: int, method: str):
+    """(the pick or None, why not) of a ``slow`` method: an on-demand one once a page ran
+    it, one that times the model once this server timed it (the Recommend page)."""
+    if get(method).on_demand:
+        return finished_bo(stages, method), (
+            f"{method} has not run for this profile and stage count yet: run it on the "
+            "Recommend page and its pick appears here.")
+    missing = time_left_out(profile)  # a CUDA profile on a machine without a GPU
+    return time_pick(profile, stages), (
+        f"{method} is left out: {missing}." if missing else
+        "The model has not been timed for this stage count: press **Time the model** on the "
+        f"Recommend page and {method}'s pick appears here.")
 
 
 def prediction_of(rec):

@@ -7,7 +7,7 @@ from mcap.app.press import below_least, capacity_input_mib, room
 from mcap.core import memtimeline
 from mcap.core.errors import McapError
 from mcap.core.partition import parse_balance, validate, windows
-from mcap.core.press import METHODS, problem, solve
+from mcap.core.press import names, problem, solve
 from mcap.core.press.effect import effect
 from mcap.core.teaching import (
     SCHEDULE_NAMES, lesson, max_chunks, other_schedule, plural, state_copies,
@@ -151,7 +151,7 @@ cap_mib = a.number_input("Capacity per device (MiB)", min_value=0.01, step=1.0,
                          key="tl-press-capacity",
                          help=f"keep-all peak {fmt_bytes(space.top)}; the least any plan reaches "
                               f"{fmt_bytes(space.least)}")
-methods = list(METHODS)
+methods = list(names())
 method = b.selectbox("Planner", methods, key="tl-press-method",
                      index=methods.index(shared_choice("planner", methods, methods[0])))
 devices = list(range(len(balance)))

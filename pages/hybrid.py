@@ -4,15 +4,15 @@ coloured by stage; per-device predicted bars; a button that measures the plan fo
 one stage's batch-size line (III-B2) when the profile has two batch sizes."""
 import streamlit as st
 
-from mcap.app import hybrid as app_hybrid
+from mcap.app import capture as app_hybrid
 from mcap.app import jobs
 from mcap.core.errors import McapError
-from mcap.core.merging import real_layers
-from mcap.core.hybrid import check_plan, parse_mesh, parse_plan
-from mcap.core.hybridpredict import (
+from mcap.core.capture.merging import real_layers
+from mcap.core.capture.plan import check_plan, parse_mesh, parse_plan
+from mcap.core.capture.predict import (
     HybridCosts, batch_fit, pp_batch_sizes, profile_command, recommend_mesh,
 )
-from mcap.figures import hybrid as fig_h
+from mcap.figures import capture as fig_h
 from mcap.figures._style import fmt_bytes, table_view
 from pages._jobs import job_panel
 from pages._search import predictor_choice

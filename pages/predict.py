@@ -12,13 +12,14 @@ from mcap.figures import devices as fig_dev
 from mcap.figures._style import balance_str, fmt_bytes, table_view
 from mcap.core.partition import parse_balance, validate
 from mcap.core.recommend import costs_of
+from mcap.core.search import DEFAULT
 from mcap.core.types import Prediction
 from mcap.runner.engines import get as get_engine
 from pages._accuracy import show_accuracy
 from pages._jobs import gpu_count, job_panel, measure_args
 from pages._search import (
-    METHODS, QUICK, finished_bo, measured_for, measured_runs, predictor_choice, recommendation,
-    stage_peaks, time_left_out, time_pick, uniform_balance,
+    done_elsewhere, measured_for, measured_runs, methods, predictor_choice, recommendation,
+    slow, stage_peaks, uniform_balance,
 )
 from pages._shared import (
     caption_of, chart, current, dataset_name, downloads, error, remember, restore_url, shared,
@@ -58,8 +59,8 @@ try:
                         for i, col in enumerate(cols))
         validate(balance, layers)
     else:
-        names = list(METHODS)
-        method = shared_choice("method", names, "exact")
+        names = list(methods())
+        method = shared_choice("method", names, DEFAULT)
         left, right = st.columns(2)
         method = left.selectbox("Method", names, index=names.index(method),
                                 key="pick-method")
@@ -67,20 +68,10 @@ try:
                                     key="pick-rec-stages")
         remember("method", method)
         remember("stages", stages)
-        if method == "bo":  # minutes of search: only a run the Recommend page made
-            done = finished_bo(int(stages))
+        if slow(method):  # minutes of search, or timing the real model: once done elsewhere
+            done, why = done_elsewhere(profile, int(stages), method)
             if done is None:
-                st.info("bo has not run for this profile and stage count: run it on the "
-                        "Recommend page, or pick another method.")
-                st.stop()
-            balance = done.balance
-        elif method == "time":  # timed on the real model: only once the Recommend page did it
-            done = time_pick(profile, int(stages))
-            if done is None:
-                missing = time_left_out(profile)  # a CUDA profile, no GPU here
-                st.info(f"time is left out: {missing}; pick another method." if missing else
-                        "The model has not been timed for this stage count: press **Time the "
-                        "model** on the Recommend page, or pick another method.")
+                st.info(f"{why} Or pick another method.")
                 st.stop()
             balance = done.balance
         else:

@@ -69,7 +69,7 @@ with st.form("profile-form"):
 if submitted:
     try:
         parse_spec(spec)  # unknown model or parameter: McapError naming it
-        if parallel:  # its pipeline-only runs too (mcap.workflow.hybrid.check_base_engine)
+        if parallel:  # its pipeline-only runs too (mcap.workflow.capture.parallel.check_base_engine)
             engine = "hybrid"
         setup = Setup(stages=int(stages), batch_size=int(batch), chunks=int(chunks), schedule=schedule,
                       checkpoint=checkpoint, device=device, engine=engine, optimizer=optimizer,

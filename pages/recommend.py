@@ -4,14 +4,14 @@ import streamlit as st
 
 from mcap.app import searches
 from mcap.core.errors import McapError
-from mcap.core.search import get
+from mcap.core.search import DEFAULT, get, names
 from mcap.models.spec import is_trusted, is_user_spec, untrusted_note
 from mcap.figures import recommend as fig_rec
 from mcap.figures import snippet
 from mcap.figures._style import balance_str, fmt_bytes, table_view
 from pages._accuracy import show_accuracy
 from pages._search import (
-    METHODS, QUICK, bo_run, measured_runs, method_label, predictor_choice, recommendation,
+    bo_run, measured_runs, method_label, methods, predictor_choice, quick, recommendation,
     start_time, time_left_out, time_pick, time_state,
 )
 from pages._shared import (
@@ -24,19 +24,21 @@ profile = current("profile")
 sweep = sweep_for(profile, current("sweep", required=False))
 st.caption(caption_of(profile))
 layers = profile.model.num_layers
-SEARCHES = tuple(m for m in METHODS if m != "time")  # time is a baseline, timed below
+# Methods that time the real model (time) are baselines, timed below.
+SEARCHES = names(needs_model=False)
 
 a, b, c, d = st.columns(4)
-method = shared_choice("method", METHODS, "exact")  # said once if it names no method at all
-method = method if method in SEARCHES else "exact"  # time: a baseline, timed below
+method = shared_choice("method", methods(), DEFAULT)  # said once if it names no method at all
+method = method if method in SEARCHES else DEFAULT  # time: a baseline, timed below
 method = a.selectbox("Method", SEARCHES, index=SEARCHES.index(method),
                      key="rec-method", format_func=method_label,
                      help=" ".join(f"**{m}**: {get(m).help}." for m in SEARCHES))
+on_demand = get(method).on_demand  # minutes of search: run in the background when asked
 predictor_choice(d, key="rec-predictor")
 stages = int(b.number_input("Stages", 1, layers, value=shared_int("stages", profile.setup.stages, 1, layers),
                             key="rec-stages"))
 tolerance = c.number_input("Tie tolerance (%)", 0.0, 100.0, value=0.0, step=1.0, key="rec-tol",
-                           disabled=method == "bo",
+                           disabled=on_demand,
                            help="peaks within this fraction of the lowest count as tied; ties are "
                                 "broken by dropping the fullest device and comparing the rest "
                                 "(paper 3.4). Applies to exact and bf.")
@@ -45,45 +47,47 @@ remember("stages", stages)
 tol = {"tie_tolerance": tolerance / 100} if tolerance else {}
 
 rec = None
-if method == "bo":
+if on_demand:
     a, b = st.columns(2)
-    iterations = int(a.number_input("bo iterations", 2, 500, value=shared_int("iterations", 75, 2, 500),
+    iterations = int(a.number_input(f"{method} iterations", 2, 500,
+                                    value=shared_int("iterations", 75, 2, 500),
                                     key="rec-iters", help="the paper uses 75 (section 4.1); each "
                                     "one refits a Gaussian process, so later ones are slower"))
     seed = int(b.number_input("seed", 0, 10**6, value=shared_int("seed", 0, 0, 10**6),
                               key="rec-seed"))
     remember("seed", seed)
     remember("iterations", iterations)
-    run = bo_run(profile, stages, seed, iterations)
-    if run is None and st.button(f"🔎 Run bo ({iterations} evaluations)", type="primary", key="rec-run"):
-        run = bo_run(profile, stages, seed, iterations, start=True)
+    run = bo_run(profile, stages, seed, iterations, method=method)
+    if run is None and st.button(f"🔎 Run {method} ({iterations} evaluations)", type="primary",
+                                 key="rec-run"):
+        run = bo_run(profile, stages, seed, iterations, start=True, method=method)
     if run is None:
-        st.info("bo runs only when asked: press **Run bo**. Its best-so-far curve grows here as "
-                "it runs, and the search goes on if you visit other pages.")
+        st.info(f"{method} runs only when asked: press **Run {method}**. Its best-so-far curve "
+                "grows here as it runs, and the search goes on if you visit other pages.")
     else:
         try:
-            optimum = recommendation(profile, stages, "exact").predicted_peak
+            optimum = recommendation(profile, stages, DEFAULT).predicted_peak
         except McapError:
             optimum = None
 
         @st.fragment(run_every=None if run.finished else 0.5)
         def bo_curve():
             done = len(run.curve)
-            st.progress(done / run.iterations, text=f"bo: {done} of {run.iterations} evaluations"
+            st.progress(done / run.iterations, text=f"{method}: {done} of {run.iterations} evaluations"
                         + ("" if run.finished else " (running)"))
             st.caption(f"{run.elapsed:.1f} s elapsed · {run.rate:.2f} evaluations/s · each "
                        "evaluation refits a Gaussian process, so later ones are slower"
                        + ("" if optimum is None else f" · exact optimum {fmt_bytes(optimum)} "
                           f"({optimum:,} bytes)"))
-            if not run.finished and st.button("⏹️ Stop bo", key="rec-stop"):
+            if not run.finished and st.button(f"⏹️ Stop {method}", key="rec-stop"):
                 run.stop()
-            if run.curve:
+            if run.curve and get(method).draws_curve:
                 chart(fig_rec.draw_curve(fig_rec.curve_frame(tuple(run.curve)), optimum,
-                                         dataset=dataset_name("profile")),
-                      key="rec-curve", name="bo-curve")
+                                         dataset=dataset_name("profile"), method=method),
+                      key="rec-curve", name=f"{method}-curve")
             if run.finished and not st.session_state.get(f"bo-shown-{id(run)}"):
                 st.session_state[f"bo-shown-{id(run)}"] = True
-                st.rerun(scope="app")  # draw the result and the table with bo in it
+                st.rerun(scope="app")  # draw the result and the table with it in
         bo_curve()
         if run.error:
             st.error(run.error)
@@ -108,9 +112,7 @@ acc = show_accuracy(profile, sweep)
 
 st.subheader("All methods and baselines")
 rows = []
-for name in QUICK:
-    if name == "bo":
-        continue
+for name in quick():
     # the method chosen above has run already (cached): its row costs nothing
     skip = None if name == method else searches.render_skip(name, layers, stages)
     if skip is not None:
@@ -120,8 +122,8 @@ for name in QUICK:
         rows.append(recommendation(profile, stages, name, **(tol if get(name).tolerance else {})))
     except McapError as exc:
         st.warning(f"{name}: {exc}")
-if method == "bo" and rec is not None:
-    rows.insert(2, rec)  # bo only when asked for: it takes minutes, not milliseconds
+if on_demand and rec is not None:
+    rows.insert(2, rec)  # on demand only when asked for: it takes minutes, not milliseconds
 timed = time_pick(profile, stages)
 timing, time_error = time_state(profile, stages)
 if timed is not None:

@@ -9,7 +9,7 @@ from mcap.app.press import (
 )
 from mcap.core.errors import McapError
 from mcap.core.partition import parse_balance, validate
-from mcap.core.press import HELP, METHODS, problem, solve
+from mcap.core.press import get, names, problem, solve
 from mcap.figures import press as fig_press
 from mcap.figures._style import balance_str, fmt_bytes, table_view
 from pages._jobs import job_panel, measure_args
@@ -48,10 +48,10 @@ if not usable:  # start from mCAP's pick: the partitioning MPress starts from
 left, mid, right = st.columns(3)
 text = left.text_input("Layers per device", value=default, key="savers-balance",
                        help=f"comma-separated layer counts summing to {layers}")
-planners = list(METHODS)
+planners = list(names())
 method = right.selectbox("Planner", planners, key="savers-method",
                          index=planners.index(shared_choice("planner", planners, planners[0])),
-                         help="; ".join(f"{k}: {v}" for k, v in HELP.items()))
+                         help="; ".join(f"{k}: {get(k).help}" for k in planners))
 try:
     balance = validate(parse_balance(text), layers).balance
 except McapError as exc:

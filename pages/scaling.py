@@ -4,6 +4,7 @@ import streamlit as st
 
 from mcap.io.datasets import datasets_dir
 from mcap.core.errors import McapError
+from mcap.core.scaling import reference
 from mcap.figures import scaling as fig_scaling
 from mcap.figures._style import fmt_bytes, table_view
 from mcap.io.scalefile import compared_first, load
@@ -48,9 +49,10 @@ st.caption(f"{result.model} · vary {result.vary} over {result.grid[0]}..{result
            f"{s.batch_size} in {s.chunks} micro-batches · {s.schedule}, checkpoint {s.checkpoint} · "
            f"{s.device}/{s.engine}")
 
-if "time" not in {r.partitioner for r in result.results}:
+REFERENCE = reference()  # the baseline the paper compares with (time: 1.55x)
+if REFERENCE not in {r.partitioner for r in result.results}:
     st.info(f"This file scales {', '.join(r.partitioner for r in result.results)} only: it has "
-            "no `time` run to compare with the paper's 1.55x; choose a file that has one.")
+            f"no `{REFERENCE}` run to compare with the paper's 1.55x; choose a file that has one.")
 summary = fig_scaling.scaling_summary(result)
 cols = st.columns(max(len(summary), 1))
 for col, row in zip(cols, summary.itertuples()):
@@ -58,7 +60,8 @@ for col, row in zip(cols, summary.itertuples()):
         col.metric(row.partitioner, "none trains")
         continue
     ratio = row.ratio_to_time
-    delta = None if ratio is None or ratio != ratio or row.partitioner == "time" else f"{ratio:.2f}x time"
+    delta = (None if ratio is None or ratio != ratio or row.partitioner == REFERENCE
+             else f"{ratio:.2f}x {REFERENCE}")
     col.metric(row.partitioner, f"{int(row.largest_params) / 1e6:.2f}M params", delta=delta,
                help=f"{result.vary}={row.largest_value}" + (" (highest tried)" if row.at_high else ""))
 

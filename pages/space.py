@@ -14,8 +14,8 @@ from mcap.figures import space as fig_space
 from mcap.figures._style import balance_str, fmt_bytes, table_view
 from mcap.core.types import Prediction
 from pages._search import (
-    METHODS, finished_bo, measured_for, method_label, predictor_choice, recommendation,
-    stage_peaks, sweep_predictions, time_left_out, time_pick,
+    done_elsewhere, measured_for, method_label, methods, predictor_choice, recommendation,
+    slow, stage_peaks, sweep_predictions,
 )
 from pages._shared import (
     caption_of, chart, current, dataset_name, downloads, error, profile_for, remember,
@@ -47,23 +47,14 @@ except McapError as exc:
 
 stages = sweep.setup.stages
 with st.expander("Highlighted methods", expanded=False):
-    chosen = st.multiselect("Show the picks of", METHODS, default=list(METHODS),
+    chosen = st.multiselect("Show the picks of", methods(), default=list(methods()),
                             key="space-marks", format_func=method_label,
                             help="bo's pick appears once bo has run on the Recommend page, "
                                  "time's once the model was timed there")
 marks, recs = [], []
-time_missing = time_left_out(profile)  # a CUDA profile on a machine without a GPU
 for method in chosen:
-    on_demand = {  # minutes of search, or timing the real model: shown once done elsewhere
-        "bo": (finished_bo, "bo has not run for this profile and stage count yet: run it on "
-                            "the Recommend page and its pick appears here."),
-        "time": (lambda g: time_pick(profile, g),
-                 f"time is left out: {time_missing}." if time_missing else
-                 "The model has not been timed for this stage count: press **Time the model** "
-                 "on the Recommend page and time's pick appears here.")}
-    if method in on_demand:
-        done, why = on_demand[method]
-        rec = done(stages)
+    if slow(method):  # minutes of search, or timing the real model: shown once done elsewhere
+        rec, why = done_elsewhere(profile, stages, method)
         if rec is None:
             st.caption(why)
         else:

@@ -1,5 +1,5 @@
 """AppTest of the Hybrid plans page (issue 15, Deliver 7) and the Profile page's CAPTURE
-options: the plan, peaks and tables shown are the ones ``mcap.core.hybridpredict`` computes;
+options: the plan, peaks and tables shown are the ones ``mcap.core.capture.predict`` computes;
 a bad typed plan is an st.error naming the numbers; a profile without dp/tp statistics says
 how to get them; the measure button starts ``measure --plan`` as a dashboard job.
 
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from mcap.core.hybrid import parse_mesh
-from mcap.core.hybridpredict import HybridCosts, batch_fit, recommend_mesh
+from mcap.core.capture.plan import parse_mesh
+from mcap.core.capture.predict import HybridCosts, batch_fit, recommend_mesh
 from mcap.core.types import LayerStats, VariantStats
 from mcap.figures._style import fmt_bytes
 from mcap.io import datasets, jsonio
@@ -98,7 +98,7 @@ def test_hybrid_page_shows_the_recommended_plan_and_a_typed_one(data):
 
 
 def hybrid_plan(text):
-    from mcap.core.hybrid import parse_plan
+    from mcap.core.capture.plan import parse_plan
     return parse_plan(text)
 
 
@@ -118,7 +118,7 @@ def test_measure_button_starts_measure_plan_job(data):
 
 
 def test_a_finished_measure_jobs_peaks_become_the_measured_column():
-    from mcap.app.hybrid import plan_result
+    from mcap.app.capture import plan_result
     log = 'starting\n{"status": "ok", "peaks": [1, 2, 3, 4], "peak": 4}\n'
     assert plan_result(log) == {"status": "ok", "peaks": [1, 2, 3, 4], "peak": 4}
     assert plan_result('{"status": "ok", "peaks": [1, 2') is None and plan_result("") is None
@@ -215,8 +215,8 @@ def test_the_bundled_dp_tp_profile_searches_real_hybrid_plans(tmp_path, monkeypa
 def test_a_merged_profiles_plans_are_in_real_layers(data, tmp_path):
     """profile --merge-to: the page recommends, shows, checks and measures plans over the
     model's real layers (recommend_mesh maps them back), never over the merged ones."""
-    from mcap.core import merging
-    from mcap.core.hybrid import parse_plan
+    from mcap.core.capture import merging
+    from mcap.core.capture.plan import parse_plan
     _, base = data
     b = base.setup.batch_size
     scaled_base = dataclasses.replace(base, variants=(

@@ -76,6 +76,120 @@ def test_imports_flow_one_way(path):
     assert not bad, f"{path.relative_to(ROOT)} ({layer}) imports {', '.join(sorted(bad))}"
 
 
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the mcap modules it imports, every import counted (inside functions too):
+    ``from mcap.a import b`` is an edge to ``mcap.a.b`` when that is a module, else to
+    ``mcap.a``."""
+    paths = {_module_name(p): p for p in (ROOT / "mcap").rglob("*.py")}
+
+    def resolve(name: str):
+        while name and name not in paths:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph = {}
+    for module, path in paths.items():
+        edges = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                edges |= {resolve(a.name) for a in node.names if a.name.startswith("mcap")}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module \
+                    and node.module.startswith("mcap"):
+                edges |= {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in paths
+                          else resolve(node.module) for a in node.names}
+        graph[module] = edges - {None, module}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycles():
+    """No two mcap modules import each other, directly or round a loop, not even inside a
+    function: shared helpers live in their own modules (``mcap.cli.options``,
+    ``mcap.cli.output``, ``mcap.runner.isolation``, ``mcap.workflow.measuring``)."""
+    found = cycles(import_graph())
+    assert not found, "import cycles: " + "; ".join(" <-> ".join(c) for c in found)
+
+
+def test_the_cycle_check_sees_a_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+# Where a registered name may be compared: the registries themselves.
+REGISTRY_HOMES = ("mcap/core/search/", "mcap/core/predictors/", "mcap/runner/engines/",
+                  "mcap/core/press/base.py", "mcap/core/press/mpress.py",
+                  "mcap/core/press/milp.py", "mcap/core/capture/meshsearch.py")
+
+
+def registered_names() -> set[str]:
+    """Every name in a registry: search methods, predictors, engines, mesh searches and
+    MPress planners."""
+    from mcap.core import predictors, search
+    from mcap.core.capture import meshsearch
+    from mcap.core.press import base as planners
+    from mcap.runner import engines
+    return {*search.names(), *predictors.names(), *engines.names(), *meshsearch.names(),
+            *planners.names()}
+
+
+def name_checks(path: Path, names: set[str]) -> list[str]:
+    """Comparisons of a registered name written as a literal (``method == "bo"``,
+    ``engine in ("pipelining", "hybrid")``): a capability belongs on the registered class."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if not isinstance(node, ast.Compare):
+            continue
+        for side in (node.left, *node.comparators):
+            values = side.elts if isinstance(side, (ast.Tuple, ast.List, ast.Set)) else [side]
+            hits = [v.value for v in values if isinstance(v, ast.Constant) and v.value in names]
+            if hits:
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno} compares {hits[0]!r}")
+    return found
+
+
+def test_no_name_checks_of_registered_names_outside_the_registries():
+    names = registered_names()
+    paths = [p for p in _modules() if not str(p.relative_to(ROOT)).startswith(REGISTRY_HOMES)]
+    paths += sorted((ROOT / "pages").glob("*.py")) + [ROOT / "app.py"]
+    found = [hit for p in paths for hit in name_checks(p, names)]
+    assert not found, "capabilities belong on the registered class:\n" + "\n".join(found)
+
+
 def test_pages_only_render():
     """pages/ import mcap and streamlit, never torch, and start no processes themselves."""
     for path in sorted((ROOT / "pages").glob("*.py")) + [ROOT / "app.py"]:

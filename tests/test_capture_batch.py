@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 
 from mcap.cli.main import main
-from mcap.core import batchscale, merging
+from mcap.core.capture import batchscale
+from mcap.core.capture import merging
 from mcap.core.costs import AdditiveCosts
 from mcap.core.errors import McapError
-from mcap.core.hybrid import batch_line, merge_layers
+from mcap.core.capture.plan import batch_line, merge_layers
 from mcap.core.predict import cost_table
 from mcap.core.recommend import costs_at, costs_of
 from mcap.core.types import Layer, LayerStats, ModelInfo, Profile, Run, Setup, VariantStats
@@ -225,7 +226,7 @@ def test_scale_file_says_how_mcap_profiled():
 def test_profile_prints_one_line_per_profiled_batch_size():
     """A batch-scaled profile's summary printed "pp1: 3 runs on 2 sub-meshes of 1 devices"
     once per batch size, the same line twice; each line now says which batch size it is."""
-    from mcap.cli.profile import variant_lines
+    from mcap.cli.commands.profile import variant_lines
     runs = (Run((2, 3), "ok", (1, 2), 1.0), Run((3, 2), "ok", (2, 1), 1.0))
     base = Profile(MODEL, Setup(stages=2, batch_size=16, chunks=2), _stats(1))
     prof = batchscale.scaled_profile(base, [VariantStats(b, _stats(b), "pp", 1, runs[:n])

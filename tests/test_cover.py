@@ -1,4 +1,4 @@
-"""Stage keys, the covering set and composition (mcap.core.cover); pure, no processes."""
+"""Stage keys, the covering set and composition (mcap.core.profiling.cover); pure, no processes."""
 from __future__ import annotations
 
 import random
@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from mcap.core import cover
-from mcap.core.cover import Knowledge, compose_all, greedy_cover, stage_keys
+from mcap.core.profiling import cover
+from mcap.core.profiling.cover import Knowledge, compose_all, greedy_cover, stage_keys
 from mcap.core.errors import McapError, SchemaError
 from mcap.core.partition import enumerate_all, random_partitionings
 from mcap.core.types import Layer, MemoryBreakdown, ModelInfo, Run, Setup, Sweep

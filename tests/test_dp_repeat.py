@@ -11,7 +11,7 @@ bytes), in 14 of 240 runs of this GPT's dp plans on the 2-core VM under load
 (BENCHMARKS.md, "Repeatability"). Engine hybrid now builds DDP without the init broadcast
 (the devices clone identical layers), sums gradients in a comm hook that returns once gloo
 has let go of the bucket, and starts each forward once gloo has freed what DDP's
-pre-forward used (``mcap.runner.hybrid.ddp_settles``).
+pre-forward used (``mcap.runner.capture.device.ddp_settles``).
 
 The test measures the same dp plans again and again, after themselves and after other
 plans, with the machine's cores kept busy by burner processes (the race needs a

@@ -15,8 +15,8 @@ from mcap.core import forcuda, predictors
 from mcap.core.errors import McapError
 from mcap.core.evaluate import percentile
 from mcap.core.partition import enumerate_all
-from mcap.core.plan import profiling_plan
-from mcap.core.stats import extract, stage_windows
+from mcap.core.profiling.schedule import profiling_plan
+from mcap.core.profiling.stats import extract, stage_windows
 from mcap.core.types import Layer, ModelInfo, Profile, Run, Setup
 
 MiB = 2**20

@@ -212,7 +212,7 @@ def test_a_long_spec_is_cut_and_its_length_named(capsys):
 
 def test_nodes_without_an_endpoint(capsys):
     from mcap.cli.main import build_parser
-    from mcap.cli.nodes import check_node_options
+    from mcap.cli.options import check_node_options
     args = build_parser().parse_args(["measure", "--model", TINY, "--balance", "2,2",
                                       "--nnodes", "1"])
     check_node_options(args)

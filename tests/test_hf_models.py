@@ -258,11 +258,11 @@ def _end_to_end(spec, tmp_path, stages=2):
     from mcap.runner import open_runner
     from mcap.store import Store
     from mcap.core.types import Setup
-    from mcap.workflow.profiling import profile
+    from mcap.workflow.profiling import ProfileRequest, profile
 
     setup = Setup(stages=stages, batch_size=4, chunks=2)
     out = tmp_path / "p.profile.json"
-    result = profile(spec, setup, out, store=Store(tmp_path / "s.sqlite"), stream=io.StringIO())
+    result = profile(ProfileRequest(spec, setup, out, stream=io.StringIO()), store=Store(tmp_path / "s.sqlite"))
     assert all(r.status == "ok" for r in result.profile.runs), [r.error for r in result.profile.runs]
     done = subprocess.run([sys.executable, "-m", "mcap", "recommend", "--profile", str(out),
                            "--stages", str(stages), "--json"], capture_output=True, text=True,

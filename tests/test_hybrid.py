@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from mcap.core.errors import InvalidPartitioning, McapError
-from mcap.core.hybrid import (
+from mcap.core.capture.plan import (
     MAX_DEVICES, HybridPlan, Mesh, StageConfig, batch_line, check_plan, log_degree, merge_layers, parse_mesh,
     parse_plan,
 )
-from mcap.core.meshsearch import configs, enumerate_plans, exact_plan
+from mcap.core.capture.meshsearch import configs, enumerate_plans, exact_plan
 from mcap.core.recommend import recommend
 from mcap.core.types import LayerStats
 
@@ -121,6 +121,22 @@ def test_exact_dp_and_algorithm_4_find_the_same_best_plan(L, mesh, seed):
     assert pruned.plan == full.plan == dp.plan == want
     assert pruned.peaks == dp.peaks and pruned.explored <= full.explored
     check_plan(dp.plan, L, m)
+
+
+@pytest.mark.parametrize("L,mesh,seed", [(5, "1x4", 0), (7, "2x4", 2), (8, "2x2", 4)])
+def test_every_registered_mesh_search_finds_the_best_plan(L, mesh, seed):
+    """The mesh-search registry's contract: each registered search returns the plan of
+    lowest sorted per-device peaks (the brute force), with and without pruning."""
+    from mcap.core.capture import meshsearch
+    m = parse_mesh(mesh)
+    cost = _random_cost(L, seed)
+    want = _brute(L, m, cost)
+    for name in meshsearch.names():
+        searcher = meshsearch.get(name)
+        for prune in (True, False):
+            got = searcher.search(L, m, cost, prune=prune)
+            assert got.plan == want, (name, prune)
+            check_plan(got.plan, L, m)
 
 
 def test_pipeline_only_mesh_search_is_mcaps_exact():

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from mcap.core.hybrid import parse_plan
+from mcap.core.capture.plan import parse_plan
 from mcap.core.types import Setup
 from mcap.runner import open_runner
 

@@ -15,7 +15,7 @@ import json
 import pytest
 
 from mcap.core.errors import InvalidPartitioning, McapError
-from mcap.core.hybrid import parse_plan, plan_from_store, store_engine
+from mcap.core.capture.plan import parse_plan, plan_from_store, store_engine
 from mcap.core.types import Setup
 from mcap.runner import open_runner
 
@@ -31,7 +31,7 @@ def reference_losses(spec: str, batch: int = B, chunks: int = C) -> list[float]:
     import torch
 
     from mcap.models import build_model
-    from mcap.runner.hybrid import SEED
+    from mcap.runner.capture.device import SEED
     from mcap.runner.train import make_optimizer
 
     built = build_model(spec)

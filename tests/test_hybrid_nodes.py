@@ -28,7 +28,7 @@ def test_node_options_are_checked():
     import argparse
 
     from mcap.cli.nodes import spmd_argv
-    from mcap.core.hybrid import parse_plan
+    from mcap.core.capture.plan import parse_plan
 
     args = argparse.Namespace(nnodes=2, node_rank=0, rdzv_endpoint="127.0.0.1:29500",
                               plan=parse_plan("1,1:dp2,2"), model=GPT, batch_size=8, chunks=2,
@@ -52,7 +52,7 @@ def test_a_node_starts_no_more_processes_than_it_may(monkeypatch):
     import argparse
 
     from mcap.cli.nodes import spmd_argv
-    from mcap.core.hybrid import parse_plan
+    from mcap.core.capture.plan import parse_plan
 
     plan = parse_plan("4:dp256")
     args = argparse.Namespace(nnodes=2, node_rank=0, rdzv_endpoint="127.0.0.1:29500",

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from mcap.core.errors import McapError
-from mcap.core.hybrid import parse_plan
+from mcap.core.capture.plan import parse_plan
 from mcap.core.types import Setup
-from mcap.workflow.hybrid import check_parallel, parse_kinds, variant_degrees, variant_plans
+from mcap.workflow.capture.parallel import check_parallel, parse_kinds, variant_degrees, variant_plans
 
 GPT = "gpt:layers=4,hidden=32,heads=2,vocab=64,seq=8"  # 6 layers
 
@@ -50,11 +50,11 @@ def test_variant_plans_are_the_pipeline_plans_on_sub_meshes():
 @pytest.mark.integration
 def test_profile_keeps_tensor_parallel_statistics(tmp_path):
     from mcap.store import Store
-    from mcap.workflow.profiling import profile
+    from mcap.workflow.profiling import ProfileRequest, profile
 
     setup = Setup(stages=4, batch_size=8, chunks=2, engine="hybrid")
     with Store(tmp_path / "s.sqlite") as store:
-        result = profile(GPT, setup, tmp_path / "p.json", store=store, parallel=("tp",))
+        result = profile(ProfileRequest(GPT, setup, tmp_path / "p.json", parallel=("tp",)), store=store)
         (v,) = result.profile.variants
         assert (v.parallel, v.degree, v.batch_size) == ("tp", 2, 8)
         # 2 sub-meshes: the profiling plans, then the whole model on one sub-mesh (its
@@ -69,13 +69,13 @@ def test_profile_keeps_tensor_parallel_statistics(tmp_path):
         assert again.variants[0].stats == v.stats
         # resumed: the runs are in the store, nothing is measured again
         before = len(store.run_records())
-        second = profile(GPT, setup, None, store=store, parallel=("tp",))
+        second = profile(ProfileRequest(GPT, setup, parallel=("tp",)), store=store)
         assert second.profile.variants[0].stats == v.stats
         assert len(store.run_records()) == before
     # Predicted == measured on plans the profile did not run: its pp stages and its tp2
     # stage both come from engine hybrid, the runtime that runs the plan (a pp profile from
     # engine pipelining read 13-24% high here: BENCHMARKS.md, "Hybrid plans measured").
-    from mcap.core.hybridpredict import HybridCosts
+    from mcap.core.capture.predict import HybridCosts
     from mcap.runner import open_runner
     hc = HybridCosts(result.profile)
     with open_runner(GPT, setup, timeout=120) as runner:
@@ -106,9 +106,9 @@ def test_parallel_profiles_merged_layers_and_plans_map_back(tmp_path, capsys):
     import json
 
     from mcap.cli.main import main
-    from mcap.core import merging
-    from mcap.core.hybridpredict import HybridCosts
-    from mcap.core.plan import profiling_plan
+    from mcap.core.capture import merging
+    from mcap.core.capture.predict import HybridCosts
+    from mcap.core.profiling.schedule import profiling_plan
     from mcap.io import jsonio
     from mcap.runner import open_runner
     from mcap.store import Store
@@ -180,9 +180,9 @@ def test_parallel_with_batch_sizes_predicts_dp_tp_stages_on_the_line(tmp_path, c
     import json
 
     from mcap.cli.main import main
-    from mcap.core import batchscale
-    from mcap.core.hybrid import batch_line
-    from mcap.core.hybridpredict import HybridCosts
+    from mcap.core.capture import batchscale
+    from mcap.core.capture.plan import batch_line
+    from mcap.core.capture.predict import HybridCosts
     from mcap.io import jsonio
     from mcap.runner import open_runner
 
@@ -231,7 +231,7 @@ def test_profile_summary_counts_the_dp_tp_runs(tmp_path, capsys):
     argv = ["profile", "--model", GPT, "--stages", "4", "--batch-size", "8", "--chunks", "2",
             "--parallel", "dp,tp", "--store", str(tmp_path / "s.sqlite"),
             "--out", str(tmp_path / "p.json")]
-    from mcap.core.plan import profiling_plan
+    from mcap.core.profiling.schedule import profiling_plan
     pp = len(profiling_plan(6, 4, "mcap").runs)  # the pipeline-only profiling runs: 3
     dp_tp = 2 * (len(variant_plans(6, 2, "dp", 2, "mcap")) + 1)  # + the whole model each
     assert main(argv) == 0
@@ -245,10 +245,10 @@ def test_profile_summary_counts_the_dp_tp_runs(tmp_path, capsys):
             in printed), printed
     # a result wrapping the same profile again (capture.profile_merged does) counts them once
     from mcap.store import Store
-    from mcap.workflow.profiling import Tally, profile
+    from mcap.workflow.profiling import ProfileRequest, Tally, profile
     with Store(tmp_path / "s.sqlite") as store:
         setup = Setup(stages=4, batch_size=8, chunks=2, engine="hybrid")
-        result = profile(GPT, setup, None, store=store, parallel=("dp", "tp"))
+        result = profile(ProfileRequest(GPT, setup, parallel=("dp", "tp")), store=store)
     assert (result.tally.reused, result.tally.parallel_reused) == (pp + dp_tp, dp_tp)
     again = ProfileResult(result.profile, result.profile_id, Tally.combined([result.tally], 1.0))
     assert again.tally.reused == pp + dp_tp and len(again.tally.parallel_runs) == dp_tp

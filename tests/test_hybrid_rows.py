@@ -1,11 +1,11 @@
 """Which rows of a micro-batch each device of a hybrid stage computes and sends on
-(``mcap.core.hybrid``, used by engine hybrid), and the micro-batch check."""
+(``mcap.core.capture.plan``, used by engine hybrid), and the micro-batch check."""
 from __future__ import annotations
 
 import pytest
 
 from mcap.core.errors import McapError
-from mcap.core.hybrid import (
+from mcap.core.capture.plan import (
     StageConfig, as_plan, check_micro_batches, holder_rows, need_rows, parse_plan,
 )
 

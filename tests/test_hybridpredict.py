@@ -7,8 +7,8 @@ import pytest
 
 from mcap.core import predictors
 from mcap.core.errors import McapError
-from mcap.core.hybrid import Mesh, batch_line, log_degree, parse_mesh, parse_plan
-from mcap.core.hybridpredict import (
+from mcap.core.capture.plan import Mesh, batch_line, log_degree, parse_mesh, parse_plan
+from mcap.core.capture.predict import (
     HybridCosts, inverse_fit, log_fit, per_stage_runs, recommend_mesh,
 )
 from mcap.core.recommend import costs_of
@@ -113,7 +113,7 @@ def test_a_four_device_profile_searches_its_two_way_stages_on_1x4():
     """``profile --stages 4 --parallel dp,tp`` gives degree 2 only: the mesh search places
     dp2/tp2 and leaves out dp4/tp4, saying why, instead of dropping dp and tp."""
     import itertools
-    from mcap.core.hybrid import HybridPlan, StageConfig
+    from mcap.core.capture.plan import HybridPlan, StageConfig
     p = make_profile([DP2, TP2])
     m = parse_mesh("1x4")
     dp, en = recommend_mesh(p, m, "exact"), recommend_mesh(p, m, "enumerate", prune=False)

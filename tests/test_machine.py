@@ -257,8 +257,8 @@ def test_the_default_thread_count_keeps_stored_study_keys():
 
 def test_threads_flag_sets_the_setup_and_rejects_zero(capsys, monkeypatch):
     from mcap.cli.main import build_parser
-    from mcap.cli.profile import setup_from_args
-    monkeypatch.setattr("mcap.cli.profile._cores", lambda: 8)  # whatever machine runs this
+    from mcap.cli.options import setup_from_args
+    monkeypatch.setattr("mcap.cli.options._cores", lambda: 8)  # whatever machine runs this
     args = build_parser().parse_args(["profile", "--model", "vgg11", "--stages", "2",
                                       "--out", "x.json", "--threads", "3"])
     assert setup_from_args(args).threads == 3

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from mcap.cli.main import main
-from mcap.core.hybrid import check_plan, parse_mesh, parse_plan
+from mcap.core.capture.plan import check_plan, parse_mesh, parse_plan
 from mcap.core.types import Layer, LayerStats, ModelInfo, Profile, Setup, VariantStats
 from mcap.io import jsonio
 
@@ -143,7 +143,7 @@ def test_the_command_line_prints_no_traceback(tmp_path):
 def save_scaled(tmp_path, variants=(), name="scaled.json"):
     """A batch-scaled profile (profile --profile-batch-sizes 4,8 at target 16): pp
     statistics at 4 and 8, none of its own; ``variants`` (dp/tp) beside them."""
-    from mcap.core import batchscale
+    from mcap.core.capture import batchscale
     base = Profile(model=ModelInfo("toy", tuple(Layer(f"l{i}", 100 * (i + 1)) for i in range(L))),
                    setup=Setup(stages=4, batch_size=16, chunks=2, engine="hybrid"),
                    stats=stats(1.0), variants=tuple(variants))
@@ -235,7 +235,7 @@ def test_missing_four_way_stages_name_the_eight_device_profile(capsys, tmp_path)
 # --- merged profiles (profile --merge-to): plans in the model's real layers ----------------
 
 def save_merged(tmp_path, name="merged.json"):
-    from mcap.core import merging
+    from mcap.core.capture import merging
     prof = jsonio.load_profile(save(tmp_path, (), "unmerged.json"))
     sizes = merging.merge_sizes(prof.stats, 5)
     merged = merging.merge_profile(prof, sizes)
@@ -245,8 +245,8 @@ def save_merged(tmp_path, name="merged.json"):
 
 
 def test_mesh_plans_of_a_merged_profile_are_in_real_layers(capsys, tmp_path):
-    from mcap.app.hybrid import measure_plan_args
-    from mcap.core import merging
+    from mcap.app.capture import measure_plan_args
+    from mcap.core.capture import merging
     path, sizes = save_merged(tmp_path)
     assert len(sizes) == 5 and sum(sizes) == L and max(sizes) > 1
     code, out, _ = run(capsys, "recommend", "--profile", path, "--mesh", "1x2", "--json")

@@ -1,8 +1,8 @@
 import pytest
 
 from mcap.core.errors import McapError
-from mcap.core.plan import minimum_layers, profiling_plan, replan
-from mcap.core.stats import extract, missing_statistics, stage_windows
+from mcap.core.profiling.schedule import minimum_layers, profiling_plan, replan
+from mcap.core.profiling.stats import extract, missing_statistics, stage_windows
 from mcap.core.types import Run
 
 CASES = [(L, G) for G in (2, 3, 4, 5, 8) for L in range(G + 1, 3 * G + 6)] + [(30, 4), (36, 4), (60, 8)]

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from mcap.core import safefill
+from mcap.core.profiling import safefill
 from mcap.core.errors import InvalidStatistics
-from mcap.core.plan import profiling_plan, replan
+from mcap.core.profiling.schedule import profiling_plan, replan
 from mcap.core.predict import cost_table
-from mcap.core.stats import (bounded_added, doomed, extract, missing_for_windows,
+from mcap.core.profiling.stats import (bounded_added, doomed, extract, missing_for_windows,
                              over_capacity, over_capacity_windows, stage_windows)
 from mcap.core.types import Run
 

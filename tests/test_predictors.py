@@ -8,13 +8,13 @@ import pytest
 
 from mcap.core.errors import McapError
 from mcap.core.partition import enumerate_all
-from mcap.core.plan import profiling_plan
+from mcap.core.profiling.schedule import profiling_plan
 from mcap.core.predict import predict
 from mcap.core import predictors
 from mcap.core.predictors.maxparam import fit_maxparam
 from mcap.core.recommend import recommend
 from mcap.core.search.tiebreak import key
-from mcap.core.stats import extract, stage_windows
+from mcap.core.profiling.stats import extract, stage_windows
 from mcap.core.types import Layer, ModelInfo, Profile, Run, Setup
 
 # A model where some layers have no parameters (ReLU/pool-like), as in VGG11.

@@ -4,9 +4,9 @@ state; behind another layer it forwards a new tensor per micro-batch."""
 from __future__ import annotations
 
 from mcap.core import predictors
-from mcap.core.plan import profiling_plan
+from mcap.core.profiling.schedule import profiling_plan
 from mcap.core.predictors.perstage import MIDDLE
-from mcap.core.stats import extract, stage_windows
+from mcap.core.profiling.stats import extract, stage_windows
 from mcap.core.types import Profile, Setup
 from mcap.runner import open_runner
 

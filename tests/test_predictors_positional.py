@@ -9,9 +9,9 @@ import numpy as np
 
 from mcap.core import predictors
 from mcap.core.partition import enumerate_all
-from mcap.core.plan import profiling_plan
+from mcap.core.profiling.schedule import profiling_plan
 from mcap.core.predictors.positional import LAST, MIDDLE
-from mcap.core.stats import extract, stage_windows
+from mcap.core.profiling.stats import extract, stage_windows
 from mcap.core.types import Layer, ModelInfo, Profile, Run, Setup
 
 # embedding, 9 equal blocks, a norm, a head (GPT-2's sequence)

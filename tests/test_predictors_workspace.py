@@ -10,9 +10,9 @@ import pytest
 
 from mcap.core import predictors
 from mcap.core.evaluate import percentile
-from mcap.core.plan import profiling_plan
+from mcap.core.profiling.schedule import profiling_plan
 from mcap.core.predictors.workspace import LIBRARY, PAID_BY, STEP
-from mcap.core.stats import extract, stage_windows
+from mcap.core.profiling.stats import extract, stage_windows
 from mcap.core.types import Layer, ModelInfo, Profile, Run, Setup
 from mcap.core.partition import enumerate_all
 

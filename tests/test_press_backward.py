@@ -15,9 +15,9 @@ from torch import nn
 
 from mcap.core.errors import SchemaError
 from mcap.core.press import outcome, problem_from, smallest_capacity, solve
-from mcap.core.pressplan import LayerAction
+from mcap.core.press.actions import LayerAction
 from mcap.io import jsonio
-from mcap.runner.pressstats import backward_bytes, transients
+from mcap.runner.press.stats import backward_bytes, transients
 
 MiB = 2**20
 K = LayerAction
@@ -217,12 +217,12 @@ def gpt_press(tmp_path_factory):
     """A real ``profile --press`` of a small GPT on 2 CPU stages (5 runs), saved as a file."""
     from mcap.core.types import Setup
     from mcap.store import Store
-    from mcap.workflow.profiling import profile
+    from mcap.workflow.profiling import ProfileRequest, profile
 
     tmp = tmp_path_factory.mktemp("gptpress")
     setup = Setup(stages=2, batch_size=8, chunks=4, checkpoint="never")
     with Store(tmp / "s.sqlite") as store:
-        prof = profile(SPEC, setup, None, store=store, press=True).profile
+        prof = profile(ProfileRequest(SPEC, setup, press=True), store=store).profile
     jsonio.save(prof, tmp / "gpt.profile.json")
     return prof, tmp / "gpt.profile.json"
 

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from mcap.cli.main import main
-from mcap.core.pressplan import plan_from_json
+from mcap.core.press.actions import plan_from_json
 from mcap.core.types import PressStats
 from mcap.io import jsonio
 

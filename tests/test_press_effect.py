@@ -8,7 +8,7 @@ from streamlit.testing.v1 import AppTest
 from mcap.core.errors import McapError
 from mcap.core.press import problem, solve
 from mcap.core.press.effect import effect
-from mcap.core.pressplan import LayerAction
+from mcap.core.press.actions import LayerAction
 from mcap.core.press import problem_from
 from mcap.core.timeline import StageMemory, simulate
 from mcap.store import Store

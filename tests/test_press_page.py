@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from mcap.core.pressplan import plan_from_json
+from mcap.core.press.actions import plan_from_json
 from mcap.store import Store
 from tests.test_press_cli import CAP, TOP, press_profile
 

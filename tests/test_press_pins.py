@@ -13,10 +13,10 @@ from torch import nn
 
 from mcap.core.errors import SchemaError
 from mcap.core.press import outcome, problem_from, smallest_capacity, solve
-from mcap.core.pressplan import LayerAction
+from mcap.core.press.actions import LayerAction
 from mcap.core.types import PressStats
 from mcap.io import jsonio
-from mcap.runner.pressstats import saved_and_boundaries
+from mcap.runner.press.stats import saved_and_boundaries
 
 MiB = 2**20
 K = LayerAction

@@ -8,7 +8,7 @@ import pytest
 from mcap.core.errors import McapError
 from mcap.core.press import outcome, problem_from, smallest_capacity, solve
 from mcap.core.press.model import live_intervals
-from mcap.core.pressplan import LayerAction
+from mcap.core.press.actions import LayerAction
 
 MiB = 2**20
 
@@ -41,6 +41,21 @@ def test_both_fit_every_device_and_milp_is_no_worse(seed):
         # stages side by side; work off the critical path can hide in its slack)
         assert 0 <= plan.predicted_added_seconds <= plan.predicted_work_seconds + 1e-12
     assert m.predicted_work_seconds <= h.predicted_work_seconds + 1e-6
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_every_registered_planner_fits_and_the_model_agrees(seed):
+    """The planner registry's contract: every registered planner's plan fits the capacity,
+    one action per layer, and its predicted peaks and work are ``model.outcome``'s."""
+    from mcap.core.press import names
+    p, cap = case(seed)
+    for method in names():
+        plan = solve(p, cap, method)
+        acts = [a for stage in plan.stages for a in stage]
+        assert len(acts) == sum(p.balance) and plan.method == method
+        o = outcome(p, acts)
+        assert max(plan.predicted_peaks) <= cap and o.peaks == plan.predicted_peaks
+        assert plan.predicted_work_seconds == pytest.approx(o.added_seconds)
 
 
 def test_heuristic_within_measured_factor_of_exact():

@@ -1,5 +1,5 @@
-"""MPress plans measured for real (issue 16, items 1-2): ``mcap.runner.press``,
-``mcap.runner.pressd2d``, ``mcap.runner.pressstats`` and ``measure --press``.
+"""MPress plans measured for real (issue 16, items 1-2): ``mcap.runner.press.apply``,
+``mcap.runner.press.d2d``, ``mcap.runner.press.stats`` and ``measure --press``.
 
 One 2-stage runner of a small VGG11 (checkpoint never) serves the measured tests: a
 keep-all plan reads the plain run's peaks exactly; recompute and host swap lower stage 0's
@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from mcap.core.errors import McapError
-from mcap.core.pressplan import LayerAction, PressPlan, keep_all
+from mcap.core.press.actions import LayerAction, PressPlan, keep_all
 from mcap.core.setup import press_code
 from mcap.core.types import Setup
 
@@ -42,7 +42,7 @@ def measured(tmp_path_factory):
     from mcap.io.pressfile import save as save_plan
     from mcap.models import build_model
     from mcap.runner import open_runner
-    from mcap.runner.pressstats import saved_bytes
+    from mcap.runner.press.stats import saved_bytes
     from mcap.store import Store
 
     keep = keep_all(SPEC, BALANCE)
@@ -123,8 +123,8 @@ def _grads(model: nn.Sequential, stage, x, y):
 
 def test_plans_leave_loss_and_gradients_unchanged(tmp_path):
     from mcap.models import build_model
-    from mcap.runner import pressd2d
-    from mcap.runner.press import PressStage
+    from mcap.runner.press import d2d
+    from mcap.runner.press.apply import PressStage
 
     torch.manual_seed(0)
     built = build_model(SPEC)
@@ -133,8 +133,8 @@ def test_plans_leave_loss_and_gradients_unchanged(tmp_path):
     n = len(model)
     actions = [LayerAction(i, ("recompute", "swap", "keep", "d2d", "recompute")[i % 5],
                            1 if i % 5 == 3 else None) for i in range(n)]
-    server = pressd2d.Server(str(tmp_path), 7, 1, 1, torch.device("cpu"))
-    channels = pressd2d.Channels(str(tmp_path), 7, torch.device("cpu"))
+    server = d2d.Server(str(tmp_path), 7, 1, 1, torch.device("cpu"))
+    channels = d2d.Channels(str(tmp_path), 7, torch.device("cpu"))
     try:
         want = _grads(model, PressStage(model, [LayerAction(i) for i in range(n)], 0), x, y)
         got = _grads(model, PressStage(model, actions, 0, channels), x, y)
@@ -149,7 +149,7 @@ def test_plans_leave_loss_and_gradients_unchanged(tmp_path):
 
 
 def test_saved_bytes_count_each_storage_once_and_no_parameters():
-    from mcap.runner.pressstats import saved_bytes
+    from mcap.runner.press.stats import saved_bytes
 
     model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
     x = torch.randn(3, 4)
@@ -159,7 +159,7 @@ def test_saved_bytes_count_each_storage_once_and_no_parameters():
 
 
 def test_press_stats_cover_every_layer_and_bandwidths():
-    from mcap.runner.pressstats import measure
+    from mcap.runner.press.stats import measure
 
     stats = measure(SPEC, SETUP, repeats=1)
     assert len(stats.saved_bytes) == len(stats.forward_seconds) == 30
@@ -257,9 +257,9 @@ def test_a_stage_moves_only_the_storages_of_its_own_device(device, monkeypatch):
     and offset); the stage swaps its GPU storages, leaves those in place, and trains as
     keep-all does (on the CPU every storage is the stage's own)."""
     from mcap.models import build_model
-    from mcap.runner import press
-    from mcap.runner.press import PressStage
-    from mcap.runner.pressstats import saved_bytes
+    from mcap.runner.press import apply as press
+    from mcap.runner.press.apply import PressStage
+    from mcap.runner.press.stats import saved_bytes
 
     device = torch.device(device, 0) if device == "cuda" else torch.device(device)
     built = build_model(GPT)
@@ -301,7 +301,7 @@ def test_d2d_of_a_gpt_moves_the_bytes_into_the_peer_stages_memory(device):
     through the stage processes' tracked memory."""
     from mcap.runner import open_runner
     from mcap.models import build_model
-    from mcap.runner.pressstats import saved_bytes
+    from mcap.runner.press.stats import saved_bytes
 
     setup, balance = _gpt_setup(device), (3, 3)
     keep = keep_all(GPT, balance)
@@ -340,9 +340,9 @@ def test_profile_press_times_swaps_and_recomputes_where_they_run(device):
     swap costs at least its copies at the measured bandwidth, and a plan that swaps or
     recomputes is predicted to add time; on the CPU the same numbers are CPU seconds."""
     from mcap.core.press import problem_from
-    from mcap.core.pressplan import LayerAction as A
+    from mcap.core.press.actions import LayerAction as A
     from mcap.core.press.model import delay
-    from mcap.runner.pressstats import measure
+    from mcap.runner.press.stats import measure
 
     setup = _gpt_setup(device)
     stats = measure(SMALL_GPT, setup, repeats=3)

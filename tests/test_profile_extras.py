@@ -60,7 +60,7 @@ def test_bad_values_are_refused(tmp_path, patch, words):
 
 def test_press_plan_round_trip_and_refusals():
     from mcap.core.errors import McapError
-    from mcap.core.pressplan import LayerAction, keep_all, plan_from_json, plan_to_json
+    from mcap.core.press.actions import LayerAction, keep_all, plan_from_json, plan_to_json
     plan = keep_all("vgg11:image_size=32", (2, 3))
     stages = (plan.stages[0], (LayerAction(2, "d2d", 0), LayerAction(3, "recompute"),
                                LayerAction(4, "swap")))

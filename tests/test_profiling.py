@@ -1,5 +1,5 @@
 """profile / sweep orchestration, the parts that need no stage processes: the sweep's
-balances, the oom fallback's choices (real mcap.core.plan.replan), the missing-statistics
+balances, the oom fallback's choices (real mcap.core.profiling.schedule.replan), the missing-statistics
 message, byte sizes and CLI input errors (exit 2)."""
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import sys
 
 import pytest
 
-from mcap.cli.profile import parse_bytes
+from mcap.cli.args import parse_bytes
 from mcap.core.errors import McapError
-from mcap.core.plan import profiling_plan
+from mcap.core.profiling.schedule import profiling_plan
 from mcap.workflow.profiling import Tally, _fallback, _missing_message, model_info, summary, sweep_balances
-from mcap.core.stats import extract
+from mcap.core.profiling.stats import extract
 from mcap.core.types import Run
 
 GPT = "gpt:layers=4,hidden=16,heads=2,vocab=32,seq=4"  # 6 layers
@@ -129,7 +129,7 @@ def _oom(balance, stage):
 
 
 def test_oom_windows_are_read_from_the_runners_errors():
-    from mcap.core.stats import doomed, over_capacity_windows
+    from mcap.core.profiling.stats import doomed, over_capacity_windows
     runs = [_oom((4, 1, 4, 3), 3), _oom((8, 1, 2, 1), 2),
             Run((2, 2, 2, 6), "failed", None, 1.0, error="stage 3 (layers 6..11): boom"),
             Run((1, 1, 1, 9), "oom", None, 1.0, error=None)]
@@ -141,7 +141,7 @@ def test_fallback_never_retries_a_stage_that_ran_out_of_memory():
     """AmoebaNet-D(6, 96) under 40 MiB (real errors of its profiling plan): cells 9 and 10
     do not fit on one stage, so no fallback holds them together, and the message says
     that their mem_added cannot be measured under this capacity."""
-    from mcap.core.stats import doomed, stage_windows
+    from mcap.core.profiling.stats import doomed, stage_windows
     plan = [(1, 1, 5, 5), (2, 1, 5, 4), (3, 1, 4, 4), (4, 1, 4, 3), (5, 1, 3, 3),
             (6, 1, 3, 2), (8, 1, 2, 1), (9, 1, 1, 1)]
     stage = {(1, 1, 5, 5): 3, (2, 1, 5, 4): 3, (3, 1, 4, 4): 3, (4, 1, 4, 3): 3,

@@ -16,10 +16,10 @@ import pytest
 
 from mcap.io import jsonio
 from mcap.core.partition import enumerate_all
-from mcap.core.plan import profiling_plan
-from mcap.core.stats import stage_windows
+from mcap.core.profiling.schedule import profiling_plan
+from mcap.core.profiling.stats import stage_windows
 from mcap.core.predict import predict
-from mcap.workflow.profiling import MissingStatistics, profile, sweep
+from mcap.workflow.profiling import ProfileRequest, MissingStatistics, profile, sweep
 from mcap.runner import open_runner
 from mcap.store import Store
 from mcap.core.types import Setup
@@ -44,7 +44,7 @@ def test_profile_end_to_end_then_predict_unprofiled_partitionings(tmp_path):
     out = tmp_path / "p.json"
     # No wall-clock bound here (issue 28: a test must not depend on the machine's timing);
     # what the profile costs is its run count, asserted below, and BENCHMARKS.md's timings.
-    result = profile(MODEL, SETUP, out, store=store, stream=io.StringIO())
+    result = profile(ProfileRequest(MODEL, SETUP, out, stream=io.StringIO()), store=store)
     plan = profiling_plan(6, 3).runs
     assert [r.balance for r in result.profile.runs] == list(plan)
     assert all(r.status == "ok" for r in result.profile.runs)
@@ -105,7 +105,7 @@ def test_oom_profiling_run_falls_back_to_other_partitionings(tmp_path):
     # Capacity just under the largest stage of the plan's first run (its last stage holds
     # 4 layers): that run is oom, the fallback must find the statistics elsewhere.
     capped = Setup(stages=3, batch_size=8, chunks=2, capacity_bytes=first.peak - 1)
-    result = profile(MODEL, capped, tmp_path / "p.json", store=store, stream=io.StringIO())
+    result = profile(ProfileRequest(MODEL, capped, tmp_path / "p.json", stream=io.StringIO()), store=store)
     status = {r.balance: r.status for r in result.profile.runs}
     assert status[(1, 1, 4)] == "oom"
     assert result.tally.fallback and all(status[b] == "ok" for b in result.tally.fallback)
@@ -160,7 +160,7 @@ def test_profiling_under_a_capacity_no_window_pair_fits(tmp_path):
     model = "amoebanet-d:layers=6,filters=40"
     cap = 7_400_000
     setup = Setup(stages=4, batch_size=8, chunks=4, capacity_bytes=cap)
-    result = profile(model, setup, None, store=Store(tmp_path / "s.sqlite"), stream=io.StringIO())
+    result = profile(ProfileRequest(model, setup, stream=io.StringIO()), store=Store(tmp_path / "s.sqlite"))
     runs = {r.balance: r for r in result.profile.runs}
     assert runs[(8, 1, 2, 1)].status == "oom" and "stage 2 (layers 9..10)" in runs[(8, 1, 2, 1)].error
     assert result.tally.fallback and all(runs[b].status == "ok" for b in result.tally.fallback)

@@ -235,7 +235,7 @@ def test_every_optional_flag_shown_exists():
 
 def test_models_balances_and_plans_agree():
     """Every README spec parses, and a balance or plan given with it covers its layers."""
-    from mcap.core.hybrid import parse_plan
+    from mcap.core.capture.plan import parse_plan
     checked = 0
     for c in readme_commands():
         if kind_of(c) != "mcap":

@@ -1,7 +1,7 @@
 import pytest
 
 from mcap.core.errors import InvalidStatistics
-from mcap.core.stats import extract, missing_statistics
+from mcap.core.profiling.stats import extract, missing_statistics
 from mcap.core.types import Run
 
 

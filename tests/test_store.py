@@ -119,7 +119,7 @@ def test_a_merged_profile_links_the_real_models_runs_without_copying_them(store)
     layers, into a study of the merged model (which nothing can build). They are linked
     now: one record per measurement, and the profile loads with its merged runs."""
     from mcap.app.searches import measured_runs
-    from mcap.core import merging
+    from mcap.core.capture import merging
     sizes = (2, 1, 2, 1)  # 6 real layers -> 4 merged ones
     real = store.study(MODEL, SETUP)
     measured = (ok_run((2, 4)), ok_run((3, 3)), Run((5, 1), "oom", None, 0.5))
@@ -154,7 +154,7 @@ def test_a_merged_profile_links_the_real_models_runs_without_copying_them(store)
 def test_a_merged_profile_without_its_real_study_keeps_its_runs(store):
     """A merged profile saved where the real model's runs are not (another store): its runs
     stay in its own study, and it loads as saved."""
-    from mcap.core import merging
+    from mcap.core.capture import merging
     sizes = (2, 1, 2, 1)
     merged = merging.merge_profile(Profile(MODEL, SETUP, LayerStats((1,) * 6, (None,) + (1,) * 5)),
                                    sizes)

@@ -13,13 +13,13 @@ import time
 
 import pytest
 
-from mcap.core.cover import Knowledge, distinct_keys, greedy_cover, stage_keys
+from mcap.core.profiling.cover import Knowledge, distinct_keys, greedy_cover, stage_keys
 from mcap.core.partition import enumerate_all
 from mcap.core.types import Run, Setup
 from mcap.io import jsonio
 from mcap.store import Store
 from mcap.workflow import reuse
-from mcap.workflow.profiling import profile, sweep
+from mcap.workflow.profiling import ProfileRequest, profile, sweep
 
 
 def every(layers, stages):
@@ -113,9 +113,9 @@ def test_capacity_oom_is_composed_for_every_partitioning_holding_the_stage(sched
 # --- profile wiring: every stage known, so nothing is measured --------------------------
 
 def test_profile_composes_runs_whose_every_stage_is_stored_and_starts_no_process(tmp_path):
-    from mcap.core.plan import profiling_plan
-    from mcap.core.stats import extract
-    from mcap.workflow.profiling import model_info
+    from mcap.core.profiling.schedule import profiling_plan
+    from mcap.core.profiling.stats import extract
+    from mcap.workflow.measuring import model_info
 
     spec, setup = "vgg11:image_size=32,hidden=64", Setup(stages=4, batch_size=8, chunks=2)
     from mcap.runner.machine import collect
@@ -137,7 +137,7 @@ def test_profile_composes_runs_whose_every_stage_is_stored_and_starts_no_process
         store.record_run(study, scripted.get(b), kind="profile", machine=here)
     # Another machine's run (here: none recorded) must not be reused nor composed from.
     store.record_run(study, Run(plan[-1], "ok", (1,) * 4, 0.1), kind="measure")
-    result = profile(spec, setup, None, store=store, stream=io.StringIO())
+    result = profile(ProfileRequest(spec, setup, stream=io.StringIO()), store=store)
     made = [r for r in result.profile.runs if r.composed]
     assert result.tally.measured == 0 and result.tally.reused == len(alone)
     assert result.tally.composed == len(made) == len(plan) - len(alone) >= 1
@@ -323,7 +323,7 @@ def stage_env(monkeypatch):
 
 
 def reuse_info():
-    from mcap.workflow.profiling import model_info
+    from mcap.workflow.measuring import model_info
     return model_info(MODEL)
 
 

@@ -6,7 +6,7 @@ worker let go of them (and of the reference the C++ side holds on their Python o
 only when the OS scheduled it again, so a buffer the main thread had dropped was sometimes
 freed after the next tensors were allocated: a tp device holding the GPT head read up to
 +1.5 MiB in about one run in seven (BENCHMARKS.md, "Repeatability").
-``mcap.runner.hybrid.synchronous_collectives`` makes every functional collective return
+``mcap.runner.capture.device.synchronous_collectives`` makes every functional collective return
 only once the worker has let go. The first test checks that mechanism on two gloo
 processes; the second measures the same tp plans again and again, after themselves and
 after other plans, and wants the same per-device peaks every time. Before the fix the
@@ -38,7 +38,7 @@ DEVICE = r"""
 import json, sys
 import torch, torch.distributed as dist
 from torch.distributed import _functional_collectives as funcol
-from mcap.runner import hybrid
+from mcap.runner.capture import device as hybrid
 
 rank, init, rounds = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=2)

@@ -210,7 +210,7 @@ def cancel(store: Store, job_id: int) -> Job:
         if not ours:
             return _mark_lost(store, job, why)
         # Only the command itself: it turns SIGTERM into a clean stop that closes its stage
-        # processes (mcap.workflow.profiling.sigterm_cancels) instead of recording a half-killed run.
+        # processes (mcap.workflow.measuring.sigterm_cancels) instead of recording a half-killed run.
         try:
             os.kill(job.pid, signal.SIGTERM)
         except ProcessLookupError:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-from mcap.core.pressplan import PressPlan
+from mcap.core.press.actions import PressPlan
 from mcap.core.units import fmt_bytes
 from mcap.store import Store
 

@@ -25,8 +25,21 @@ _TIME_LOCK = threading.Lock()
 
 def quick_methods() -> tuple[str, ...]:
     """Methods a page may run while it renders (milliseconds): not the on-demand ones (bo)
-    and not ``time``, which times the real model (a job, or the Recommend page's button)."""
-    return tuple(m for m in names(on_demand=False) if m != "time")
+    and not those that time the real model (``needs_model``: ``time``; a job, or the
+    Recommend page's button)."""
+    return names(on_demand=False, needs_model=False)
+
+
+def timed_methods() -> tuple[str, ...]:
+    """Methods that time the real model (``needs_model``: ``time``): timed in the server's
+    timing child when a page asks, shown once done."""
+    return names(needs_model=True)
+
+
+def on_demand_methods() -> tuple[str, ...]:
+    """Methods that take minutes (``on_demand``: ``bo``): run in a background thread when a
+    page asks, their best-so-far curve polled as it grows."""
+    return names(on_demand=True)
 
 
 # bf predicts every partitioning: past this many it takes from seconds to many minutes
@@ -35,16 +48,18 @@ RENDER_PARTITIONINGS = 5 * 10 ** 6
 
 
 def render_skip(method: str, num_layers: int, stages: int) -> Optional[str]:
-    """Why a page should not run ``method`` just to fill a comparison table, or None."""
+    """Why a page should not run ``method`` just to fill a comparison table, or None: a
+    method that predicts every partitioning (``enumerates``: bf) past RENDER_PARTITIONINGS."""
     from mcap.core.partition import count
-    if method != "bf" or not 1 <= stages <= num_layers:
+    from mcap.core.search import DEFAULT
+    if not get(method).enumerates or not 1 <= stages <= num_layers:
         return None
     n = count(num_layers, stages)
     if n <= RENDER_PARTITIONINGS:
         return None
-    return (f"bf is left out of this table: {n:,} partitionings of {num_layers} layers on "
-            f"{stages} stages take minutes to predict one by one; exact finds the same lowest "
-            f"peak. Choose Method bf to run it anyway.")
+    return (f"{method} is left out of this table: {n:,} partitionings of {num_layers} layers "
+            f"on {stages} stages take minutes to predict one by one; {DEFAULT} finds the same "
+            f"lowest peak. Choose Method {method} to run it anyway.")
 
 
 def label(method: str) -> str:
@@ -97,7 +112,7 @@ def run_method(profile: Profile, stages: int, method: str, predictor: Optional[s
     """One registered method as a Recommendation under ``predictor``."""
     settings = dict(settings or {})
     context = None
-    if method == "time":
+    if get(method).needs_model:
         missing = time_left_out(profile)
         if missing is not None:  # before any child process starts
             from mcap.core.search.time import NoDevice
@@ -134,7 +149,7 @@ def start_time(dataset: str, profile: Profile, stages: int) -> None:
 
         def work():
             try:
-                run_method(profile, stages, "time")
+                run_method(profile, stages, timed_methods()[0])
             except McapError as exc:
                 _TIME_ERRORS[key] = str(exc)
             except Exception as exc:  # shown on the page, never a traceback
@@ -144,12 +159,14 @@ def start_time(dataset: str, profile: Profile, stages: int) -> None:
 
 
 class BoRun:
-    """One bo search in a background thread of this server, so the page stays responsive and
-    the best-so-far curve can be polled while it grows. Seeded, so a finished run is reused
-    by any session."""
+    """One on-demand search (``on_demand``: bo) in a background thread of this server, so
+    the page stays responsive and the best-so-far curve can be polled while it grows.
+    Seeded, so a finished run is reused by any session. ``method``: the first on-demand
+    method unless told."""
 
     def __init__(self, profile: Profile, stages: int, seed: int, iterations: int,
-                 predictor: Optional[str] = None):
+                 predictor: Optional[str] = None, method: Optional[str] = None):
+        self.method = method or on_demand_methods()[0]
         self.iterations = iterations
         self.curve: list[int] = []
         self.result: Optional[Recommendation] = None
@@ -163,14 +180,15 @@ class BoRun:
 
     def _run(self, profile, stages, seed, iterations, predictor):
         try:
-            self.result = recommend(profile, stages, "bo", predictor, seed=seed,
+            self.result = recommend(profile, stages, self.method, predictor, seed=seed,
                                     iterations=iterations, on_best=self._on_best)
         except _Stopped:
-            self.error = f"bo was stopped after {len(self.curve)} of {iterations} evaluations"
+            self.error = (f"{self.method} was stopped after {len(self.curve)} of {iterations} "
+                          "evaluations")
         except McapError as exc:
             self.error = str(exc)
         except Exception as exc:  # shown on the page, never a traceback
-            self.error = f"bo failed: {type(exc).__name__}: {exc}"
+            self.error = f"{self.method} failed: {type(exc).__name__}: {exc}"
         finally:
             self.ended = time.monotonic()
 
@@ -208,22 +226,29 @@ _BO_LOCK = threading.Lock()
 
 
 def bo_run(dataset: str, profile: Profile, stages: int, seed: int, iterations: int,
-           predictor: Optional[str] = None, start: bool = False) -> Optional[BoRun]:
-    """The bo run for this dataset and settings: existing, started now (once, even when two
-    sessions press the button together), or None."""
-    key = (dataset, int(stages), int(seed), int(iterations), predictor)
+           predictor: Optional[str] = None, start: bool = False,
+           method: Optional[str] = None) -> Optional[BoRun]:
+    """The on-demand run (``method``: the first on-demand method, bo, unless told) for this
+    dataset and settings: existing, started now (once, even when two sessions press the
+    button together), or None."""
+    method = method or on_demand_methods()[0]
+    key = (dataset, int(stages), int(seed), int(iterations), predictor, method)
     with _BO_LOCK:
         if key not in _BO_RUNS and start:
-            _BO_RUNS[key] = BoRun(profile, int(stages), int(seed), int(iterations), predictor)
+            _BO_RUNS[key] = BoRun(profile, int(stages), int(seed), int(iterations), predictor,
+                                  method)
         return _BO_RUNS.get(key)
 
 
-def finished_bo(dataset: str, stages: int, predictor: Optional[str] = None) -> Optional[Recommendation]:
-    """The latest finished bo pick for a dataset and stage count, if any session ran one."""
+def finished_bo(dataset: str, stages: int, predictor: Optional[str] = None,
+                method: Optional[str] = None) -> Optional[Recommendation]:
+    """The latest finished pick of an on-demand method (bo unless told) for a dataset and
+    stage count, if any session ran one."""
+    method = method or on_demand_methods()[0]
     with _BO_LOCK:
         done = [run.result for key, run in _BO_RUNS.items()
                 if key[0] == dataset and key[1] == int(stages) and key[4] == predictor
-                and run.result is not None]
+                and key[5] == method and run.result is not None]
     return done[-1] if done else None
 
 
@@ -251,7 +276,7 @@ def measured_runs(profile: Profile, sweep: Optional[Sweep] = None, store=None) -
     own, the sweep's (same model and setup), and the store's for that study. A merged
     profile's runs are stored in the real model's study (``Store.save_profile``): those
     whose stage boundaries fall between merged layers are given over the merged layers."""
-    from mcap.core import merging
+    from mcap.core.capture import merging
     runs = list(profile.runs)
     if sweep is not None and mismatch(profile, sweep) is None:
         runs += list(sweep.runs)

@@ -14,8 +14,8 @@ from mcap.core.errors import McapError
 
 # Command modules, each with register(subparsers). Kept as names so `plan` does not pay
 # for importing torch.
-COMMAND_MODULES = ("mcap.cli.core", "mcap.cli.run", "mcap.cli.profile", "mcap.cli.evaluate",
-                   "mcap.cli.export", "mcap.cli.press")
+COMMAND_MODULES = tuple(f"mcap.cli.commands.{name}" for name in (
+    "predict", "measure", "profile", "evaluate", "export", "press"))
 
 
 class _Parser(argparse.ArgumentParser):

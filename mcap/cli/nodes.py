@@ -17,54 +17,12 @@ every node before torchrun starts, and node 0 exits with the command's own statu
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import subprocess
 import sys
 
-from mcap.cli import args as argtypes
 from mcap.core.errors import McapError
-
-
-def add_node_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--nnodes", type=argtypes.positive_int, default=None, metavar="N",
-                   help="run across N nodes through torchrun (the same command on each node)")
-    p.add_argument("--node-rank", type=int, default=None, metavar="R",
-                   help="this node's rank, 0..N-1 (with --nnodes; default 0)")
-    p.add_argument("--rdzv-endpoint", default=None, metavar="HOST:PORT",
-                   help="node 0's address and a free port (with --nnodes)")
-    p.set_defaults(check_args=check_node_options)  # mcap.cli.main, before the command runs
-
-
-def check_node_options(args) -> None:
-    """``--node-rank`` / ``--rdzv-endpoint`` mean something only with ``--nnodes``: given
-    without it they were silently ignored (the run stayed on this machine); refused naming
-    them. With ``--nnodes`` the rank defaults to 0, and ``--nnodes 1`` without an endpoint
-    rendezvouses on this machine (127.0.0.1 and a free port); more nodes need one."""
-    if args.nnodes is None:
-        given = [f"{opt} {value}" for opt, value in (("--node-rank", args.node_rank),
-                                                      ("--rdzv-endpoint", args.rdzv_endpoint))
-                 if value is not None]
-        if given:
-            raise McapError(f"{' and '.join(given)} apply only across nodes: give --nnodes N "
-                            "as well, or leave them out to run on this machine")
-    else:
-        if args.node_rank is None:
-            args.node_rank = 0
-        if args.rdzv_endpoint is None:
-            if args.nnodes != 1:
-                raise McapError(f"--nnodes {args.nnodes} needs --rdzv-endpoint HOST:PORT: node "
-                                "0's address and a free port, the same on every node (e.g. "
-                                "node0:29500)")
-            args.rdzv_endpoint = f"127.0.0.1:{_free_port()}"  # one node: this machine
-
-
-def _free_port() -> int:
-    import socket
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _endpoint(text) -> tuple[str, int]:
@@ -158,10 +116,10 @@ def launch_command(args, setup) -> int:
     import os
     import tempfile
 
-    from mcap.runner.spmdrunner import ENGINES
-    if setup.engine not in ENGINES:
-        raise McapError(f"--nnodes runs engines {' and '.join(ENGINES)}; engine {setup.engine} "
-                        "does not run across nodes")
+    from mcap.runner.engines import across_nodes
+    if setup.engine not in across_nodes():
+        raise McapError(f"--nnodes runs engines {' and '.join(across_nodes())}; engine "
+                        f"{setup.engine} does not run across nodes")
     devices = setup.stages
     command = _without_node_options(list(args.argv))
     argv = torchrun_argv(args, devices) + ["mcap.cli.spmd_run", "--device", args.device,
@@ -181,16 +139,16 @@ def launch_command(args, setup) -> int:
 
 
 def _record(args, run) -> None:
-    from mcap.cli.measure_plan import stored_run
-    from mcap.cli.profile import setup_from_args
-    from mcap.core.hybrid import store_engine
+    from mcap.cli.options import setup_from_args
+    from mcap.core.capture.plan import store_engine, stored_run
     from mcap.store import Store
-    from mcap.workflow.profiling import model_info
+    from mcap.workflow.measuring import model_info
 
     info = model_info(args.model)
     plan = getattr(args, "plan", None)
     if plan is not None:
-        args.stages, args.engine = len(plan.stages), "hybrid"
+        from mcap.runner.engines import plans_engine
+        args.stages, args.engine = len(plan.stages), plans_engine()
         setup = dataclasses.replace(setup_from_args(args), engine=store_engine(plan))
         run = stored_run(plan, run)
     else:
@@ -200,4 +158,4 @@ def _record(args, run) -> None:
         store.keep_run(info, setup, run, kind="measure", job=args.job)
 
 
-__all__ = ["add_node_options", "launch_command", "launch_measure", "spmd_argv"]
+__all__ = ["launch_command", "launch_measure", "spmd_argv"]

@@ -20,13 +20,12 @@ import sys
 import time
 from datetime import timedelta
 
+from mcap.core.errors import McapError
+
 
 def main(argv: list[str] | None = None) -> int:
-    from mcap.cli.profile import add_setup_options, setup_from_args
-    from mcap.cli.run import parse_balance, run_json
-    from mcap.core.errors import McapError
-
-    from mcap.cli.run import parse_plan_arg
+    from mcap.cli.options import add_setup_options, parse_balance, parse_plan_arg, setup_from_args
+    from mcap.cli.output import run_json
 
     p = argparse.ArgumentParser(prog="python -m mcap.cli.spmd")
     add_setup_options(p)
@@ -62,13 +61,14 @@ def _measure(args, setup, rank: int, world: int, run_json) -> int:
     import torch.distributed as dist
     import torch.distributed.pipelining  # noqa: F401  (import-time tensors stay uncounted)
 
-    from mcap.runner import memtrack
-    from mcap.runner import ITERATIONS, check_balance, check_setup
+    from mcap.runner import check_balance, check_setup, memtrack
     from mcap.runner.pipelining import build_resident, run_stage
-    from mcap.core.types import Run
+    from mcap.runner.results import run_of
 
     check_setup(setup)
-    if setup.engine != "pipelining":
+    from mcap.runner import engines
+    engine = engines.get(setup.engine)
+    if not engine.across_nodes or engine.plans:  # a plan is --plan (_measure_plan)
         print("mcap: error: under torchrun only engine pipelining runs", file=sys.stderr)
         return 2
     local = int(os.environ.get("LOCAL_RANK", rank))
@@ -94,33 +94,25 @@ def _measure(args, setup, rank: int, world: int, run_json) -> int:
         dist.destroy_process_group()
     if rank != 0:
         return 0
-    bad = [r for r in results if r.status != "ok"]
-    if bad:
-        status = "oom" if any(r.status == "oom" for r in bad) else "failed"
-        run = Run(balance, status, None, seconds, error="; ".join(r.error or "" for r in bad))
-    else:
-        window = max(r.seconds for r in results)
-        run = Run(balance, "ok", tuple(r.peak for r in results), seconds,
-                  samples_per_second=ITERATIONS * setup.batch_size / window,
-                  breakdown=(tuple(r.breakdown for r in results)
-                             if all(r.breakdown for r in results) else None))
+    run = run_of(balance, results, seconds, setup)
     print(json.dumps(run_json(run)))
     return 0 if run.status == "ok" else 1
 
 
 def _measure_plan(args, rank: int, world: int) -> int:
-    """A hybrid plan (engine hybrid): rank d is device d of the plan (mcap.runner.hybrid)."""
+    """A hybrid plan (engine hybrid): rank d is device d of the plan (mcap.runner.capture.device)."""
     import torch
     import torch.distributed as dist
     import torch.distributed.pipelining  # noqa: F401  (import-time tensors stay uncounted)
 
-    from mcap.cli.measure_plan import plan_json, plan_setup
-    from mcap.core.hybrid import check_plan
-    from mcap.core.types import Run
-    from mcap.runner import ITERATIONS, check_setup, memtrack
-    from mcap.runner.hybrid import run_device
+    from mcap.cli.options import plan_setup
+    from mcap.cli.output import plan_json
+    from mcap.core.capture.plan import check_plan
+    from mcap.runner import check_setup, memtrack
+    from mcap.runner.capture.device import run_device
     from mcap.runner.machine import pin_threads
     from mcap.runner.pipelining import build_resident
+    from mcap.runner.results import run_of
 
     plan = args.plan
     if world != plan.devices:
@@ -150,19 +142,10 @@ def _measure_plan(args, rank: int, world: int) -> int:
         dist.destroy_process_group()
     if rank != 0:
         return 0
-    bad = [r for r in results if r.status != "ok"]
-    if bad:
-        status = "oom" if any(r.status == "oom" for r in bad) else "failed"
-        run = Run(plan.balance, status, None, seconds,
-                  error="; ".join(r.error or "" for r in bad))
-    else:
-        window = max(r.seconds for r in results)
-        run = Run(plan.balance, "ok", tuple(r.peak for r in results), seconds,
-                  samples_per_second=ITERATIONS * setup.batch_size / window,
-                  breakdown=(tuple(r.breakdown for r in results)
-                             if all(r.breakdown for r in results) else None))
+    run = run_of(plan.balance, results, seconds, setup)
     out = plan_json(plan, run)
-    out["losses"] = [list(r.losses) for r in results if r.losses][0] if not bad else None
+    out["losses"] = ([list(r.losses) for r in results if r.losses][0] if run.status == "ok"
+                     else None)
     print(json.dumps(out))
     return 0 if run.status == "ok" else 1
 

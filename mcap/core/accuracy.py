@@ -191,7 +191,7 @@ def stage_terms(profile: Profile, costs, balance: Sequence[int]) -> tuple[tuple[
 @dataclass(frozen=True)
 class StageMeasured:
     """What the measured runs say about one stage of a partitioning: how many ok runs held
-    the same stage (``mcap.core.cover.stage_keys``: same layers, same place in the pipeline)
+    the same stage (``mcap.core.profiling.cover.stage_keys``: same layers, same place in the pipeline)
     and the highest peak they read there (memory is a limit: on a GPU a stage's peak varies
     from run to run)."""
     count: int
@@ -201,7 +201,7 @@ class StageMeasured:
 def stage_measurements(runs: Sequence, balance: Sequence[int], schedule: str
                        ) -> tuple[StageMeasured, ...]:
     """Per stage of ``balance``: its measurements in any ok run of ``runs`` (same setup)."""
-    from mcap.core.cover import stage_keys
+    from mcap.core.profiling.cover import stage_keys
     keys = stage_keys(balance, schedule)
     seen: dict = {k: [] for k in keys}
     for r in runs:

@@ -28,7 +28,6 @@ from mcap.core.costs import StageCosts
 from mcap.core.setup import check_compatible
 from mcap.core.types import Profile, Recommendation, Run, Sweep
 
-NEEDS_MODEL = ("time",)  # methods that time the real model: not pure
 PAPER_WITHIN = 0.14  # paper 4.2: 90% of partitionings within 14%
 GOAL_WITHIN = 0.05  # issue 6, "Better than the paper": 90% within 5%
 
@@ -156,12 +155,12 @@ def place(method: str, balance: Optional[Sequence[int]], predicted_peak: Optiona
 def pure_picks(profile: Profile, stages: int, *, predictor: Optional[str] = None, seed: int = 0,
                methods: Optional[Sequence[str]] = None,
                bo_iterations: int = 75) -> tuple[Recommendation, ...]:
-    """The picks of every registered method that needs no model (not ``time``), under
-    ``predictor``. bo uses the paper's 75 evaluations unless told otherwise (4.1)."""
+    """The picks of every registered method that needs no model (``needs_model``: not
+    ``time``), under ``predictor``. bo uses the paper's 75 evaluations unless told otherwise (4.1)."""
     from mcap.core.recommend import recommend
     from mcap.core.search import names
 
-    methods = [m for m in names() if m not in NEEDS_MODEL] if methods is None else methods
+    methods = names(needs_model=False) if methods is None else methods
     return tuple(recommend(profile, stages, m, predictor, seed=seed, iterations=bo_iterations)
                  for m in methods)
 

@@ -53,12 +53,7 @@ def windows(balance: Sequence[int]) -> tuple[tuple[int, int], ...]:
     """(first, last) layer of each stage, inclusive: the one balance -> windows function.
 
     A stage holding layers a..z measures the *window* PM(a..z) (mCAP 3.1)."""
-    out, start = [], 0
-    for n in balance:
-        n = int(n)
-        out.append((start, start + n - 1))
-        start += n
-    return tuple(out)
+    return Partitioning(tuple(int(n) for n in balance)).bounds()
 
 
 def windows_many(balances: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -30,7 +30,8 @@ Source = Union[Profile, StageCosts, LayerStats]
 
 @lru_cache(maxsize=16)
 def _fit(profile: Profile, name: str) -> StageCosts:
-    from mcap.core import batchscale, predictors
+    from mcap.core import predictors
+    from mcap.core.capture import batchscale
     if batchscale.extrapolated(profile):
         # CAPTURE (III-B2): a profile extrapolated to its batch size predicts per stage on
         # the line through its two profiled sizes; each variant is fitted as a profile.
@@ -41,8 +42,9 @@ def _fit(profile: Profile, name: str) -> StageCosts:
 def costs_at(profile: Profile, batch_size: Optional[int], predictor: Optional[str] = None
              ) -> StageCosts:
     """The profile's stage costs at ``batch_size`` (None: its own), through batch-size
-    scaling where that differs from what was profiled (``mcap.core.batchscale``)."""
-    from mcap.core import batchscale, predictors
+    scaling where that differs from what was profiled (``mcap.core.capture.batchscale``)."""
+    from mcap.core import predictors
+    from mcap.core.capture import batchscale
     name = predictor or predictors.DEFAULT
     predictors.get(name)
     return batchscale.costs_at(profile, batch_size, name, _fit)
@@ -52,15 +54,16 @@ def costs_of(source: Source, predictor: Optional[str] = None) -> StageCosts:
     """The stage costs of a profile under ``predictor`` (default: the registry's), of bare
     statistics (Listing 1.1, predictor ``paper``), or ``source`` itself."""
     from mcap.core import predictors
+    from mcap.core.predictors.paper import Paper  # Listing 1.1 over the statistics as they are
     if isinstance(source, Profile):
         name = predictor or predictors.DEFAULT
         predictors.get(name)  # names the choices for an unknown one
         return _fit(source, name)
-    if predictor not in (None, "paper") and isinstance(source, LayerStats):
+    if predictor not in (None, Paper.name) and isinstance(source, LayerStats):
         raise McapError(f"predictor {predictor!r} needs the profile's runs; bare statistics "
                         "only give the paper's Listing 1.1")
     if isinstance(source, LayerStats):
-        return AdditiveCosts(cost_table(source), "paper")
+        return AdditiveCosts(cost_table(source), Paper.name)
     if isinstance(source, StageCosts):
         if predictor not in (None, source.predictor):
             raise McapError(f"these stage costs come from predictor {source.predictor!r}, "

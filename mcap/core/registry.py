@@ -23,6 +23,10 @@ class Registry(Generic[T]):
         self._items[name] = cls()
         return cls
 
+    def unregister(self, name: str) -> None:
+        """Remove ``name`` (tests that register a toy one take it out again)."""
+        self._items.pop(name, None)
+
     def names(self) -> tuple[str, ...]:
         return tuple(self._items)
 

@@ -12,7 +12,21 @@ from mcap.core.errors import McapError, SchemaError
 from mcap.core.types import Setup
 
 SCALE_SCHEMA = "mcap.scale/1"
-PARTITIONERS = ("mcap", "time", "uniform", "params")
+MCAP = "mcap"  # mCAP itself: profile at each size, then the default search method
+
+
+def partitioners() -> tuple[str, ...]:
+    """What ``scale --partitioner`` may compare: mCAP, then every registered search method
+    whose pick needs no statistics (``uses_costs`` False: the baselines; ``time`` is the
+    paper's, 4.3), in the registry's order."""
+    from mcap.core import search
+    return (MCAP, *search.names(uses_costs=False))
+
+
+def reference() -> str:
+    """The partitioner mCAP's largest size is compared with (the ``reference`` method)."""
+    from mcap.core import search
+    return search.reference()
 
 
 @dataclass(frozen=True)
@@ -57,9 +71,10 @@ class Scaling:
     def result(self, partitioner: str) -> Optional[ScaleResult]:
         return next((r for r in self.results if r.partitioner == partitioner), None)
 
-    def ratio(self, partitioner: str, to: str = "time") -> Optional[float]:
-        """Largest trainable size (parameters) of ``partitioner`` over that of ``to``."""
-        a, b = self.result(partitioner), self.result(to)
+    def ratio(self, partitioner: str, to: Optional[str] = None) -> Optional[float]:
+        """Largest trainable size (parameters) of ``partitioner`` over that of ``to``
+        (default: the reference baseline, :func:`reference`)."""
+        a, b = self.result(partitioner), self.result(to or reference())
         if a is None or b is None or not a.largest_params or not b.largest_params:
             return None
         return a.largest_params / b.largest_params
@@ -123,7 +138,7 @@ def report(s: Scaling) -> str:
         ratio = s.ratio(r.partitioner)
         more = " (the highest value tried; the limit is higher)" if r.at_high else ""
         lines.append(f"  {r.partitioner:<8} {s.vary}={r.largest_value}, {r.largest_params:,} parameters"
-                     + (f", {ratio:.2f}x time" if ratio is not None else "") + more)
+                     + (f", {ratio:.2f}x {reference()}" if ratio is not None else "") + more)
     return "\n".join(lines)
 
 

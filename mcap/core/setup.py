@@ -62,7 +62,7 @@ _PRESS_CODE = re.compile(r"(?:(?:k|r|s|d[0-9]{1,6})(?:,(?:k|r|s|d[0-9]{1,6}))*)?
 
 
 def press_code(plan) -> str:
-    """The identity of an MPress plan (``mcap.core.pressplan.PressPlan``) as ``Setup.press``:
+    """The identity of an MPress plan (``mcap.core.press.actions.PressPlan``) as ``Setup.press``:
     its per-layer actions in layer order (the model and balance are the study's and the
     run's own)."""
     return ",".join("d%d" % a.target if a.action == "d2d" else a.action[0]

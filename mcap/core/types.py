@@ -83,9 +83,13 @@ class Partitioning:
         return sum(self.balance)
 
     def bounds(self) -> tuple[tuple[int, int], ...]:
-        """(first, last) layer index of each stage, inclusive (``mcap.core.partition.windows``)."""
-        from mcap.core.partition import windows
-        return windows(self.balance)
+        """(first, last) layer index of each stage, inclusive: the one balance -> windows
+        computation (``mcap.core.partition.windows`` asks it)."""
+        out, start = [], 0
+        for n in self.balance:
+            out.append((start, start + n - 1))
+            start += n
+        return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -123,7 +127,7 @@ class Run:
     """One measured partitioning. A failed or OOM run is a record too (optuna's trial states).
 
     ``composed``: the per-stage peaks (or the oom) were not measured on this partitioning
-    but composed from runs of others holding the same stages (``mcap.core.cover``); such
+    but composed from runs of others holding the same stages (``mcap.core.profiling.cover``); such
     a run's ``seconds`` is 0.
 
     ``times``: per stage, what a stage run alone recorded (``StageTimes``); None for a run
@@ -149,7 +153,7 @@ class Run:
 @dataclass(frozen=True)
 class StageRun:
     """One stage of ``balance`` (index ``stage``) measured alone (``mcap.runner.alone``):
-    what a sweep measures once per stage key (``mcap.core.cover``) and composes every
+    what a sweep measures once per stage key (``mcap.core.profiling.cover``) and composes every
     partitioning holding that key from. A failure is a record with its status."""
     balance: tuple[int, ...]
     stage: int
@@ -221,7 +225,7 @@ class PressStats:
     parameters requiring grad: the first backward of an iteration (its parameters'
     gradients allocated), a later one (added to them), and a later one with every storage
     the layer saves swapped out at its forward and brought back when backward needs it
-    (``mcap.runner.pressstats``; where a stage peaks inside its backward,
+    (``mcap.runner.press.stats``; where a stage peaks inside its backward,
     ``mcap.core.press.events``). ``forward_transients[l]`` (likewise optional): ``(keep,
     swapped)``, the most bytes its forward holds above its start, kept and swapped."""
     saved_bytes: tuple[int, ...]

@@ -11,11 +11,22 @@ from mcap.core.units import fmt_bytes  # noqa: F401  (the one way to write bytes
 MIB = 1024 * 1024
 GIB = 1024 * MIB
 
-# One colour per method/baseline, the same on every page.
-METHOD_COLORS = {
-    "exact": "#2ca02c", "bf": "#17becf", "bo": "#9467bd",
-    "time": "#d62728", "uniform": "#7f7f7f", "params": "#ff7f0e",
-}
+def method_color(name: str, default: str = "#1f77b4") -> str:
+    """The chart colour a registered method carries (search methods, mesh searches, MPress
+    planners; ``color`` on its class), the same on every page; ``default`` otherwise.
+    ``mcap``, the scaling experiment's partitioner, draws in its search method's colour."""
+    from mcap.core import search
+    from mcap.core.capture import meshsearch
+    from mcap.core.press import base as planners
+    from mcap.core.scaling import MCAP
+    name = search.DEFAULT if name == MCAP else name
+    for registry in (search.REGISTRY, meshsearch.REGISTRY, planners.REGISTRY):
+        found = registry.find(name)
+        if found is not None:
+            return found.color
+    return default
+
+
 # One colour per device (stage), the same on every figure that separates devices.
 DEVICE_COLORS = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2",
                  "#ff9da6", "#9d755d", "#bab0ac", "#eeca3b")

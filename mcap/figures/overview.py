@@ -8,7 +8,7 @@ from typing import Optional, Union
 import pandas as pd
 import plotly.graph_objects as go
 
-from mcap.figures._style import METHOD_COLORS, balance_str, finish, scaled, unit_for
+from mcap.figures._style import method_color, balance_str, finish, scaled, unit_for
 from mcap.core.types import Prediction, Profile, Sweep
 
 
@@ -62,7 +62,7 @@ def draw_split_bars(frame: pd.DataFrame, dataset: str = "") -> go.Figure:
     for label, rows in frame.groupby("label", sort=False):
         fig.add_bar(x=[f"device {d}" for d in rows["device"]], y=scaled(rows["predicted"], unit),
                     name=f"{label} {rows['balance'].iloc[0]}",
-                    marker_color=METHOD_COLORS.get(label, None))
+                    marker_color=method_color(label, None))
     fig.update_layout(barmode="group", yaxis_title=f"predicted peak ({unit[0]})")
     return finish(fig, "Predicted per-device peaks: " + " vs ".join(frame["label"].unique()),
                   dataset)

@@ -9,7 +9,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from mcap.core.press import Problem, outcome
-from mcap.core.pressplan import PressPlan
+from mcap.core.press.actions import PressPlan
 from mcap.figures._style import balance_str, finish, scaled, unit_for
 
 # One colour per action, the same in the bars and the grid.

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from mcap.figures._style import balance_str, finish, scaled, unit_for
+from mcap.figures._style import balance_str, finish, method_color, scaled, unit_for
 from mcap.core.types import Recommendation, Run
 
 COMPARE_COLUMNS = ["method", "balance", "predicted_peak", "measured_peak", "search_seconds",
@@ -30,14 +30,16 @@ def curve_frame(curve: tuple[int, ...]) -> pd.DataFrame:
     return pd.DataFrame({"evaluation": range(1, len(curve) + 1), "best_peak": list(curve)})
 
 
-def draw_curve(frame: pd.DataFrame, optimum: int | None = None, dataset: str = "") -> go.Figure:
-    """bo's best-so-far against the exact optimum, both to the byte in the hover and the
-    optimum's label (a flat curve above the line is then visibly not the optimum)."""
+def draw_curve(frame: pd.DataFrame, optimum: int | None = None, dataset: str = "",
+               method: str = "bo") -> go.Figure:
+    """An on-demand method's (bo's) best-so-far against the exact optimum, both to the byte
+    in the hover and the optimum's label (a flat curve above the line is then visibly not
+    the optimum), in the method's colour."""
     unit = unit_for([*frame["best_peak"], optimum])
     fig = go.Figure()
     fig.add_scatter(x=frame["evaluation"], y=scaled(frame["best_peak"], unit),
-                    customdata=frame["best_peak"], mode="lines+markers", name="bo best so far",
-                    line_shape="hv", hovertemplate="evaluation %{x}: %{customdata:,} bytes"
+                    customdata=frame["best_peak"], mode="lines+markers", name=f"{method} best so far",
+                    line=dict(color=method_color(method)), line_shape="hv", hovertemplate="evaluation %{x}: %{customdata:,} bytes"
                                                    "<extra></extra>")
     if optimum is not None:
         fig.add_hline(y=optimum / unit[1], line_dash="dash", line_color="green",
@@ -45,5 +47,5 @@ def draw_curve(frame: pd.DataFrame, optimum: int | None = None, dataset: str = "
                                       f"({optimum:,} bytes)")
     fig.update_layout(xaxis_title="evaluation", yaxis_title=f"best predicted peak ({unit[0]})",
                       showlegend=False)
-    return finish(fig, "bo: best predicted peak found so far vs the exact optimum", dataset,
+    return finish(fig, f"{method}: best predicted peak found so far vs the exact optimum", dataset,
                   legend=False)

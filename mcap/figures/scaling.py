@@ -5,16 +5,13 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from mcap.figures._style import METHOD_COLORS, balance_str, finish, scaled, unit_for
+from mcap.figures._style import method_color, balance_str, finish, scaled, unit_for
 from mcap.core.scaling import Scaling
 
 POINT_COLUMNS = ["partitioner", "value", "params", "balance", "status", "peak",
                  "predicted_peak", "largest"]
 SUMMARY_COLUMNS = ["partitioner", "largest_value", "largest_params", "ratio_to_time",
                    "points", "at_high"]
-# Scaling's partitioner names; "time" is torchgpipe's balance_by_time (the shared colour).
-COLORS = {"mcap": METHOD_COLORS["exact"], "time": METHOD_COLORS["time"],
-          "uniform": METHOD_COLORS["uniform"], "params": METHOD_COLORS["params"]}
 
 
 def scaling_points(s: Scaling) -> pd.DataFrame:
@@ -50,7 +47,7 @@ def draw_scaling(points: pd.DataFrame, capacity: int | None = None, dataset: str
     unit = unit_for([*points["peak"], capacity])
     fig = go.Figure()
     for name, group in points.groupby("partitioner", sort=False):
-        color = COLORS.get(name, "#1f77b4")
+        color = method_color(name)
         ok = group[group["status"] == "ok"]
         fig.add_scatter(x=ok["params"] / 1e6, y=scaled(ok["peak"], unit),
                         mode="lines+markers", name=name, line=dict(color=color),

@@ -10,7 +10,7 @@ from typing import Optional
 import pandas as pd
 import plotly.graph_objects as go
 
-from mcap.figures._style import METHOD_COLORS, balance_str, finish, scaled, unit_for
+from mcap.figures._style import method_color, balance_str, finish, scaled, unit_for
 from mcap.core.evaluate import percentile
 from mcap.core.types import Prediction, Run
 
@@ -135,7 +135,7 @@ def draw_space(points: pd.DataFrame, selected: Optional[str] = None, dataset: st
                         mode="markers", name=label, customdata=rows[["balance", "marks"]],
                         cliponaxis=False,
                         marker=dict(size=[max(26 - 8 * i, 10) for i in order], symbol="star",
-                                    color=METHOD_COLORS.get(label, "#000"),
+                                    color=method_color(label, "#000"),
                                     line=dict(width=1.5, color="black")),
                         hovertemplate="%{customdata[0]}: picked by %{customdata[1]}<extra></extra>")
     starred = points[points["marks"] != ""]

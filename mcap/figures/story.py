@@ -23,7 +23,7 @@ from mcap.core.setup import mismatch
 from mcap.core.types import Prediction, Profile, Recommendation, Sweep
 from mcap.core.units import fmt_bytes
 from mcap.figures import overview, space
-from mcap.figures._style import METHOD_COLORS, balance_str, finish, scaled, unit_for
+from mcap.figures._style import method_color, balance_str, finish, scaled, unit_for
 
 BASELINES = ("exact", "uniform", "params")  # mCAP's pick and the cheap baselines (paper 4.3)
 
@@ -155,7 +155,7 @@ def draw_picks(s: Story, dataset: str = "") -> go.Figure:
                 name="predicted" if p90 is None else f"predicted (± p90 error {100 * p90:.1f}%)",
                 error_y=None if p90 is None else dict(type="percent", value=100 * p90,
                                                       color="black", thickness=1.5),
-                marker_color=[METHOD_COLORS.get(p.method, "#888") for p in s.picks])
+                marker_color=[method_color(p.method, "#888") for p in s.picks])
     fig.add_scatter(x=names, y=scaled(s.measured, unit), mode="markers", name="measured",
                     marker=dict(symbol="diamond", size=14, color="black"))
     fig.update_layout(yaxis_title=f"peak of the fullest device ({unit[0]})")

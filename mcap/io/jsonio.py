@@ -11,9 +11,9 @@ Shape of a profile (extra keys allowed)::
      "mem_isolated": [int, ...], "mem_added": [null, int, ...],
      "runs": [{"balance", "status", "peaks", "seconds", "samples_per_second", "error",
                "breakdown": [{"weights","gradients","optimizer","other"}, ...] | null,
-               "composed": true}]}   # only on composed runs (mcap.core.cover)
+               "composed": true}]}   # only on composed runs (mcap.core.profiling.cover)
      "variants": [...], "press": {...}   (optional: CAPTURE / MPress statistics,
-                                          mcap.core.extras has their shape)
+                                          mcap.core.capture.variantsjson, mcap.core.press.statsjson)
 
 A sweep has the same model/setup/runs/machine under ``"schema": "mcap.sweep/1"``. The
 machine (``mcap.core.machine``) is where the runs were measured; files written before it
@@ -39,7 +39,9 @@ import tempfile
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from mcap.core import extras, fields
+from mcap.core import fields
+from mcap.core.capture import variantsjson
+from mcap.core.press import statsjson
 from mcap.core.errors import McapError, SchemaError
 from mcap.core.machine import Machine
 from mcap.core.types import ModelInfo, Profile, Run, Setup, StageTimes, Sweep
@@ -119,9 +121,9 @@ def profile_to_dict(profile: Profile) -> dict:
     if profile.machine is not None:
         out["machine"] = machine_to_dict(profile.machine)
     if profile.variants:
-        out["variants"] = extras.variants_to_json(profile.variants, run_to_dict)
+        out["variants"] = variantsjson.variants_to_json(profile.variants, run_to_dict)
     if profile.press is not None:
-        out["press"] = extras.press_to_json(profile.press)
+        out["press"] = statsjson.press_to_json(profile.press)
     for k, v in (profile.extra or {}).items():
         out.setdefault(k, v)
     return out
@@ -183,10 +185,10 @@ def profile_from_dict(d: Any, source: str = "<profile>") -> Profile:
     extra = {k: v for k, v in d.items() if k not in _PROFILE_KEYS}
     return Profile(model=model, setup=_setup(d, r), stats=stats,
                    runs=_runs(d, r, n), extra=extra or None, machine=_machine(d, r),
-                   variants=extras.variants_from_json(
+                   variants=variantsjson.variants_from_json(
                        d.get("variants", []), n, r.fail,
                        lambda items, where: fields.run_list(items, r, n, where, per_device=True)),
-                   press=extras.press_from_json(d.get("press"), n, r.fail))
+                   press=statsjson.press_from_json(d.get("press"), n, r.fail))
 
 
 def sweep_from_dict(d: Any, source: str = "<sweep>") -> Sweep:

@@ -1,4 +1,4 @@
-"""Reading and writing ``mcap.press/1`` plan files (``mcap.core.pressplan``): read with the
+"""Reading and writing ``mcap.press/1`` plan files (``mcap.core.press.actions``): read with the
 hardened JSON reader (size and depth limits) and every value checked, written atomically,
 like every mcap JSON. ``press --out`` writes them, ``measure --press`` reads them."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Union
 
 from mcap.core.errors import McapError
-from mcap.core.pressplan import PressPlan, plan_from_json, plan_to_json
+from mcap.core.press.actions import PressPlan, plan_from_json, plan_to_json
 from mcap.io.jsonio import _read, write_text_atomic
 
 

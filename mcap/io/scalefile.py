@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Sequence, Union
 
 from mcap.core.errors import SchemaError
-from mcap.core.scaling import Scaling, from_dict, to_dict
+from mcap.core.scaling import Scaling, from_dict, reference, to_dict
 from mcap.io.jsonio import read_json, write_text_atomic
 
 
@@ -34,5 +34,5 @@ def compared_first(paths: Sequence[Union[str, Path]]) -> list[Path]:
             names = {r.partitioner for r in load(path).results}
         except SchemaError:
             return (1, 0, 0, Path(path).name)
-        return (0, "time" not in names, -len(names), Path(path).name)
+        return (0, reference() not in names, -len(names), Path(path).name)
     return sorted((Path(p) for p in paths), key=key)

@@ -38,6 +38,7 @@ from torch.nn import functional as F
 
 from mcap.core.errors import McapError, UnknownModel
 from mcap.models import hfspec
+from mcap.models.hflayers import Apply, Layer, _pack, _unpack  # noqa: F401  (the layers' base)
 from mcap.models.limits import check_allocation
 
 ATTENTION = ("sdpa", "eager")
@@ -184,29 +185,6 @@ def _check_sizes(name: str, family, config, size: int) -> None:
 
 # --- the layers mCAP sees -----------------------------------------------------------------
 
-class Layer(nn.Module):
-    """One mCAP layer. Its input and output are the hidden states, followed by what later
-    layers need (``carry``: names of the tensors after the hidden states)."""
-
-    mcap_kind = ""
-    mcap_source = ""
-
-    def __init__(self, kind: str, source: str):
-        super().__init__()
-        self.mcap_kind, self.mcap_source = kind, source
-
-
-def _pack(hidden, extras: tuple):
-    return (hidden, *extras) if extras else hidden
-
-
-def _unpack(inputs: tuple) -> tuple:
-    """nn.Sequential passes a tuple as one argument, a pipeline stage as several."""
-    if len(inputs) == 1 and isinstance(inputs[0], tuple):
-        return inputs[0]
-    return inputs
-
-
 class TokenEmbeddings(Layer):
     """Token (and position) embeddings; computes what the blocks share: Llama's rotary
     (cos, sin), an eager causal mask."""
@@ -264,21 +242,6 @@ class Block(Layer):
         if isinstance(out, tuple):
             out = out[0]
         return _pack(out, extras)
-
-
-class Apply(Layer):
-    """A module applied to the hidden states alone (a final norm, a head, a pooler); what the
-    blocks carried ends here. ``first_token``: a classifier on the [CLS] position (ViT)."""
-
-    def __init__(self, module: nn.Module, source: str, kind: str = "", first_token: bool = False):
-        super().__init__(kind or type(module).__name__, source)
-        self.module_, self.first_token = module, first_token
-
-    def forward(self, *inputs):
-        hidden = _unpack(inputs)[0]
-        if self.first_token:
-            hidden = hidden[:, 0, :]
-        return self.module_(hidden)
 
 
 class ImageStem(Layer):

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from mcap.core.errors import UnknownModel
-from mcap.models.hf import Apply, Layer, _unpack
+from mcap.models.hflayers import Apply, Layer, _unpack
 from mcap.models.limits import check_allocation
 
 

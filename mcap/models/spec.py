@@ -70,7 +70,7 @@ KNOWN_MODELS: dict[str, ModelKind] = {
 # Layers a built-in model may have (issue 28): checked on the spec, before the model is
 # built even on the meta device (gpt:layers=100000000 took 1.3 GB in 60 s of building
 # there). 1,024 layers build in seconds; profiling plans are limited to 512
-# (mcap.core.plan.MAX_PLAN_LAYERS).
+# (mcap.core.profiling.schedule.MAX_PLAN_LAYERS).
 MAX_LAYERS = 1024
 # How many layers a built-in model has, from its parameters (vgg.py, amoebanet.py, gpt.py).
 _LAYER_COUNTS = {"vgg11": lambda p: 30, "amoebanet-d": lambda p: p["layers"] + 6,

@@ -42,17 +42,18 @@ training window of the slowest stage.
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from typing import Optional, Sequence
 
 from mcap.core.errors import InvalidPartitioning, McapError
 from mcap.core.machine import Machine
+from mcap.core.types import ModelInfo, Run, Setup, StageRun
+from mcap.runner.isolation import (  # noqa: F401  (re-exported: how a runner measures)
+    ISOLATION_ENV, ISOLATIONS, SLOTS_ENV, resolve_isolation, stage_slots,
+)
 from mcap.runner.pool import WorkerPool
 from mcap.runner.protocol import ITERATIONS
-from mcap.core.types import (
-    MemoryBreakdown, ModelInfo, Run, Setup, StageRun,
-)
+from mcap.runner.results import run_of, stage_times
 
 STARTUP_TIMEOUT = 300.0  # seconds for the stage processes to get ready
 
@@ -63,12 +64,14 @@ def runnable_plan(plan, setup: Setup, num_layers: int):
     """``plan`` (text or HybridPlan) as a HybridPlan a runner of ``setup`` can measure:
     engine hybrid, the model's layers, one device per stage process, micro-batches every
     degree splits. McapError naming the values otherwise (both runners share this)."""
-    from mcap.core.hybrid import as_plan, check_micro_batches, check_plan
+    from mcap.core.capture.plan import as_plan, check_micro_batches, check_plan
+
+    from mcap.runner import engines
 
     plan = as_plan(plan)
-    if setup.engine != "hybrid":
-        raise McapError(f"plan {plan.text} needs engine hybrid; this runner runs "
-                        f"{setup.engine}")
+    if not engines.get(setup.engine).plans:
+        raise McapError(f"plan {plan.text} needs engine {engines.plans_engine()}; this "
+                        f"runner runs {setup.engine}")
     check_plan(plan, num_layers)
     if plan.devices != setup.stages:
         raise InvalidPartitioning(f"plan {plan.text} uses {plan.devices} devices but this "
@@ -181,13 +184,13 @@ class Runner:
 
     def measure(self, balance: Sequence[int], press=None) -> Run:
         """Measure one partitioning; a failure is a Run with status "oom" or "failed".
-        ``press``: an MPress plan (``mcap.core.pressplan.PressPlan``) of this balance to
-        apply (``mcap.runner.press``)."""
+        ``press``: an MPress plan (``mcap.core.press.actions.PressPlan``) of this balance to
+        apply (``mcap.runner.press.apply``)."""
         if self._closed:
             raise McapError("this runner is closed; open a new one with open_runner()")
         balance = check_balance(balance, self.setup.stages, self.model_info.num_layers)
         if press is not None:
-            from mcap.runner.pressplans import check_plan
+            from mcap.runner.press.check import check_plan
             check_plan(press, self.model_info.spec, self.setup, balance)
             if self.alone and any(a.action == "d2d" for stage in press.stages for a in stage):
                 raise McapError("this plan moves activations into another stage's memory "
@@ -253,31 +256,10 @@ class Runner:
         start = time.monotonic()
         results, why = self._pool.run(job, press)
         self.last_results = tuple(results)
-        seconds = time.monotonic() - start
-        bad = [r for r in results if r.status != "ok"]
-        if not bad and not why and len(results) == self.setup.stages:
-            window = max(r.seconds for r in results)
-            breakdown: Optional[tuple[MemoryBreakdown, ...]] = None
-            if all(r.breakdown is not None for r in results):
-                breakdown = tuple(r.breakdown for r in results)
-            if self.alone:  # no run of these stages together was timed: estimate it
-                # (hybrid ranks record no times yet: their throughput stays unknown)
-                times = stage_times(results)
-                rate = self.estimate(times)
-                return Run(balance, "ok", tuple(r.peak for r in results), seconds,
-                           samples_per_second=rate, breakdown=breakdown,
-                           times=times, estimated=rate is not None)
-            return Run(balance, "ok", tuple(r.peak for r in results), seconds,
-                       samples_per_second=ITERATIONS * self.setup.batch_size / window
-                       if window > 0 else None,
-                       breakdown=breakdown)
-        status = "oom" if any(r.status == "oom" for r in bad) else "failed"
-        messages = [r.error for r in bad if r.status == status and r.error]
-        messages += [r.error for r in bad if r.status != status and r.error]
-        if why:
-            messages.append(why)
-        error = "; ".join(dict.fromkeys(messages)) or "the run did not finish"
-        return Run(balance, status, None, seconds, error=error)
+        # Stages run alone: no run of them together was timed, so it is estimated from
+        # their own times (hybrid ranks record no times yet: their throughput stays unknown).
+        return run_of(balance, results, time.monotonic() - start, self.setup, why=why,
+                      estimate=self.estimate if self.alone else None)
 
     def estimate(self, times) -> Optional[float]:
         """Samples per second of these stages run together, from their times alone
@@ -297,56 +279,6 @@ class Runner:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-ISOLATIONS = ("stage", "pipeline")
-ISOLATION_ENV = "MCAP_ISOLATION"
-SLOTS_ENV = "MCAP_STAGE_SLOTS"
-
-
-def resolve_isolation(isolation: Optional[str], engine) -> str:
-    """How a runner measures (DESIGN.md, "Where it runs"): ``stage`` (the default) runs
-    each stage alone in its own process over a process group that moves no data
-    (:mod:`mcap.runner.alone`), the memory truth; ``pipeline`` runs the stages together,
-    the data flowing between them, the run whose time is real. ``None`` reads
-    ``$MCAP_ISOLATION``. Engines that cannot run stages alone run them together: torchgpipe
-    (one process, every stage on its own GPU already). Engine hybrid runs each device (a
-    dp/tp rank or a pipeline stage) alone."""
-    asked = isolation if isolation is not None else (os.environ.get(ISOLATION_ENV) or "stage")
-    if asked not in ISOLATIONS:
-        raise McapError(f"isolation {asked!r} is not one of {', '.join(ISOLATIONS)}")
-    if asked == "stage" and not engine.alone:
-        return "pipeline"
-    return asked
-
-
-def stage_slots(setup: Setup) -> int:
-    """Stage processes that run stages alone side by side: on CUDA one per GPU (a stage's
-    times are its own only when it has the GPU to itself; its peak is its own either way),
-    on the CPU one per ``Setup.threads`` cores, at most one per stage;
-    ``$MCAP_STAGE_SLOTS`` overrides."""
-    text = os.environ.get(SLOTS_ENV, "").strip()
-    if text:
-        if not text.isdigit() or not 1 <= int(text) <= 1024:
-            raise McapError(f"{SLOTS_ENV}={text!r:.40} is not a whole number of processes "
-                            "from 1 to 1024")
-        return min(int(text), setup.stages)
-    if setup.device == "cuda":
-        import torch
-        return max(1, min(torch.cuda.device_count(), setup.stages))
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, min(setup.stages, (cores or 1) // max(1, setup.threads)))
-
-
-def stage_times(results) -> Optional[tuple]:
-    """Each StageResult's times as ``StageTimes`` (stage order), or None if one has none."""
-    from mcap.core.types import StageTimes
-    if any(r.times is None for r in results):
-        return None
-    return tuple(StageTimes(r.times[0], r.times[1], r.times[2], r.recv_bytes, r.send_bytes,
-                            tuple(r.times[3]) if len(r.times) > 3 else (),
-                            tuple(r.times[4]) if len(r.times) > 4 else ())
-                 for r in results)
 
 
 _OVERRIDE = None  # see runner_override

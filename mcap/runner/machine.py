@@ -84,7 +84,8 @@ def meter(setup: Setup, isolation: Optional[str] = None) -> str:
     """How a runner of ``setup`` reads peaks (``Machine.meter``): the CPU tracker's version
     (the same whether stages run alone or together: tests/test_alone.py checks it to the
     byte), and on CUDA whether stages run alone or together, and how they exchange."""
-    from mcap.runner import engines, resolve_isolation
+    from mcap.runner import engines
+    from mcap.runner.isolation import resolve_isolation
     from mcap.runner import exchange
 
     how = resolve_isolation(isolation, engines.get(setup.engine))
@@ -93,7 +94,7 @@ def meter(setup: Setup, isolation: Optional[str] = None) -> str:
         return CPU_METER if mode is None else f"{CPU_METER} pipeline-{mode}"
     if how == "stage":
         return "cuda/alone"
-    if setup.engine != "pipelining":
+    if not engines.get(setup.engine).exchange:
         return f"cuda/{setup.engine}"
     import torch
     mode = exchange.mode(torch.cuda.device_count() < setup.stages)

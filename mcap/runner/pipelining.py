@@ -99,7 +99,7 @@ def run_stage(res: Resident, setup: Setup, balance: tuple[int, ...], rank: int,
               local_device: Optional[int] = None, press=None, alone: bool = False
               ) -> StageResult:
     """Train stage ``rank`` of ``balance`` for 2 iterations; its peak over that window.
-    ``press``: an MPress plan to apply (``mcap.runner.press.PressJob``), or None.
+    ``press``: an MPress plan to apply (``mcap.runner.press.apply.PressJob``), or None.
     ``alone``: run it alone over the fake process group (:mod:`mcap.runner.alone`; then
     ``local_device`` is the GPU this process uses), recording its per-micro-batch times."""
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
@@ -109,7 +109,7 @@ def run_stage(res: Resident, setup: Setup, balance: tuple[int, ...], rank: int,
     device = stage_device(setup, rank, local_device)
     window = Window([device], setup.capacity_bytes)  # from a clean slate (train.clean_slate)
     objects: list = []  # everything the run allocates, dropped in `finally`
-    links = None  # MPress d2d: this stage's server and channels (mcap.runner.pressd2d)
+    links = None  # MPress d2d: this stage's server and channels (mcap.runner.press.d2d)
     # Stages run together on the CPU time themselves too (the clocks cost nothing there):
     # the same per-micro-batch figures under the contention of a real run, what the
     # estimate from stages alone is checked against (bench/bench_stage_times.py); on CUDA
@@ -128,7 +128,7 @@ def run_stage(res: Resident, setup: Setup, balance: tuple[int, ...], rank: int,
         if press is None:
             stage_mod: nn.Module = Recomputed(layers, setup.checkpoint, setup.chunks)
         else:
-            from mcap.runner.press import press_stage
+            from mcap.runner.press.apply import press_stage
             stage_mod, links = press_stage(layers, press, setup, rank, device)
         in_meta = res.shapes[first - 1] if first > 0 else res.shapes[-1]
         out_meta = res.shapes[last]

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from mcap.core.machine import Machine
-from mcap.core.pressplan import PressPlan
+from mcap.core.press.actions import PressPlan
 from mcap.core.types import MemoryBreakdown, ModelInfo, Setup
 
 ITERATIONS = 2  # issue 4: each run trains 2 full iterations after building the stages

@@ -17,10 +17,10 @@ all are equal (identical nodes) the runs carry it, otherwise they carry none ("m
 unknown"), since no single machine measured them.
 
 Engine hybrid (``profile --parallel dp,tp --nnodes N``): rank d is device d of the plan and
-trains its part as a hybrid device process does (:func:`mcap.runner.hybrid.run_device`), the
+trains its part as a hybrid device process does (:func:`mcap.runner.capture.device.run_device`), the
 pipeline-only runs as plans of one-device stages. A plan may use fewer devices than there
 are ranks (a 2-way sub-mesh profiled alone on 2 of 4 devices: the whole model as one dp/tp
-stage, ``mcap.workflow.hybrid``); the ranks past its devices train nothing but still join
+stage, ``mcap.workflow.capture.parallel``); the ranks past its devices train nothing but still join
 the creation of its stages' sub-groups, which is collective over all ranks, and report no
 result.
 """
@@ -29,30 +29,13 @@ from __future__ import annotations
 import gc
 import os
 import time
-from typing import Optional, Sequence
+from typing import Sequence
 
 from mcap.core.errors import McapError
 from mcap.core.types import Run, Setup
+from mcap.runner.results import run_of
 
 
-ENGINES = ("pipelining", "hybrid")  # the engines whose runs go across nodes
-
-
-def run_of(balance: tuple[int, ...], results: Sequence, seconds: float, setup: Setup) -> Run:
-    """The Run of gathered stage results (one per rank, in stage order), as the runner makes
-    it: ok with per-stage peaks, or oom / failed with the stages' messages."""
-    from mcap.runner.protocol import ITERATIONS
-
-    bad = [r for r in results if r.status != "ok"]
-    if bad:
-        status = "oom" if any(r.status == "oom" for r in bad) else "failed"
-        return Run(balance, status, None, seconds,
-                   error="; ".join(dict.fromkeys(r.error or "" for r in bad)) or None)
-    window = max(r.seconds for r in results)
-    return Run(balance, "ok", tuple(r.peak for r in results), seconds,
-               samples_per_second=ITERATIONS * setup.batch_size / window if window > 0 else None,
-               breakdown=(tuple(r.breakdown for r in results)
-                          if all(r.breakdown for r in results) else None))
 
 
 class _Rank:
@@ -74,10 +57,11 @@ class _Rank:
         from mcap.runner.pipelining import build_resident, run_stage
         from mcap.runner.protocol import StageResult
 
-        hybrid = setup.engine == "hybrid"
+        from mcap.runner import engines
+        hybrid = engines.get(setup.engine).plans
         try:
             if hybrid and self.rank >= setup.stages:
-                from mcap.runner.hybrid import join_groups
+                from mcap.runner.capture.device import join_groups
                 join_groups(self._groups, job)  # collective over every rank (module docstring)
                 return None
             if self._key != (spec, setup):
@@ -90,7 +74,7 @@ class _Rank:
                 gc.collect()
                 gc.freeze()
             if hybrid:
-                from mcap.runner.hybrid import run_device
+                from mcap.runner.capture.device import run_device
                 return run_device(self._resident, setup, job, self.rank, self._groups,
                                   local_device=self.local)
             return run_stage(self._resident, setup, job, self.rank, local_device=self.local)
@@ -133,7 +117,9 @@ class _Leader:
         """One run of ``job`` on the ranks (``balance``: the Run's, default ``job`` itself);
         engine hybrid may leave ranks past ``setup.stages`` devices idle."""
         world = self.me.world
-        if setup.stages > world or (setup.stages != world and setup.engine != "hybrid"):
+        from mcap.runner import engines
+        plans = engines.get(setup.engine).plans  # a plan may leave ranks idle
+        if setup.stages > world or (setup.stages != world and not plans):
             raise McapError(f"setup has {setup.stages} stages but torchrun started "
                             f"{world} ranks (--stages must equal the ranks of all nodes)")
         self.me.dist.broadcast_object_list([("run", spec, setup, job)], src=0)
@@ -171,9 +157,10 @@ class SpmdRunner:
         parse_spec(spec)
         check_trusted(spec)
         check_setup(setup)
-        if setup.engine not in ENGINES:
-            raise McapError(f"across nodes only engines {' and '.join(ENGINES)} run; this "
-                            f"setup asks for {setup.engine}")
+        from mcap.runner import engines
+        if setup.engine not in engines.across_nodes():
+            raise McapError(f"across nodes only engines {' and '.join(engines.across_nodes())} "
+                            f"run; this setup asks for {setup.engine}")
         self.leader, self.spec, self.setup = leader, spec, setup
         self._info = None
 

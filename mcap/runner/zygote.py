@@ -43,7 +43,7 @@ from typing import Optional
 
 # What every stage worker imports anyway; importing it here is what the fork saves.
 PRELOAD = ("torch", "torch.distributed", "torch.distributed.pipelining", "mcap.models",
-           "mcap.runner.engines.pipelining", "mcap.runner.pipelining", "mcap.runner.hybrid",
+           "mcap.runner.engines.pipelining", "mcap.runner.pipelining", "mcap.runner.capture.device",
            "mcap.runner.train", "mcap.runner.machine", "mcap.runner.worker")
 
 
@@ -116,7 +116,8 @@ def _preload() -> Optional[str]:
 def _prepare(msg: Prepare) -> None:
     import gc
 
-    if msg.setup.engine in ("pipelining", "hybrid"):  # both build pipelining's Resident
+    from mcap.runner import engines
+    if engines.get(msg.setup.engine).prebuilds:  # its workers build pipelining's Resident
         from mcap.runner import pipelining
         pipelining.prebuild(msg.spec, msg.setup)
     gc.collect()

@@ -21,7 +21,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence, Union
 
-from mcap.core import fields, merging
+from mcap.core import fields
+from mcap.core.capture import merging
 from mcap.core.errors import McapError, StoreError
 from mcap.store import records as rec
 from mcap.store import recovery
@@ -360,7 +361,7 @@ class Store:
 
     def _insert_stage(self, conn, study: Study, run: StageRun, job: Optional[int],
                       created: float, machine: Optional[str]) -> int:
-        from mcap.core.cover import stage_keys
+        from mcap.core.profiling.cover import stage_keys
         check_stage_run(run, study)
         first, last, position = stage_keys(run.balance, study.setup.schedule)[run.stage]
         shown = (rec.balance_text(run.balance), int(run.stage), run.status,
@@ -500,7 +501,7 @@ class Store:
     def save_profile(self, profile: Profile, name: Optional[str] = None) -> int:
         """Store a profile (statistics and runs) in one transaction; returns its id.
 
-        A merged profile (``mcap.core.merging``, ``profile --merge-to``) is kept in the
+        A merged profile (``mcap.core.capture.merging``, ``profile --merge-to``) is kept in the
         study of its merged model, but its runs are the real model's runs, measured and
         recorded in the real model's study as they finished: they are linked there, over
         the real layers, not copied into the merged study (:meth:`_merged_runs_home`)."""

@@ -22,7 +22,7 @@ from mcap.core.errors import StoreError
 APPLICATION_ID = 0x6D636170
 # PRAGMA user_version: bumped whenever the tables change shape; a store of an older
 # version is upgraded in place by the steps in _MIGRATIONS when it is opened.
-# 2: machine fingerprints; 3: runs.composed (mcap.core.cover); 4: stages run alone
+# 2: machine fingerprints; 3: runs.composed (mcap.core.profiling.cover); 4: stages run alone
 # (runs.times, runs.estimated, stage_runs: mcap.runner.alone, issue 25).
 SCHEMA_VERSION = 4
 # How long a writer waits for another process's write transaction before giving up.
@@ -73,7 +73,7 @@ CREATE TABLE runs (
     breakdown   TEXT,                   -- JSON list of per-stage breakdowns, or NULL
     created     REAL NOT NULL,
     machine     TEXT REFERENCES machines(key), -- Machine.key() it was measured on, NULL: unknown
-    composed    INTEGER NOT NULL DEFAULT 0, -- 1: composed from other runs (mcap.core.cover)
+    composed    INTEGER NOT NULL DEFAULT 0, -- 1: composed from other runs (mcap.core.profiling.cover)
     times       TEXT,                   -- JSON per-stage StageTimes of stages run alone
     estimated   INTEGER NOT NULL DEFAULT 0 -- 1: samples_per_second estimated from times
 );
@@ -86,7 +86,7 @@ CREATE TABLE stage_runs (
     job_id      INTEGER REFERENCES jobs(id),
     first_layer INTEGER NOT NULL,
     last_layer  INTEGER NOT NULL,
-    position    TEXT NOT NULL,          -- JSON of the key's third part (mcap.core.cover)
+    position    TEXT NOT NULL,          -- JSON of the key's third part (mcap.core.profiling.cover)
     balance     TEXT NOT NULL,          -- the partitioning it was run as a stage of
     stage       INTEGER NOT NULL,       -- its index there
     status      TEXT NOT NULL CHECK (status IN ('ok','oom','failed')),

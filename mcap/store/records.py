@@ -210,7 +210,7 @@ def extra_from_json(text: Optional[str], r: Optional[fields.Reader] = None) -> O
 
 
 # A profile's CAPTURE / MPress statistics ride in the extra column under these keys
-# (mcap.core.extras has their shape); the JSON is only ever parsed, never evaluated.
+# (mcap.core.capture.variantsjson and mcap.core.press.statsjson have their shape); the JSON is only ever parsed, never evaluated.
 _VARIANTS, _PRESS = "__mcap_variants__", "__mcap_press__"
 
 
@@ -223,12 +223,13 @@ def _plain_run(run: Run) -> dict:
 
 def profile_extra_to_json(profile) -> Optional[str]:
     """The extra column of a profile: unknown file keys plus its variants and press stats."""
-    from mcap.core import extras
+    from mcap.core.capture import variantsjson
+    from mcap.core.press import statsjson
     extra = dict(profile.extra or {})
     if profile.variants:
-        extra[_VARIANTS] = extras.variants_to_json(profile.variants, _plain_run)
+        extra[_VARIANTS] = variantsjson.variants_to_json(profile.variants, _plain_run)
     if profile.press is not None:
-        extra[_PRESS] = extras.press_to_json(profile.press)
+        extra[_PRESS] = statsjson.press_to_json(profile.press)
     return extra_to_json(extra or None)
 
 
@@ -236,7 +237,8 @@ def profile_extra_from_json(text: Optional[str], num_layers: int,
                             r: Optional[fields.Reader] = None):
     """(extra, variants, press) back from the extra column, every value checked as a
     profile file's ``variants`` and ``press`` are."""
-    from mcap.core import extras
+    from mcap.core.capture import variantsjson
+    from mcap.core.press import statsjson
     r = r or fields.Reader("store: profiles", StoreError)
     extra = dict(extra_from_json(text, r) or {})
 
@@ -247,8 +249,8 @@ def profile_extra_from_json(text: Optional[str], num_layers: int,
         return fields.run_list(items, fields.Reader(f"{r.source}: extra", StoreError),
                                num_layers, where, per_device=True)
 
-    variants = extras.variants_from_json(extra.pop(_VARIANTS, []), num_layers, fail, runs)
-    press = extras.press_from_json(extra.pop(_PRESS, None), num_layers, fail)
+    variants = variantsjson.variants_from_json(extra.pop(_VARIANTS, []), num_layers, fail, runs)
+    press = statsjson.press_from_json(extra.pop(_PRESS, None), num_layers, fail)
     return extra or None, variants, press
 
 

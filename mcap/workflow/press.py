@@ -1,9 +1,9 @@
 """MPress statistics for a profile (issue 16, item 1): ``profile --press`` adds them; and
 the keep-all run a plan can start from (``press --measure-base``).
 
-The measuring itself is torch work in :mod:`mcap.runner.pressstats` (this process, the
+The measuring itself is torch work in :mod:`mcap.runner.press.stats` (this process, the
 setup's device and threads); here it is attached to the profile, which the store and the
-``mcap.profile/1`` file keep (``Profile.press``, ``mcap.core.extras``)."""
+``mcap.profile/1`` file keep (``Profile.press``, ``mcap.core.press.statsjson``)."""
 from __future__ import annotations
 
 import dataclasses
@@ -15,7 +15,7 @@ from mcap.core.types import Profile, PressStats
 
 
 def measure_stats(spec: str, profile: Profile) -> PressStats:
-    from mcap.runner.pressstats import measure
+    from mcap.runner.press.stats import measure
     return measure(spec, profile.setup)
 
 

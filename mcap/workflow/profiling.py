@@ -13,26 +13,19 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Optional, Sequence, TextIO
+from typing import Optional, Sequence, TextIO
 
 from mcap.core.errors import McapError
 from mcap.workflow import reuse as reuse_mod
 from mcap.workflow.progress import ProgressBar
 from mcap.store import Store
 from mcap.core.types import ModelInfo, Profile, Run, Setup, Sweep
-
-DEFAULT_TIMEOUT = 300.0  # seconds per run (issue 4, Runner: a timeout applies per run)
-
-
-class Cancelled(BaseException):
-    """SIGTERM arrived (the dashboard's cancel button): stop measuring, keep what is stored.
-
-    A BaseException so no ``except Exception`` on the way swallows it."""
-
+from mcap.workflow.measuring import (  # noqa: F401  (DEFAULT_TIMEOUT, Tally: re-exported)
+    DEFAULT_TIMEOUT, Measurer, Tally, check_stages, job_status, model_info,
+)
 
 class MissingStatistics(McapError):
     """Profiling ended with layers whose statistics could not be measured (all oom/failed).
@@ -43,47 +36,6 @@ class MissingStatistics(McapError):
     def __init__(self, message: str, space: tuple = ()):
         super().__init__(message)
         self.space = tuple(space)
-
-
-@dataclass(frozen=True)
-class Tally:
-    """What a command did: runs in its result, how many were measured now or reused.
-
-    ``measured`` and ``reused`` count every run the command made, the dp/tp runs of
-    ``profile --parallel`` (``parallel_runs``, mcap.workflow.hybrid) too; ``runs`` are the
-    pipeline-only runs of the result and ``parallel_measured`` / ``parallel_reused`` say
-    how many of the counts were dp/tp runs."""
-    measured: int
-    reused: int
-    seconds: float
-    runs: tuple[Run, ...] = ()
-    fallback: tuple[tuple[int, ...], ...] = ()  # balances added by the oom fallback
-    composed: int = 0  # runs composed from other runs' stages (mcap.core.cover), not measured
-    cover: int = 0     # covering partitionings a reusing sweep chose to measure
-    parallel_measured: int = 0  # of ``measured``, dp/tp runs (--parallel)
-    parallel_reused: int = 0    # of ``reused``, dp/tp runs
-    parallel_runs: tuple[Run, ...] = ()  # the dp/tp runs, per-stage peaks as stored
-    alone: bool = False  # a sweep of stages run alone: ``measured`` and ``cover`` count stages
-
-    def with_parallel(self, made) -> "Tally":
-        """This tally with the dp/tp runs of ``made`` (a hybrid.ParallelTally) added."""
-        return dataclasses.replace(
-            self, measured=self.measured + made.measured, reused=self.reused + made.reused,
-            parallel_measured=self.parallel_measured + made.measured,
-            parallel_reused=self.parallel_reused + made.reused,
-            parallel_runs=self.parallel_runs + tuple(made.runs))
-
-    @staticmethod
-    def combined(tallies: Sequence["Tally"], seconds: float) -> "Tally":
-        """One tally for a command made of several (CAPTURE's passes, mcap.workflow.capture)."""
-        return Tally(sum(t.measured for t in tallies), sum(t.reused for t in tallies), seconds,
-                     tuple(r for t in tallies for r in t.runs),
-                     tuple(b for t in tallies for b in t.fallback),
-                     composed=sum(t.composed for t in tallies),
-                     cover=sum(t.cover for t in tallies),
-                     parallel_measured=sum(t.parallel_measured for t in tallies),
-                     parallel_reused=sum(t.parallel_reused for t in tallies),
-                     parallel_runs=tuple(r for t in tallies for r in t.parallel_runs))
 
 
 @dataclass(frozen=True)
@@ -100,297 +52,163 @@ class SweepResult:
     tally: Tally
 
 
-@dataclass
-class Measurer:
-    """Gets a run for a balance: from the store if finished before, else measured now and
-    recorded at once. Opens the runner (stage processes) on first need only."""
-    spec: str
-    info: ModelInfo
-    setup: Setup
-    store: Store
-    kind: str  # the store's run kind: "profile", "sweep" or "measure"
-    bar: ProgressBar
-    job: Optional[int] = None
-    timeout: float = DEFAULT_TIMEOUT
-    # Stage keys known from stored runs (mcap.core.cover.Knowledge): a balance whose every
-    # stage is known is composed instead of measured. None: measure everything.
-    knowledge: object = None
-    measured: int = 0
-    reused: int = 0
-    composed: int = 0
-    _stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
-    _runner: object = None
-    _local: object = None  # this machine as the parent sees it, before any stage process
-
-    def __post_init__(self):
-        self.study = self.store.study(self.info, self.setup)
-
-    @property
-    def machine(self):
-        """Where the runs are measured (mcap.core.machine): the stage processes' own report
-        once they run; before that the parent's view of this machine with the setup's
-        threads, so stored runs are looked up without starting any process."""
-        if self._runner is not None:
-            return self._runner.machine
-        if self._local is None:
-            from mcap.runner.machine import collect
-            self._local = collect(self.setup)
-        return self._local
-
-    def get(self, balance: tuple[int, ...]) -> Run:
-        # Only a run of this very machine is reused: another machine's peaks may differ.
-        found = self.store.find_run(self.study, balance, machine=self.machine)
-        if found is not None:
-            self.reused += 1
-            self.bar.advance(balance, measured=False, note=_note(found) + " (stored)")
-            self._report(balance)
-            return found
-        if self.knowledge is not None:
-            # Not recorded here: a composed run is no measurement to resume from;
-            # save_profile / save_sweep store it with the result.
-            made = self.knowledge.compose(balance)
-            if made is not None:
-                self.composed += 1
-                self.bar.advance(balance, measured=False, note=_note(made) + " (composed)")
-                self._report(balance)
-                return made
-        self.bar.start(balance)
-        self._report(balance, current=True)
-        run = self._measure(balance)
-        self.store.record_run(self.study, run, kind=self.kind, job=self.job,
-                              machine=self.machine)
-        if self.knowledge is not None:
-            self.knowledge.add(run)
-        self.measured += 1
-        self.bar.advance(balance, measured=True, note=_note(run))
-        self._report(balance)
-        return run
-
-    def _measure(self, balance: tuple[int, ...]) -> Run:
-        return self.runner.measure(balance)
-
-    @property
-    def runner(self):
-        if self._runner is None:
-            from mcap.runner import open_runner  # torch is imported only when measuring
-            self._runner = self._stack.enter_context(
-                open_runner(self.spec, self.setup, timeout=self.timeout))
-        return self._runner
-
-    def measure_stages(self, jobs) -> list:
-        """Stages run alone (``Runner.measure_stages``): each ``(balance, stage)`` of
-        ``jobs``, recorded in the store and counted on the bar as it ends; their
-        StageRuns in ``jobs`` order."""
-        def done(run):
-            self.store.record_stage(self.study, run, job=self.job, machine=self.machine)
-            self.measured += 1
-            note = _stage_note(run)
-            self.bar.advance(run.balance, measured=True, note=note)
-            self._report(run.balance)
-        return self.runner.measure_stages(jobs, on_result=done)
-
-    def estimate(self, run: Run) -> Run:
-        """``run`` with its throughput estimated from its stages' times (a composed run
-        of stages run alone), over this machine's measured link; unchanged without times
-        or when it has a throughput already."""
-        if run.times is None or run.samples_per_second is not None or run.status != "ok":
-            return run
-        return dataclasses.replace(run, samples_per_second=self.runner.estimate(run.times),
-                                   estimated=True)
-
-    def _report(self, balance, current: bool = False) -> None:
-        if self.job is not None:
-            self.store.update_job(self.job, done=self.bar.done, total=self.bar.total,
-                                  current=balance if current else None)
-
-    def close(self) -> None:
-        self._stack.close()
-
-
-def _stage_note(run) -> str:
-    """A stage run alone, for the progress line: which stage, and its peak or status."""
-    head = f"stage {run.stage}"
-    if run.status == "ok":
-        return f"{head}: {run.peak / 2**20:.1f} MiB"
-    return f"{head}: {run.status}"
-
-
-def _note(run: Run) -> str:
-    if run.status == "ok":
-        return f"peak {run.peak / 2**20:.1f} MiB"
-    return run.status
-
-
-@contextlib.contextmanager
-def sigterm_cancels() -> Iterator[None]:
-    """Turn SIGTERM into ``Cancelled`` for the duration (main thread only)."""
-    def handler(signum, frame):
-        raise Cancelled()
-    try:
-        previous = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread: leave signals alone
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-@contextlib.contextmanager
-def job_status(store: Store, job: Optional[int], study=None, total: int = 0) -> Iterator[None]:
-    """Mark a dashboard job running (with its real total), then done / failed / cancelled
-    on the way out."""
-    if job is None:
-        yield
-        return
-    store.update_job(job, status="running", study=study, total=total, done=0)
-    try:
-        yield
-    except Cancelled:
-        store.update_job(job, status="cancelled", current=None)
-        raise
-    except KeyboardInterrupt:
-        store.update_job(job, status="cancelled", current=None, error="interrupted")
-        raise
-    except BaseException as exc:
-        store.update_job(job, status="failed", current=None, error=str(exc) or type(exc).__name__)
-        raise
-    store.update_job(job, status="done", current=None)
-
-
-def model_info(spec: str) -> ModelInfo:
-    """The model's layers and parameter bytes, built on the meta device (no memory)."""
-    from mcap.models import build_model
-    from mcap.models.limits import check_parameter_bytes
-    info = build_model(spec, device="meta").info
-    check_parameter_bytes(info.spec, sum(l.param_bytes for l in info.layers))  # before any run
-    return info
-
-
-def _check_stages(info: ModelInfo, setup: Setup) -> None:
-    if not 1 <= setup.stages <= info.num_layers:
-        raise McapError(f"--stages {setup.stages}: the model {info.spec!r} has "
-                        f"{info.num_layers} layers, so 1..{info.num_layers} stages are possible")
-
-
 # --- profile ---------------------------------------------------------------------------
 
-def profile(spec: str, setup: Setup, out: Optional[Path], *, store: Store, scheme: str = "mcap",
-            job: Optional[int] = None, stream: Optional[TextIO] = None,
-            timeout: float = DEFAULT_TIMEOUT, name: Optional[str] = None,
-            reuse: bool = True, press: bool = False,
-            groups: Optional[Sequence[int]] = None,
-            parallel: Sequence[str] = ()) -> ProfileResult:
-    """Profile ``spec`` under ``setup`` (mCAP 3.1), resuming from the store, falling back
-    to other partitionings when a profiling run is oom, and write ``mcap.profile/1``.
+@dataclass(frozen=True)
+class ProfileRequest:
+    """What ``profile`` is asked for: the model ``spec`` under ``setup`` (mCAP 3.1), written
+    to ``out`` (None: only stored, under ``name``) with ``scheme``'s profiling plan, a
+    dashboard ``job``'s progress, ``timeout`` seconds per run and a progress ``stream``.
 
-    ``groups``: original layers per merged layer (CAPTURE's layer merger, III-A3,
-    ``mcap.core.merging``): the plan, the fallback and the statistics are over the merged
-    layers, each run is measured as the partitioning of the real layers it stands for.
+    ``reuse``: a profiling run none of whose stage windows is new (every stage key already
+    measured in this study, e.g. by a sweep, ``mcap.core.profiling.cover``) is composed
+    from those runs instead of measured. The three systems' switches:
 
-    With ``reuse``, a profiling run none of whose stage windows is new (every stage key
-    already measured in this study, e.g. by a sweep, ``mcap.core.cover``) is composed
-    from those runs instead of measured; ``reuse=False`` measures every one.
-    ``press`` also measures MPress's statistics (``Profile.press``, mcap.workflow.press).
+    - ``press`` (MPress): also measure MPress's statistics (``Profile.press``,
+      ``mcap.workflow.press``).
+    - ``groups`` (CAPTURE's layer merger, III-A3, ``mcap.core.capture.merging``): original
+      layers per merged layer; the plan, the fallback and the statistics are over the merged
+      layers, each run is measured as the partitioning of the real layers it stands for.
+    - ``parallel`` (CAPTURE's dp, tp, III-A1): also profile 2- and 4-way data- /
+      tensor-parallel stages into ``Profile.variants`` (``mcap.workflow.capture.parallel``),
+      at ``setup.batch_size`` and over the merged layers when ``groups`` is given."""
+    spec: str
+    setup: Setup
+    out: Optional[Path] = None
+    scheme: str = "mcap"
+    job: Optional[int] = None
+    stream: Optional[TextIO] = field(default=None, compare=False)
+    timeout: float = DEFAULT_TIMEOUT
+    name: Optional[str] = None
+    reuse: bool = True
+    press: bool = False
+    groups: Optional[tuple[int, ...]] = None
+    parallel: tuple[str, ...] = ()
 
-    ``parallel`` (dp, tp): also profile 2- and 4-way data- / tensor-parallel stages into
-    ``Profile.variants`` (CAPTURE III-A1, ``mcap.workflow.hybrid``), at ``setup.batch_size``
-    and over the merged layers when ``groups`` is given.
+
+def profile(request: ProfileRequest, *, store: Store) -> ProfileResult:
+    """Profile as ``request`` says, resuming from the store, falling back to other
+    partitionings when a profiling run is oom, and write ``mcap.profile/1``.
 
     Raises ``MissingStatistics`` naming the layers when no partitioning that would yield
     their statistics fits; every run measured until then stays in the store."""
+    from mcap.core.capture import merging
+    from mcap.core.profiling.schedule import profiling_plan
     from mcap.io import jsonio
-    from mcap.core.plan import profiling_plan
-    from mcap.core.stats import bounded_added, extract, over_capacity_windows
 
-    started = time.monotonic()
-    from mcap.core import merging
-
-    real = model_info(spec)
-    info = real if groups is None else merging.merged_model(real, groups)
-    _check_stages(info, setup)
-    if parallel:  # refused before any run, naming the values
-        from mcap.workflow.hybrid import check_parallel
-        check_parallel(parallel, setup)
-    plan = profiling_plan(info.num_layers, setup.stages, scheme).runs
-    bar = ProgressBar(len(plan), "profile", stream=stream)
-    m = Measurer(real.spec, real, setup, store, "profile", bar, job, timeout)
+    r, started = request, time.monotonic()
+    real = model_info(r.spec)
+    info = real if r.groups is None else merging.merged_model(real, r.groups)
+    check_stages(info, r.setup)
+    if r.parallel:  # refused before any run, naming the values
+        from mcap.workflow.capture.parallel import check_parallel
+        check_parallel(r.parallel, r.setup)
+    plan = profiling_plan(info.num_layers, r.setup.stages, r.scheme).runs
+    bar = ProgressBar(len(plan), "profile", stream=r.stream)
+    m = Measurer(real.spec, real, r.setup, store, "profile", bar, r.job, r.timeout)
 
     def get(balance):
-        if groups is None:
+        if r.groups is None:
             return m.get(balance)
-        run = m.get(merging.expand(balance, groups))
+        run = m.get(merging.expand(balance, r.groups))
         return dataclasses.replace(run, balance=tuple(balance))
-    if reuse:
-        m.knowledge = reuse_mod.stored_knowledge(store, m.study, setup, m.machine)[0]
-    runs: dict[tuple[int, ...], Run] = {}
-    fallback: list[tuple[int, ...]] = []
-    known_over: frozenset = frozenset()
-    with job_status(store, job, m.study, bar.total), contextlib.closing(m):
-        queue = [tuple(b) for b in plan]
-        # Each round measures what is queued, then asks the core for partitionings that
-        # give the statistics the oom/failed runs did not (the paper chose these by hand,
-        # 3.5). No balance is repeated, so the rounds end; a fallback round in which
-        # nothing ran ok ends them too (every oom run costs a restart of the stage
-        # processes, and a capacity nothing fits under would otherwise try them all).
-        for round_ in range(4 * info.num_layers + 1):
-            for balance in queue:
-                runs[balance] = get(balance)
-            # A round that ran nothing ok but named new windows over the capacity still
-            # narrows the search (mcap.core.stats.over_capacity_windows).
-            proven = over_capacity_windows(runs.values())
-            if round_ and not any(runs[b].status == "ok" for b in queue) and proven <= known_over:
-                break
-            known_over = proven
-            queue = _fallback(info.num_layers, setup.stages, tuple(runs.values()))
-            if not queue:
-                break
-            fallback.extend(queue)
-            bar.grow(len(queue))
+    if r.reuse:
+        m.knowledge = reuse_mod.stored_knowledge(store, m.study, r.setup, m.machine)[0]
+    made = None
+    with job_status(store, r.job, m.study, bar.total), contextlib.closing(m):
+        runs, fallback = _measure_plan(info, r.setup, plan, get, bar)
+        stats = _statistics(info, r.setup, runs, get, fallback, bar)
         used = tuple(runs.values())
-        try:
-            stats = extract(used, info.num_layers)
-        except McapError as exc:
-            space = _measure_space(info.num_layers, setup.stages, runs, get, fallback, bar)
-            bar.close()
-            used = tuple(runs.values())
-            message = _missing_message(info, used, str(exc))
-            ok = [r for r in space if r.status == "ok"]
-            if ok:  # every partitioning that can train was measured: say which fits best
-                best = min(ok, key=lambda r: sorted(r.peaks, reverse=True))
-                message += (f". Only {len(space)} partitioning(s) have no stage over the capacity; "
-                            f"all were measured, the best is ({','.join(map(str, best.balance))}) "
-                            f"at {max(best.peaks):,} bytes")
-            raise MissingStatistics(message, space) from None
-        bar.close()
-        extra = {} if groups is None else \
-            {merging.EXTRA_KEY: {"sizes": list(groups), "layers": real.num_layers}}
-        bounded = bounded_added(used, info.num_layers)
-        if bounded:  # say which mem_added are capacity bounds, not measurements
-            extra[OVER_KEY] = {"bounded_added": list(bounded),
-                               "windows": [list(w) for w in sorted(over_capacity_windows(used))]}
-        prof = Profile(model=info, setup=setup, stats=stats, runs=used, machine=m.machine,
-                       extra=extra or None)
-        if press:  # MPress costs (mcap.workflow.press), measured after the runs
+        prof = _profile_record(r, real, info, stats, used, m.machine)
+        if r.press:  # MPress costs (mcap.workflow.press), measured after the runs
             from mcap.workflow.press import with_press
-            prof = with_press(spec, prof)
-        if parallel:
-            from mcap.workflow import hybrid
+            prof = with_press(r.spec, prof)
+        if r.parallel:
+            from mcap.workflow.capture.parallel import add_parallel_variants
             m.close()  # the pipeline stage processes make way for the hybrid ones
-            prof, made = hybrid.add_parallel_variants(prof, spec, store, parallel, scheme,
-                                                      timeout=timeout, stream=stream)
-        if out is not None:
-            jsonio.save(prof, out)
-        profile_id = store.save_profile(prof, name=name)
+            prof, made = add_parallel_variants(prof, r.spec, store, r.parallel, r.scheme,
+                                               timeout=r.timeout, stream=r.stream)
+        if r.out is not None:
+            jsonio.save(prof, r.out)
+        profile_id = store.save_profile(prof, name=r.name)
     tally = Tally(m.measured, m.reused, time.monotonic() - started, used, tuple(fallback),
                   composed=m.composed)
-    if parallel:  # the dp/tp runs are counted too (the summary says how many of each)
+    if made is not None:  # the dp/tp runs are counted too (the summary says how many of each)
         tally = tally.with_parallel(made)
     return ProfileResult(prof, profile_id, tally)
 
 
-# Profile.extra key listing the mem_added that are over-capacity lower bounds (mcap.core.stats).
+def _measure_plan(info: ModelInfo, setup: Setup, plan, get, bar) -> tuple[dict, list]:
+    """The profiling runs, measured in rounds: each round measures what is queued, then
+    asks the core for partitionings that give the statistics the oom/failed runs did not
+    (the paper chose these by hand, 3.5). No balance is repeated, so the rounds end; a
+    fallback round in which nothing ran ok ends them too (every oom run costs a restart of
+    the stage processes, and a capacity nothing fits under would otherwise try them all).
+    (runs by balance, the balances the fallback added)."""
+    from mcap.core.profiling.stats import over_capacity_windows
+
+    runs: dict[tuple[int, ...], Run] = {}
+    fallback: list[tuple[int, ...]] = []
+    known_over: frozenset = frozenset()
+    queue = [tuple(b) for b in plan]
+    for round_ in range(4 * info.num_layers + 1):
+        for balance in queue:
+            runs[balance] = get(balance)
+        # A round that ran nothing ok but named new windows over the capacity still
+        # narrows the search (mcap.core.profiling.stats.over_capacity_windows).
+        proven = over_capacity_windows(runs.values())
+        if round_ and not any(runs[b].status == "ok" for b in queue) and proven <= known_over:
+            break
+        known_over = proven
+        queue = _fallback(info.num_layers, setup.stages, tuple(runs.values()))
+        if not queue:
+            break
+        fallback.extend(queue)
+        bar.grow(len(queue))
+    return runs, fallback
+
+
+def _statistics(info: ModelInfo, setup: Setup, runs: dict, get, fallback: list, bar):
+    """The per-layer statistics of the runs, or ``MissingStatistics``: then, when the
+    windows over the capacity leave few partitionings, all of them are measured first and
+    the message names the best (``_measure_space``)."""
+    from mcap.core.profiling.stats import extract
+
+    try:
+        stats = extract(tuple(runs.values()), info.num_layers)
+    except McapError as exc:
+        space = _measure_space(info.num_layers, setup.stages, runs, get, fallback, bar)
+        bar.close()
+        message = _missing_message(info, tuple(runs.values()), str(exc))
+        ok = [r for r in space if r.status == "ok"]
+        if ok:  # every partitioning that can train was measured: say which fits best
+            best = min(ok, key=lambda r: sorted(r.peaks, reverse=True))
+            message += (f". Only {len(space)} partitioning(s) have no stage over the capacity; "
+                        f"all were measured, the best is ({','.join(map(str, best.balance))}) "
+                        f"at {max(best.peaks):,} bytes")
+        raise MissingStatistics(message, space) from None
+    bar.close()
+    return stats
+
+
+def _profile_record(r: ProfileRequest, real: ModelInfo, info: ModelInfo, stats,
+                    used: tuple, machine) -> Profile:
+    """The Profile of the runs: over the merged layers with ``r.groups`` (their sizes in
+    its extra), and which mem_added are capacity bounds, not measurements."""
+    from mcap.core.capture import merging
+    from mcap.core.profiling.stats import bounded_added, over_capacity_windows
+
+    extra = {} if r.groups is None else \
+        {merging.EXTRA_KEY: {"sizes": list(r.groups), "layers": real.num_layers}}
+    bounded = bounded_added(used, info.num_layers)
+    if bounded:
+        extra[OVER_KEY] = {"bounded_added": list(bounded),
+                           "windows": [list(w) for w in sorted(over_capacity_windows(used))]}
+    return Profile(model=info, setup=r.setup, stats=stats, runs=used, machine=machine,
+                   extra=extra or None)
+
+
+# Profile.extra key listing the mem_added that are over-capacity lower bounds (mcap.core.profiling.stats).
 OVER_KEY = "over_capacity"
 
 
@@ -405,8 +223,8 @@ def _measure_space(L: int, G: int, runs: dict, get, fallback: list, bar) -> tupl
     shrink the space further) and return the runs of the whole space; () otherwise. Under
     such a capacity the statistics cannot be completed, but every partitioning that can
     train has then been measured under it."""
-    from mcap.core import safefill
-    from mcap.core.stats import over_capacity_windows
+    from mcap.core.profiling import safefill
+    from mcap.core.profiling.stats import over_capacity_windows
     for _ in range(SPACE_LIMIT + 1):
         over = over_capacity_windows(runs.values())
         if not over:
@@ -427,7 +245,7 @@ def _measure_space(L: int, G: int, runs: dict, get, fallback: list, bar) -> tupl
 def _fallback(num_layers: int, stages: int, runs: Sequence[Run]) -> list[tuple[int, ...]]:
     """Balances that would give the statistics the oom/failed runs left missing: the
     core's ``replan`` first, then a greedy search when replan has no answer."""
-    from mcap.core.plan import replan
+    from mcap.core.profiling.schedule import replan
     bad = [r for r in runs if r.status != "ok"]
     if not bad:
         return []
@@ -451,7 +269,7 @@ def greedy_fallback(num_layers: int, stages: int, runs: Sequence[Run]) -> list[t
     A backstop for ``replan``, which packs all needed windows into a fixed run shape and
     gives up when that shape has failed (e.g. mCAP's first run (1, 1, L-2) oom on its
     last stage: layer 1 can only be alone in that very run, but its mem_isolated can be
-    derived from a window 1..z, mcap.core.stats). Greedy set cover over candidate balances:
+    derived from a window 1..z, mcap.core.profiling.stats). Greedy set cover over candidate balances:
     each pick removes at least one missing statistic; it keeps every stage no longer than
     the longest window that ran ok where it can, then removes the most, then puts as few
     layers as possible in windows of oom or failed runs that no ok run confirmed (one of
@@ -459,7 +277,7 @@ def greedy_fallback(num_layers: int, stages: int, runs: Sequence[Run]) -> list[t
     unknown), then is the most even split. A pick that fails again adds its windows to
     the suspects next round."""
     from mcap.core import partition
-    from mcap.core.stats import doomed, missing_for_windows, over_capacity_windows, stage_windows
+    from mcap.core.profiling.stats import doomed, missing_for_windows, over_capacity_windows, stage_windows
 
     L, G = num_layers, stages
     have = {w for r in runs if r.status == "ok" for w in stage_windows(r.balance)}
@@ -510,8 +328,8 @@ def greedy_fallback(num_layers: int, stages: int, runs: Sequence[Run]) -> list[t
 
 
 def _missing_message(info: ModelInfo, runs: Sequence[Run], why: str) -> str:
-    from mcap.core.stats import missing_statistics
-    from mcap.core.stats import over_capacity_windows
+    from mcap.core.profiling.stats import missing_statistics
+    from mcap.core.profiling.stats import over_capacity_windows
     missing = missing_statistics(info.num_layers, [r for r in runs if r.status == "ok"],
                                  over_capacity_windows(runs))
     bad = [r for r in runs if r.status != "ok"]
@@ -522,7 +340,7 @@ def _missing_message(info: ModelInfo, runs: Sequence[Run], why: str) -> str:
     ooms = ", ".join("(" + ",".join(map(str, r.balance)) + f") {r.status}" for r in bad[:6])
     # A mem_added(l) whose pair l-1..l itself ran out of memory cannot be measured under
     # this capacity: no stage holding both layers fits (say so: it is the user's answer).
-    from mcap.core.stats import doomed
+    from mcap.core.profiling.stats import doomed
     over = over_capacity_windows(runs)
     unfit = [l for l in (missing.added if missing else ()) if doomed((l - 1, l), over)]
     why_not = ("; layers " + ", ".join(f"{l - 1} and {l}" for l in unfit[:6])
@@ -580,7 +398,7 @@ def sweep(spec: str, setup: Setup, out: Optional[Path], *, store: Store,
 
     started = time.monotonic()
     info = model_info(spec)
-    _check_stages(info, setup)
+    check_stages(info, setup)
     if balances is None:
         balances = sweep_balances(info.num_layers, setup.stages, sample, seed)
     else:

@@ -8,7 +8,7 @@ own times, ``mcap.core.stagetime``). A stage that runs out of memory alone is pr
 at once. Where stages run together (``--isolation pipeline``, engines torchgpipe and
 hybrid) the older form below applies (issue 13).
 
-A stage's peak depends only on its stage key (``mcap.core.cover``), so a sweep measures
+A stage's peak depends only on its stage key (``mcap.core.profiling.cover``), so a sweep measures
 the few requested partitionings that together hold every key (greedy set cover) and
 composes every other requested partitioning's per-stage peaks from them. What the store
 already holds for the study (an interrupted sweep, an earlier ``--no-reuse`` sweep,
@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from mcap.core.cover import Knowledge, greedy_cover, stage_keys
+from mcap.core.profiling.cover import Knowledge, greedy_cover, stage_keys
 from mcap.core.types import Run, Setup
 from mcap.store import Store
 
@@ -66,7 +66,8 @@ def stored_knowledge(store: Store, study, setup: Setup, machine=None) -> tuple[K
 
 def stages_alone(setup: Setup) -> bool:
     """Whether this process's runners of ``setup`` run stages alone (``--isolation``)."""
-    from mcap.runner import engines, resolve_isolation
+    from mcap.runner import engines
+    from mcap.runner.isolation import resolve_isolation
     return resolve_isolation(None, engines.get(setup.engine)) == "stage"
 
 

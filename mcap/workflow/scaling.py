@@ -18,12 +18,12 @@ tracker enforcing ``Setup.capacity_bytes``). "Trains" means the run's status is 
   separates "the pick does not fit" from "the profiling runs do not fit".
   With ``capture`` the profiling runs are at a quarter and a half of the batch size and
   the pick is predicted at the batch size on the batch line (CAPTURE III-A2/B2,
-  ``mcap.workflow.capture``): the unbalanced profiling runs then fit under the capacity
+  ``mcap.workflow.capture.batches``): the unbalanced profiling runs then fit under the capacity
   at sizes where they would not at the full batch.
 * ``time``: torchgpipe's ``balance_by_time`` on a sample micro-batch.
 * ``uniform``, ``params``: the baselines of ``mcap.core.search.baselines``.
 
-Every run goes through the store (``profiling.Measurer``), so an interrupted ``scale``
+Every run goes through the store (``measuring.Measurer``), so an interrupted ``scale``
 resumes without repeating a finished run. ``balance_by_time`` re-times the model on a
 resume and may pick another balance on a noisy machine; the measured runs are still reused.
 
@@ -38,8 +38,10 @@ from typing import Optional, Sequence, TextIO
 
 from mcap.core.errors import McapError
 from mcap.core.scaling import (  # noqa: F401  (the records, re-exported for callers)
-    PARTITIONERS, SCALE_SCHEMA, ScalePoint, ScaleResult, Scaling, bisect, from_dict, report, to_dict,
+    MCAP, SCALE_SCHEMA, ScalePoint, ScaleResult, Scaling, bisect, from_dict, report,
+    to_dict,
 )
+from mcap.core.scaling import partitioners as registered
 from mcap.core.types import Setup
 from mcap.io.scalefile import load, save  # noqa: F401
 
@@ -100,24 +102,26 @@ def _pick(partitioner: str, spec: str, setup: Setup, store, timeout: float,
     from mcap.core.costs import AdditiveCosts
     from mcap.core.predict import table_from_arrays
     from mcap.core.recommend import recommend
-    from mcap.core.search import SearchContext
+    from mcap.core.search import DEFAULT, SearchContext, get
     from mcap.core.setup import micro_batch
-    from mcap.workflow import profiling
+    from mcap.workflow import measuring, profiling
 
-    info = profiling.model_info(spec)
+    info = measuring.model_info(spec)
     G = setup.stages
-    if partitioner == "mcap":
+    if partitioner == MCAP:
         try:
             prof_setup = setup if profile_capacity else dataclasses.replace(setup, capacity_bytes=None)
             if capture:  # CAPTURE III-A2: profile at B/4 and B/2, predict at B on the line
-                from mcap.core.batchscale import default_sizes
-                from mcap.workflow import capture as capture_mod
+                from mcap.core.capture.batchscale import default_sizes
+                from mcap.workflow.capture import batches as capture_mod
                 sizes = default_sizes(setup.batch_size) if capture is True else tuple(capture)
-                result = capture_mod.profile(spec, prof_setup, None, store=store, stream=stream,
-                                             timeout=timeout, name=f"scale {spec}", sizes=sizes)
+                result = capture_mod.profile(profiling.ProfileRequest(
+                    spec, prof_setup, stream=stream, timeout=timeout, name=f"scale {spec}"),
+                    store=store, sizes=sizes)
             else:
-                result = profiling.profile(spec, prof_setup, None, store=store, stream=stream,
-                                           timeout=timeout, name=f"scale {spec}")
+                result = profiling.profile(profiling.ProfileRequest(
+                    spec, prof_setup, stream=stream, timeout=timeout, name=f"scale {spec}"),
+                    store=store)
         except profiling.MissingStatistics as exc:
             # A CAPTURE space was measured at the smaller batch sizes: not a pick at B.
             ok = [] if capture else [r for r in exc.space if r.status == "ok"]
@@ -128,14 +132,14 @@ def _pick(partitioner: str, spec: str, setup: Setup, store, timeout: float,
             best = min(ok, key=lambda r: sorted(r.peaks, reverse=True))
             return best.balance, None, (f"{SPACE_NOTE} ({len(exc.space)} partitionings, "
                                         f"{len(ok)} ok)")
-        rec = recommend(result.profile, G, "exact", predictor)
+        rec = recommend(result.profile, G, DEFAULT, predictor)
         return rec.balance, rec.predicted_peak, None
-    if partitioner not in PARTITIONERS:
+    if partitioner not in registered():
         raise McapError(f"unknown partitioner {partitioner!r}; expected one of "
-                        f"{', '.join(PARTITIONERS)}")
+                        f"{', '.join(registered())}")
     pb = [l.param_bytes for l in info.layers]
     timer = None
-    if partitioner == "time":
+    if get(partitioner).needs_model:
         from mcap.runner.timebalance import timer as model_timer
         timer = model_timer(device=setup.device)
     # Baselines need no statistics: the parameter bytes stand in for the costs they ignore.
@@ -155,7 +159,7 @@ def measure_point(partitioner: str, spec: str, value: int, setup: Setup, *, stor
                   profile_capacity: bool = True, predictor: Optional[str] = None,
                   capture=False) -> ScalePoint:
     """Pick with ``partitioner`` at ``spec`` and measure the pick under the capacity."""
-    from mcap.workflow import profiling
+    from mcap.workflow import measuring
     from mcap.models import count_parameters
     from mcap.workflow.progress import ProgressBar
 
@@ -166,9 +170,9 @@ def measure_point(partitioner: str, spec: str, value: int, setup: Setup, *, stor
     if balance is None:
         return ScalePoint(value, spec, params, None, "unprofiled", seconds=time.monotonic() - started,
                           error=why)
-    info = profiling.model_info(spec)
+    info = measuring.model_info(spec)
     bar = ProgressBar(1, f"scale {partitioner} {value}", stream=stream)
-    m = profiling.Measurer(info.spec, info, setup, store, "measure", bar, timeout=timeout)
+    m = measuring.Measurer(info.spec, info, setup, store, "measure", bar, timeout=timeout)
     try:
         run = m.get(tuple(balance))
     finally:
@@ -179,21 +183,22 @@ def measure_point(partitioner: str, spec: str, value: int, setup: Setup, *, stor
 
 
 def scale(model: str, vary: str, grid: Sequence[int], setup: Setup,
-          partitioners: Sequence[str] = PARTITIONERS, *, store, timeout: float = 300.0,
+          partitioners: Optional[Sequence[str]] = None, *, store, timeout: float = 300.0,
           stream: Optional[TextIO] = None, profile_capacity: bool = True,
           predictor: Optional[str] = None, capture=False) -> Scaling:
     """Binary-search the largest trainable ``vary`` value for each partitioner; with
     ``capture`` mcap profiles at a quarter and a half of the batch size (True) or at the
     batch sizes given (a sequence) and predicts at the batch size (CAPTURE III-A2)."""
     if capture not in (False, True):
-        from mcap.core.batchscale import check_sizes
+        from mcap.core.capture.batchscale import check_sizes
         capture = check_sizes(capture, setup.batch_size, setup.chunks)
     if setup.capacity_bytes is None:
         raise McapError("scale needs a capacity (Setup.capacity_bytes)")
-    bad = [p for p in partitioners if p not in PARTITIONERS]
+    partitioners = registered() if partitioners is None else partitioners
+    bad = [p for p in partitioners if p not in registered()]
     if bad:
         raise McapError(f"unknown partitioner(s) {', '.join(map(repr, bad))}; expected "
-                        f"{', '.join(PARTITIONERS)}")
+                        f"{', '.join(registered())}")
     results = []
     for part in partitioners:
         points: list[ScalePoint] = []
@@ -232,7 +237,6 @@ def scale_press(model: str, vary: str, grid: Sequence[int], setup: Setup, *, sto
     MPress plan (``mcap.core.press.scale``): each size is profiled once with MPress's
     statistics (``profile --press``, no capacity: a plan is what lets a size fit) and
     decided from its predictions."""
-    import inspect
 
     from mcap.core.press import joint
     from mcap.core.press import scale as pscale
@@ -242,7 +246,7 @@ def scale_press(model: str, vary: str, grid: Sequence[int], setup: Setup, *, sto
 
     if setup.capacity_bytes is None:
         raise McapError("scale --press needs --capacity BYTES")
-    if "press" not in inspect.signature(profiling.profile).parameters:
+    if "press" not in {f.name for f in dataclasses.fields(profiling.ProfileRequest)}:
         raise McapError("scale --press needs profiling with MPress statistics "
                         "(profile --press), which this installation does not have")
     cap, points = setup.capacity_bytes, {}
@@ -251,9 +255,9 @@ def scale_press(model: str, vary: str, grid: Sequence[int], setup: Setup, *, sto
     def point_at(value: int):
         if value not in points:
             spec = spec_with(model, vary, value)
-            prof = profiling.profile(spec, unbounded, None, store=store, stream=stream,
-                                     timeout=timeout, name=f"scale --press {spec}",
-                                     press=True).profile
+            prof = profiling.profile(profiling.ProfileRequest(
+                spec, unbounded, stream=stream, timeout=timeout, name=f"scale --press {spec}",
+                press=True), store=store).profile
             peak, floor = floor_of(prof, setup.stages, predictor)
             bal = added = None
             if floor <= cap:

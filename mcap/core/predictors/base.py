@@ -22,7 +22,7 @@ from mcap.core.costs import StageCosts, Term
 from mcap.core.errors import InvalidStatistics, McapError
 from mcap.core.predict import cost_table
 from mcap.core.registry import Registry
-from mcap.core.stats import collect, extract, sources_for_windows, stage_windows
+from mcap.core.profiling.stats import collect, extract, sources_for_windows, stage_windows
 from mcap.core.types import LayerStats, Profile, Run
 
 
@@ -48,7 +48,7 @@ def ok_runs(runs: Sequence[Run], num_layers: int) -> list[Run]:
 
 
 def held_out(runs: Sequence[Run], num_layers: int) -> list[tuple[tuple[int, int], int]]:
-    """Measured windows that no statistic is read from (``mcap.core.stats`` sources): every
+    """Measured windows that no statistic is read from (``mcap.core.profiling.stats`` sources): every
     profiling run's other stages, held out for free."""
     wins = collect(runs, num_layers)
     measured = dict(wins.peaks)
@@ -92,12 +92,12 @@ class Fit:
 class Windows:
     """The measured windows of a profile's ok runs, arranged so that the statistics of
     *any* term set are a few numpy operations: which window each statistic is read from does
-    not depend on the terms (``mcap.core.stats`` sources), only the values do."""
+    not depend on the terms (``mcap.core.profiling.stats`` sources), only the values do."""
 
     def __init__(self, runs: Sequence[Run], num_layers: int):
         self.L = num_layers
         self.runs = ok_runs(runs, num_layers)
-        self.all_runs = list(runs)  # oom runs carry the over-capacity bounds (mcap.core.stats)
+        self.all_runs = list(runs)  # oom runs carry the over-capacity bounds (mcap.core.profiling.stats)
         wins = collect(self.all_runs, num_layers)
         measured = dict(wins.peaks)
         self.keys = list(measured)

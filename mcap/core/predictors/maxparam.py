@@ -11,7 +11,7 @@ layer (ReLU, pooling) misses it and is predicted low.
 
 Model: ``peak(a..z) = Listing 1.1 of the residuals (a..z) + c * maxparam(a..z)``; the
 residual of every measured window is its peak minus ``c * maxparam`` of the window, and the
-residual statistics come from ``mcap.core.stats.extract`` exactly as the paper's do. ``c = 0``
+residual statistics come from ``mcap.core.profiling.stats.extract`` exactly as the paper's do. ``c = 0``
 is the paper's predictor. ``c`` is picked from 0, 0.25, ..., 3 by the bytes-weighted error
 on the profiling windows no statistic was read from (``base.fit_terms``); ties go to the
 smaller ``c``; with no held-out window, ``c = 0``. The sweep is never looked at. (A plain

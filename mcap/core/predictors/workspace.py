@@ -72,7 +72,7 @@ from mcap.core.predict import CostTable
 from mcap.core.predictors import perstage as ps
 from mcap.core.predictors.base import Predictor, Windows, ok_runs, register
 from mcap.core.predictors.maxparam import costs_of, fit_maxparam, without_runs
-from mcap.core.stats import stage_windows
+from mcap.core.profiling.stats import stage_windows
 from mcap.core.types import Profile
 
 LIBRARY = "library workspace, once per stage"

@@ -5,35 +5,20 @@ device fits its capacity at the least added time. Pure (no torch, no files).
     plan = press.plan_profile(profile, (3, 3, 5, 19), capacity, method="mpress")  # PressPlan
     best = press.joint(profile, 4, capacity)           # partitioning + plan, fastest that fits
 
-``model.py`` is the memory/time model (read its docstring first), ``mpress.py`` the
-approximated search of III-D, ``milp.py`` the exact MILP beside it, ``jointsearch.py`` the joint
+``model.py`` is the memory/time model (read its docstring first), ``base.py`` the planner
+registry, ``mpress.py`` the approximated search of III-D, ``milp.py`` the exact MILP beside it, ``jointsearch.py`` the joint
 partition + plan search.
 """
 from __future__ import annotations
 
 from typing import Optional, Sequence
 
-from mcap.core.errors import McapError
-from mcap.core.press import milp, mpress
+from mcap.core.press import mpress, milp  # noqa: F401  (registration, in this order)
+from mcap.core.press.base import Planner, get, names, register, solve  # noqa: F401
 from mcap.core.press.model import (  # noqa: F401  (the public names)
     Outcome, Problem, outcome, problem, problem_from, smallest_capacity, to_plan, unreachable,
 )
-from mcap.core.pressplan import PressPlan
-
-METHODS = {"mpress": mpress.plan, "milp": milp.plan}
-HELP = {"mpress": "MPress's approximated search (III-D): fast, near the optimum",
-        "milp": "exact MILP (PuLP's CBC): the least added time under the model"}
-
-
-def solve(p: Problem, capacity: int, method: str = "mpress") -> PressPlan:
-    """The plan of ``method`` for problem ``p`` under ``capacity`` (McapError naming the
-    smallest capacity that can be met when none fits)."""
-    if method not in METHODS:
-        raise McapError(f"unknown press method {method!r}; expected one of {', '.join(METHODS)}")
-    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity <= 0:
-        raise McapError(f"capacity must be a positive number of bytes, got {capacity!r}")
-    return to_plan(p, METHODS[method](p, capacity), method, capacity)
-
+from mcap.core.press.actions import PressPlan
 
 def plan_profile(profile, balance: Sequence[int], capacity: int, method: str = "mpress",
                  predictor: Optional[str] = None) -> PressPlan:

@@ -23,7 +23,7 @@ from typing import Sequence
 
 from mcap.core.errors import McapError
 from mcap.core.press.model import Problem
-from mcap.core.pressplan import LayerAction
+from mcap.core.press.actions import LayerAction
 from mcap.core.timeline import Timeline
 
 LEAVE = {"recompute": "dropped", "swap": "swap out", "d2d": "d2d out"}

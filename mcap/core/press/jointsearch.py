@@ -24,7 +24,7 @@ from mcap.core.partition import count, enumerate_all, windows_many
 from mcap.core.press.model import (
     Problem, check_profile, problem, smallest_capacity, window_floor_drop,
 )
-from mcap.core.pressplan import PressPlan
+from mcap.core.press.actions import PressPlan
 
 ENUMERATE = 300_000
 RADIUS = 2
@@ -90,7 +90,7 @@ def _pool(profile, G: int, costs) -> np.ndarray:
 def joint(profile, stages: int, capacity: int, method: str = "milp",
           predictor: Optional[str] = None, top: int = 4) -> Joint:
     """The fastest partitioning + plan under ``capacity`` (module docstring)."""
-    from mcap.core.press import solve
+    from mcap.core.press.base import solve
     from mcap.core.recommend import check_stages, costs_of
     check_stages(stages, profile.model.num_layers)
     if isinstance(top, bool) or not isinstance(top, int) or not 1 <= top <= MAX_TOP:

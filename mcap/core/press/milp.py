@@ -42,7 +42,8 @@ import warnings
 
 from mcap.core.errors import McapError
 from mcap.core.press.model import Problem, outcome, smallest_capacity, unreachable
-from mcap.core.pressplan import LayerAction
+from mcap.core.press.base import Planner, register
+from mcap.core.press.actions import LayerAction
 
 TIE = 1e-7       # seconds per reduced layer: among equal plans, change the fewest layers
 SCALE = 1e3      # the objective in milliseconds, so TIE stays above CBC's tolerances
@@ -162,3 +163,13 @@ def plan(p: Problem, capacity: int, time_limit: float = TIME_LIMIT) -> list[Laye
         bound -= (over + 1) / UNIT  # rounding in MiB let a device over by a few bytes
     raise McapError(f"the MILP's plan stays {over:,} bytes over capacity {capacity:,} after "
                     "tightening; try --method mpress")
+
+
+@register
+class Milp(Planner):
+    name, label = "milp", "MILP (exact)"
+    help = "exact MILP (PuLP's CBC): the least added time under the model"
+    color = "#54a24b"
+
+    def plan(self, p: Problem, capacity: int) -> list[LayerAction]:
+        return plan(p, capacity)

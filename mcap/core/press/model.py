@@ -1,7 +1,7 @@
 """MPress's memory and time model for one partitioning (MPress II-C, III-A, III-D). Pure.
 
 A :class:`Problem` is everything a planner needs; :func:`outcome` says what an assignment of
-actions (``mcap.core.pressplan``: keep, recompute, swap, d2d) does to every device. Both
+actions (``mcap.core.press.actions``: keep, recompute, swap, d2d) does to every device. Both
 planners (``mpress.py``, ``milp.py``) and every report use this one function, so they agree.
 
 **Memory** (per stage s, bytes). ``base[s]`` is the stage's peak with every layer kept:
@@ -70,7 +70,7 @@ own penalty, and a swap is free when its live interval hides it):
   stream, and a prefetch before backward asks (MPress III-E). mcap's runner has neither:
   on CPU stage processes the saved-tensor hooks copy on the compute thread, and on CUDA
   they queue the copies on the compute stream (out after the layer's kernels, back when
-  backward first unpacks the storage, ``mcap.runner.press``), so nothing overlaps and a
+  backward first unpacks the storage, ``mcap.runner.press.apply``), so nothing overlaps and a
   swap costs its whole transfer on either device (``overlap=False``, what :func:`problem`
   chooses for every profile; ``problem_from(overlap=True)`` is MPress's own model). On
   the H200 (issue 30) assuming the overlap made every CUDA plan's added time 0.0 while the
@@ -101,7 +101,7 @@ import numpy as np
 from mcap.core.errors import McapError
 from mcap.core.partition import validate, windows
 from mcap.core.press.events import StageEvents, stage_events
-from mcap.core.pressplan import ACTIONS, LayerAction, PressPlan
+from mcap.core.press.actions import ACTIONS, LayerAction, PressPlan
 from mcap.core.timeline import max_in_flight, op_order
 from mcap.core.types import Profile
 
@@ -377,7 +377,7 @@ def problem_from(model: str, balance, base, schedule: str, chunks: int, saved, f
     if not overlap:
         live = tuple(tuple(0.0 for _ in per) for per in live)
     # A swap moves the movable bytes out and back; a pinned output is copied out once and
-    # its copy dropped when the forward returns (mcap.runner.press), a pinned input never.
+    # its copy dropped when the forward returns (mcap.runner.press.apply), a pinned input never.
     moved = [saved[l] - pin_in[l] - pin_out[l] for l in range(len(saved))]
     again = recompute_seconds or forward  # measured, else the forward alone (older files)
     costs = tuple({"recompute": again[l] * chunks,

@@ -32,7 +32,8 @@ from typing import Optional
 from mcap.core.press.model import (
     Problem, floor_actions, keep, outcome, smallest_capacity, unreachable,
 )
-from mcap.core.pressplan import LayerAction
+from mcap.core.press.base import Planner, register
+from mcap.core.press.actions import LayerAction
 
 EPS = 1e-12
 
@@ -180,3 +181,13 @@ def _improve(p: Problem, acts: list, capacity: int) -> list:
             if improved:
                 break
     return acts
+
+
+@register
+class MPress(Planner):
+    name, label = "mpress", "MPress (approximated, III-D)"
+    help = "MPress's approximated search (III-D): fast, near the optimum"
+    color = "#4c78a8"
+
+    def plan(self, p: Problem, capacity: int) -> list[LayerAction]:
+        return plan(p, capacity)

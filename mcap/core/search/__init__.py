@@ -12,7 +12,7 @@ band around the true optimum, bo around the best peak it evaluated. The one entr
 ``mcap.core.recommend.recommend`` (re-exported here).
 """
 from mcap.core.search import exact, bruteforce, bayes, time, uniform, params  # noqa: F401  (registration, in report order)
-from mcap.core.search.base import Method, SearchContext, get, names, register
+from mcap.core.search.base import DEFAULT, REGISTRY, Method, SearchContext, get, names, reference, register
 from mcap.core.search.tiebreak import key
 
 METHODS = names()
@@ -24,4 +24,5 @@ def recommend(*args, **kwargs):
     return entry(*args, **kwargs)
 
 
-__all__ = ["METHODS", "Method", "SearchContext", "get", "key", "names", "recommend", "register"]
+__all__ = ["DEFAULT", "METHODS", "REGISTRY", "Method", "SearchContext", "get", "key", "names", "recommend",
+           "reference", "register"]

@@ -48,14 +48,31 @@ class Found:
 
 
 class Method:
-    """Base class. ``on_demand``: slow (minutes), so pages run it only when asked (bo).
-    ``uses_costs``: the pick depends on the predicted costs (False for the baselines, whose
-    pick is the same under every predictor). ``tolerance``: honours ``tie_tolerance``."""
+    """Base class. Capabilities are flags, read by the CLI, the pages and the workflows
+    (never the method's name):
+
+    - ``on_demand``: slow (minutes), so pages run it only when asked, in the background
+      (bo); it takes ``seed`` / ``iterations`` and reports its best so far to ``on_best``.
+    - ``draws_curve``: its ``Found.curve`` (best so far per evaluation) is worth a chart.
+    - ``needs_model``: it times the real model (``context.timer``, torch, the profile's
+      device on this machine): never run as a page renders, left out where it cannot run.
+    - ``reference``: the baseline scaling compares mCAP with (paper 4.3, torchgpipe's
+      ``balance_by_time``).
+    - ``enumerates``: it predicts every partitioning one by one (a page bounds it).
+    - ``uses_costs``: the pick depends on the predicted costs (False for the baselines,
+      whose pick is the same under every predictor; ``scale --partitioner`` offers them).
+    - ``tolerance``: honours ``tie_tolerance``.
+    - ``color``: its colour on every chart."""
     name: ClassVar[str] = ""
     label: ClassVar[str] = ""
     help: ClassVar[str] = ""
+    color: ClassVar[str] = "#1f77b4"
     defaults: ClassVar[dict] = {}
     on_demand: ClassVar[bool] = False
+    draws_curve: ClassVar[bool] = False
+    needs_model: ClassVar[bool] = False
+    reference: ClassVar[bool] = False
+    enumerates: ClassVar[bool] = False
     uses_costs: ClassVar[bool] = True
     tolerance: ClassVar[bool] = False
 
@@ -68,9 +85,24 @@ REGISTRY: Registry[Method] = Registry("method")
 register, get = REGISTRY.register, REGISTRY.get
 
 
-def names(on_demand: Optional[bool] = None) -> tuple[str, ...]:
-    """Registered method names, optionally only the (not) on-demand ones."""
-    return tuple(m.name for m in REGISTRY if on_demand is None or m.on_demand == on_demand)
+DEFAULT = "exact"  # the method every caller uses unless told otherwise
+
+
+def names(on_demand: Optional[bool] = None, **flags: bool) -> tuple[str, ...]:
+    """Registered method names, optionally only those whose capability flags have the
+    given values, e.g. ``names(on_demand=False, needs_model=False)``."""
+    if on_demand is not None:
+        flags["on_demand"] = on_demand
+    for flag in flags:
+        if not hasattr(Method, flag):
+            raise McapError(f"search methods have no capability {flag!r}")
+    return tuple(m.name for m in REGISTRY
+                 if all(getattr(m, flag) == value for flag, value in flags.items()))
+
+
+def reference() -> str:
+    """The baseline scaling compares mCAP with (the method flagged ``reference``)."""
+    return next(m.name for m in REGISTRY if m.reference)
 
 
 def check_options(method: Method, options: dict, allowed: Sequence[str]) -> None:

@@ -294,6 +294,8 @@ class Bayes(Method):
     defaults = {"iterations": ITERATIONS, "seed": 0}
     on_demand = True
     tolerance = True
+    color = "#9467bd"
+    draws_curve = True
 
     def search(self, costs, stages, context, *, band=None, progress=None, tie_tolerance=0.0,
                seed=0, iterations=ITERATIONS, on_best=None, **opts):

@@ -153,6 +153,8 @@ class BruteForce(Method):
     help = ("mCAP-BF: predict all C(L-1, G-1) partitionings and keep the best (refuses more "
             f"than {MAX_PARTITIONINGS:,} unless max_partitionings is raised)")
     tolerance = True
+    color = "#17becf"
+    enumerates = True
 
     def search(self, costs, stages, context, *, band=None, progress=None, tie_tolerance=0.0,
                max_partitionings=MAX_PARTITIONINGS, **options):

@@ -200,6 +200,7 @@ class Exact(Method):
     help = ("the optimum under the predictor with the paper's tie-break, by a min-max "
             "dynamic programme over stage costs; evaluated counts DP transitions")
     tolerance = True
+    color = "#2ca02c"
 
     def search(self, costs, stages, context, *, band=None, progress=None, tie_tolerance=0.0,
                **options):

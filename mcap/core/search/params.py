@@ -32,6 +32,7 @@ class Params(Method):
     label = "params (balanced parameters)"
     help = "baseline: min-max of each stage's parameter bytes (DeepSpeed's 'parameters')"
     uses_costs = False
+    color = "#ff7f0e"
 
     def search(self, costs, stages, context, *, band=None, progress=None, **options):
         balance, work = params(context.layer_params, costs.num_layers, stages, progress)

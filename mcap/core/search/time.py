@@ -32,6 +32,9 @@ class Time(Method):
     help = ("baseline: torchgpipe's balance_by_time, equal forward+backward time per stage, "
             "timed on the real model (needs torch and a model mcap may build)")
     uses_costs = False
+    color = "#d62728"
+    needs_model = True
+    reference = True
 
     def search(self, costs, stages, context, *, band=None, progress=None, **options):
         if context.timer is None or context.spec is None:

@@ -17,6 +17,7 @@ class Uniform(Method):
     label = "uniform (even layer counts)"
     help = "baseline: layer counts as even as possible, the first stages take the extra layers"
     uses_costs = False
+    color = "#7f7f7f"
 
     def search(self, costs, stages, context, *, band=None, progress=None, **options):
         return Found(uniform(costs.num_layers, stages), 1)

@@ -53,16 +53,32 @@ def check_processes(processes: int, device: str, gpus: Optional[int] = None,
 
 
 class Engine:
+    """Capabilities are flags, read by the runner, the zygote, the CLI and the multi-node
+    code (never the engine's name):
+
+    - ``devices``: where it runs (cpu, cuda).
+    - ``press``: ``run`` takes ``press=`` (an MPress plan, ``mcap.runner.press.apply.PressJob``).
+    - ``alone``: its stages can be measured alone (``mcap.runner.alone``): ``run`` then takes
+      ``stage=`` and runs that stage of the balance over a fake process group when the
+      pool's ``Init.alone`` is set.
+    - ``plans``: it runs CAPTURE's hybrid plans (``Runner.measure_plan``; ``Setup.stages``
+      counts devices); ``plans_engine()`` names it.
+    - ``across_nodes``: its ranks may be torchrun ranks on several nodes
+      (``mcap.runner.spmdrunner``).
+    - ``prebuilds``: its workers build ``mcap.runner.pipelining``'s resident model, so the
+      CPU zygote builds it once before forking them.
+    - ``exchange``: stages sharing a GPU exchange through ``mcap.runner.exchange`` (the CUDA
+      meter names how)."""
     name: ClassVar[str] = ""
     label: ClassVar[str] = ""
     help: ClassVar[str] = ""
     devices: ClassVar[tuple[str, ...]] = ("cpu", "cuda")
-    # Whether ``run`` takes ``press=`` (an MPress plan, mcap.runner.press.PressJob).
     press: ClassVar[bool] = False
-    # Whether its stages can be measured alone (mcap.runner.alone): ``run`` then takes
-    # ``stage=`` and runs that stage of the balance over a fake process group when the
-    # pool's ``Init.alone`` is set.
     alone: ClassVar[bool] = False
+    plans: ClassVar[bool] = False
+    across_nodes: ClassVar[bool] = False
+    prebuilds: ClassVar[bool] = False
+    exchange: ClassVar[bool] = False
 
     # --- parent side -----------------------------------------------------------------
     def processes(self, setup: Setup) -> int:
@@ -90,10 +106,22 @@ class Engine:
         ``mcap.runner.protocol.Init`` the pool sent."""
         raise NotImplementedError
 
-    def run(self, resident, init, balance: tuple[int, ...]) -> tuple:
-        """One measured run: the StageResults of the stages this process ran."""
+    def run(self, resident, init, balance: tuple[int, ...], press=None, stage=None) -> tuple:
+        """One measured run: the StageResults of the stages this process ran. ``press``
+        only when the engine has ``press``; ``stage`` only when it has ``alone`` (and
+        ``init.alone`` is set): the one stage this process runs alone."""
         raise NotImplementedError
 
 
 REGISTRY: Registry[Engine] = Registry("engine")
 register, names, get = REGISTRY.register, REGISTRY.names, REGISTRY.get
+
+
+def plans_engine() -> str:
+    """The engine that runs CAPTURE's hybrid plans (the one flagged ``plans``)."""
+    return next(e.name for e in REGISTRY if e.plans)
+
+
+def across_nodes() -> tuple[str, ...]:
+    """The engines whose runs may go across nodes (``across_nodes``)."""
+    return tuple(e.name for e in REGISTRY if e.across_nodes)

@@ -1,13 +1,13 @@
 """Engine ``hybrid``: CAPTURE's hybrid plans (section III), one persistent process per
 device; a stage is pipeline (1 device), data-parallel (DDP over the stage's devices) or
 tensor-parallel (``torch.distributed.tensor.parallel``). The stage logic, what is sharded
-and what is replicated, is in ``mcap.runner.hybrid``. A run's "balance" is a HybridPlan's
+and what is replicated, is in ``mcap.runner.capture.device``. A run's "balance" is a HybridPlan's
 stages (``Runner.measure_plan``) or a plain balance (a pipeline-only plan), and
 ``Setup.stages`` is the number of devices.
 
 Alone (isolation ``stage``, the default; :mod:`mcap.runner.alone`): each device of a plan is
 one job, run in a slot process that joins a fake group of the plan's devices as that rank
-(``mcap.runner.hybrid.run_device(..., alone=True)``), so an 8-device plan is measured on one
+(``mcap.runner.capture.device.run_device(..., alone=True)``), so an 8-device plan is measured on one
 GPU, or on the CPU's slots, rank by rank."""
 from __future__ import annotations
 
@@ -26,6 +26,9 @@ class Hybrid(Engine):
             "device per process")
 
     alone = True  # each device alone over a fake process group (mcap.runner.alone)
+    plans = True  # CAPTURE's hybrid plans
+    across_nodes = True  # a rank per device, on any node (mcap.runner.spmdrunner)
+    prebuilds = True  # builds pipelining's resident model (the zygote builds it first)
 
     def processes(self, setup):
         return setup.stages  # devices
@@ -58,9 +61,9 @@ class Hybrid(Engine):
         return (resident, {}), info  # {}: the stage sub-groups, made once and kept
 
     def run(self, resident, init, balance, stage=None):
-        from mcap.runner import hybrid
+        from mcap.runner.capture import device
         res, groups = resident
         if init.alone:  # this process runs device ``stage`` alone, on its slot's GPU
-            return (hybrid.run_device(res, init.setup, balance, stage, groups,
+            return (device.run_device(res, init.setup, balance, stage, groups,
                                       local_device=init.rank, alone=True),)
-        return (hybrid.run_device(res, init.setup, balance, init.rank, groups),)
+        return (device.run_device(res, init.setup, balance, init.rank, groups),)

@@ -17,6 +17,9 @@ class Pipelining(Engine):
             "processes or CUDA devices (stages may share a GPU)")
 
     alone = True  # stages run alone over a fake process group (mcap.runner.alone)
+    across_nodes = True  # a rank per stage, on any node (mcap.runner.spmdrunner)
+    prebuilds = True  # the zygote builds the resident model once before forking
+    exchange = True  # stages sharing a GPU exchange through mcap.runner.exchange
 
     def processes(self, setup):
         return setup.stages
@@ -38,7 +41,7 @@ class Pipelining(Engine):
                                     timeout=timedelta(seconds=init.pg_timeout))
         return pipelining.build_resident(init.spec, setup)
 
-    press = True  # applies MPress plans (mcap.runner.press)
+    press = True  # applies MPress plans (mcap.runner.press.apply)
 
     def run(self, resident, init, balance, press=None, stage=None):
         from mcap.runner import pipelining

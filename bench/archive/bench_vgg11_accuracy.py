@@ -1,13 +1,18 @@
 """VGG11 prediction accuracy on CPU stage processes (issue 4 acceptance; paper 4.2).
 
+Archived (issue 27): issue 4's acceptance run (BENCHMARKS.md, "Profiling: VGG11 accuracy
+on CPU", 2026-11-22), kept for the record; bench/bench_predictors.py scores every bundled
+pair now. Runs as is, but note that its default --profile-out is data/vgg11-cpu4.profile.json
+(relative to the current folder): pass --profile-out out/... not to overwrite the bundled file.
+
 Profiles VGG11 (small images) on G CPU stage processes with mCAP's plan, then measures
 N seeded random partitionings that were not profiled and prints the distribution of
 |predicted - measured| / measured for the overall peak and for every stage, the
 profiling wall time and the runs it needed. Resumable: runs go into the store as they
 finish and are reused when the script is run again (delete the store to re-measure).
 
-    python bench/bench_vgg11_accuracy.py                        # defaults below
-    python bench/bench_vgg11_accuracy.py --samples 20 --seed 0 \
+    python bench/archive/bench_vgg11_accuracy.py                        # defaults below
+    python bench/archive/bench_vgg11_accuracy.py --samples 20 --seed 0 \
         --profile-out data/vgg11-cpu4.profile.json --store .mcap/bench-vgg11.sqlite
 """
 from __future__ import annotations
@@ -19,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from mcap.workflow import profiling  # noqa: E402
 from mcap.core.partition import random_partitionings  # noqa: E402

@@ -1,6 +1,9 @@
 """Per-device peaks of a few hybrid plans on CPU stage processes (issue 15, engine hybrid).
 
-    python bench/bench_hybrid_plans.py [SPEC] [BATCH] [CHUNKS] [PLAN ...]
+Archived (issue 27): engine hybrid's first check (issue 15), kept for the record;
+bench/bench_hybrid_eval.py measures hybrid plans against their predictions now. Runs as is.
+
+    python bench/archive/bench_hybrid_plans.py [SPEC] [BATCH] [CHUNKS] [PLAN ...]
 
 One runner serves every plan of the same device count; prints each plan's per-device peaks
 (MiB), the seconds of its measure call, and the loss of iteration 1 (equal for every plan:
@@ -9,10 +12,13 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
-from mcap.core.capture.plan import parse_plan
-from mcap.core.types import Setup
-from mcap.runner import open_runner
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script from anywhere
+
+from mcap.core.capture.plan import parse_plan  # noqa: E402
+from mcap.core.types import Setup  # noqa: E402
+from mcap.runner import open_runner  # noqa: E402
 
 SPEC = "gpt:layers=4,hidden=256,heads=4,vocab=1024,seq=64"
 PLANS = ["1,2,2,1", "1,4:dp2,1", "1,4:tp2,1", "3:dp2,3:tp2", "6:dp4", "6:tp4"]

@@ -1,7 +1,11 @@
 """MPress plans measured for real on CPU stage processes (issue 16, items 1-2).
 
-    python bench/bench_press.py                       # VGG11 32x32, batch 8, chunks 4, 3,3,5,19
-    python bench/bench_press.py --balance 8,8,7,7 --repeats 3
+Archived (issue 27): the first MPress plans measured for real (issue 16 items 1-2;
+BENCHMARKS.md, 2026-11-23), kept for the record; bench/bench_press_eval.py measures plans
+against their predictions now. Runs as is (minutes).
+
+    python bench/archive/bench_press.py                       # VGG11 32x32, batch 8, chunks 4, 3,3,5,19
+    python bench/archive/bench_press.py --balance 8,8,7,7 --repeats 3
 
 One runner (checkpoint never) measures the plain run and three plans of the same balance,
 interleaved ``--repeats`` times: keep-all (must read the plain peaks exactly), every layer
@@ -17,7 +21,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script from anywhere
 
 import argparse
 import dataclasses

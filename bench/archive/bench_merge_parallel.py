@@ -1,8 +1,11 @@
 """The layer merger on hybrid profiling (CAPTURE III-A3 with III-A1): what ``profile
+
+Archived (issue 27): the one-off behind BENCHMARKS.md's "The merger on dp/tp profiling"
+(2026-11-25), kept for the record. Runs as is (minutes: it profiles and measures).
 --parallel dp,tp --merge-to Lm`` saves in runs and time, and what it costs in per-device
 error, against the same profile without merging.
 
-    python bench/bench_merge_parallel.py [--model SPEC] [--merge-to 5,6] [--plans 12]
+    python bench/archive/bench_merge_parallel.py [--model SPEC] [--merge-to 5,6] [--plans 12]
                                          [--seed 0] [--work DIR] [--out FILE.json]
 
 Each profile is the command a user types (``python -m mcap profile --model M --stages 4
@@ -28,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from mcap.core.capture import merging  # noqa: E402
 from mcap.core.evaluate import percentile  # noqa: E402

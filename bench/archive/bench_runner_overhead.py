@@ -1,6 +1,9 @@
 """Per-run overhead of the runner's persistent stage processes (issue 4, start-up cost).
 
-    python bench/bench_runner_overhead.py [--model SPEC] [--stages G] [--runs N]
+Archived (issue 27): issue 4's start-up check (BENCHMARKS.md, "Runner: per-run overhead",
+2026-11-22), kept for the record; bench/bench_measure_startup.py times start-up now. Runs as is.
+
+    python bench/archive/bench_runner_overhead.py [--model SPEC] [--stages G] [--runs N]
 
 For each run: wall = ``Run.seconds`` (job sent to the stage processes until every stage
 answered: build the stage, train 2 iterations, reply), train = the slowest stage's
@@ -19,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from mcap.runner import open_runner  # noqa: E402
 from mcap.core.types import Setup  # noqa: E402

@@ -1,12 +1,15 @@
 """CAPTURE's batch-size scaling and layer merger against measured sweeps (issue 15, item 9).
 
+Archived (issue 27): the one-off behind BENCHMARKS.md's "CAPTURE batch-size scaling and
+the layer merger" (issue 15 item 9), kept for the record. Runs as is on the files it names.
+
     # batch-size scaling (III-A2/B2): a profile at B/4 and B/2 (profile --capture) and one
     # profiled at B, both against a sweep measured at B
-    python bench/bench_capture_batch.py batch CAPTURE.profile.json DIRECT.profile.json SWEEP.json
-    python bench/bench_capture_batch.py batch CAPTURE.profile.json DIRECT.profile.json -
+    python bench/archive/bench_capture_batch.py batch CAPTURE.profile.json DIRECT.profile.json SWEEP.json
+    python bench/archive/bench_capture_batch.py batch CAPTURE.profile.json DIRECT.profile.json -
 
     # the layer merger (III-A3): merged profiles against the full sweep of the real layers
-    python bench/bench_capture_batch.py merge FULL.profile.json SWEEP.json Lm [MERGED.profile.json ...]
+    python bench/archive/bench_capture_batch.py merge FULL.profile.json SWEEP.json Lm [MERGED.profile.json ...]
 
 ``batch`` prints, per predictor, the p50/p90/max error of every ok partitioning's predicted
 peak (the batch-scaled profile's at B, and the one profiled at B) and exact's pick: its
@@ -23,7 +26,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from mcap.core.capture import batchscale  # noqa: E402
 from mcap.core.capture import merging  # noqa: E402

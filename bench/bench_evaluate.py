@@ -2,6 +2,7 @@
 
     python bench/bench_evaluate.py --profile data/vgg11-cpu4.profile.json \\
         --sweep data/vgg11-cpu4-sample150.sweep.json [--measure-picks --store PATH] [--no-time]
+    python bench/bench_evaluate.py --figures    # bench/run.py's row (bundled pair, no timing)
 
 Prints, for each predictor: the overall error distribution (median / p90 / p99 / max,
 share within 5% and 14%), the per-stage error by stage position (first / middle / last,
@@ -65,16 +66,48 @@ def measure_missing(sweep, balances, store_path, timeout):
     return dataclasses.replace(sweep, runs=sweep.runs + extra), len(todo)
 
 
+ROOT = Path(__file__).resolve().parent.parent
+PAIR = ("vgg11-cpu4.profile.json", "vgg11-cpu4-seed1-sample150.sweep.json")
+
+
+def figures(quick: bool = False) -> list:
+    """bench/run.py's row: the paper's Listing 1.1 against the default predictor on the
+    bundled pair of issue 6 (share of partitionings within 5%, and p90). Pure: no pick is
+    timed or measured; ``quick`` changes nothing."""
+    from benchtable import Figure
+    profile = load_profile(ROOT / "data" / PAIR[0])
+    sweep = load_sweep(ROOT / "data" / PAIR[1])
+    cells = []
+    for name in ("paper", predictors.DEFAULT):
+        e = evaluate(profile, sweep, (), predictor=name).errors
+        cells.append(f"{name} {e.within_goal:.1%} (p90 {e.p90:.2%}, within 14%: "
+                     f"{e.within_paper:.0%})")
+    return [Figure(f"partitionings predicted within 5%, the paper's Listing 1.1 vs the default "
+                   f"predictor, {PAIR[0].removesuffix('.profile.json')} x "
+                   f"{PAIR[1].removesuffix('.sweep.json')}",
+                   f"of {e.count}: " + "; ".join(cells),
+                   ">= 90% within 5% (issue 6); the paper's bar: 90% within 14%")]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--profile", required=True)
-    ap.add_argument("--sweep", required=True)
+    ap.add_argument("--figures", action="store_true", help="print bench/run.py's row only")
+    ap.add_argument("--quick", action="store_true", help="with --figures: the same (pure)")
+    ap.add_argument("--profile")  # both required but with --figures
+    ap.add_argument("--sweep")
     ap.add_argument("--measure-picks", action="store_true")
     ap.add_argument("--store", default=".mcap/bench-evaluate.sqlite")
     ap.add_argument("--timeout", type=float, default=300.0)
     ap.add_argument("--no-time", action="store_true", help="leave out torchgpipe's balance_by_time")
     ap.add_argument("--bo-iterations", type=int, default=75)
     args = ap.parse_args(argv)
+    if args.figures:
+        from benchtable import show
+        show(figures(args.quick))
+        return 0
+    missing = [o for o in ("--profile", "--sweep") if getattr(args, o[2:]) is None]
+    if missing:
+        ap.error(f"the following arguments are required: {', '.join(missing)}")
 
     profile, sweep = load_profile(args.profile), load_sweep(args.sweep)
     G = sweep.setup.stages

@@ -3,6 +3,7 @@ measurements of the same setup: issue 30's check.
 
     python bench/bench_for_cuda.py              # every CPU profile in data/ x every GPU sweep of its setup
     python bench/bench_for_cuda.py --markdown   # the BENCHMARKS.md table
+    python bench/bench_for_cuda.py --figures    # bench/run.py's rows: pairs in data/ only
 
 GPU sweeps are read from data/, ../shared/gpu-h100 and ../shared/gpu-h200 (bundled copies
 win). A CPU profile and a GPU sweep pair up when only the device differs. Rows per pair: the
@@ -34,10 +35,10 @@ from mcap.core.setup import mismatch  # noqa: E402
 from mcap.io import jsonio  # noqa: E402
 
 
-def files(pattern: str) -> list[Path]:
+def files(pattern: str, folders=None) -> list[Path]:
     out, seen = [], set()
     shared = ROOT.parent / "shared"
-    for folder in (ROOT / "data", shared / "gpu-h100", shared / "gpu-h200"):
+    for folder in folders or (ROOT / "data", shared / "gpu-h100", shared / "gpu-h200"):
         for f in sorted(folder.glob(pattern)) if folder.is_dir() else ():
             if f.name not in seen:
                 seen.add(f.name)
@@ -55,10 +56,10 @@ def gpu_of(dataset, path: Path) -> str:
         f"machine unknown, {path.parent.name}"
 
 
-def triples():
+def triples(folders=None):
     """(CPU profile, GPU sweep, GPU profiles of the sweep's setup and GPU)."""
-    profiles = [(p, jsonio.load_profile(p)) for p in files("*.profile.json")]
-    sweeps = [(s, jsonio.load_sweep(s)) for s in files("*.sweep.json")]
+    profiles = [(p, jsonio.load_profile(p)) for p in files("*.profile.json", folders)]
+    sweeps = [(s, jsonio.load_sweep(s)) for s in files("*.sweep.json", folders)]
     for p, prof in profiles:
         if prof.setup.device != "cpu":
             continue
@@ -77,10 +78,36 @@ def agreement(costs, sweep) -> tuple[float, float]:
     return float(np.corrcoef(_ranks(pred), _ranks(meas))[0, 1]), _kendall_b(pred, meas)
 
 
+def figures(quick: bool = False) -> list:
+    """bench/run.py's rows: ``--for cuda`` of every CPU profile in data/ against every GPU
+    sweep of its setup in data/ (not ../shared: every checkout gives the same rows). Pure:
+    ``quick`` changes nothing."""
+    from benchtable import Figure
+    out = []
+    for p, prof, s, sweep, _ in triples((ROOT / "data",)):
+        costs = forcuda.for_cuda(costs_of(prof), prof, forcuda.parse_target("cuda"))
+        r = errors_row(costs, sweep, "--for cuda")
+        rho, tau = agreement(costs, sweep)
+        rank = f"rank {r['rank']}, {r['ratio']}" if r["rank"] != "-" else r["ratio"]
+        out.append(Figure(
+            f"CPU profile --for cuda, {p.name.removesuffix('.profile.json')} -> "
+            f"{s.name.removesuffix('.sweep.json')} ({gpu_of(sweep, s)})",
+            f"n={r['n']}: Spearman {rho:.3f}, Kendall {tau:.3f}; overall p90 {r['p90']:.2%}, "
+            f"per stage p90 {r['s90']:.2%}; exact's pick {r['pick']} {rank}",
+            "Spearman >= 0.9, overall p90 <= 5% (issue 30)"))
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--figures", action="store_true", help="print bench/run.py's rows only")
+    ap.add_argument("--quick", action="store_true", help="with --figures: the same (pure)")
     args = ap.parse_args(argv)
+    if args.figures:
+        from benchtable import show
+        show(figures(args.quick))
+        return 0
     head = ("| CPU profile | GPU sweep (GPU) | prediction | n | Spearman | Kendall | overall p50 "
             "| p90 | max | per stage p90 | exact's pick | rank | ratio | in-sample pick |")
     if args.markdown:

@@ -3,6 +3,7 @@ before it, and how good is the default predictor on clean GPU data?
 
     python bench/bench_gpu_truth.py                       # CUDA: the small VGG11 setup
     python bench/bench_gpu_truth.py --device cpu --sample 12   # the same steps on CPU processes
+    python bench/bench_gpu_truth.py --figures     # bench/run.py's rows, from the bundled H200 pairs
 
 Steps (each a project command, into a fresh store under ``--work``):
 
@@ -72,13 +73,56 @@ def spread(runs) -> tuple[float, tuple, int]:
     return worst, key, len(repeated)
 
 
+# The H200 pairs in data/ (PROVENANCE.md): stages run alone (bench/gpu_acceptance.py), and the
+# earlier run with the stages together on one GPU, exchanging over CUDA IPC.
+BUNDLED = (("stages alone", "vgg11-h512-b8-h200x4-alone.profile.json",
+            "vgg11-h512-b8-h200x4-alone-sample150-seed5.sweep.json"),
+           ("stages together, ipc", "vgg11-h512-b8-h200x4.profile.json",
+            "vgg11-h512-b8-h200x4-sample150-seed5.sweep.json"))
+
+
+def figures(quick: bool = False) -> list:
+    """bench/run.py's rows: the largest same-stage spread of the bundled H200 pairs (their
+    profile's runs and their sweep's). Pure: nothing is measured; ``quick`` changes nothing."""
+    from benchtable import Figure
+    out = []
+    for how, prof, sweep in BUNDLED:
+        runs = list(jsonio.load_sweep(ROOT / "data" / sweep).runs) + list(
+            jsonio.load_profile(ROOT / "data" / prof).runs)
+        worst, key, repeated = spread(runs)
+        most = max(n for n in _counts(runs).values())
+        out.append(Figure(
+            f"same stage across runs and orders, largest spread: H200 {how} "
+            f"({sweep.removesuffix('.sweep.json')} + its profile)",
+            f"{100 * worst:.3f}% over the {repeated} stages measured more than once (up to "
+            f"{most} times)", "<= 0.1% on a GPU, 0 on CPU (issue 11 item 5)"))
+    return out
+
+
+def _counts(runs) -> dict:
+    seen = defaultdict(int)
+    for r in runs:
+        if r.status == "ok" and r.peaks:
+            G = len(r.balance)
+            for i, (a, z) in enumerate(windows(r.balance)):
+                seen[(a, z, "first" if i == 0 else "last" if i == G - 1 else "middle")] += 1
+    return seen
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--figures", action="store_true",
+                    help="print bench/run.py's rows (the bundled H200 pairs; measures nothing)")
+    ap.add_argument("--quick", action="store_true", help="with --figures: the same (pure)")
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     ap.add_argument("--sample", type=int, default=150)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--work", default="/tmp/mcap-gpu-truth", help="store and output files")
     args = ap.parse_args(argv)
+    if args.figures:
+        from benchtable import show
+        show(figures(args.quick))
+        return 0
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     tag = f"vgg11-h512-b8-{args.device}4"

@@ -5,6 +5,7 @@
                                       [--isolation stage|pipeline] [--compare OTHER.json]
     python bench/bench_hybrid_eval.py --load data/hybrid-eval-cpu.json [--work DIR] [--reprofile]
                                       [--repeats N]
+    python bench/bench_hybrid_eval.py --figures   # bench/run.py's row, from data/hybrid-eval-cpu.json
 
 Each model is profiled once with the command a user types, ``python -m mcap profile ...
 --stages 8 --parallel dp,tp`` (engine hybrid for the pipeline-only runs and for the 2- and
@@ -328,8 +329,33 @@ def show(result: dict) -> None:
           f"{'met' if s['met'] else 'NOT met'} ({s['errors']['all']['p90']:.1%})")
 
 
+BUNDLED = Path(__file__).resolve().parents[1] / "data" / "hybrid-eval-cpu.json"
+
+
+def figures(quick: bool = False) -> list:
+    """bench/run.py's row: the summary recomputed from the bundled result's measured and
+    predicted per-device peaks (its profiles are not bundled, so its stored predictions;
+    data/PROVENANCE.md). Pure: writes nothing; ``quick`` changes nothing."""
+    from benchtable import Figure
+    result = json.loads(BUNDLED.read_text())
+    s = summary(result["cases"])
+    e = s["errors"]
+    kinds = ", ".join(f"{k} {e[f'kind {k}']['p90']:.1%}" for k in ("pp", "dp", "tp")
+                      if f"kind {k}" in e)
+    lowest = sum(v["rank"] == 1 for v in s["pick_ranks"].values())
+    return [Figure(f"hybrid plans, predicted vs measured per-device peak ({BUNDLED.stem}: "
+                   f"{s['plans']} plans on 4 and 8 CPU devices, measured {result['date']})",
+                   f"p90 {e['all']['p90']:.1%} over {e['all']['n']} devices (p50 "
+                   f"{e['all']['p50']:.1%}, max {e['all']['max']:.1%}); p90 by kind: {kinds}; "
+                   f"the recommender's pick measured lowest in {lowest} of "
+                   f"{len(s['pick_ranks'])} meshes", "p90 <= 10% (issue 15 item 9)")]
+
+
 def main(argv: list[str]) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--figures", action="store_true",
+                    help="print bench/run.py's row only (reads the bundled result, writes nothing)")
+    ap.add_argument("--quick", action="store_true", help="with --figures: the same (pure)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--plans", type=int, default=12, help="sampled plans per case")
     ap.add_argument("--cases", default=",".join(CASES))
@@ -353,6 +379,11 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--degree-fit", choices=DEGREE_FITS, default="inverse",
                     help="degrees above the profiled ones (mcap.core.capture.predict)")
     args = ap.parse_args(argv[1:])
+    if args.figures:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from benchtable import show as show_figures
+        show_figures(figures(args.quick))
+        return
     args.work.mkdir(parents=True, exist_ok=True)
     if args.load is not None:
         result = json.loads(args.load.read_text())

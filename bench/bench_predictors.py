@@ -5,6 +5,8 @@
     python bench/bench_predictors.py --markdown            # the BENCHMARKS.md table
     python bench/bench_predictors.py --boundaries-from-spec  # as if every profile recorded
                                                              # what its stages exchange
+    python bench/bench_predictors.py --figures             # bench/run.py's rows: the default
+                                                           # predictor on every pair in data/
 
 For each pair and predictor: |predicted - measured| / measured of the overall peak (the
 partitioning's fullest device) and of every stage, p50 / p90 / max (one percentile
@@ -47,10 +49,10 @@ from mcap.core.setup import mismatch  # noqa: E402
 from mcap.io import jsonio  # noqa: E402
 
 
-def pairs_found() -> list[tuple[Path, Path]]:
+def pairs_found(folders=None) -> list[tuple[Path, Path]]:
     out, seen = [], set()
     shared = ROOT.parent / "shared"
-    for folder in (ROOT / "data", shared / "gpu-h100", shared / "gpu-h200"):
+    for folder in folders or (ROOT / "data", shared / "gpu-h100", shared / "gpu-h200"):
         if not folder.is_dir():
             continue
         profiles = sorted(p for p in folder.glob("*.profile.json") if p.name not in seen)
@@ -154,14 +156,41 @@ def errors_row(costs, sweep, name: str) -> dict:
             "sample": in_sample(pred, bals, meas.max(axis=1)), "details": costs.details}
 
 
+TARGET = "overall p90 <= 2%, per stage p90 <= 5%, pick <= 1.02x (issues 11, 30)"
+
+
+def figures(quick: bool = False) -> list:
+    """bench/run.py's rows: the default predictor on every (profile, sweep) pair bundled in
+    data/ (not ../shared, so that every checkout gives the same rows). Pure: ``quick``
+    changes nothing."""
+    from benchtable import Figure
+    out = []
+    for p, s in pairs_found((ROOT / "data",)):
+        r = row(jsonio.load_profile(p), jsonio.load_sweep(s), predictors.DEFAULT)
+        rank = f"rank {r['rank']}, {r['ratio']}" if r["rank"] != "-" else r["ratio"]
+        out.append(Figure(
+            f"predictor error, {p.name.removesuffix('.profile.json')} x "
+            f"{s.name.removesuffix('.sweep.json')}",
+            f"{r['predictor']}, n={r['n']}: overall p50 {r['p50']:.2%}, p90 {r['p90']:.2%}, max "
+            f"{r['max']:.2%}; per stage p90 {r['s90']:.2%}; exact's pick {r['pick']} {rank}",
+            TARGET))
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pair", nargs=2, action="append", metavar=("PROFILE", "SWEEP"))
     ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--figures", action="store_true", help="print bench/run.py's rows only")
+    ap.add_argument("--quick", action="store_true", help="with --figures: the same (pure)")
     ap.add_argument("--boundaries-from-spec", action="store_true",
                     help="give profiles that do not record them their stages' boundary "
                          "bytes from the model spec (module docstring)")
     args = ap.parse_args(argv)
+    if args.figures:
+        from benchtable import show
+        show(figures(args.quick))
+        return 0
     pairs = [(Path(p), Path(s)) for p, s in args.pair] if args.pair else pairs_found()
     if args.markdown:
         print("| profile | sweep | predictor | n | overall p50 | p90 | max | per stage p50 | p90 | max "

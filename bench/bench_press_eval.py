@@ -5,6 +5,7 @@ measured for real against their predictions.
     python bench/bench_press_eval.py --models gpt --repeats 5 --json out.json
     python bench/bench_press_eval.py --models gpt-wide --repeats 5   # larger swaps, for the time
     python bench/bench_press_eval.py --load data/press-eval-cpu4.json  # reprint, measure nothing
+    python bench/bench_press_eval.py --figures   # bench/run.py's rows, from data/press-eval-cpu4.json
     python bench/bench_press_eval.py --base measured     # plan from a measured keep-all run
     python bench/bench_press_eval.py --models vgg11-i64,gpt-l6,amoebanet-f48 --schedule 1f1b
                                                           # held-out models, 1F1B
@@ -140,7 +141,7 @@ def evaluate(spec: str, repeats: int, store, base: str = "predicted",
             "windows": {str(k): v for k, v in window.items()}, "rows": rows}
 
 
-def report(results: list[dict]) -> None:
+def report(results: list[dict]) -> dict:
     mib = lambda n: f"{n / 2**20:.2f}"  # noqa: E731
     errs = {"all": [], "reduced": [], "reduced_old": [], "reduced_from_plain": []}
     fits, times, ratio = [], [], []
@@ -207,6 +208,32 @@ def report(results: list[dict]) -> None:
           f"plans predicted free measured {', '.join(f'{b:+.3f}' for a, b in times if a == 0)} s")
     print(f"heuristic / exact added time: {len(ratio)} capacities, max {max(ratio):.3f}, "
           f"within 1.2x: {sum(r <= 1.2 for r in ratio)}/{len(ratio)}")
+    return {"plans": len(fits), "fit": sum(fits), "over": max(over),
+            "p90_all": _pct(errs["all"], 0.9), "max_all": max(errs["all"]),
+            "p90_reduced": _pct(errs["reduced"], 0.9)}
+
+
+BUNDLED = Path(__file__).resolve().parents[1] / "data" / "press-eval-cpu4.json"
+
+
+def figures(quick: bool = False) -> list:
+    """bench/run.py's rows: issue 16's peak targets recomputed from the bundled measurements
+    and predictions (data/press-eval-cpu4.json: CPU stage processes, predicted base; see
+    data/PROVENANCE.md). Pure: nothing is measured; ``quick`` changes nothing."""
+    import contextlib
+    import io
+
+    from benchtable import Figure
+    with contextlib.redirect_stdout(io.StringIO()):
+        r = report(json.loads(BUNDLED.read_text()))
+    name = BUNDLED.name.removesuffix(".json")
+    return [Figure(f"MPress plans with every device under capacity ({name}, measured on CPU "
+                   "stage processes)",
+                   f"{r['fit']} of {r['plans']} plans ({r['fit'] / r['plans']:.1%}); largest "
+                   f"overshoot {r['over']:.2f}% of the capacity", ">= 95% of plans (issue 16)"),
+            Figure(f"MPress plans, predicted vs measured peak after the plan ({name})",
+                   f"p90 {r['p90_all']:.2%} over all stages (max {r['max_all']:.2%}); reduced "
+                   f"stages {r['p90_reduced']:.2%}", "p90 <= 5% (issue 16)")]
 
 
 def main(argv=None) -> int:
@@ -215,6 +242,8 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json", type=Path, default=None, help="write the raw numbers here")
     ap.add_argument("--load", type=Path, default=None, help="report a --json file, measure nothing")
+    ap.add_argument("--figures", action="store_true", help="print bench/run.py's rows only")
+    ap.add_argument("--quick", action="store_true", help="with --figures: the same (pure)")
     ap.add_argument("--schedule", choices=("gpipe", "1f1b"), default="gpipe")
     ap.add_argument("--stages", type=int, default=4,
                     help="stage processes (2 on a 2-core machine: each its own core, so the "
@@ -223,6 +252,10 @@ def main(argv=None) -> int:
                     help="plan from predicted keep-all peaks (default) or from a measured "
                          "keep-all run (press --measure-base)")
     args = ap.parse_args(argv)
+    if args.figures:
+        from benchtable import show
+        show(figures(args.quick))
+        return 0
     if args.load:
         report(json.loads(args.load.read_text()))
         return 0

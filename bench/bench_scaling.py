@@ -2,6 +2,7 @@
 
     python -m mcap scale ... --out data/amoebanet-d-cpu4.scale.json    # measures (minutes)
     python bench/bench_scaling.py data/amoebanet-d-cpu4.scale.json      # prints the tables
+    python bench/bench_scaling.py --figures        # bench/run.py's rows: every bundled scale file
 
 For each partitioner: every size the binary search measured (value, parameters, balance,
 status, measured peak, mCAP's predicted peak where it has one, seconds spent), then the
@@ -18,8 +19,40 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from mcap.workflow.scaling import load, report  # noqa: E402
 
 
+def figures(quick: bool = False) -> list:
+    """bench/run.py's rows: the largest trainable size per partitioner in every bundled
+    ``*.scale.json`` (measured when the file was made: data/PROVENANCE.md). Pure: ``quick``
+    changes nothing."""
+    from benchtable import Figure
+    out = []
+    for path in sorted((Path(__file__).resolve().parents[1] / "data").glob("*.scale.json")):
+        s = load(path)
+        cells = []
+        for r in s.results:
+            ratio = s.ratio(r.partitioner)
+            if r.largest_value is None:
+                cells.append(f"{r.partitioner}: none trains")
+                continue
+            cells.append(f"{r.partitioner} {s.vary}={r.largest_value} ({r.largest_params:,} "
+                         "parameters" + (f", {ratio:.2f}x balance_by_time's" if ratio is not None
+                                         and r.partitioner != "time" else "") + ")")
+        out.append(Figure(
+            f"largest trainable {s.model} under {s.setup.capacity_bytes / 2**20:.0f} MiB a stage "
+            f"({path.name.removesuffix('.scale.json')}; mCAP profiled "
+            f"{'under' if s.profile_capacity else 'without'} the capacity)",
+            "; ".join(cells) + ("" if any(r.partitioner == "time" for r in s.results) else
+                                "; no balance_by_time result in the file"),
+            "mCAP over balance_by_time: the paper's 1.55x (4.3, Fig. 11)"))
+    return out
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--figures"]:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from benchtable import show
+        show(figures("--quick" in argv))
+        return 0
     if len(argv) != 1:
         print(__doc__)
         return 2

@@ -3,6 +3,7 @@
     python bench/bench_bo.py                       # both settings, default cases (~40 min: paper dominates)
     python bench/bench_bo.py --settings tuned      # tuned only (~2 min)
     python bench/bench_bo.py --cases syn36:4,vgg:8 --seeds 5
+    python bench/bench_bo.py --figures [--quick]   # bench/run.py's rows: tuned settings only
 
 For each case and setting: the predicted peak of bo's pick over exact's optimum (median and
 max over seeds 0..N-1), where in the 75 evaluations the best was first reached, the median
@@ -60,33 +61,70 @@ def run(t: CostTable, G: int, settings: str, seed: int):
     return bal, n, curve, dt, hashlib.sha256(repr(log).encode()).hexdigest()[:12]
 
 
+def case_figures(case: str, seeds: int, settings: str = "tuned") -> tuple[dict, list[float]]:
+    """One case's figures over seeds 0..seeds-1 (what main prints) and the run times."""
+    name, G = case.split(":")
+    G = int(G)
+    t = table(name)
+    opt = exact.minmax(t, G)
+    ratios, found, times, digests = [], [], [], []
+    for seed in range(seeds):
+        bal, n, curve, dt, digest = run(t, G, settings, seed)
+        assert n <= bayes.ITERATIONS
+        ratios.append(curve[-1] / opt)
+        found.append(curve.index(curve[-1]) + 1)
+        times.append(dt)
+        digests.append(digest)
+    return {"name": name, "L": t.num_layers, "G": G, "ratios": ratios, "found": found,
+            "digest": hashlib.sha256("".join(digests).encode()).hexdigest()[:12]}, times
+
+
+QUICK_CASES, FULL_CASES = "syn36:4,vgg:4", "syn36:4,vgg:4,vgg512:4,syn36s1:4,syn36:8"
+
+
+def figures(quick: bool = False) -> list:
+    """bench/run.py's rows: bo with its tuned (default) settings, the pick's predicted peak
+    over exact's optimum per case, and the time of one 75-evaluation run (``quick``: 2 cases
+    and 3 seeds; else 5 cases and 10 seeds). The paper's settings (40 min) are left out."""
+    from benchtable import Figure
+    seeds = 3 if quick else 10
+    out, all_times = [], []
+    for case in (QUICK_CASES if quick else FULL_CASES).split(","):
+        c, times = case_figures(case, seeds)
+        all_times += times
+        out.append(Figure(
+            f"bo (tuned settings), {c['name']} L={c['L']} G={c['G']}: pick's peak / exact's optimum",
+            f"median {statistics.median(c['ratios']):.3f}x, max {max(c['ratios']):.3f}x over "
+            f"{seeds} seeds; best reached at evaluation {statistics.median(c['found']):.0f} "
+            f"(median); picks digest {c['digest']}", "median <= 1.02x (issue 13 item 6)"))
+    out.append(Figure("bo run time, 75 evaluations (tuned settings)",
+                      f"{statistics.median(all_times):.2f} s (median of {len(all_times)} runs: "
+                      f"{len(all_times) // seeds} cases x {seeds} seeds)", "< 30 s (issue 3)",
+                      timing=True))
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
+    ap.add_argument("--figures", action="store_true", help="print bench/run.py's rows only")
+    ap.add_argument("--quick", action="store_true", help="with --figures: 2 cases, 3 seeds")
     ap.add_argument("--cases", default="syn36:4,vgg:4,vgg512:4,syn36s1:4,syn36:8")
     ap.add_argument("--settings", default="tuned,paper")
     ap.add_argument("--seeds", type=int, default=10)
     args = ap.parse_args()
+    if args.figures:
+        from benchtable import show
+        show(figures(args.quick))
+        return
     for case in args.cases.split(","):
-        name, G = case.split(":")
-        G = int(G)
-        t = table(name)
-        opt = exact.minmax(t, G)
         for settings in args.settings.split(","):
-            ratios, found, times, digests = [], [], [], []
-            for seed in range(args.seeds):
-                bal, n, curve, dt, digest = run(t, G, settings, seed)
-                assert n <= bayes.ITERATIONS
-                ratios.append(curve[-1] / opt)
-                found.append(curve.index(curve[-1]) + 1)
-                times.append(dt)
-                digests.append(digest)
-            print(f"bo {settings:<6} {name:<8} L={t.num_layers} G={G}: peak/optimum median "
+            c, times = case_figures(case, args.seeds, settings)
+            ratios, found = c["ratios"], c["found"]
+            print(f"bo {settings:<6} {c['name']:<8} L={c['L']} G={c['G']}: peak/optimum median "
                   f"{statistics.median(ratios):.3f} max {max(ratios):.3f} over {args.seeds} seeds "
                   f"({', '.join(f'{r:.3f}' for r in ratios)}); best reached at evaluation "
                   f"median {statistics.median(found):.0f}; median {statistics.median(times):.2f} s; "
-                  f"picks digest {hashlib.sha256(''.join(digests).encode()).hexdigest()[:12]}",
-                  flush=True)
-
+                  f"picks digest {c['digest']}", flush=True)
 
 if __name__ == "__main__":
     main()

@@ -18,6 +18,9 @@ machines), then ``--store-count`` times changes one column of one row (the colum
 turn: every column of every table; CHECK constraints off, as another program could) and runs
 every reader: the Store API, the resume logic, the dashboard's listing and loading, and
 ``export`` (whose file must then load). Each reader must return or exit 2 (McapError).
+
+``--figures [--quick]`` prints bench/run.py's row: the defaults above, seed 0 (``--quick``:
+100 inputs per reader, 5 for recommend --method time, 40 store-row mutations).
 """
 from __future__ import annotations
 
@@ -32,6 +35,52 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests import fuzzing  # noqa: E402
 
 
+def fuzz(count: int, time_count: int, seed: int, store_count: int, only=None) -> tuple:
+    """Every reader fuzzed, its tally printed as it finishes: (inputs, findings, store-row
+    readers, readers of files)."""
+    total, found, readers = 0, [], 0
+    print(f"{'reader':<20} {'inputs':>7} {'exit 0':>7} {'exit 2':>7} {'other':>6} {'seconds':>8}")
+    with tempfile.TemporaryDirectory(prefix="mcap-fuzz-") as tmp:
+        for reader in (() if only == "store" else fuzzing.READERS):
+            n = time_count if reader == "recommend-time" else count
+            started = time.monotonic()
+            tally, findings = fuzzing.run(reader, n, seed, Path(tmp))
+            other = sum(v for k, v in tally.items() if k not in (0, 2))
+            print(f"{reader:<20} {n:>7} {tally.get(0, 0):>7} {tally.get(2, 0):>7} {other:>6} "
+                  f"{time.monotonic() - started:>8.1f}", flush=True)
+            total += n
+            found += findings
+        if only != "files":
+            started = time.monotonic()
+            tally, findings, per_table = fuzzing.run_store(store_count, seed, Path(tmp))
+            other = sum(v for k, v in tally.items() if k not in (0, 2))
+            readers = len(fuzzing.store_readers(Path(tmp) / 'x', Path(tmp)))
+            print(f"{'store rows':<20} {store_count:>7} {tally.get(0, 0):>7} "
+                  f"{tally.get(2, 0):>7} {other:>6} {time.monotonic() - started:>8.1f}  "
+                  f"(mutations x {readers} "
+                  f"readers)", flush=True)
+            print("  mutations per table: " + ", ".join(f"{t} {n}" for t, n in per_table.items()))
+            total += store_count
+            found += findings
+    print(f"total: {total} inputs, {len(found)} findings (tracebacks or other exit codes)")
+    for f in found[:50]:
+        print("  " + f)
+    return total, found, readers
+
+
+def figures(quick: bool = False) -> list:
+    """bench/run.py's row (module docstring)."""
+    from benchtable import Figure
+    count, time_count, store_count = (100, 5, 40) if quick else (500, 100, 500)
+    total, found, readers = fuzz(count, time_count, 0, store_count)
+    return [Figure("fuzzed inputs to every file reader and every store reader: findings "
+                   "(tracebacks, exits other than 0 and 2)",
+                   f"{len(found)} of {total:,} inputs, seed 0: {len(fuzzing.READERS)} file "
+                   f"readers x {count} ({time_count} for recommend --method time) and "
+                   f"{store_count} store-row mutations x {readers} readers",
+                   "0 (issues 12, 28)")]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--count", type=int, default=500, help="inputs per reader (default 500)")
@@ -41,35 +90,16 @@ def main() -> int:
     ap.add_argument("--store-count", type=int, default=500,
                     help="store-row mutations, each read by every store reader (default 500)")
     ap.add_argument("--only", choices=("files", "store"), default=None)
+    ap.add_argument("--figures", action="store_true", help="print bench/run.py's row only")
+    ap.add_argument("--quick", action="store_true", help="with --figures: fewer inputs")
     args = ap.parse_args()
-    total, found = 0, []
-    print(f"{'reader':<20} {'inputs':>7} {'exit 0':>7} {'exit 2':>7} {'other':>6} {'seconds':>8}")
-    with tempfile.TemporaryDirectory(prefix="mcap-fuzz-") as tmp:
-        for reader in (() if args.only == "store" else fuzzing.READERS):
-            n = args.time_count if reader == "recommend-time" else args.count
-            started = time.monotonic()
-            tally, findings = fuzzing.run(reader, n, args.seed, Path(tmp))
-            other = sum(v for k, v in tally.items() if k not in (0, 2))
-            print(f"{reader:<20} {n:>7} {tally.get(0, 0):>7} {tally.get(2, 0):>7} {other:>6} "
-                  f"{time.monotonic() - started:>8.1f}", flush=True)
-            total += n
-            found += findings
-        if args.only != "files":
-            started = time.monotonic()
-            tally, findings, per_table = fuzzing.run_store(args.store_count, args.seed, Path(tmp))
-            other = sum(v for k, v in tally.items() if k not in (0, 2))
-            print(f"{'store rows':<20} {args.store_count:>7} {tally.get(0, 0):>7} "
-                  f"{tally.get(2, 0):>7} {other:>6} {time.monotonic() - started:>8.1f}  "
-                  f"(mutations x {len(fuzzing.store_readers(Path(tmp) / 'x', Path(tmp)))} "
-                  f"readers)", flush=True)
-            print("  mutations per table: " + ", ".join(f"{t} {n}" for t, n in per_table.items()))
-            total += args.store_count
-            found += findings
-    print(f"total: {total} inputs, {len(found)} findings (tracebacks or other exit codes)")
-    for f in found[:50]:
-        print("  " + f)
+    if args.figures:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from benchtable import show
+        show(figures(args.quick))
+        return 0
+    _, found, _ = fuzz(args.count, args.time_count, args.seed, args.store_count, args.only)
     return 1 if found else 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

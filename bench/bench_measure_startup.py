@@ -15,6 +15,9 @@ Prints, each the median of ``--repeats``:
   pool is ready, i.e. what the next run waits before it can start.
 
 The machine's load changes every figure; run it on a quiet machine to compare modes.
+
+``--figures [--quick]`` prints bench/run.py's rows: the fork mode only, medians of 5
+(``--quick``: one run of each).
 """
 from __future__ import annotations
 
@@ -82,11 +85,38 @@ def restart_after_oom(mode: str) -> tuple[float, float]:
     return oom_seconds, ready_seconds
 
 
+def figures(quick: bool = False) -> list:
+    """bench/run.py's rows (module docstring)."""
+    from benchtable import Figure
+    n = 1 if quick else 5
+    runs = "one run" if n == 1 else f"median of {n}"
+    imp = statistics.median(wall([sys.executable, "-c", "import torch"], _env("fork"))
+                            for _ in range(n))
+    one = statistics.median(one_off_measure("fork") for _ in range(n))
+    pairs = [restart_after_oom("fork") for _ in range(n)]
+    oom, ready = (statistics.median(p[i] for p in pairs) for i in (0, 1))
+    return [Figure(f"one-off `python -m mcap measure --model {MODEL} --balance {BALANCE}`, "
+                   "fresh store (fork: the default on CPU)",
+                   f"{one:.2f} s = {one / imp:.2f} x import torch ({imp:.2f} s), so the target "
+                   f"is {2.5 * imp + 2:.2f} s here ({runs})",
+                   "<= 2.5 x import torch + 2 s (issue 13 item 2)", timing=True),
+            Figure("stage processes ready again after an out-of-memory run (fork)",
+                   f"{ready:.2f} s after the OOM run returned in {oom:.2f} s ({runs})",
+                   "none set",
+                   timing=True)]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--modes", default="fork,spawn", help="start modes to compare")
+    ap.add_argument("--figures", action="store_true", help="print bench/run.py's rows only")
+    ap.add_argument("--quick", action="store_true", help="with --figures: one run each")
     args = ap.parse_args()
+    if args.figures:
+        from benchtable import show
+        show(figures(args.quick))
+        return
     modes = [m for m in args.modes.split(",") if m]
 
     imports = [wall([sys.executable, "-c", "import torch"], _env("fork"))

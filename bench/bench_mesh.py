@@ -3,6 +3,7 @@ exact DP vs Algorithm 4 with and without its pruning, on the bundled models' siz
 
     python bench/bench_mesh.py                  # 2x4 and 1x4, enumeration capped at 120 s
     python bench/bench_mesh.py --cap 30 --mesh 2x4
+    python bench/bench_mesh.py --figures [--quick]  # bench/run.py's rows (--quick: no Algorithm 4)
 
 Stage costs: each bundled profile's own pp statistics under the default predictor. Where a
 profile has no dp/tp statistics of its own (every bundled one until ``profile --parallel
@@ -76,11 +77,65 @@ def search(name, mesh, method, prune, cap):
     return q.get()
 
 
+def fit_seconds(profile, mesh: str) -> float:
+    """Fitting every config's cost table of ``mesh`` once (the table's ``fit`` column)."""
+    m = parse_mesh(mesh)
+    started = time.perf_counter()
+    hc = HybridCosts(profile)
+    kinds, _ = searchable(hc, m)
+    hc.tables(m, kinds)
+    return time.perf_counter() - started
+
+
+REAL = "gpt-l8-h128-cpu8-dptp.profile.json"  # measured dp/tp statistics (data/PROVENANCE.md)
+
+
+def figures(quick: bool = False) -> list:
+    """bench/run.py's rows: fit + exact DP on 2x4 for the bundled profiles (one run each),
+    the picks on the bundled dp/tp profile, and (not ``quick``) Algorithm 4 with pruning on
+    2x4, capped at 120 s."""
+    from benchtable import Figure
+    out, totals, pruned = [], [], []
+    for name in PROFILES:
+        profile, _ = with_variants(name)
+        fit = fit_seconds(profile, "2x4")
+        s, _, plan, _ = search(name, "2x4", "exact", False, 120.0)
+        totals.append((fit + s, fit, s, profile.model.spec.split(":")[0]))
+        if not quick:
+            got = search(name, "2x4", "enumerate", True, 120.0)
+            pruned.append(f"{totals[-1][3]} " + ("> 120 s (stopped)" if got is None else
+                                                 f"{got[0]:.3f} s, same plan: "
+                                                 f"{'yes' if got[2] == plan else 'NO'}"))
+    worst = max(totals)
+    out.append(Figure(
+        "mesh recommender on 2x4, fit + exact DP: the slowest of the 3 bundled profiles "
+        "(stand-in dp/tp statistics)",
+        f"{worst[0]:.2f} s ({worst[3]}: fit {worst[1]:.2f} s + search {worst[2]:.3f} s; one run "
+        f"each); " + ", ".join(f"{m} {t:.2f} s" for t, _, _, m in totals if m != worst[3]),
+        "< 1 s (issue 15)", timing=True))
+    real = datasets.load(datasets.parse_ref(f"bundled:{REAL}"))
+    picks = [(m, recommend_mesh(real, parse_mesh(m))) for m in ("2x4", "1x8", "1x4")]
+    out.append(Figure(f"mesh recommender's picks, {REAL.removesuffix('.profile.json')} "
+                      "(measured dp/tp statistics)",
+                      "; ".join(f"{m}: {r.plan.text} ({r.peak / 2**20:.2f} MiB)" for m, r in picks)))
+    if not quick:
+        out.append(Figure("Algorithm 4 with pruning on 2x4 vs the exact DP (stand-in dp/tp "
+                          "statistics)", "; ".join(pruned) + " (one run each)",
+                          "the same plan (CAPTURE III-C)", timing=True))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--figures", action="store_true", help="print bench/run.py's rows only")
+    ap.add_argument("--quick", action="store_true", help="with --figures: the exact DP only")
     ap.add_argument("--mesh", action="append", help="NxK (repeatable; default 2x4 and 1x4)")
     ap.add_argument("--cap", type=float, default=120.0, help="seconds before a search is stopped")
     args = ap.parse_args()
+    if args.figures:
+        from benchtable import show
+        show(figures(args.quick))
+        return
     meshes = args.mesh or ["2x4", "1x4"]
     print(f"machine: {platform.machine()} {platform.processor() or ''} python "
           f"{platform.python_version()}; date {time.strftime('%Y-%m-%d')}")
@@ -90,12 +145,7 @@ def main() -> None:
     for name in PROFILES:
         profile, origin = with_variants(name)
         for mesh in meshes:
-            m = parse_mesh(mesh)
-            started = time.perf_counter()
-            hc = HybridCosts(profile)
-            kinds, _ = searchable(hc, m)
-            hc.tables(m, kinds)
-            fit = time.perf_counter() - started
+            fit = fit_seconds(profile, mesh)
             for method, prune in (("exact", False), ("enumerate", True), ("enumerate", False)):
                 got = search(name, mesh, method, prune, args.cap)
                 label = method if method == "exact" else \

@@ -3,6 +3,7 @@
     python bench/bench_press_planner.py            # random cases + bundled-model-shaped cases
     python bench/bench_press_planner.py --quick    # fewer random cases
     python bench/bench_press_planner.py --profile P.json   # also a profile with real press stats
+    python bench/bench_press_planner.py --figures [--quick]  # bench/run.py's rows
 
 Random cases: 12-24 layers on 4 stages, saved bytes 0-40 MiB, forward 1-20 ms, GPipe or
 1F1B with 2-8 micro-batches, host 20 MB/s-1 GB/s and d2d 0.2-10 GB/s (low enough that many
@@ -91,11 +92,51 @@ def run(cases):
     return rows
 
 
+def summary(rows) -> dict:
+    """The figures main prints under each table."""
+    costly = [(h[0], m[0]) for _, _, h, m in rows if m[0] > 1e-6]
+    ratios = sorted(h / m for h, m in costly)
+    return {"cases": len(rows), "costly": costly, "ratios": ratios,
+            "free": sum(1 for _, _, h, m in rows if m[0] <= 1e-6),
+            "free_h": sum(1 for _, _, h, m in rows if m[0] <= 1e-6 and h[0] <= 1e-6),
+            "plan_ms": [(1e3 * h[1], 1e3 * m[1]) for *_, h, m in rows]}
+
+
+def figures(quick: bool = False) -> list:
+    """bench/run.py's rows: heuristic vs exact added time on the model-shaped cases and on
+    the random ones (``quick``: 20 random cases, else 100), and the plan times."""
+    from benchtable import Figure
+    n = 20 if quick else 100
+    out, times = [], []
+    for title, cases in (("model-shaped cases (bundled profiles, constructed statistics)",
+                          model_cases()),
+                         (f"random cases (seeds 0-{n - 1})", [random_case(s) for s in range(n)])):
+        s = summary(run(cases))
+        r = s["ratios"]
+        total = sum(h for h, _ in s["costly"]) / sum(m for _, m in s["costly"]) if r else 1.0
+        out.append(Figure(f"MPress heuristic vs exact MILP plan, predicted added time: {title}",
+                          f"{sum(x <= 1.2 for x in r)} of {len(r)} cases with a cost within 1.2x "
+                          f"(total {total:.3f}x, max {max(r, default=1.0):.3f}x); "
+                          f"{s['cases'] - len(r)} of {s['cases']} cost nothing",
+                          "within 1.2x of the exact plan (issue 16)"))
+        times += s["plan_ms"]
+    out.append(Figure("MPress plan time, mpress heuristic / exact MILP",
+                      f"{statistics.median(h for h, _ in times):.1f} ms / "
+                      f"{statistics.median(m for _, m in times):.1f} ms (median over "
+                      f"{len(times)} cases, one run each)", "none set", timing=True))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--profile", action="append", default=[])
+    ap.add_argument("--figures", action="store_true", help="print bench/run.py's rows only")
     args = ap.parse_args()
+    if args.figures:
+        from benchtable import show
+        show(figures(args.quick))
+        return
     n = 20 if args.quick else 100
     for title, cases in (("random", [random_case(s) for s in range(n)]),
                          ("model-shaped", model_cases(args.profile))):
@@ -108,10 +149,8 @@ def main() -> None:
                 r = "-" if m[0] <= 1e-9 and h[0] <= 1e-9 else f"{(h[0] + 1e-9) / (m[0] + 1e-9):.3f}"
                 print(f"{name:<38} {L:>3} {h[0]:>10.4f} {m[0]:>10.4f} {r:>6} {1e3 * h[1]:>9.1f} "
                       f"{1e3 * m[1]:>8.1f}")
-        costly = [(h[0], m[0]) for _, _, h, m in rows if m[0] > 1e-6]
-        ratios = sorted(h / m for h, m in costly)
-        free = sum(1 for _, _, h, m in rows if m[0] <= 1e-6)
-        free_h = sum(1 for _, _, h, m in rows if m[0] <= 1e-6 and h[0] <= 1e-6)
+        s = summary(rows)
+        costly, ratios, free, free_h = s["costly"], s["ratios"], s["free"], s["free_h"]
         if ratios:
             q = lambda f: ratios[min(int(f * len(ratios)), len(ratios) - 1)]  # noqa: E731
             print(f"heuristic / exact added time over {len(ratios)} cases with a cost: "
@@ -123,7 +162,6 @@ def main() -> None:
               f"(max {1e3 * max(h[1] for *_, h, _ in rows):.1f}), milp median "
               f"{1e3 * statistics.median(m[1] for *_, m in rows):.1f} ms "
               f"(max {1e3 * max(m[1] for *_, m in rows):.1f})")
-
 
 if __name__ == "__main__":
     main()

@@ -2,6 +2,7 @@
 
     python bench/bench_search.py            # all figures (~1-2 minutes; bo dominates)
     python bench/bench_search.py --quick    # skip bo (bench/bench_bo.py has bo's quality)
+    python bench/bench_search.py --figures [--quick]   # bench/run.py's rows (--quick: fewer repeats)
 
 Statistics: mem_isolated uniform in [1e8, 1e9) bytes, mem_added uniform in [-1e8, 5e8)
 (negative values included), seeded. Each figure is the median of several runs.
@@ -38,10 +39,39 @@ def timed(fn, repeat, spread=False):
     return (out, statistics.median(ts), min(ts), max(ts)) if spread else (out, statistics.median(ts))
 
 
+def figures(quick: bool = False) -> list:
+    """bench/run.py's rows: exact's time on the issue-3 and issue-13 cases and brute force's
+    rate (medians; ``quick``: fewer repeats), each after one warm-up run."""
+    from benchtable import Figure
+    out = []
+    for L, G, rep, target in ((36, 4, 20, "< 10 ms (issue 3)"),
+                              (1000, 64, 5 if quick else 9, "< 0.5 s (issue 13; issue 3: < 1 s)")):
+        s = stats(L)
+        recommend(s, G, "exact")
+        _, dt, lo, hi = timed(lambda: recommend(s, G, "exact"), rep, spread=True)
+        out.append(Figure(f"exact search time, L={L} G={G} (random table, seed 0)",
+                          f"{dt * 1000:.2f} ms (median of {rep}; min {lo * 1000:.2f}, max "
+                          f"{hi * 1000:.2f})", target, timing=True))
+    L, G, rep = 100, 5, 1 if quick else 3
+    s = stats(L)
+    rec, dt = timed(lambda: recommend(s, G, "bf"), rep)
+    same = rec.balance == recommend(s, G, "exact").balance
+    out.append(Figure(f"brute-force search rate, L={L} G={G} (random table, seed 0)",
+                      f"{rec.evaluated / dt / 1e6:.1f} M partitionings/s ({rec.evaluated:,} in "
+                      f"{dt:.3f} s, median of {rep}); same pick as exact: {'yes' if same else 'NO'}",
+                      ">= 10 M/s (issue 3)", timing=True))
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--figures", action="store_true", help="print bench/run.py's rows only")
     args = ap.parse_args()
+    if args.figures:
+        from benchtable import show
+        show(figures(args.quick))
+        return
     # The issue-13 target is the L=1000 G=64 median (under 0.5 s); a warm-up run first.
     for L, G, rep in [(30, 4, 20), (36, 4, 20), (200, 16, 7), (1000, 64, 9)]:
         s = stats(L)

@@ -18,6 +18,10 @@ the spread of each stage key's peak inside the direct file (0 where composing is
 file's measurements under capacities that fit 10 %, 25 %, ... of its partitionings (a run
 is oom when its largest stage is over), and prints how many partitionings were measured
 and whether every composed status and peak equals the file's.
+
+``--figures [--quick]`` prints bench/run.py's rows: the replay on the bundled full VGG11
+sweep (``--quick``: at two capacities, else six) and, not with ``--quick``, the timed sweep
+from a fresh store (minutes) compared with it.
 """
 from __future__ import annotations
 
@@ -36,7 +40,7 @@ from mcap.core.profiling.cover import greedy_cover, stage_keys  # noqa: E402
 from mcap.io import jsonio  # noqa: E402
 
 
-def compare(out: Path, direct: Path) -> None:
+def compare(out: Path, direct: Path) -> dict:
     ours, theirs = jsonio.load_sweep(out), jsonio.load_sweep(direct)
     ref = {tuple(r.balance): r for r in theirs.runs}
     schedule = theirs.setup.schedule
@@ -87,9 +91,10 @@ def compare(out: Path, direct: Path) -> None:
     print(f"  stage keys whose peak differs: {len(differ)} of {len(by_key)}; each key's "
           f"difference the same in every partitioning: {all(len(v) == 1 for v in differ.values())}; "
           f"differences seen: {sorted(set().union(*differ.values())) if differ else []}")
+    return {"compared": compared, "equal": equal, "composed": composed, "worst": worst}
 
 
-def replay(direct: Path) -> None:
+def replay(direct: Path, shares=(0.1, 0.25, 0.5, 0.75, 0.9, 1.0)) -> list[dict]:
     from mcap.core.profiling.cover import Knowledge
     from mcap.core.types import Run
     from mcap.workflow import reuse
@@ -114,7 +119,8 @@ def replay(direct: Path) -> None:
             r = truth[b]
             return r if max(r.peaks) <= self.capacity else Run(b, "oom", None, 1.0)
 
-    for share in (0.1, 0.25, 0.5, 0.75, 0.9, 1.0):
+    out = []
+    for share in shares:
         capacity = tops[min(int(len(tops) * share), len(tops) - 1)]
         m, know = Replayed(capacity), Knowledge(sweep.setup.schedule, sweep.setup.stages)
         cover = reuse.plan_cover(know, {}, balances, sweep.setup.schedule)
@@ -125,6 +131,65 @@ def replay(direct: Path) -> None:
         oom = sum(r.status == "oom" for r in result.runs)
         print(f"capacity fitting {share:.0%}: {oom} oom of {len(balances)}; measured {m.asked} "
               f"({len(cover)} cover + {result.direct} direct); every run right: {right}")
+        out.append({"share": share, "oom": oom, "of": len(balances), "measured": m.asked,
+                    "cover": len(cover), "direct": result.direct, "right": right})
+    return out
+
+
+def timed_sweep(model: str, stages: str, batch_size: str, chunks: str, out: Path,
+                store: Path) -> float:
+    """``python -m mcap sweep`` (reuse on) into a fresh ``store``: its wall seconds (what
+    it printed goes to stdout; RuntimeError with its last error line when it fails)."""
+    for p in (store, Path(f"{store}-wal"), Path(f"{store}-shm")):
+        p.unlink(missing_ok=True)  # a fresh store: nothing reused from earlier runs
+    cmd = [sys.executable, "-m", "mcap", "sweep", "--model", model, "--stages",
+           stages, "--batch-size", batch_size, "--chunks", chunks,
+           "--out", str(out), "--store", str(store)]
+    print("$", " ".join(cmd), flush=True)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    started = time.monotonic()
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    wall = time.monotonic() - started
+    if done.returncode:
+        print(done.stderr[-2000:])
+        print(f"sweep failed (exit {done.returncode})")
+        last = (done.stderr.strip().splitlines() or [""])[-1]
+        raise RuntimeError(f"sweep failed (exit {done.returncode}): {last}")
+    print(done.stdout.strip())
+    print(f"wall time {wall:.1f} s ({wall / 60:.2f} min)")
+    return wall
+
+
+DIRECT = ROOT / "data" / "vgg11-h512-b8-cpu4-full.sweep.json"  # every partitioning measured
+
+
+def figures(quick: bool = False) -> list:
+    """bench/run.py's rows (module docstring)."""
+    import tempfile
+
+    from benchtable import Figure
+    shares = (1.0, 0.5) if quick else (0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
+    got = replay(DIRECT, shares)
+    full = got[[g["share"] for g in got].index(1.0)]
+    out = [Figure(f"stage reuse replayed on {DIRECT.name.removesuffix('.sweep.json')}: "
+                  "partitionings measured to know all",
+                  f"{full['measured']:,} of {full['of']:,} (the cover) with no capacity; under "
+                  "capacities fitting " + ", ".join(
+                      f"{g['share']:.0%}: {g['measured']:,}" for g in got if g["share"] != 1.0)
+                  + "; every composed status and peak equal to the direct sweep's: "
+                  + ("yes" if all(g["right"] for g in got) else "NO"),
+                  "every composed run equal to the direct sweep (issue 13 item 1)")]
+    if not quick:
+        with tempfile.TemporaryDirectory(prefix="mcap-reuse-") as tmp:
+            wall = timed_sweep("vgg11:image_size=32,hidden=512", "4", "8", "4",
+                               Path(tmp) / "full.sweep.json", Path(tmp) / "reuse.sqlite")
+            c = compare(Path(tmp) / "full.sweep.json", DIRECT)
+        out.append(Figure("full VGG11 CPU sweep with stage reuse (vgg11:image_size=32,hidden=512, "
+                          "batch 8 in 4, 4 stages), fresh store",
+                          f"{wall / 60:.2f} min (one run); {c['equal']:,} of {c['compared']:,} "
+                          f"partitionings equal to the direct sweep to the byte ({c['composed']:,} "
+                          "composed)", "<= 4 min (issue 13 item 1)", timing=True))
+    return out
 
 
 def check(out: Path, store: Path, n: int) -> None:
@@ -162,29 +227,24 @@ def main() -> int:
     ap.add_argument("--compare-only", action="store_true")
     ap.add_argument("--replay", action="store_true")
     ap.add_argument("--check", type=int, default=0, metavar="N")
+    ap.add_argument("--figures", action="store_true", help="print bench/run.py's rows only")
+    ap.add_argument("--quick", action="store_true", help="with --figures: replay only")
     args = ap.parse_args()
+    if args.figures:
+        from benchtable import show
+        show(figures(args.quick))
+        return 0
     if args.replay:
         if not args.direct:
             ap.error("--replay needs --direct FILE")
         replay(args.direct)
         return 0
     if not args.compare_only:
-        for p in (args.store, Path(f"{args.store}-wal"), Path(f"{args.store}-shm")):
-            p.unlink(missing_ok=True)  # a fresh store: nothing reused from earlier runs
-        cmd = [sys.executable, "-m", "mcap", "sweep", "--model", args.model, "--stages",
-               args.stages, "--batch-size", args.batch_size, "--chunks", args.chunks,
-               "--out", str(args.out), "--store", str(args.store)]
-        print("$", " ".join(cmd), flush=True)
-        env = dict(os.environ, PYTHONPATH=str(ROOT))
-        started = time.monotonic()
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True)
-        wall = time.monotonic() - started
-        if done.returncode:
-            print(done.stderr[-2000:])
-            print(f"sweep failed (exit {done.returncode})")
+        try:
+            timed_sweep(args.model, args.stages, args.batch_size, args.chunks, args.out,
+                        args.store)
+        except RuntimeError:
             return 1
-        print(done.stdout.strip())
-        print(f"wall time {wall:.1f} s ({wall / 60:.2f} min)")
     sweep = jsonio.load_sweep(args.out)
     balances = [tuple(r.balance) for r in sweep.runs]
     measured = [r for r in sweep.runs if not r.composed]

@@ -932,13 +932,14 @@ def test_explained_draws_the_measured_timeline_of_a_measured_partitioning(tmp_pa
     from mcap.core import memtimeline
     from mcap.core.types import Setup
     from mcap.store import Store
-    from mcap.workflow.profiling import profile as run_profile
+    from mcap.workflow.profiling import ProfileRequest, profile as run_profile
 
     data = tmp_path / "data"
     data.mkdir()
-    made = run_profile("gpt:layers=4,hidden=64,heads=2,vocab=64,seq=16",
-                       Setup(stages=2, batch_size=8, chunks=2), data / "tiny.profile.json",
-                       store=Store(tmp_path / "made.sqlite"), stream=io.StringIO())
+    made = run_profile(ProfileRequest("gpt:layers=4,hidden=64,heads=2,vocab=64,seq=16",
+                                      Setup(stages=2, batch_size=8, chunks=2),
+                                      data / "tiny.profile.json", stream=io.StringIO()),
+                       store=Store(tmp_path / "made.sqlite"))
     run = made.profile.runs[0]
     evs = memtimeline.events(run)
     assert evs is not None and [max(e.peak for e in dev) for dev in evs] == list(run.peaks)

@@ -12,8 +12,8 @@ import os
 from typing import Optional, Union
 
 from mcap.store.connection import Connection
-from mcap.store.jobs import _UNSET, Jobs  # noqa: F401  (_UNSET: update_job's default)
-from mcap.store.runs import StudyRef, Runs, _readable  # noqa: F401  (importable here as before)
+from mcap.store.jobs import Jobs
+from mcap.store.runs import Runs, StudyRef  # noqa: F401  (StudyRef: importable here as before)
 from mcap.store.saved import Saved
 
 

@@ -11,6 +11,7 @@ from mcap.core import fields
 from mcap.core.capture import merging
 from mcap.core.errors import McapError, StoreError
 from mcap.core.types import Profile, Run, Sweep
+from mcap.store import profileextra
 from mcap.store import records as rec
 from mcap.store.records import Study, Summary
 
@@ -42,7 +43,7 @@ class Saved:
                 "INSERT INTO profiles (study_id, name, mem_isolated, mem_added, extra, created, "
                 "machine) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (study.id, name, rec.dumps(list(stats.mem_isolated)),
-                 rec.dumps(list(stats.mem_added)), rec.profile_extra_to_json(profile),
+                 rec.dumps(list(stats.mem_added)), profileextra.profile_extra_to_json(profile),
                  time.time(), machine))
             conn.executemany("INSERT INTO profile_runs (profile_id, position, run_id) "
                              "VALUES (?, ?, ?)",
@@ -61,7 +62,8 @@ class Saved:
             machine = self._machine_row(conn, row[4])
         stats = fields.stats(fields.loads(row[1], r, "mem_isolated"),
                              fields.loads(row[2], r, "mem_added"), r, study.model.num_layers)
-        extra, variants, press = rec.profile_extra_from_json(row[3], study.model.num_layers, r)
+        extra, variants, press = profileextra.profile_extra_from_json(
+            row[3], study.model.num_layers, r)
         profile = Profile(study.model, study.setup, stats, runs, extra, machine=machine,
                           variants=variants, press=press)
         sizes = merging.sizes_of(profile)

@@ -41,7 +41,8 @@ from __future__ import annotations
 import warnings
 
 from mcap.core.errors import McapError
-from mcap.core.press.model import Problem, outcome, smallest_capacity, unreachable
+from mcap.core.press.model import outcome, smallest_capacity, unreachable
+from mcap.core.press.problems import Problem
 from mcap.core.press.base import Planner, register
 from mcap.core.press.actions import LayerAction
 

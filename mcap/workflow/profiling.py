@@ -245,7 +245,7 @@ def _measure_space(L: int, G: int, runs: dict, get, fallback: list, bar) -> tupl
 def _fallback(num_layers: int, stages: int, runs: Sequence[Run]) -> list[tuple[int, ...]]:
     """Balances that would give the statistics the oom/failed runs left missing: the
     core's ``replan`` first, then a greedy search when replan has no answer."""
-    from mcap.core.profiling.schedule import replan
+    from mcap.core.profiling.replanning import replan
     bad = [r for r in runs if r.status != "ok"]
     if not bad:
         return []

@@ -45,7 +45,7 @@ over the merged layers, which is what the pp statistics of a merged profile are 
 ``HybridCosts`` maps plans between the two (``merging.contract_plan`` / ``expand_plan``).
 At several batch sizes (``--capture``, ``--profile-batch-sizes``) each size gets its own
 variant per (kind, degree), and a dp/tp stage is predicted on the line through two of them
-(III-B2, ``mcap.core.capture.predict.HybridCosts``).
+(III-B2, ``mcap.core.capture.hybridcosts.HybridCosts``).
 """
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ from typing import Optional, Sequence, TextIO
 
 from mcap.core.errors import McapError
 from mcap.core.capture.plan import HybridPlan, StageConfig, check_micro_batches, store_engine
-from mcap.core.capture.predict import PROFILED_DEGREES
+from mcap.core.capture.hybridcosts import PROFILED_DEGREES
 from mcap.core.types import LayerStats, Profile, Run, Setup, VariantStats
 from mcap.runner.engines import plans_engine
 from mcap.store import Store

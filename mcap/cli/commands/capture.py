@@ -7,8 +7,8 @@
 ``{"layers", "parallel", "degree"}``) and ``predicted_peaks`` (one per device, in stage
 order); ``predict --plan`` prints ``predicted_peaks``. ``--stages`` / ``--balance`` keep
 meaning pipeline-only. The options are added to the parsers of ``mcap.cli.commands.predict``; the work is
-``mcap.core.capture.predict`` and ``hybridcosts``. Bad input (a plan whose layers do not sum to the model's, or
-whose degrees do not fit the mesh; a degree the profile cannot predict) exits 2 naming it.
+``mcap.core.capture.predict`` and ``hybridcosts``. Bad input (a plan whose layers do not sum to
+the model's, or whose degrees do not fit the mesh; a degree the profile cannot predict) exits 2 naming it.
 """
 from __future__ import annotations
 

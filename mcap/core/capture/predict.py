@@ -10,7 +10,7 @@ from typing import Optional, Sequence
 
 from mcap.core.capture import meshsearch, merging
 from mcap.core.capture.hybridcosts import (  # noqa: F401  (importable here as before)
-    DEGREE_FITS, KINDS, PROFILED_DEGREES, HybridCosts, degree_fit, inverse_fit, log_fit,
+    DEGREE_FITS, KINDS, PROFILED_DEGREES, HybridCosts, inverse_fit, log_fit,
     per_stage_runs, placeable, profile_command, profile_stages, variant_profile,
 )
 from mcap.core.capture.meshsearch import MeshResult, configs

@@ -90,7 +90,10 @@ def op_order(schedule: str, stages: int, chunks: int) -> list[list[tuple[str, in
 
 
 def makespan(times: Sequence[StageTimes], schedule: str, chunks: int, link: Link) -> float:
-    """Seconds from the start until every stage has finished its last optimizer step, for
+    """Long because: it is one discrete-event replay (checks, each stage's program, then the
+    event loop whose ``crossing`` and ``arrival`` read the loop's own state).
+
+    Seconds from the start until every stage has finished its last optimizer step, for
     every iteration ``times`` recorded (module docstring)."""
     G = len(times)
     if G == 0:

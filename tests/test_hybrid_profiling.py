@@ -190,8 +190,15 @@ def test_parallel_with_batch_sizes_predicts_dp_tp_stages_on_the_line(tmp_path, c
     assert main(["profile", "--model", GPT, "--stages", "4", "--batch-size", "64", "--chunks",
                  "2", "--parallel", "dp,tp", "--profile-batch-sizes", "16,32", "--store",
                  str(db), "--out", str(out)]) == 0
-    printed = capsys.readouterr().out
+    captured = capsys.readouterr()
+    printed = captured.out
     assert "dp2 at batch size 16: 6 runs" in printed and "tp2 at batch size 32: 6 runs" in printed
+    # Issue 26, item 15: the progress bar counts the runs the summary counts (it stopped at
+    # 5/5 under "6 runs": the whole-model run was not on it).
+    import re
+    counts = re.findall(r"profile (?:dp|tp)2 \[[#.]*\] (\d+)/(\d+)", captured.err)
+    assert counts and {total for _, total in counts} == {"6"}, captured.err
+    assert sum(done == "6" for done, _ in counts) == 4  # dp2 and tp2 at 16 and at 32
     prof = jsonio.load_profile(out)
     assert batchscale.extrapolated(prof) and prof.setup.batch_size == 64
     assert sorted(v.key for v in prof.variants) == sorted(

@@ -130,14 +130,18 @@ def profile_variant(spec: str, info, setup: Setup, store: Store, kind: str, degr
                                     schedule="gpipe")
     check_micro_batches(plans[0], setup.batch_size, setup.chunks)
     got = _Collected()
+    # The bar counts every run the variant makes, the whole-model one too (issue 26, item
+    # 15: "dp2: 6 runs" was printed under a bar that counted to 5/5).
+    bar = ProgressBar(len(plans) + (subs == 2), f"profile {kind}{degree}", stream=stream)
     machine = _measure_plans(spec, info, setup, store, plans, run_setup, groups, got,
-                             subs=subs, label=f"profile {kind}{degree}", timeout=timeout,
-                             stream=stream, machine=machine)
+                             subs=subs, bar=bar, timeout=timeout, machine=machine)
     if subs == 2:  # identify mem_added(L-1) (module docstring)
         whole = HybridPlan((StageConfig(info.num_layers, kind, degree),))
+        bar.start(whole.balance)
         run, now = _measure_or_find(spec, info, setup, store, whole,
                                     dataclasses.replace(run_setup, stages=degree),
                                     timeout=timeout, machine=machine)
+        bar.advance(whole.balance, measured=bool(now), note=run.status if now else "stored")
         got.measured += now
         got.reused += 1 - now
         got.made.append(_stage_peaks(whole, run))
@@ -146,6 +150,7 @@ def profile_variant(spec: str, info, setup: Setup, store: Store, kind: str, degr
             # last: variant_profile reads the stages off the first
             got.device_runs.append(_over(run, mine))
             got.stage_runs.append(_over(_stage_peaks(whole, run), mine))
+    bar.close()
     stats: LayerStats = extract(got.stage_runs, layers)
     return (VariantStats(setup.batch_size, stats, kind, degree, tuple(got.device_runs)),
             ParallelTally(got.measured, got.reused, tuple(got.made)))
@@ -168,12 +173,12 @@ def _over(run: Run, plan: HybridPlan) -> Run:
 
 
 def _measure_plans(spec: str, info, setup: Setup, store: Store, plans, run_setup: Setup,
-                   groups: Optional[Sequence[int]], got: _Collected, *, subs: int, label: str,
-                   timeout: float, stream: Optional[TextIO], machine):
+                   groups: Optional[Sequence[int]], got: _Collected, *, subs: int,
+                   bar: ProgressBar, timeout: float, machine):
     """Every plan's run, found in the store (same machine) or measured on one runner opened
-    when the first is needed, and recorded with per-stage peaks; returns the machine."""
+    when the first is needed, and recorded with per-stage peaks, each counted on ``bar``;
+    returns the machine."""
     from mcap.core.capture import merging
-    bar = ProgressBar(len(plans), label, stream=stream)
     with contextlib.ExitStack() as stack:
         runner = None
         for plan in plans:
@@ -203,7 +208,6 @@ def _measure_plans(spec: str, info, setup: Setup, store: Store, plans, run_setup
             bar.advance(at.balance, measured=True, note=run.status)
             got.device_runs.append(_over(run, plan))
             got.stage_runs.append(_over(staged, plan))
-        bar.close()
     return machine
 
 

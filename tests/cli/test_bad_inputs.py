@@ -223,7 +223,7 @@ def test_a_user_module_in_the_callers_folder_is_found_by_the_workers(tmp_path, m
 
 
 @pytest.mark.app
-def test_explained_page_with_more_chunks_than_its_slider(tmp_path, monkeypatch):
+def test_explained_page_with_more_chunks_than_its_slider(tmp_path, monkeypatch, tmp_store):
     from streamlit.testing.v1 import AppTest
     d = json.loads(PROFILE.read_text())
     d["setup"]["chunks"] = 64
@@ -231,7 +231,6 @@ def test_explained_page_with_more_chunks_than_its_slider(tmp_path, monkeypatch):
     data.mkdir()
     (data / "many.profile.json").write_text(json.dumps(d))
     monkeypatch.setenv("MCAP_DATA_DIR", str(data))
-    monkeypatch.setenv("MCAP_STORE", str(tmp_path / "store.sqlite"))
     at = AppTest.from_file(str(DATA.parent / "app.py"), default_timeout=60)
     at.query_params["profile"] = "bundled:many.profile.json"
     at.run()

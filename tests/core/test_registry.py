@@ -71,11 +71,10 @@ def test_a_toy_baseline_is_a_scale_partitioner():
 
 
 @pytest.mark.app
-def test_a_toy_search_method_shows_on_the_recommend_page(tmp_path, monkeypatch):
+def test_a_toy_search_method_shows_on_the_recommend_page(tmp_store):
     from streamlit.testing.v1 import AppTest
 
     from mcap.core import search
-    monkeypatch.setenv("MCAP_STORE", str(tmp_path / "store.sqlite"))
     with registered(search.REGISTRY, _toy_method()):
         at = AppTest.from_file(APP,
                                default_timeout=30)

@@ -19,7 +19,7 @@ SPEC = f"{MODULE}:make"
 
 
 @pytest.fixture
-def hostile(tmp_path, monkeypatch):
+def hostile(tmp_path, monkeypatch, tmp_store):
     """A folder with the hostile module and a profile and sweep whose spec names it."""
     marker = tmp_path / "MARKER"
     (tmp_path / f"{MODULE}.py").write_text(
@@ -37,7 +37,6 @@ def hostile(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
-    monkeypatch.setenv("MCAP_STORE", str(tmp_path / "store.sqlite"))
     sys.modules.pop(MODULE, None)
     yield data, marker
     assert not marker.exists(), "a file made mcap import the module it names"

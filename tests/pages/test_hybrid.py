@@ -31,7 +31,7 @@ def scaled(s: LayerStats, f: float) -> LayerStats:
 
 
 @pytest.fixture
-def data(tmp_path, monkeypatch):
+def data(tmp_path, monkeypatch, tmp_store):
     base = datasets.load(datasets.parse_ref(f"bundled:{GPT}"))
     b = base.setup.batch_size
     variants = (VariantStats(b, scaled(base.stats, 0.7), "dp", 2),
@@ -47,7 +47,6 @@ def data(tmp_path, monkeypatch):
     jsonio.save(hybrid, folder / "hybrid.profile.json")
     jsonio.save(base, folder / "plain.profile.json")
     monkeypatch.setenv("MCAP_DATA_DIR", str(folder))
-    monkeypatch.setenv("MCAP_STORE", str(tmp_path / "store.sqlite"))
     return hybrid, base
 
 
@@ -194,10 +193,9 @@ def test_a_shared_url_reopens_the_typed_plan_and_a_stale_one_falls_back(data):
     assert metric(at, "shown plan") == metric(at, "recommended plan") and not at.error
 
 
-def test_the_bundled_dp_tp_profile_searches_real_hybrid_plans(tmp_path, monkeypatch):
+def test_the_bundled_dp_tp_profile_searches_real_hybrid_plans(tmp_store):
     """data/gpt-l8-h128-cpu8-dptp.profile.json: made by ``profile --parallel dp,tp`` on
     engine hybrid (data/PROVENANCE.md), so the page searches measured dp and tp stages."""
-    monkeypatch.setenv("MCAP_STORE", str(tmp_path / "store.sqlite"))
     name = "gpt-l8-h128-cpu8-dptp.profile.json"
     prof = datasets.load(datasets.parse_ref(f"bundled:{name}"))
     assert {(v.parallel, v.degree) for v in prof.variants} == {
@@ -251,11 +249,10 @@ def test_a_merged_profiles_plans_are_in_real_layers(data, tmp_path):
     assert job.argv[job.argv.index("--model") + 1] == base.model.spec
 
 
-def test_a_mesh_with_one_device_per_node_does_not_deny_the_profiles_dp_tp(tmp_path, monkeypatch):
+def test_a_mesh_with_one_device_per_node_does_not_deny_the_profiles_dp_tp(tmp_store):
     """On mesh 1x1 (or 2x1) no stage can be dp or tp, but the bundled dp/tp profile has those
     statistics: the page used to say 'This profile has no data- or tensor-parallel
     statistics' and offer the command that makes them. It now names the mesh as the reason."""
-    monkeypatch.setenv("MCAP_STORE", str(tmp_path / "store.sqlite"))
     name = "gpt-l8-h128-cpu8-dptp.profile.json"
     for mesh in ("1x1", "2x1"):
         at = page("hybrid", profile=f"bundled:{name}", mesh=mesh)

@@ -40,8 +40,9 @@ def bundled():
 
 
 @pytest.fixture(autouse=True)
-def empty_store(tmp_path, monkeypatch):
-    monkeypatch.setenv("MCAP_STORE", str(tmp_path / "store.sqlite"))
+def empty_store(tmp_store):
+    """Every test of this file opens an empty store of its own."""
+    return tmp_store
 
 
 def page(name: str, **params) -> AppTest:

@@ -8,16 +8,16 @@ from streamlit.testing.v1 import AppTest
 
 from mcap.core.press.actions import plan_from_json
 from mcap.store import Store
-from tests.conftest import APP
-from tests.cli.commands.test_press import CAP, TOP, press_profile
+from tests.conftest import APP, press_capacities, press_profile
+
+CAP, _, TOP = press_capacities()
 
 pytestmark = pytest.mark.app
 
 
 @pytest.fixture
-def stored(tmp_path, monkeypatch):
-    path = tmp_path / "store.sqlite"
-    monkeypatch.setenv("MCAP_STORE", str(path))
+def stored(tmp_store):
+    path = tmp_store
     s = Store(path)
     pid = s.save_profile(press_profile(), name="vgg11 press")
     s.close()
@@ -107,7 +107,7 @@ def test_plans_from_a_measured_keep_all_run_when_the_store_has_one(stored):
     assert metric(at, "peak before") == f"{TOP / 2**20:.2f} MiB"
 
 
-def test_bundled_press_profile_opens_on_mcaps_pick_without_an_error(tmp_path, monkeypatch):
+def test_bundled_press_profile_opens_on_mcaps_pick_without_an_error(tmp_store):
     """mCAP's pick of the bundled press profile (16,10,1,3) has a fullest device no plan
     lowers (least capacity == keep-all peak). The capacity input used to start at that peak
     rounded to the nearest 0.01 MiB, 2,622 bytes below it, so the page's default view was
@@ -115,7 +115,6 @@ def test_bundled_press_profile_opens_on_mcaps_pick_without_an_error(tmp_path, mo
     from mcap.app.press import capacity_input_mib
     from mcap.core.press import problem, smallest_capacity
     from mcap.io import datasets
-    monkeypatch.setenv("MCAP_STORE", str(tmp_path / "store.sqlite"))
     name = "bundled:vgg11-b8-never-cpu4-press.profile.json"
     at = page(profile=name)
     assert not at.error, [e.value for e in at.error]

@@ -16,7 +16,7 @@ from mcap.workflow.scaling import (ScalePoint, ScaleResult, Scaling, bisect, fro
                           scale, spec_with, to_dict, value_grid)
 from mcap.store import Store
 from mcap.core.types import Setup
-from tests.conftest import APP, REPO
+from tests.conftest import APP, DATA
 
 
 def counting(limit):
@@ -159,17 +159,13 @@ def test_a_real_scale_measures_under_the_capacity_and_resumes_from_the_store(tmp
 
 
 @pytest.mark.app
-def test_scaling_page_shows_the_largest_sizes_and_the_chart(tmp_path, monkeypatch):
+def test_scaling_page_shows_the_largest_sizes_and_the_chart(tmp_path, monkeypatch, tmp_store):
     """AppTest of pages/scaling.py on a scale file in a data folder of its own."""
-    from pathlib import Path
-
     from streamlit.testing.v1 import AppTest
 
     save(SCALING, tmp_path / "toy.scale.json")
     monkeypatch.setenv("MCAP_DATA_DIR", str(tmp_path))
-    monkeypatch.setenv("MCAP_STORE", str(tmp_path / "store.sqlite"))
-    app = APP
-    at = AppTest.from_file(app, default_timeout=30)
+    at = AppTest.from_file(APP, default_timeout=30)
     at.run()
     at.switch_page("pages/scaling.py")
     at.run()
@@ -196,19 +192,16 @@ def test_cli_scale_refuses_bad_input_before_measuring(tmp_path, capsys):
 
 
 @pytest.mark.app
-def test_scaling_page_says_which_sizes_were_picked_from_measurements(tmp_path, monkeypatch):
+def test_scaling_page_says_which_sizes_were_picked_from_measurements(tmp_path, monkeypatch, tmp_store):
     """The bundled profiling-under-the-cap result: F=104 and 120 were picked from measured
     partitionings (the statistics cannot be completed there), and the page says so."""
     import shutil
-    from pathlib import Path
 
     from streamlit.testing.v1 import AppTest
 
-    repo = REPO
-    shutil.copy(repo / "data" / "amoebanet-d-cpu4-profcap.scale.json", tmp_path)
+    shutil.copy(DATA / "amoebanet-d-cpu4-profcap.scale.json", tmp_path)
     monkeypatch.setenv("MCAP_DATA_DIR", str(tmp_path))
-    monkeypatch.setenv("MCAP_STORE", str(tmp_path / "store.sqlite"))
-    at = AppTest.from_file(str(repo / "app.py"), default_timeout=30)
+    at = AppTest.from_file(APP, default_timeout=30)
     at.run()
     at.switch_page("pages/scaling.py")
     at.run()

@@ -1,44 +1,16 @@
 """``python -m mcap press``: the contract keys, the plan file, and exit 2 with the values."""
-import dataclasses
 import json
 
 import pytest
 
 from mcap.cli.main import main
 from mcap.core.press.actions import plan_from_json
-from mcap.core.types import PressStats
 from mcap.io import jsonio
+from tests.conftest import PRESS_BAL, PRESS_DATA, press_capacities, press_profile
 
-DATA = "data/vgg11-h512-b8-cpu4.profile.json"
-BAL = "13,3,1,13"
-
-
-def press_profile(checkpoint="never"):
-    """The bundled VGG11 profile with constructed MPress statistics (saved bytes a share of
-    each layer's measured memory; profiling measures them for real)."""
-    p = jsonio.load_profile(DATA)
-    saved = tuple(int(0.4 * max(a if a is not None else i, 0)) // p.setup.chunks
-                  for a, i in zip(p.stats.mem_added, p.stats.mem_isolated))
-    fwd = tuple(0.002 + 0.0005 * (l % 5) for l in range(p.model.num_layers))
-    return dataclasses.replace(p, setup=dataclasses.replace(p.setup, checkpoint=checkpoint),
-                               press=PressStats(saved, fwd, 2e9, 8e9))
-
-
-def capacities():
-    """(CAP, JOINT_CAP, keep-all peak of BAL): a capacity halfway between what any plan of
-    BAL reaches and its keep-all peak, and one halfway between the lowest floor over every
-    partitioning and the lowest keep-all peak (computed, so a predictor change keeps them
-    meaningful)."""
-    from mcap.core.partition import parse_balance
-    from mcap.core.press import problem, smallest_capacity
-    from mcap.core.press.jointsearch import floor_of
-    p = press_profile()
-    prob = problem(p, parse_balance(BAL))
-    peak, floor = floor_of(p, 4)
-    return ((smallest_capacity(prob) + max(prob.base)) // 2, (floor + peak) // 2, max(prob.base))
-
-
-CAP, JOINT_CAP, TOP = capacities()
+DATA = PRESS_DATA
+BAL = PRESS_BAL
+CAP, JOINT_CAP, TOP = press_capacities()
 
 
 @pytest.fixture

@@ -1,6 +1,5 @@
 """A plan's effect over one iteration (mcap.core.press.effect) and its place on the Explained
 page: what leaves a device and returns when, and the memory curve with and without the plan."""
-
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -11,9 +10,10 @@ from mcap.core.press.actions import LayerAction
 from mcap.core.press import problem_from
 from mcap.core.timeline import StageMemory, simulate
 from mcap.store import Store
-from tests.conftest import APP
-from tests.cli.commands.test_press import BAL, CAP, press_profile
+from tests.conftest import APP, PRESS_BAL, press_capacities, press_profile
 
+BAL = PRESS_BAL
+CAP = press_capacities()[0]
 MiB = 2**20
 
 
@@ -56,9 +56,8 @@ def test_refuses_a_timeline_of_another_balance():
 
 
 @pytest.mark.app
-def test_explained_page_shows_the_plan_over_the_iteration(tmp_path, monkeypatch):
-    path = tmp_path / "store.sqlite"
-    monkeypatch.setenv("MCAP_STORE", str(path))
+def test_explained_page_shows_the_plan_over_the_iteration(tmp_store):
+    path = tmp_store
     s = Store(path)
     prof = press_profile()
     pid = s.save_profile(prof, name="vgg11 press")

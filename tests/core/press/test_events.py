@@ -5,7 +5,6 @@ micro-batch's backward, where fewer micro-batches' activations are left to move)
 stays exact under them, older files load without them, and plans made at and above the
 smallest capacity fit when measured for real and are predicted within 1% per stage."""
 import dataclasses
-import itertools
 import json
 import random
 
@@ -18,6 +17,7 @@ from mcap.core.press import outcome, problem_from, smallest_capacity, solve
 from mcap.core.press.actions import LayerAction
 from mcap.io import jsonio
 from mcap.runner.press.stats import backward_bytes, transients
+from tests.conftest import press_best, press_case_working, press_floor
 
 MiB = 2**20
 K = LayerAction
@@ -135,37 +135,16 @@ def test_the_input_gradient_stays_until_the_step_ends():
     assert floor.peaks[1] == 100 * MiB and floor.shift[1] == 0
 
 
-def _case(seed):
-    rng = random.Random(seed)
-    L = 5
-    saved = [rng.choice([0, 1, 2, 4]) * MiB for _ in range(L)]
-    work = [rng.choice([0, 1, 3, 6]) * MiB for _ in range(L)]
-    params = [rng.choice([0, 2, 8]) * MiB for _ in range(L)]
-    trans = [(p + w, rng.choice([1, 2]) * MiB + w, rng.choice([1, 2]) * MiB + w + s // 2)
-             for p, w, s in zip(params, work, saved)]
-    fwd = [(s + rng.choice([0, 1]) * MiB, rng.choice([0, 1]) * MiB) for s in saved]
-    p = problem_from("toy", (3, 2), (400 * MiB, 300 * MiB), rng.choice(["gpipe", "1f1b"]), 2,
-                     saved, [rng.uniform(0.001, 0.02) for _ in range(L)], 1e8, 2e8, work=work,
-                     params=params, transients=trans, forward_peaks=fwd,
-                     segment_bytes=rng.choice([0, MiB]))
-    lo, hi = smallest_capacity(p), max(p.base)
-    return p, int(lo + rng.uniform(0, 1) * (hi - lo))
-
-
 @pytest.mark.parametrize("seed", range(6))
 def test_milp_is_exact_with_working_bytes(seed):
-    p, cap = _case(seed)
-    opts = [[K(l)] + [K(l, a) for a in ("recompute", "swap")]
-            + [K(l, "d2d", 1 - s)] for l, s in enumerate(p.stage_of())]
-    best = min((outcome(p, a).added_seconds for a in itertools.product(*opts)
-                if outcome(p, a).fits(cap)), default=None)
+    p, cap = press_case_working(seed)
+    best = press_best(p, cap)
     m, h = solve(p, cap, "milp"), solve(p, cap, "mpress")
     assert m.predicted_work_seconds == pytest.approx(best, abs=1e-6)
     for plan in (m, h):
         assert max(outcome(p, [a for st in plan.stages for a in st]).peaks) <= cap
     # the floor is exact: some plan meets it (every layer swapped), none goes below
-    assert min(max(outcome(p, a).peaks) for a in itertools.product(*opts)) \
-        == smallest_capacity(p)
+    assert press_floor(p) == smallest_capacity(p)
 
 
 def test_backward_bytes_round_trip_and_older_files_load(tmp_path):

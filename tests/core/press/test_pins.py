@@ -3,9 +3,7 @@ profiler finds which layer owns each passed tensor, the model stops promising to
 at stage boundaries and recompute-segment inputs, the MILP stays exact under it, and the
 statistics survive the file (older files still load)."""
 import dataclasses
-import itertools
 import json
-import random
 
 import pytest
 import torch
@@ -17,6 +15,7 @@ from mcap.core.press.actions import LayerAction
 from mcap.core.types import PressStats
 from mcap.io import jsonio
 from mcap.runner.press.stats import saved_and_boundaries
+from tests.conftest import press_best, press_case_pins
 
 MiB = 2**20
 K = LayerAction
@@ -88,35 +87,16 @@ def test_recomputing_a_shared_storage_frees_it_only_with_every_saver():
     assert swap.pinned[0] == 0 and swap.peaks[0] < p.base[0]
 
 
-def _case(seed):
-    rng = random.Random(seed)
-    L = 5
-    saved = [rng.randint(1, 30) * MiB for _ in range(L)]
-    bounds = [()] + [tuple((o, rng.randint(1, saved[o] // MiB) * MiB if o >= 0 else MiB)
-                           for o in {rng.choice([b - 1, min(b, L - 1), -1])})
-                     for b in range(1, L + 1)]
-    shared = [(o, o + rng.randint(1, 2), MiB) for o in range(L - 2) if rng.random() < 0.4]
-    p = problem_from("toy", (3, 2), (400 * MiB, 300 * MiB), "gpipe", 2, saved,
-                     [rng.uniform(0.001, 0.02) for _ in range(L)], 1e8, 2e8, boundaries=bounds,
-                     shared=shared)
-    lo, hi = smallest_capacity(p), max(p.base)
-    return p, int(lo + rng.uniform(0, 1) * (hi - lo))
-
-
 @pytest.mark.parametrize("seed", range(8))
 def test_milp_is_exact_with_pins(seed):
-    p, cap = _case(seed)
-    opts = [[K(l)] + [K(l, a) for a in ("recompute", "swap")]
-            + [K(l, "d2d", 1 - s)] for l, s in enumerate(p.stage_of())]
-    best = min((outcome(p, a).added_seconds for a in itertools.product(*opts)
-                if outcome(p, a).fits(cap)), default=None)
+    p, cap = press_case_pins(seed)
+    best = press_best(p, cap)
     m, h = solve(p, cap, "milp"), solve(p, cap, "mpress")
     assert m.predicted_work_seconds == pytest.approx(best, abs=1e-6)
     assert h.predicted_work_seconds >= m.predicted_work_seconds - 1e-6
     for plan in (m, h):
         assert max(outcome(p, [a for st in plan.stages for a in st]).peaks) <= cap
-    assert not any(outcome(p, a).fits(smallest_capacity(p) - 1)
-                   for a in itertools.product(*opts))
+    assert press_best(p, smallest_capacity(p) - 1) is None  # no plan fits below the floor
     assert max(outcome(p, [K(l, "swap") for l in range(5)]).peaks) <= smallest_capacity(p)
 
 

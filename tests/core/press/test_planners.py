@@ -1,36 +1,19 @@
 """MPress's planner (mcap.core.press): the model, the approximated search and the exact MILP
 on constructed problems (real profiles with press statistics come from profiling)."""
-import itertools
-import random
-
 import pytest
 
 from mcap.core.errors import McapError
 from mcap.core.press import outcome, problem_from, smallest_capacity, solve
 from mcap.core.press.model import live_intervals
 from mcap.core.press.actions import LayerAction
+from tests.conftest import press_best, press_case, press_profile
 
 MiB = 2**20
 
 
-def case(seed, L=12, G=4):
-    """A random problem and a capacity between the smallest reachable and keep-all's peak;
-    bandwidths low enough that swaps often cost time (live intervals do not hide them)."""
-    rng = random.Random(seed)
-    cuts = sorted(rng.sample(range(1, L), G - 1))
-    bal = tuple(b - a for a, b in zip([0] + cuts, cuts + [L]))
-    saved = [rng.randint(0, 40) * MiB for _ in range(L)]
-    fwd = [rng.uniform(0.001, 0.02) for _ in range(L)]
-    base = [rng.randint(300, 900) * MiB for _ in range(G)]
-    p = problem_from("toy", bal, base, rng.choice(["1f1b", "gpipe"]), rng.choice([2, 4, 8]),
-                     saved, fwd, rng.choice([2e7, 1e8, 1e9]), rng.choice([2e8, 1e9, 1e10]))
-    lo, hi = smallest_capacity(p), max(base)
-    return p, int(lo + rng.uniform(0, 1) * max(hi - lo, 0))
-
-
 @pytest.mark.parametrize("seed", range(20))
 def test_both_fit_every_device_and_milp_is_no_worse(seed):
-    p, cap = case(seed)
+    p, cap = press_case(seed)
     h, m = solve(p, cap, "mpress"), solve(p, cap, "milp")
     for plan in (h, m):
         acts = [a for stage in plan.stages for a in stage]
@@ -48,7 +31,7 @@ def test_every_registered_planner_fits_and_the_model_agrees(seed):
     """The planner registry's contract: every registered planner's plan fits the capacity,
     one action per layer, and its predicted peaks and work are ``model.outcome``'s."""
     from mcap.core.press import names
-    p, cap = case(seed)
+    p, cap = press_case(seed)
     for method in names():
         plan = solve(p, cap, method)
         acts = [a for stage in plan.stages for a in stage]
@@ -63,31 +46,18 @@ def test_heuristic_within_measured_factor_of_exact():
     total (bench/bench_press_planner.py reports the per-case distribution)."""
     h = m = 0.0
     for seed in range(100, 140):
-        p, cap = case(seed, L=10)
+        p, cap = press_case(seed, L=10)
         h += solve(p, cap, "mpress").predicted_work_seconds
         m += solve(p, cap, "milp").predicted_work_seconds
     assert m > 0 and h <= 1.2 * m
 
 
-def _brute(p, cap):
-    G, stage = p.stages, p.stage_of()
-    opts = [[LayerAction(l)] + [LayerAction(l, a) for a in ("recompute", "swap")]
-            + [LayerAction(l, "d2d", t) for t in range(G) if t != stage[l]]
-            for l in range(len(p.saved))]
-    best = None
-    for acts in itertools.product(*opts):
-        o = outcome(p, acts)
-        if o.fits(cap) and (best is None or o.added_seconds < best):
-            best = o.added_seconds
-    return best
-
-
 @pytest.mark.parametrize("seed", range(6))
 def test_milp_is_exact_and_smallest_capacity_is_smallest(seed):
-    p, cap = case(seed, L=5, G=2)
-    assert solve(p, cap, "milp").predicted_work_seconds == pytest.approx(_brute(p, cap), abs=1e-6)
+    p, cap = press_case(seed, L=5, G=2)
+    assert solve(p, cap, "milp").predicted_work_seconds == pytest.approx(press_best(p, cap), abs=1e-6)
     least = smallest_capacity(p)
-    assert _brute(p, least) is not None and _brute(p, least - 1) is None
+    assert press_best(p, least) is not None and press_best(p, least - 1) is None
 
 
 def test_d2d_adds_to_the_target_and_frees_the_source():
@@ -107,7 +77,7 @@ def test_d2d_adds_to_the_target_and_frees_the_source():
 
 
 def test_unreachable_capacity_names_the_smallest():
-    p, _ = case(3)
+    p, _ = press_case(3)
     least = smallest_capacity(p)
     for method in ("mpress", "milp"):
         assert max(solve(p, least, method).predicted_peaks) <= least
@@ -127,7 +97,7 @@ def test_live_intervals_follow_the_schedule():
 
 def test_bad_input_names_values():
     with pytest.raises(McapError, match="unknown press method 'ilp'"):
-        solve(case(0)[0], 10**9, "ilp")
+        solve(press_case(0)[0], 10**9, "ilp")
     with pytest.raises(McapError, match="3 saved sizes"):
         problem_from("toy", (2, 2), (1, 1), "gpipe", 2, [1, 1, 1], [0.1] * 3, 1.0, 1.0)
 
@@ -155,7 +125,6 @@ def test_joint_floor_is_the_least_over_every_partitioning_and_scale_search():
     from mcap.core.press import joint, problem
     from mcap.core.press import scale as pscale
     from mcap.core.press.jointsearch import floor_of
-    from tests.cli.commands.test_press import press_profile
     prof = press_profile()
     L = prof.model.num_layers
     every = [tuple(int(x) for x in b) for chunk in enumerate_all(L, 3) for b in chunk]
@@ -185,7 +154,7 @@ def test_cpu_stages_do_not_overlap_swaps():
 
 def test_savers_figure_data_adds_up():
     from mcap.figures import press as fig_press
-    p, cap = case(3)
+    p, cap = press_case(3)
     plan = solve(p, cap, "milp")
     t = fig_press.savers_table(p, plan)
     freed = t["recompute"] + t["swap"] + t["d2d"]

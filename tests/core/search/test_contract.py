@@ -2,15 +2,14 @@
 import numpy as np
 import pytest
 
-from mcap.core import partition
 from mcap.core.errors import InvalidStatistics, McapError, SearchTooLarge
 from mcap.core.predict import predict
 from mcap.core.search import METHODS, recommend
+from mcap.core.types import LayerStats, Recommendation
+from tests.conftest import exhaustive
 
 # Every registered method that needs no model; `time` times a real one (tests/runner/test_timebalance.py).
 SEARCHED = tuple(m for m in METHODS if m != "time")
-from mcap.core.search.tiebreak import key
-from mcap.core.types import LayerStats, Recommendation
 
 
 def random_stats(L, seed, lo=-50, hi=200, ties=False):
@@ -22,16 +21,6 @@ def random_stats(L, seed, lo=-50, hi=200, ties=False):
         iso = rng.integers(100, 1000, L)
         added = rng.integers(lo, hi, L)
     return LayerStats(tuple(int(x) for x in iso), (None,) + tuple(int(x) for x in added[1:]))
-
-
-def exhaustive(stats, G, tol=0.0):
-    L = stats.num_layers
-    allb = [tuple(int(x) for x in b) for b in np.concatenate(list(partition.enumerate_all(L, G)))]
-    preds = {b: predict(stats, b).peaks for b in allb}
-    opt = min(max(p) for p in preds.values())
-    from mcap.core.search.tiebreak import make_band
-    band = make_band(opt, tol)
-    return min(allb, key=lambda b: key(preds[b], b, band)), opt
 
 
 CASES = [(8, 3, 0, False), (10, 4, 1, False), (9, 2, 2, True), (12, 4, 3, True), (7, 7, 4, False),

@@ -3,13 +3,12 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from mcap.core import partition
 from mcap.core.errors import McapError
-from mcap.core.predict import predict
 from mcap.core.search import exact
 from mcap.core.search import recommend
-from mcap.core.search.tiebreak import key, make_band
+from mcap.core.search.tiebreak import key
 from mcap.core.types import LayerStats
+from tests.conftest import all_balances, exhaustive
 
 
 @st.composite
@@ -27,11 +26,7 @@ def cases(draw):
 @given(cases())
 def test_exact_equals_exhaustive(case):
     stats, G, tol = case
-    L = stats.num_layers
-    allb = [tuple(int(x) for x in b) for b in np.concatenate(list(partition.enumerate_all(L, G)))]
-    preds = {b: predict(stats, b).peaks for b in allb}
-    band = make_band(min(max(p) for p in preds.values()), tol)
-    want = min(allb, key=lambda b: key(preds[b], b, band))
+    want, _ = exhaustive(stats, G, tol)
     got = recommend(stats, G, "exact", tie_tolerance=tol)
     assert got.balance == want
     got_bf = recommend(stats, G, "bf", tie_tolerance=tol)
@@ -76,7 +71,7 @@ def test_solve_matrix_equals_exhaustive_on_non_additive_costs():
     rng = np.random.default_rng(3)
     for L, G in [(9, 3), (10, 4), (8, 8), (7, 1)]:
         C = rng.integers(0, 4, size=(L, L + 1))
-        allb = [tuple(int(x) for x in b) for b in np.concatenate(list(partition.enumerate_all(L, G)))]
+        allb = all_balances(L, G)
 
         def peaks(b):
             edges = np.cumsum((0,) + b)

@@ -239,6 +239,7 @@ def test_explained_page_with_more_chunks_than_its_slider(tmp_path, monkeypatch, 
     assert not at.exception, [e.value for e in at.exception]
 
 
+@pytest.mark.integration
 def test_the_dashboards_timing_child_is_started_again_after_it_dies():
     """The dashboard times models in a child process (never in the server); a child killed
     (out of memory, say) is an error for that call and a fresh child for the next."""

@@ -199,6 +199,7 @@ def _evaluate_h100(*extra):
                            *extra], capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(_has_cuda(), reason="this machine has CUDA: the time baseline runs there")
 def test_evaluate_of_the_bundled_cuda_pair_leaves_time_out_here_and_says_why():
     """A newcomer's first command on a CPU machine raised 'Torch not compiled with CUDA

@@ -43,6 +43,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.integration
 def test_op_order_is_what_the_schedules_run():
     """ScheduleGPipe's and Schedule1F1B's runtime order, recorded rank by rank from the
     stages' own forward/backward calls (for 1F1B torch's ``pipeline_order`` IR disagrees

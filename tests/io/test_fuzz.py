@@ -20,6 +20,7 @@ def test_mutated_inputs_exit_0_or_2(tmp_path, monkeypatch, reader):
     assert sum(tally.values()) == COUNTS[reader] and tally.get(2, 0) > 0  # the mutations bite
 
 
+@pytest.mark.integration  # every column x 14 readers: 20-40 s, the longest test without processes
 def test_every_column_of_every_table_mutated_reads_as_exit_0_or_2(tmp_path):
     base = fuzzing.base_store(tmp_path / "columns.sqlite")
     columns = fuzzing.store_columns(base)

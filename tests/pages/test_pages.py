@@ -450,6 +450,7 @@ def test_predictor_selector_drives_the_numbers_and_is_kept_in_the_url(bundled):
     assert mp.predicted_peak != paper.predicted_peak  # the choice is visible in the numbers
 
 
+@pytest.mark.integration
 def test_time_baseline_is_timed_on_demand_in_a_child_process(bundled):
     """balance_by_time is never computed while a page renders (no torch import in the
     server); a button times the model in a child process and the table shows it when ready."""
@@ -470,6 +471,7 @@ def test_time_baseline_is_timed_on_demand_in_a_child_process(bundled):
     assert len(balance) == profile.setup.stages and sum(balance) == profile.model.num_layers
 
 
+@pytest.mark.integration
 def test_no_page_imports_torch_while_it_renders(tmp_path):
     """Issue 13 item 4: first visits stay fast because no page imports torch (or computes
     balance_by_time) on its render path; checked in a fresh interpreter."""

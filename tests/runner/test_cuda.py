@@ -68,6 +68,7 @@ def test_torchgpipe_says_how_many_gpus_it_found():
         open_runner(EXACT, setup)
 
 
+@pytest.mark.integration
 @DEVICES
 def test_a_stage_reads_what_a_fresh_process_reads_after_a_run_with_matmuls(device):
     """cuBLAS keeps a workspace per matmul thread (32 MiB on Hopper) in the caching

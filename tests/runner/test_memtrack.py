@@ -118,6 +118,7 @@ def test_training_step_returns_to_the_same_bytes():
     assert memtrack.peak() - base >= 64 * 256 * 4 + grads
 
 
+@pytest.mark.integration
 def test_tensors_from_before_install_do_not_disturb_counts():
     code = textwrap.dedent("""
         import torch

@@ -523,6 +523,7 @@ def test_reader_reads_while_two_writers_write(tmp_path):
         assert sorted(j.done for j in s.list_jobs()) == [n, n]
 
 
+@pytest.mark.integration
 def test_processes_racing_to_create_one_store(tmp_path):
     path = tmp_path / "fresh" / "store.sqlite"
     # 8 processes: the old WAL switch (no retry) lost this race in 4 of 440 opens (8 at a time)

@@ -55,6 +55,7 @@ def store_path(tmp_path):
     return path
 
 
+@pytest.mark.integration
 def test_a_run_the_busy_store_refuses_is_kept_and_imported_once(store_path, monkeypatch):
     monkeypatch.setenv(recovery.WAIT_ENV, "1")
     store = Store(store_path)
@@ -85,6 +86,7 @@ def test_a_run_the_busy_store_refuses_is_kept_and_imported_once(store_path, monk
     assert not kept.exists()
 
 
+@pytest.mark.integration
 def test_a_busy_store_is_waited_for_with_progress(store_path, monkeypatch):
     monkeypatch.setenv(recovery.WAIT_ENV, "60")
     monkeypatch.setattr(recovery, "PROGRESS_EVERY_S", 0.2)
@@ -102,6 +104,7 @@ def test_a_busy_store_is_waited_for_with_progress(store_path, monkeypatch):
     store.close()
 
 
+@pytest.mark.integration
 def test_stage_runs_and_profiling_runs_are_kept_too(store_path, monkeypatch):
     monkeypatch.setenv(recovery.WAIT_ENV, "0.5")
     with Store(store_path) as s:

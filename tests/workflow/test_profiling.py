@@ -81,6 +81,7 @@ def test_parse_bytes_refuses(text):
         parse_bytes(text)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("argv, message", [
     (["profile", "--model", "resnet50", "--stages", "2"], "unknown model 'resnet50'"),
     (["sweep", "--model", "vgg11:depth=3", "--stages", "2"], "no parameter 'depth'"),

@@ -3,6 +3,8 @@ middle stages): a cell alone on a middle stage forwards its receive buffer as it
 state; behind another layer it forwards a new tensor per micro-batch."""
 from __future__ import annotations
 
+import pytest
+
 from mcap.core import predictors
 from mcap.core.profiling.schedule import profiling_plan
 from mcap.core.predictors.perstage import MIDDLE
@@ -13,6 +15,7 @@ from mcap.runner import open_runner
 SPEC = "amoebanet-d:layers=3,filters=16"
 
 
+@pytest.mark.integration
 def test_a_middle_window_the_profile_never_measured_is_predicted_from_its_first_layer():
     setup = Setup(stages=4, batch_size=8, chunks=4, checkpoint="never")
     with open_runner(SPEC, setup, timeout=300) as r:

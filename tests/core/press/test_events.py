@@ -206,6 +206,7 @@ def gpt_press(tmp_path_factory):
     return prof, tmp / "gpt.profile.json"
 
 
+@pytest.mark.integration
 def test_plans_at_the_floor_and_between_fit_when_measured_for_real(gpt_press):
     """The target of issue 16: a plan made at a capacity is under it when run, and its
     per-stage peaks are predicted within 1%. Before the stage's iteration was modelled
@@ -237,6 +238,7 @@ def test_plans_at_the_floor_and_between_fit_when_measured_for_real(gpt_press):
                 assert abs(q - m) <= 0.01 * m, (pl.stages, run.peaks, pl.predicted_peaks)
 
 
+@pytest.mark.integration
 def test_press_measure_base_plans_from_a_real_keep_all_run(gpt_press, capsys, tmp_path):
     """``press --measure-base`` runs the partitioning with every layer kept and plans from
     its measured peaks: they are what ``measure`` reads, and the plan fits when run."""

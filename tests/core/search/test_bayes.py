@@ -95,6 +95,7 @@ print(json.dumps([picks(rough(24, 7), 4, seed=3, iterations=30)[3],
 """
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="emulates x86 kernels")
 def test_same_picks_with_other_cpu_kernels():
     # Another CPU, emulated: OpenBLAS's SSE3 kernels and numpy without its AVX2/FMA loops.

@@ -81,12 +81,14 @@ def measured(tmp_path_factory):
     return runs, saved
 
 
+@pytest.mark.integration
 def test_keep_all_reads_the_plain_peaks_exactly(measured):
     runs, _ = measured
     assert runs["keep"].peaks == runs["plain"].peaks
     assert runs["keep"].breakdown == runs["plain"].breakdown
 
 
+@pytest.mark.integration
 def test_recompute_and_swap_lower_only_their_stage(measured):
     runs, saved = measured
     stage0 = SETUP.chunks * sum(saved[:BALANCE[0]])  # every micro-batch's, at GPipe's peak
@@ -100,6 +102,7 @@ def test_recompute_and_swap_lower_only_their_stage(measured):
     assert runs["swap"].breakdown[0].weights == runs["plain"].breakdown[0].weights
 
 
+@pytest.mark.integration
 def test_d2d_moves_the_bytes_into_the_target_stage(measured):
     runs, saved = measured
     stage0 = SETUP.chunks * sum(saved[:BALANCE[0]])
@@ -220,6 +223,7 @@ def test_a_plan_run_is_stored_apart_from_plain_runs():
         assert store.find_run(store.study(info, keyed), BALANCE).peaks == (1, 2)
 
 
+@pytest.mark.integration
 def test_profile_press_stores_the_statistics_with_the_profile(tmp_path):
     from mcap.cli.main import main
     from mcap.io import jsonio
@@ -293,6 +297,7 @@ def test_a_stage_moves_only_the_storages_of_its_own_device(device, monkeypatch):
     assert all(s > 0 for s in saved[1:-1])  # every block saves GPU activations
 
 
+@pytest.mark.integration
 @DEVICES
 def test_d2d_of_a_gpt_moves_the_bytes_into_the_peer_stages_memory(device):
     """The H200 failed every d2d plan (``Expected a cuda device, but got: cpu``): a d2d

@@ -10,6 +10,7 @@ import pytest
 from mcap.core.errors import McapError
 from mcap.core.stagetime import Link, makespan, op_order, samples_per_second
 from mcap.core.types import ModelInfo, Layer, Run, Setup, StageRun, StageTimes, Sweep
+from tests.conftest import REPO
 
 
 _TORCH_ORDER = r"""
@@ -17,7 +18,6 @@ import json
 import torch
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 from mcap.runner import alone
-from tests.conftest import REPO
 out = {}
 for name, cls in (("gpipe", ScheduleGPipe), ("1f1b", Schedule1F1B)):
     for G, M in ((2, 2), (3, 5), (4, 4), (4, 8), (3, 3), (2, 7)):

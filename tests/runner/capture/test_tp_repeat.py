@@ -23,6 +23,7 @@ import pytest
 
 from mcap.core.types import Setup
 from mcap.runner import open_runner
+from tests.conftest import REPO
 
 pytestmark = pytest.mark.integration
 
@@ -37,7 +38,6 @@ import json, sys
 import torch, torch.distributed as dist
 from torch.distributed import _functional_collectives as funcol
 from mcap.runner.capture import device as hybrid
-from tests.conftest import REPO
 
 rank, init, rounds = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=2)

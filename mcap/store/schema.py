@@ -125,7 +125,7 @@ PRAGMA user_version = {SCHEMA_VERSION};
 
 # From version v to v + 1: statements run in one transaction with the new user_version,
 # so a store is upgraded completely or not at all. The result must equal _SCHEMA's tables
-# (tests/test_store.py opens a version-1 file and compares).
+# (tests/store/test_core.py opens a version-1 file and compares).
 _MIGRATIONS = {
     1: """
 CREATE TABLE machines (

@@ -5,14 +5,14 @@ every reader of the store with seeded mutations of its rows (issue 28).
                                             [--store-count 500] [--only files|store]
 
 Feeds ``--count`` mutated inputs (types, signs, sizes, nesting, truncation, byte noise,
-encodings; tests/fuzzing.py) to each reader: the JSON loader for profiles and sweeps, an
+encodings; tests/io/fuzzing.py) to each reader: the JSON loader for profiles and sweeps, an
 upload, and the CLI commands that read a file (predict, recommend, evaluate with a mutated
 profile and with a mutated sweep), in-process. ``recommend --method time`` times the real
 model on every valid input (seconds each), so it gets ``--time-count``. Prints the tally of
 exit codes per reader and every finding (an exit other than 0 or 2, or a traceback); exits
 1 if there is any. Target: 0 findings.
 
-The store-row fuzzer (tests/fuzzing.py, ``run_store``) writes a store with a row in every
+The store-row fuzzer (tests/io/fuzzing.py, ``run_store``) writes a store with a row in every
 table (two profiles, a sweep, runs with times and breakdowns, stages run alone, a job,
 machines), then ``--store-count`` times changes one column of one row (the columns taken in
 turn: every column of every table; CHECK constraints off, as another program could) and runs
@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests import fuzzing  # noqa: E402
+from tests.io import fuzzing  # noqa: E402
 
 
 def fuzz(count: int, time_count: int, seed: int, store_count: int, only=None) -> tuple:

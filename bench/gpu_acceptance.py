@@ -264,7 +264,7 @@ def step_small(device: str, out: Path, log: Log, left: float, work: Path) -> dic
 def cuda_test_files() -> list[str]:
     """The test files holding CUDA tests (collected alone: a lent device has no streamlit
     or playwright for the dashboard's tests)."""
-    return sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_*.py")
+    return sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("test_*.py")
                   if "pytest.mark.cuda" in p.read_text() or "NEEDS_CUDA" in p.read_text())
 
 

@@ -232,3 +232,101 @@ def test_dashboard_and_evaluate_report_the_same_p90_on_every_bundled_pair():
         cli = evaluate(profile, sweep).errors.p90
         page = error_stats(sweep.runs, sweep_predictions(profile, sweep)).p90
         assert cli == pytest.approx(page, abs=1e-12), (profile.model.spec, sweep.setup)
+
+
+# --- units of one idea (issue 27) -------------------------------------------------------------
+
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 60
+# A module over MAX_MODULE_LINES lines stays one only with its reason here ("mcap/x.py": why);
+# an entry whose module is short again, or gone, fails (test_modules_are_short_or_say_why).
+LONG_MODULES: dict[str, str] = {}
+LONG_BECAUSE = "Long because:"  # a function over MAX_FUNCTION_LINES says why in its docstring
+
+
+def _sized_paths() -> list[Path]:
+    """Every module whose size is checked: mcap/, pages/ and app.py."""
+    return sorted((ROOT / "mcap").rglob("*.py")) + sorted((ROOT / "pages").glob("*.py")) \
+        + [ROOT / "app.py"]
+
+
+def module_size_problems(lines: dict[str, int], listed: dict[str, str],
+                         limit: int = MAX_MODULE_LINES) -> list[str]:
+    """Modules over ``limit`` lines not listed with a reason, and listed ones that are not
+    (short again, or gone): ``lines`` maps each module to its line count."""
+    found = [f"{name}: {n} lines (> {limit}); split it along its seams or list it in "
+             f"LONG_MODULES with its reason" for name, n in sorted(lines.items())
+             if n > limit and not listed.get(name, "").strip()]
+    found += [f"{name}: listed in LONG_MODULES but "
+              + ("no longer exists" if name not in lines else f"has {lines[name]} lines")
+              for name in sorted(listed) if lines.get(name, 0) <= limit]
+    return found
+
+
+def long_functions(path: Path, limit: int = MAX_FUNCTION_LINES) -> list[str]:
+    """Functions and methods (nested ones too) over ``limit`` lines whose docstring does not
+    say why (``Long because: ...``)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            n = node.end_lineno - node.lineno + 1
+            if n > limit and LONG_BECAUSE not in (ast.get_docstring(node) or ""):
+                found.append(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}"
+                             f":{node.lineno} {node.name}: {n} lines (> {limit})")
+    return found
+
+
+def test_modules_are_short_or_say_why():
+    lines = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in _sized_paths()}
+    found = module_size_problems(lines, LONG_MODULES)
+    assert not found, "modules are one idea each:\n" + "\n".join(found)
+
+
+def test_the_module_size_check_sees_an_offender_and_a_stale_entry():
+    assert module_size_problems({"a.py": 401, "b.py": 400}, {}) == [
+        "a.py: 401 lines (> 400); split it along its seams or list it in LONG_MODULES with "
+        "its reason"]
+    assert module_size_problems({"a.py": 401}, {"a.py": "one table"}) == []
+    assert module_size_problems({"a.py": 401}, {"a.py": " "}) != []  # a reason, not a blank
+    assert module_size_problems({"a.py": 120}, {"a.py": "one table", "gone.py": "x"}) == [
+        "a.py: listed in LONG_MODULES but has 120 lines",
+        "gone.py: listed in LONG_MODULES but no longer exists"]
+
+
+def test_functions_are_short_or_say_why():
+    found = [hit for p in _sized_paths() for hit in long_functions(p)]
+    assert not found, (f"functions over {MAX_FUNCTION_LINES} lines: name their steps, or "
+                       f"start the docstring with '{LONG_BECAUSE} ...':\n" + "\n".join(found))
+
+
+def test_the_function_length_check_sees_an_offender(tmp_path):
+    body = "".join(f"    x{i} = {i}\n" for i in range(60))
+    path = tmp_path / "m.py"
+    path.write_text(f"def long():\n{body}\n\nclass C:\n    def short(self):\n        return 1\n")
+    assert [hit.split(":", 1)[1] for hit in long_functions(path)] == ["1 long: 61 lines (> 60)"]
+    path.write_text(f'def long():\n    """{LONG_BECAUSE} one loop."""\n{body}')
+    assert long_functions(path) == []
+    path.write_text(f"class C:\n    def method(self):\n{body.replace('    ', '        ')}")
+    assert [hit.split(":", 1)[1] for hit in long_functions(path)] == ["2 method: 61 lines (> 60)"]
+
+
+def tree_packages(text: str) -> set[str]:
+    """The packages the layer tree of ARCHITECTURE.md names, one line each (``mcap/core/press/``
+    at the start of a line of the first code block after "## Layers")."""
+    start = text.index("```", text.index("## Layers")) + 3
+    block = text[start:text.index("```", start)]
+    return {line.split()[0].rstrip("/") for line in block.splitlines()
+            if line.strip().startswith("mcap/")}
+
+
+def test_the_architecture_tree_has_a_line_per_package():
+    packages = {str(p.parent.relative_to(ROOT)) for p in (ROOT / "mcap").rglob("__init__.py")
+                if p.parent != ROOT / "mcap"}
+    named = tree_packages((ROOT / "ARCHITECTURE.md").read_text())
+    assert not packages - named, f"ARCHITECTURE.md's tree lacks {sorted(packages - named)}"
+    assert not named - packages, f"ARCHITECTURE.md's tree names no package {sorted(named - packages)}"
+
+
+def test_the_tree_check_reads_the_layer_block():
+    text = "x\n## Layers\n\n```\napp.py   pages\nmcap/a/   one\n  mcap/a/b/  two\n```\nmcap/c/\n"
+    assert tree_packages(text) == {"mcap/a", "mcap/a/b"}

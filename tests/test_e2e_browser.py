@@ -33,7 +33,7 @@ PAGES = [("", "mcap: memory-centric partitioning"), ("profile", "Profile"),
          ("savers", "Memory savers"), ("explained", "Pipeline memory, explained"),
          ("present", "Present")]
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.integration]  # a server and a browser: not the fast tier
 ROUNDS = 3
 
 

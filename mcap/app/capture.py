@@ -29,7 +29,7 @@ def pipeline_only_why(profile: Profile, mesh) -> Optional[str]:
     (a stage never spans two nodes, so one device per node leaves no room for a dp or tp
     stage), or None when the profile has no dp/tp statistics (the page then says how to
     profile them) or the mesh has room."""
-    from mcap.core.capture.predict import KINDS
+    from mcap.core.capture.hybridcosts import KINDS
     if mesh.per_node > 1 or not any(v.parallel in KINDS and v.degree > 1
                                     for v in profile.variants):
         return None

@@ -4,7 +4,7 @@ Stages measured alone (``mcap.runner.alone``) record the seconds of each micro-b
 forward and backward and of the optimizer step (``StageTimes``). A pipeline run of those
 stages is then replayed here, event by event, in the schedule's own op order (what
 ``torch.distributed.pipelining``'s ``ScheduleGPipe`` / ``Schedule1F1B`` run on each rank;
-tests/test_stagetime.py checks :func:`op_order` against their ``pipeline_order``):
+tests/core/test_stagetime.py checks :func:`op_order` against their ``pipeline_order``):
 
 - stage s runs its ops one after another: iteration 1's forwards and backwards in the
   schedule's order, its optimizer step, then iteration 2's; what the schedule spent around
@@ -90,7 +90,10 @@ def op_order(schedule: str, stages: int, chunks: int) -> list[list[tuple[str, in
 
 
 def makespan(times: Sequence[StageTimes], schedule: str, chunks: int, link: Link) -> float:
-    """Seconds from the start until every stage has finished its last optimizer step, for
+    """Long because: it is one discrete-event replay (checks, each stage's program, then the
+    event loop whose ``crossing`` and ``arrival`` read the loop's own state).
+
+    Seconds from the start until every stage has finished its last optimizer step, for
     every iteration ``times`` recorded (module docstring)."""
     G = len(times)
     if G == 0:

@@ -103,10 +103,6 @@ def checkpointed(mode: str, microbatch: int, chunks: int) -> bool:
     return mode == "always" or (mode == "except_last" and microbatch < chunks - 1)
 
 
-def max_in_flight(self) -> tuple[int, ...]:
-        return tuple(max(len(h) for h in per_step) for per_step in self.held)
-
-
 def max_in_flight(schedule: str, stages: int, chunks: int) -> tuple[int, ...]:
     """How many micro-batches each stage holds at most, in closed form.
 
@@ -145,16 +141,7 @@ def simulate(balance: tuple[int, ...], schedule: str, chunks: int,
     """
     balance = tuple(int(n) for n in balance)
     stages = len(balance)
-    if stages == 0 or any(n <= 0 for n in balance):
-        raise InvalidPartitioning(f"balance {list(balance)} needs at least one layer on every stage")
-    if chunks < 1:
-        raise McapError(f"chunks is {chunks} but a pipeline needs at least 1 micro-batch")
-    if backward_steps < 1:
-        raise McapError(f"backward_steps is {backward_steps} but must be at least 1")
-    if len(stage_memory) != stages:
-        raise McapError(f"{len(stage_memory)} stage memory models given for {stages} stages")
-    if checkpoint not in CHECKPOINTS:
-        raise McapError(f"checkpoint {checkpoint!r} is not one of {', '.join(CHECKPOINTS)}")
+    _check(balance, chunks, stage_memory, backward_steps, checkpoint)
     orders = [list(op_order(schedule, s, stages, chunks)) for s in range(stages)]
     done: dict[tuple[str, int, int], int] = {}   # (kind, stage, mb) -> end step
     began: dict[tuple[str, int, int], int] = {}  # (kind, stage, mb) -> start step
@@ -186,23 +173,48 @@ def simulate(balance: tuple[int, ...], schedule: str, chunks: int,
     steps = max(op.end for op in ops)
     held, memory = [], []
     for s in range(stages):
-        spans = {m: (began[("F", s, m)], done[("B", s, m)]) for m in range(chunks)}
-        backward = {m: (began[("B", s, m)], done[("B", s, m)]) for m in range(chunks)}
-        per_step = tuple(tuple(m for m in range(chunks) if spans[m][0] <= t < spans[m][1])
-                         for t in range(steps))
+        per_step, levels = _stage_levels(s, chunks, steps, began, done, stage_memory[s],
+                                         checkpoint)
         held.append(per_step)
-        sm = stage_memory[s]
-        kept = {m: sm.kept_input if checkpointed(checkpoint, m, chunks) else sm.per_microbatch
-                for m in range(chunks)}
-        back = sm.recompute
-        memory.append(tuple(
-            sm.static + sm.fixed + sum(kept[m] for m in h)
-            + sum(back for m in h if checkpointed(checkpoint, m, chunks)
-                  and backward[m][0] <= t < backward[m][1])
-            for t, h in enumerate(per_step)))
+        memory.append(levels)
     ops.sort(key=lambda o: (o.start, o.device))
     return Timeline(balance, schedule, chunks, steps, tuple(ops), tuple(held), tuple(memory),
                     tuple(stage_memory), checkpoint)
+
+
+def _check(balance: tuple[int, ...], chunks: int, stage_memory, backward_steps: int,
+           checkpoint: str) -> None:
+    """Refuse what :func:`simulate` cannot simulate, naming the values."""
+    stages = len(balance)
+    if stages == 0 or any(n <= 0 for n in balance):
+        raise InvalidPartitioning(f"balance {list(balance)} needs at least one layer on every stage")
+    if chunks < 1:
+        raise McapError(f"chunks is {chunks} but a pipeline needs at least 1 micro-batch")
+    if backward_steps < 1:
+        raise McapError(f"backward_steps is {backward_steps} but must be at least 1")
+    if len(stage_memory) != stages:
+        raise McapError(f"{len(stage_memory)} stage memory models given for {stages} stages")
+    if checkpoint not in CHECKPOINTS:
+        raise McapError(f"checkpoint {checkpoint!r} is not one of {', '.join(CHECKPOINTS)}")
+
+
+def _stage_levels(s: int, chunks: int, steps: int, began: dict, done: dict,
+                  sm: StageMemory, checkpoint: str) -> tuple[tuple, tuple]:
+    """Stage ``s``'s micro-batches in flight at each step (from its forward's start to its
+    backward's end) and its bytes there (:func:`simulate`'s docstring)."""
+    spans = {m: (began[("F", s, m)], done[("B", s, m)]) for m in range(chunks)}
+    backward = {m: (began[("B", s, m)], done[("B", s, m)]) for m in range(chunks)}
+    per_step = tuple(tuple(m for m in range(chunks) if spans[m][0] <= t < spans[m][1])
+                     for t in range(steps))
+    kept = {m: sm.kept_input if checkpointed(checkpoint, m, chunks) else sm.per_microbatch
+            for m in range(chunks)}
+    back = sm.recompute
+    levels = tuple(
+        sm.static + sm.fixed + sum(kept[m] for m in h)
+        + sum(back for m in h if checkpointed(checkpoint, m, chunks)
+              and backward[m][0] <= t < backward[m][1])
+        for t, h in enumerate(per_step))
+    return per_step, levels
 
 
 def stage_memory(balance: tuple[int, ...], param_bytes: tuple[int, ...],

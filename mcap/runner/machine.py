@@ -82,7 +82,7 @@ CPU_METER = "memtrack/2"  # mcap.runner.memtrack with storages of deep copies co
 
 def meter(setup: Setup, isolation: Optional[str] = None) -> str:
     """How a runner of ``setup`` reads peaks (``Machine.meter``): the CPU tracker's version
-    (the same whether stages run alone or together: tests/test_alone.py checks it to the
+    (the same whether stages run alone or together: tests/runner/test_alone.py checks it to the
     byte), and on CUDA whether stages run alone or together, and how they exchange."""
     from mcap.runner import engines
     from mcap.runner.isolation import resolve_isolation

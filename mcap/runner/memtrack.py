@@ -210,7 +210,7 @@ def retag(tensor, category: int) -> bool:
 
 def storage_use_count(tensor) -> int:
     """How many tensors and views hold ``tensor``'s storage (0 without one), read without
-    giving the storage a Python object (``mcap.runner.capture.device.references``). Needs
+    giving the storage a Python object (``mcap.runner.capture.settling.references``). Needs
     :func:`load` only, not :func:`install`."""
     return int(_load().storage_use_count(tensor))
 

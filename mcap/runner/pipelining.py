@@ -102,59 +102,23 @@ def run_stage(res: Resident, setup: Setup, balance: tuple[int, ...], rank: int,
     ``press``: an MPress plan to apply (``mcap.runner.press.apply.PressJob``), or None.
     ``alone``: run it alone over the fake process group (:mod:`mcap.runner.alone`; then
     ``local_device`` is the GPU this process uses), recording its per-micro-batch times."""
-    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
-
     first, last = Partitioning(balance).bounds()[rank]
-    is_first, is_last = rank == 0, rank == setup.stages - 1
     device = stage_device(setup, rank, local_device)
     window = Window([device], setup.capacity_bytes)  # from a clean slate (train.clean_slate)
-    objects: list = []  # everything the run allocates, dropped in `finally`
-    links = None  # MPress d2d: this stage's server and channels (mcap.runner.press.d2d)
     # Stages run together on the CPU time themselves too (the clocks cost nothing there):
     # the same per-micro-batch figures under the contention of a real run, what the
     # estimate from stages alone is checked against (bench/bench_stage_times.py); on CUDA
     # the timer's synchronisations would change a concurrent run, so only stages alone.
     timer = alone_mod.StageTimer(device, setup.threads) \
         if alone or device.type == "cpu" else None
+    stage = None
     try:
         if alone:
             alone_mod.join(rank, setup.stages)
         how = None if alone else exchange.mode(shares_gpu(setup) and local_device is None)
-        comm_device = torch.device("cpu") if how is not None else device
         window.limit()
-        layers = copy.deepcopy(res.module[first:last + 1]).to(device)
-        if device.type == "cpu":
-            tag_weights_and_gradients(layers)
-        if press is None:
-            stage_mod: nn.Module = Recomputed(layers, setup.checkpoint, setup.chunks)
-        else:
-            from mcap.runner.press.apply import press_stage
-            stage_mod, links = press_stage(layers, press, setup, rank, device)
-        in_meta = res.shapes[first - 1] if first > 0 else res.shapes[-1]
-        out_meta = res.shapes[last]
-        if how == "host":
-            stage_mod = HostStaged(stage_mod, device, is_last)
-        elif how is not None:  # tokens through the group, tensors through the link
-            link = exchange.Link(how, device, chunks=setup.chunks)
-            stage_mod = exchange.Exchanged(stage_mod, link, rank, is_first, is_last)
-            if not is_first:
-                in_meta = exchange.token_meta(_requires_grad(in_meta))
-            if not is_last:
-                out_meta = exchange.token_meta(_requires_grad(out_meta))
-        stage = PipelineStage(stage_mod, rank, setup.stages, comm_device,
-                              input_args=in_meta, output_args=out_meta)
-        schedule_cls = Schedule1F1B if setup.schedule == "1f1b" else ScheduleGPipe
-        # Every rank gets the loss: a schedule without one runs forward only, so the earlier
-        # stages would never run backward (only the last stage calls it).
-        schedule = schedule_cls(stage, setup.chunks, loss_fn=_loss_on_output_device(res.loss))
-        if alone:
-            alone_mod.set_vote(schedule, stage)
-        if timer is not None:
-            timer.wrap(stage)
-        if isinstance(stage_mod, exchange.Exchanged):
-            stage_mod.hold_through_backward(stage)
-        optimizer = make_optimizer(setup, layers.parameters())
-        objects += [layers, stage_mod, stage, schedule, optimizer]
+        stage = _Stage(res, setup, rank, device, how, timer)
+        stage.build(first, last, press, alone)
         gc.collect()
         if not alone and torch.distributed.is_initialized():
             # Stages run together start their window together: one built sooner would
@@ -165,57 +129,123 @@ def run_stage(res: Resident, setup: Setup, balance: tuple[int, ...], rank: int,
             timer.begin(window)
         start, cpu = time.perf_counter(), time.process_time()
         for _ in range(ITERATIONS):
-            if timer is not None:
-                timer.new_iteration()
-            if optimizer is not None:
-                optimizer.zero_grad(set_to_none=True)
-            _recomputed(stage_mod).new_step()
-            # The batch lands on the first stage's device and the labels on the last's, each
-            # iteration, as a training loop would place them.
-            args = (res.inputs.to(comm_device, copy=True),) if is_first else ()
-            kwargs = {"target": res.targets.to(comm_device, copy=True)} if is_last else {}
-            if timer is not None:
-                timer.timed_schedule(lambda: schedule.step(*args, return_outputs=False,
-                                                           **kwargs))
-            else:
-                schedule.step(*args, return_outputs=False, **kwargs)
-            del args, kwargs
-            if how == "ipc":  # the step's sends are let go of: free what peers released
-                exchange.collect()
-            if optimizer is not None:
-                with memtrack.tagged(memtrack.OPTIMIZER) if device.type == "cpu" \
-                        else contextlib.nullcontext():
-                    if timer is not None:
-                        timer.timed_step(optimizer.step)
-                    else:
-                        optimizer.step()
-            elif timer is not None:
-                timer.step.append(0.0)
+            stage.iteration()
             window.mark_iteration()
         if timer is not None:
             timer.close()
         seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
-        if isinstance(stage_mod, exchange.Exchanged):  # the neighbours' copies are made
-            stage_mod.finish()
+        if isinstance(stage.module, exchange.Exchanged):  # the neighbours' copies are made
+            stage.module.finish()
         window.stop()
-        if links is not None:  # peers may still fetch what this stage holds for them
-            links.finish()
+        if stage.links is not None:  # peers may still fetch what this stage holds for them
+            stage.links.finish()
         return StageResult(rank, "ok", window.peaks()[0], window.breakdowns()[0], seconds,
                            iteration_peaks=tuple(p[0] for p in window.iteration_peaks),
                            held_before=window.held_before, cpu_seconds=cpu,
                            times=timer.record() if timer is not None else None,
-                           recv_bytes=0 if is_first else _nbytes(res.shapes[first - 1]),
-                           send_bytes=0 if is_last else _nbytes(res.shapes[last]))
+                           recv_bytes=0 if rank == 0 else _nbytes(res.shapes[first - 1]),
+                           send_bytes=0 if rank == setup.stages - 1
+                           else _nbytes(res.shapes[last]))
     except Exception as exc:  # a run's failure is data (ARCHITECTURE.md, Records)
         window.stop()
         status, message = classify(exc)
         where = f"stage {rank} (layers {first}..{last})"
         return StageResult(rank, status, error=f"{where}: {message}")
     finally:
-        if links is not None:
-            links.close()
-        objects.clear()
+        if stage is not None and stage.links is not None:
+            stage.links.close()
         gc.collect()
+
+
+class _Stage:
+    """One stage's run: its layers (cloned from the resident model; checkpointed, or pressed
+    by an MPress plan; exchanged as the setup's devices need), its ``PipelineStage`` and
+    schedule, and one training iteration over them."""
+
+    def __init__(self, res: Resident, setup: Setup, rank: int, device: torch.device,
+                 how: Optional[str], timer):
+        self.res, self.setup, self.rank, self.device, self.how, self.timer = \
+            res, setup, rank, device, how, timer
+        self.is_first, self.is_last = rank == 0, rank == setup.stages - 1
+        self.comm_device = torch.device("cpu") if how is not None else device
+        self.links = None  # MPress d2d: this stage's server and channels (mcap.runner.press.d2d)
+
+    def build(self, first: int, last: int, press, alone: bool) -> None:
+        """Layers ``first..last``, their module, stage, schedule and optimizer."""
+        from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+        setup, device = self.setup, self.device
+        self.layers = copy.deepcopy(self.res.module[first:last + 1]).to(device)
+        if device.type == "cpu":
+            tag_weights_and_gradients(self.layers)
+        if press is None:
+            module: nn.Module = Recomputed(self.layers, setup.checkpoint, setup.chunks)
+        else:
+            from mcap.runner.press.apply import press_stage
+            module, self.links = press_stage(self.layers, press, setup, self.rank, device)
+        self.module, in_meta, out_meta = self._exchanged(module, first, last)
+        self.stage = PipelineStage(self.module, self.rank, setup.stages, self.comm_device,
+                                   input_args=in_meta, output_args=out_meta)
+        schedule_cls = Schedule1F1B if setup.schedule == "1f1b" else ScheduleGPipe
+        # Every rank gets the loss: a schedule without one runs forward only, so the earlier
+        # stages would never run backward (only the last stage calls it).
+        self.schedule = schedule_cls(self.stage, setup.chunks,
+                                     loss_fn=_loss_on_output_device(self.res.loss))
+        if alone:
+            alone_mod.set_vote(self.schedule, self.stage)
+        if self.timer is not None:
+            self.timer.wrap(self.stage)
+        if isinstance(self.module, exchange.Exchanged):
+            self.module.hold_through_backward(self.stage)
+        self.optimizer = make_optimizer(setup, self.layers.parameters())
+
+    def _exchanged(self, module: nn.Module, first: int, last: int):
+        """``module`` as the exchange between the stages needs it (host-staged, or tokens
+        through the group and tensors through the link), with the meta tensors the stage
+        receives and sends."""
+        shapes = self.res.shapes
+        in_meta = shapes[first - 1] if first > 0 else shapes[-1]
+        out_meta = shapes[last]
+        if self.how == "host":
+            module = HostStaged(module, self.device, self.is_last)
+        elif self.how is not None:  # tokens through the group, tensors through the link
+            link = exchange.Link(self.how, self.device, chunks=self.setup.chunks)
+            module = exchange.Exchanged(module, link, self.rank, self.is_first, self.is_last)
+            if not self.is_first:
+                in_meta = exchange.token_meta(_requires_grad(in_meta))
+            if not self.is_last:
+                out_meta = exchange.token_meta(_requires_grad(out_meta))
+        return module, in_meta, out_meta
+
+    def iteration(self) -> None:
+        """One training iteration: the schedule's step, then the optimizer's."""
+        timer, optimizer, comm_device = self.timer, self.optimizer, self.comm_device
+        if timer is not None:
+            timer.new_iteration()
+        if optimizer is not None:
+            optimizer.zero_grad(set_to_none=True)
+        _recomputed(self.module).new_step()
+        # The batch lands on the first stage's device and the labels on the last's, each
+        # iteration, as a training loop would place them.
+        args = (self.res.inputs.to(comm_device, copy=True),) if self.is_first else ()
+        kwargs = {"target": self.res.targets.to(comm_device, copy=True)} \
+            if self.is_last else {}
+        if timer is not None:
+            timer.timed_schedule(lambda: self.schedule.step(*args, return_outputs=False,
+                                                            **kwargs))
+        else:
+            self.schedule.step(*args, return_outputs=False, **kwargs)
+        del args, kwargs
+        if self.how == "ipc":  # the step's sends are let go of: free what peers released
+            exchange.collect()
+        if optimizer is not None:
+            with memtrack.tagged(memtrack.OPTIMIZER) if self.device.type == "cpu" \
+                    else contextlib.nullcontext():
+                if timer is not None:
+                    timer.timed_step(optimizer.step)
+                else:
+                    optimizer.step()
+        elif timer is not None:
+            timer.step.append(0.0)
 
 
 def _loss_on_output_device(loss: Callable) -> Callable:

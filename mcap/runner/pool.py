@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from multiprocessing.connection import Connection, Pipe, wait
+from multiprocessing.connection import Pipe, wait
 from pathlib import Path
 from typing import Optional
 
@@ -31,6 +31,8 @@ from mcap.runner.protocol import Hello, Init, Job, Reply, StageResult, Stop
 from mcap.core.machine import Machine
 from mcap.core.types import ModelInfo, Setup
 from mcap.runner.machine import thread_env
+from mcap.runner.slots import SlotDispatch
+from mcap.runner.workers import Forked, Spawned
 from mcap.runner.zygote import Zygote
 
 # "spawn": start every worker as its own process even where a zygote could fork it (for
@@ -46,81 +48,6 @@ GRACE_SECONDS = 2.0
 _REPO = Path(__file__).resolve().parent.parent.parent
 
 
-class _Worker:
-    """A worker started as its own ``python -m mcap.runner.worker`` (the caller's child)."""
-
-    def __init__(self, proc: subprocess.Popen, conn: Connection, log: Path):
-        self.proc, self.conn, self.log = proc, conn, log
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def exit_code(self, timeout: float) -> Optional[int]:
-        try:
-            return self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return None
-
-    def describe_exit(self) -> str:
-        """Why the process is gone, for a failed run's message: its exit and last stderr line."""
-        code = self.exit_code(2)
-        if code is None:
-            how = "stopped answering"
-        elif code < 0:
-            how = f"was killed by signal {-code}"
-        else:
-            how = f"exited with code {code}"
-        tail = _last_line(self.log)
-        return how + (f": {tail}" if tail else "")
-
-    def end(self) -> None:
-        """Kill (if still running) and reap."""
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
-        self.conn.close()
-
-
-class _Forked(_Worker):
-    """A worker forked by the pool's zygote: the zygote reaps it and reports its exit."""
-
-    def __init__(self, zygote: Zygote, request: int, conn: Connection, log: Path,
-                 timeout: float):
-        self.zygote, self.request, self.conn, self.log = zygote, request, conn, log
-        self.timeout = timeout
-
-    @property
-    def pid(self) -> int:
-        """Waits for the fork (the zygote may still be importing torch); 0 if none came."""
-        z = self.zygote
-        z.wait_for(lambda: self.request in z.forked, self.timeout)
-        got = z.forked.get(self.request)
-        return got.pid if got is not None and got.pid else 0
-
-    def exit_code(self, timeout: float) -> Optional[int]:
-        """The exit code within ``timeout``; None at once if it was not forked yet."""
-        z = self.zygote
-        z.pump()
-        got = z.forked.get(self.request)
-        pid = got.pid if got is not None else None
-        if not pid:
-            return None
-        z.wait_for(lambda: pid in z.exited, timeout)
-        return z.exited.get(pid)
-
-    def describe_exit(self) -> str:
-        if not self.pid:
-            z = self.zygote
-            why = z.refused or (f"the zygote {'exited' if z.dead else 'did not fork it'}"
-                                f"{': ' + _last_line(Path(z.log)) if z.dead else ''}")
-            return f"was not started: {why}"
-        return super().describe_exit()
-
-    def end(self) -> None:
-        self.conn.close()  # a worker waiting for its next job ends on this by itself
-
-
 class WorkerPool:
     """``world`` worker processes serving runs of one model under one setup."""
 
@@ -132,7 +59,7 @@ class WorkerPool:
         # worker takes one stage job at a time, and no process group joins them.
         self.alone = alone
         self.startup_timeout = startup_timeout
-        self.workers: list[_Worker] = []
+        self.workers: list[Spawned] = []
         self.info: Optional[ModelInfo] = None
         self.machine: Optional[Machine] = None  # rank 0's fingerprint (Hello)
         self._ready = False
@@ -162,7 +89,7 @@ class WorkerPool:
             self.workers.append(self._spawn(rank))
         self._ready = False
 
-    def _spawn(self, rank: int) -> "_Worker":
+    def _spawn(self, rank: int) -> Spawned:
         """Worker ``rank``: forked by the zygote or started as its own process, sent its
         Init; it answers with a Hello once it has built the model."""
         zygote = self._zygote_for(self._env)
@@ -171,7 +98,7 @@ class WorkerPool:
         log = Path(self._tmp) / f"worker{rank}-{self._spawned}.log"
         if zygote is not None:
             request = zygote.fork(child_end, str(log))
-            worker: _Worker = _Forked(zygote, request, parent_end, log, self.startup_timeout)
+            worker: Spawned = Forked(zygote, request, parent_end, log, self.startup_timeout)
         else:
             with open(log, "wb") as out:
                 proc = subprocess.Popen(
@@ -179,7 +106,7 @@ class WorkerPool:
                     pass_fds=[child_end.fileno()], stdin=subprocess.DEVNULL, stdout=out,
                     stderr=subprocess.STDOUT, env=self._env, cwd=str(_REPO),
                     start_new_session=True)  # Ctrl-C reaches the runner, which ends them
-            worker = _Worker(proc, parent_end, log)
+            worker = Spawned(proc, parent_end, log)
         child_end.close()
         # The group's own timeout covers the rendezvous (a peer may still be compiling
         # memtrack) and any receive; hung runs are ended by the pool before that.
@@ -194,7 +121,7 @@ class WorkerPool:
         a restarted pool is not after a concurrent run's failure. Its Hello is awaited
         by the caller."""
         old = self.workers[slot]
-        if isinstance(old, _Forked):
+        if isinstance(old, Forked):
             z = old.zygote
             if old.pid and z is not None and not z.dead:
                 z.kill([old.pid])
@@ -230,7 +157,7 @@ class WorkerPool:
             if left <= 0:
                 return (f"stage processes {sorted(pending.values())} were not ready within "
                         f"{self.startup_timeout:g} s")
-            zygote = self._zygote if isinstance(self.workers[0], _Forked) else None
+            zygote = self._zygote if isinstance(self.workers[0], Forked) else None
             watched = list(pending) + ([zygote.conn] if zygote and not zygote.dead else [])
             for conn in wait(watched, timeout=left):
                 if zygote is not None and conn is zygote.conn:
@@ -274,7 +201,7 @@ class WorkerPool:
 
     def kill(self) -> None:
         """Kill every worker and reap it; the zygote stays for the next start."""
-        forked = [w for w in self.workers if isinstance(w, _Forked)]
+        forked = [w for w in self.workers if isinstance(w, Forked)]
         z = self._zygote
         if forked and z is not None and not z.dead:
             z.pump()
@@ -396,85 +323,8 @@ class WorkerPool:
 
     def _dispatch(self, todo, press, on_result):
         """One pass of :meth:`run_stages` over ready slots: (done, jobs whose process
-        died, problems)."""
-        todo = list(todo)
-        free = list(range(len(self.workers)))
-        busy: dict = {}  # conn -> (slot, job, deadline)
-        starting: dict = {}  # conn -> (slot, deadline): a replaced slot's fresh process
-        done: list = []
-        lost: list = []
-        problems: list[str] = []
-        while ((todo or starting) and not problems) or busy:
-            if not busy and not free and starting:
-                left = min(d for _, d in starting.values()) - time.monotonic()
-                for conn in wait(list(starting), timeout=max(0.0, left)):
-                    slot, _ = starting.pop(conn)
-                    why = self._hello(conn, slot)
-                    if why:
-                        problems.append(why)
-                    else:
-                        free.append(slot)
-                if left <= 0 and starting:
-                    problems.append(f"stage processes {sorted(s for s, _ in starting.values())}"
-                                    f" were not ready again within {self.startup_timeout:g} s")
-                continue
-            while todo and free and not problems:
-                slot, job = free.pop(0), todo.pop(0)
-                conn = self.workers[slot].conn
-                try:
-                    conn.send(Job(self._run_id, job[0], press, stage=job[1]))
-                except OSError:
-                    problems.append(f"stage process {slot} "
-                                    f"{self.workers[slot].describe_exit()}")
-                    lost.append(job)
-                    break
-                busy[conn] = (slot, job, time.monotonic() + self.timeout)
-            if not busy:
-                if starting and todo and not problems:
-                    continue
-                break
-            left = min(d for _, _, d in busy.values()) - time.monotonic()
-            if left <= 0:
-                late = [f"stage {j[1]} of {list(j[0])}" for _, j, d in busy.values()
-                        if d <= time.monotonic()]
-                problems.append(f"run timed out after {self.timeout:g} s: {', '.join(late)} "
-                                "did not finish")
-                break
-            for conn in wait(list(busy) + list(starting), timeout=left):
-                if conn in starting:
-                    slot, _ = starting.pop(conn)
-                    why = self._hello(conn, slot)
-                    if why:
-                        problems.append(why)
-                    else:
-                        free.append(slot)
-                    continue
-                slot, job, _ = busy.pop(conn)
-                try:
-                    reply: Reply = conn.recv()
-                except (EOFError, OSError):
-                    problems.append(f"stage process {slot} (running stage {job[1]} of "
-                                    f"{list(job[0])}) {self.workers[slot].describe_exit()}")
-                    lost.append(job)
-                    continue
-                for result in reply.results:
-                    done.append((job, result))
-                    if on_result is not None:
-                        on_result(job, result)
-                if any(r.status != "ok" for r in reply.results):
-                    self._replace(slot)
-                    starting[self.workers[slot].conn] = (
-                        slot, time.monotonic() + self.startup_timeout)
-                else:
-                    free.append(slot)
-        for conn, (slot, deadline) in list(starting.items()):  # before the next call
-            if wait([conn], timeout=max(0.0, deadline - time.monotonic())):
-                why = self._hello(conn, slot)
-            else:
-                why = f"stage process {slot} was not ready again within {self.startup_timeout:g} s"
-            if why:
-                problems.append(why)
-        return done, lost, problems
+        died, problems); :class:`mcap.runner.slots.SlotDispatch`."""
+        return SlotDispatch(self, todo, press, on_result).run()
 
     def _hello(self, conn, slot: int) -> Optional[str]:
         """Read a replaced slot's Hello; None when it is ready, else why not."""
@@ -483,11 +333,3 @@ class WorkerPool:
         except (EOFError, OSError):
             return f"stage process {slot} {self.workers[slot].describe_exit()}"
         return hello.error and f"stage process {slot} could not start: {hello.error}"
-
-
-def _last_line(path: Path) -> str:
-    try:
-        lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
-    except OSError:
-        return ""
-    return lines[-1].strip()[:300] if lines else ""

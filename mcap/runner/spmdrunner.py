@@ -61,7 +61,7 @@ class _Rank:
         hybrid = engines.get(setup.engine).plans
         try:
             if hybrid and self.rank >= setup.stages:
-                from mcap.runner.capture.device import join_groups
+                from mcap.runner.capture.groups import join_groups
                 join_groups(self._groups, job)  # collective over every rank (module docstring)
                 return None
             if self._key != (spec, setup):

@@ -3,7 +3,8 @@
 ``open_store()`` / ``Store(path)``; README.md, "Results store", describes the file.
 """
 from mcap.store.core import Store, open_store
-from mcap.store.opening import APPLICATION_ID, SCHEMA_VERSION, default_store_path
+from mcap.store.opening import default_store_path
+from mcap.store.schema import APPLICATION_ID, SCHEMA_VERSION
 from mcap.store.records import (JOB_STATUSES, RUN_KINDS, Job, RunRecord, Study,
                                 StudySummary, Summary)
 

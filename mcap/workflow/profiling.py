@@ -1,5 +1,6 @@
-"""Orchestration of the long commands: ``profile`` (mCAP 3.1, incremental profiling) and
-``sweep`` (paper 4.2, every partitioning or a seeded sample measured).
+"""Orchestration of the long commands: ``profile`` (mCAP 3.1, incremental profiling) here,
+its fallback after out-of-memory runs in ``fallback.py``, and ``sweep`` (paper 4.2, every
+partitioning or a seeded sample measured) in ``sweeping.py``.
 
 plan -> measure -> record -> fall back -> extract -> write JSON. Every run goes into the
 store the moment it finishes, and every run is first looked up there (``find_run``), so
@@ -16,15 +17,21 @@ import dataclasses
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence, TextIO
+from typing import Optional, TextIO
 
 from mcap.core.errors import McapError
 from mcap.workflow import reuse as reuse_mod
 from mcap.workflow.progress import ProgressBar
 from mcap.store import Store
-from mcap.core.types import ModelInfo, Profile, Run, Setup, Sweep
+from mcap.core.types import ModelInfo, Profile, Run, Setup
+from mcap.workflow.fallback import (  # noqa: F401  (SPACE_LIMIT, greedy_fallback: re-exported)
+    SPACE_LIMIT, _fallback, _measure_space, _missing_message, greedy_fallback,
+)
 from mcap.workflow.measuring import (  # noqa: F401  (DEFAULT_TIMEOUT, Tally: re-exported)
     DEFAULT_TIMEOUT, Measurer, Tally, check_stages, job_status, model_info,
+)
+from mcap.workflow.sweeping import (  # noqa: F401  (re-exported: profiling.sweep as before)
+    MAX_SWEEP_ALL, SweepResult, sweep, sweep_balances,
 )
 
 class MissingStatistics(McapError):
@@ -42,13 +49,6 @@ class MissingStatistics(McapError):
 class ProfileResult:
     profile: Profile
     profile_id: int
-    tally: Tally
-
-
-@dataclass(frozen=True)
-class SweepResult:
-    sweep: Sweep
-    sweep_id: int
     tally: Tally
 
 
@@ -210,233 +210,6 @@ def _profile_record(r: ProfileRequest, real: ModelInfo, info: ModelInfo, stats,
 
 # Profile.extra key listing the mem_added that are over-capacity lower bounds (mcap.core.profiling.stats).
 OVER_KEY = "over_capacity"
-
-
-# The most partitionings without a stage over the capacity that profiling measures outright
-# when the statistics stay incomplete (MissingStatistics.space).
-SPACE_LIMIT = 16
-
-
-def _measure_space(L: int, G: int, runs: dict, get, fallback: list, bar) -> tuple[Run, ...]:
-    """When the oom runs leave at most SPACE_LIMIT partitionings with no stage holding a
-    window proven over the capacity, measure the ones not yet measured (each new oom may
-    shrink the space further) and return the runs of the whole space; () otherwise. Under
-    such a capacity the statistics cannot be completed, but every partitioning that can
-    train has then been measured under it."""
-    from mcap.core.profiling import safefill
-    from mcap.core.profiling.stats import over_capacity_windows
-    for _ in range(SPACE_LIMIT + 1):
-        over = over_capacity_windows(runs.values())
-        if not over:
-            return ()
-        space = safefill.feasible(L, G, over, SPACE_LIMIT)
-        if not space:
-            return ()
-        todo = [b for b in space if b not in runs]
-        if not todo:
-            return tuple(runs[b] for b in space)
-        bar.grow(len(todo))
-        for b in todo:
-            runs[b] = get(b)
-            fallback.append(b)
-    return ()
-
-
-def _fallback(num_layers: int, stages: int, runs: Sequence[Run]) -> list[tuple[int, ...]]:
-    """Balances that would give the statistics the oom/failed runs left missing: the
-    core's ``replan`` first, then a greedy search when replan has no answer."""
-    from mcap.core.profiling.schedule import replan
-    bad = [r for r in runs if r.status != "ok"]
-    if not bad:
-        return []
-    ok = [r for r in runs if r.status == "ok"]
-    seen = {r.balance for r in runs}
-    try:
-        extra = [tuple(b) for b in replan(num_layers, stages, ok, bad, list(seen))]
-    except McapError:
-        extra = []
-    extra = [b for b in extra if b not in seen]
-    return extra or greedy_fallback(num_layers, stages, runs)
-
-
-# Candidates the greedy fallback scores at most; larger spaces are sampled (seeded).
-GREEDY_CANDIDATES = 4000
-
-
-def greedy_fallback(num_layers: int, stages: int, runs: Sequence[Run]) -> list[tuple[int, ...]]:
-    """Partitionings, not tried before, that complete the statistics with the fewest runs.
-
-    A backstop for ``replan``, which packs all needed windows into a fixed run shape and
-    gives up when that shape has failed (e.g. mCAP's first run (1, 1, L-2) oom on its
-    last stage: layer 1 can only be alone in that very run, but its mem_isolated can be
-    derived from a window 1..z, mcap.core.profiling.stats). Greedy set cover over candidate balances:
-    each pick removes at least one missing statistic; it keeps every stage no longer than
-    the longest window that ran ok where it can, then removes the most, then puts as few
-    layers as possible in windows of oom or failed runs that no ok run confirmed (one of
-    those ran out of memory; a failed run records no per-stage peaks, so which one is
-    unknown), then is the most even split. A pick that fails again adds its windows to
-    the suspects next round."""
-    from mcap.core import partition
-    from mcap.core.profiling.stats import doomed, missing_for_windows, over_capacity_windows, stage_windows
-
-    L, G = num_layers, stages
-    have = {w for r in runs if r.status == "ok" for w in stage_windows(r.balance)}
-    over = over_capacity_windows(runs)
-    # An oom run that names the stage that ran out clears its other stages of suspicion.
-    suspect = {w for r in runs if r.status != "ok" for w in stage_windows(r.balance)
-               if not over.intersection(stage_windows(r.balance)) or w in over} - have
-    longest = max((z - a + 1 for a, z in have), default=-(-L // G))
-    tried = {tuple(r.balance) for r in runs}
-
-    def missing_count(windows) -> int:
-        m = missing_for_windows(L, windows, G, over=over)
-        return len(m.isolated) + len(m.added)
-
-    if partition.count(L, G) <= GREEDY_CANDIDATES:
-        pool = sweep_balances(L, G, None, 0)
-    else:
-        pool = partition.random_partitionings(L, G, GREEDY_CANDIDATES, seed=0)
-    # A balance with a stage holding a window proven over the capacity cannot fit.
-    pool = [b for b in pool if b not in tried
-            and not any(doomed(w, over) for w in stage_windows(b))]
-    chosen: list[tuple[int, ...]] = []
-    left = missing_count(have)
-    # Stages no longer than ``longest`` first: the riskier rest is scored only when no
-    # safe candidate helps (same order as scoring all, far fewer scored).
-    tiers = [[b for b in pool if max(b) <= longest], [b for b in pool if max(b) > longest]]
-    while left:
-        scored = []
-        for tier in tiers:
-            for b in tier:
-                wins = stage_windows(b)
-                after = missing_count(have | set(wins))
-                if after < left:
-                    risky = sum(z - a + 1 for a, z in wins if (a, z) in suspect)
-                    scored.append((after, risky, max(b), b))
-            if scored:
-                break
-        if not scored:
-            break
-        after, _, _, best = min(scored)
-        chosen.append(best)
-        have |= set(stage_windows(best))
-        for tier in tiers:
-            if best in tier:
-                tier.remove(best)
-        left = after
-    return chosen
-
-
-def _missing_message(info: ModelInfo, runs: Sequence[Run], why: str) -> str:
-    from mcap.core.profiling.stats import missing_statistics
-    from mcap.core.profiling.stats import over_capacity_windows
-    missing = missing_statistics(info.num_layers, [r for r in runs if r.status == "ok"],
-                                 over_capacity_windows(runs))
-    bad = [r for r in runs if r.status != "ok"]
-    detail = missing.describe() if missing else why
-    names = sorted(set(missing.isolated) | set(missing.added)) if missing else []
-    named = ", ".join(f"{i} ({info.layers[i].name})" for i in names[:12])
-    more = f" and {len(names) - 12} more" if len(names) > 12 else ""
-    ooms = ", ".join("(" + ",".join(map(str, r.balance)) + f") {r.status}" for r in bad[:6])
-    # A mem_added(l) whose pair l-1..l itself ran out of memory cannot be measured under
-    # this capacity: no stage holding both layers fits (say so: it is the user's answer).
-    from mcap.core.profiling.stats import doomed
-    over = over_capacity_windows(runs)
-    unfit = [l for l in (missing.added if missing else ()) if doomed((l - 1, l), over)]
-    why_not = ("; layers " + ", ".join(f"{l - 1} and {l}" for l in unfit[:6])
-               + " ran out of memory together on one stage, so no stage holding both fits "
-               "under this capacity and their mem_added cannot be measured under it"
-               if unfit else "")
-    return (f"profiling {info.spec} is incomplete: still missing {detail}"
-            + (f"; layers {named}{more}" if named else "") + why_not
-            + f". {len(bad)} run(s) did not finish ok ({ooms}{', ...' if len(bad) > 6 else ''}); "
-            f"the {len(runs)} runs so far are kept in the store")
-
-
-# --- sweep -----------------------------------------------------------------------------
-
-MAX_SWEEP_ALL = 10**6  # partitionings a sweep without --sample may list (and measure)
-
-
-def sweep_balances(num_layers: int, stages: int, sample: Optional[int],
-                   seed: int) -> list[tuple[int, ...]]:
-    """Every partitioning (in enumeration order), or ``sample`` of them drawn with ``seed``."""
-    from mcap.core import partition
-    if sample is None:
-        count = partition.count(num_layers, stages)
-        if count > MAX_SWEEP_ALL:  # refused before listing (it would not fit in memory)
-            raise McapError(f"a sweep of all partitionings of {num_layers} layers on {stages} "
-                            f"stages would measure {count:,} of them (limit {MAX_SWEEP_ALL:,}); "
-                            f"use --sample N")
-        return [tuple(int(n) for n in row)
-                for chunk in partition.enumerate_all(num_layers, stages) for row in chunk]
-    if sample < 1:
-        raise McapError(f"--sample must be >= 1, got {sample}")
-    count = partition.count(num_layers, stages)
-    if min(sample, count) > MAX_SWEEP_ALL:  # refused before drawing (issue 28)
-        raise McapError(f"--sample {sample:,} would measure {min(sample, count):,} of the "
-                        f"{count:,} partitionings of {num_layers} layers on {stages} stages; a "
-                        f"sweep measures at most {MAX_SWEEP_ALL:,}")
-    return partition.random_partitionings(num_layers, stages, sample, seed=seed)
-
-
-def sweep(spec: str, setup: Setup, out: Optional[Path], *, store: Store,
-          sample: Optional[int] = None, seed: int = 0, job: Optional[int] = None,
-          stream: Optional[TextIO] = None, timeout: float = DEFAULT_TIMEOUT,
-          name: Optional[str] = None,
-          balances: Optional[Sequence[Sequence[int]]] = None, reuse: bool = True) -> SweepResult:
-    """Measure every partitioning (or a seeded sample, or the given ``balances``) and
-    write ``mcap.sweep/1``.
-
-    With ``reuse`` (the default) only a covering set of them is measured and the others'
-    per-stage peaks are composed from it (``mcap.workflow.reuse``; their runs say
-    ``composed`` and have no throughput); ``reuse=False`` measures every one.
-    oom and failed runs are records too (the sweep goes on); a failed run is retried when
-    the sweep is run again, an ok or oom one is reused."""
-    from mcap.io import jsonio
-    from mcap.core.partition import validate
-
-    started = time.monotonic()
-    info = model_info(spec)
-    check_stages(info, setup)
-    if balances is None:
-        balances = sweep_balances(info.num_layers, setup.stages, sample, seed)
-    else:
-        balances = [validate(b, info.num_layers).balance for b in balances]
-    balances = [tuple(int(n) for n in b) for b in balances]
-    bar = ProgressBar(0 if reuse else len(balances), "sweep", stream=stream)
-    m = Measurer(info.spec, info, setup, store, "sweep", bar, job, timeout)
-    alone = reuse_mod.stages_alone(setup)
-    if reuse:  # what this machine's stored runs already tell, and what is left to measure
-        know, latest = reuse_mod.stored_knowledge(store, m.study, setup, m.machine)
-        if alone:  # each distinct stage once, alone (issue 25, item 5)
-            cover = reuse_mod.plan_stages(know, latest, balances, setup.schedule)
-        else:
-            cover = reuse_mod.plan_cover(know, latest, balances, setup.schedule)
-        bar.grow(len(cover))
-    composed = 0
-    with job_status(store, job, m.study, bar.total), contextlib.closing(m):
-        if reuse:
-            found = (reuse_mod.sweep_stages if alone else reuse_mod.sweep_reusing)(
-                m, know, latest, cover, balances)
-            runs, composed = found.runs, found.composed
-            m.reused += found.reused
-        else:
-            runs = tuple(m.get(b) for b in balances)
-        bar.close()
-        if any(r.times is not None and r.samples_per_second is None for r in runs):
-            runs = tuple(m.estimate(r) for r in runs)  # composed from stages run alone
-        from mcap.workflow.estimate import KEY, estimate
-        est = estimate(info, setup, runs, stream=stream) \
-            if any(r.composed and r.samples_per_second is None for r in runs) else None
-        result = Sweep(model=info, setup=setup, runs=runs, machine=m.machine,
-                       extra={KEY: est} if est else None)
-        if out is not None:
-            jsonio.save(result, out)
-        sweep_id = store.save_sweep(result, name=name)
-    tally = Tally(m.measured, m.reused, time.monotonic() - started, runs, composed=composed,
-                  cover=len(cover) if reuse else 0, alone=bool(reuse and alone))
-    return SweepResult(result, sweep_id, tally)
 
 
 def summary(kind: str, tally: Tally, out: Optional[Path], stored_id: int) -> str:

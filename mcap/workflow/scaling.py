@@ -12,7 +12,7 @@ tracker enforcing ``Setup.capacity_bytes``). "Trains" means the run's status is 
   fallback), then ``exact`` (= mCAP-BF's pick, lowest predicted peak with the tie-break).
   If profiling cannot complete the statistics, that size does not train with mcap
   (status "unprofiled"), unless the oom runs proved so many windows over the capacity
-  that at most ``profiling.SPACE_LIMIT`` partitionings are left and profiling measured
+  that at most ``fallback.SPACE_LIMIT`` partitionings are left and profiling measured
   them all: then the best measured one is the pick (no prediction; its ``error`` says so). ``profile_capacity=False`` profiles without the capacity instead
   (as if profiling ran on larger devices; on the CPU the peaks are the same bytes), which
   separates "the pick does not fit" from "the profiling runs do not fit".

@@ -7,8 +7,8 @@
 ``{"layers", "parallel", "degree"}``) and ``predicted_peaks`` (one per device, in stage
 order); ``predict --plan`` prints ``predicted_peaks``. ``--stages`` / ``--balance`` keep
 meaning pipeline-only. The options are added to the parsers of ``mcap.cli.commands.predict``; the work is
-``mcap.core.capture.predict``. Bad input (a plan whose layers do not sum to the model's, or
-whose degrees do not fit the mesh; a degree the profile cannot predict) exits 2 naming it.
+``mcap.core.capture.predict`` and ``hybridcosts``. Bad input (a plan whose layers do not sum to
+the model's, or whose degrees do not fit the mesh; a degree the profile cannot predict) exits 2 naming it.
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def add_predict_options(p) -> None:
 
 
 def _degree_fit_option(p) -> None:
-    from mcap.core.capture.predict import DEGREE_FITS
+    from mcap.core.capture.hybridcosts import DEGREE_FITS
     p.add_argument("--degree-fit", choices=DEGREE_FITS, default=None,
                    help="with --plan / --mesh: dp/tp degrees above the profiled ones from "
                         "M(k) = R + S/k (inverse, the default: replicated plus 1/k sharded "
@@ -130,7 +130,7 @@ def cmd_recommend_mesh(args) -> int:
 
 def cmd_predict_plan(args) -> int:
     from mcap.core.capture.plan import check_plan, parse_mesh, parse_plan
-    from mcap.core.capture.predict import HybridCosts
+    from mcap.core.capture.hybridcosts import HybridCosts
 
     plan = parse_plan(args.plan)
     profile = _profile(args)

@@ -85,7 +85,7 @@ def cmd_press(args) -> int:
     if args.measure_base:
         import sys
         from mcap.core.partition import validate
-        from mcap.core.press.model import check_profile
+        from mcap.core.press.problems import check_profile
         from mcap.workflow.press import keep_all_peaks
         check_profile(profile)  # the refusals a plan would give, before any run
         validate(balance, profile.model.num_layers)

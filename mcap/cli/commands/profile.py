@@ -196,9 +196,9 @@ def variant_lines(profile) -> list[str]:
 
 def cmd_sweep(args) -> int:
     def action(profiling, setup, store):
-        result = profiling.sweep(args.model, setup, None, store=store, sample=args.sample,
-                                 seed=args.seed, job=args.job, timeout=args.timeout,
-                                 reuse=args.reuse)
+        from mcap.workflow.sweeping import sweep
+        result = sweep(args.model, setup, None, store=store, sample=args.sample,
+                       seed=args.seed, job=args.job, timeout=args.timeout, reuse=args.reuse)
         _write(result.sweep, args.out, "sweep", result.sweep_id, store)
         print(profiling.summary("sweep", result.tally, args.out, result.sweep_id))
         return 0

@@ -5,7 +5,8 @@ device fits its capacity at the least added time. Pure (no torch, no files).
     plan = press.plan_profile(profile, (3, 3, 5, 19), capacity, method="mpress")  # PressPlan
     best = press.joint(profile, 4, capacity)           # partitioning + plan, fastest that fits
 
-``model.py`` is the memory/time model (read its docstring first), ``base.py`` the planner
+``model.py`` is the memory/time model (read its docstring first; ``problems.py`` builds its
+``Problem`` record, ``timing.py`` times the schedule), ``base.py`` the planner
 registry, ``mpress.py`` the approximated search of III-D, ``milp.py`` the exact MILP beside it, ``jointsearch.py`` the joint
 partition + plan search.
 """
@@ -16,7 +17,10 @@ from typing import Optional, Sequence
 from mcap.core.press import mpress, milp  # noqa: F401  (registration, in this order)
 from mcap.core.press.base import Planner, get, names, register, solve  # noqa: F401
 from mcap.core.press.model import (  # noqa: F401  (the public names)
-    Outcome, Problem, outcome, problem, problem_from, smallest_capacity, to_plan, unreachable,
+    Outcome, outcome, smallest_capacity, to_plan, unreachable,
+)
+from mcap.core.press.problems import (  # noqa: F401  (the public names)
+    PressNumbers, Problem, build, problem, problem_from,
 )
 from mcap.core.press.actions import PressPlan
 

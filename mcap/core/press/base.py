@@ -17,7 +17,8 @@ from __future__ import annotations
 from typing import ClassVar
 
 from mcap.core.errors import McapError
-from mcap.core.press.model import Problem, to_plan
+from mcap.core.press.model import to_plan
+from mcap.core.press.problems import Problem
 from mcap.core.press.actions import LayerAction, PressPlan
 from mcap.core.registry import Registry
 

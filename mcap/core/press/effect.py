@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from mcap.core.errors import McapError
-from mcap.core.press.model import Problem
+from mcap.core.press.problems import Problem
 from mcap.core.press.actions import LayerAction
 from mcap.core.timeline import Timeline
 

@@ -64,7 +64,10 @@ def stage_events(schedule: str, stage: int, stages: int, chunks: int, start: int
                  accum: Sequence[int] = (), forward: Sequence[int] = (), held_out: int = 0,
                  grad_in: int = 0, grad_out: Sequence[int] = (),
                  last: bool = False) -> StageEvents:
-    """Events of stage ``stage`` whose layers are ``start .. start + len(saved) - 1``.
+    """Long because: the docstring defines the bytes of each of its arguments; the walk
+    over the schedule's op order itself is one loop of 30 lines.
+
+    Events of stage ``stage`` whose layers are ``start .. start + len(saved) - 1``.
 
     Per layer of the stage: ``saved``, bytes saved for backward per micro-batch (held from
     its forward to its backward); ``params``, parameter bytes (its gradient's size);

@@ -21,9 +21,8 @@ import numpy as np
 
 from mcap.core.errors import McapError
 from mcap.core.partition import count, enumerate_all, windows_many
-from mcap.core.press.model import (
-    Problem, check_profile, problem, smallest_capacity, window_floor_drop,
-)
+from mcap.core.press.model import smallest_capacity, window_floor_drop
+from mcap.core.press.problems import Problem, check_profile, problem
 from mcap.core.press.actions import PressPlan
 
 ENUMERATE = 300_000

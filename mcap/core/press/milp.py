@@ -41,7 +41,8 @@ from __future__ import annotations
 import warnings
 
 from mcap.core.errors import McapError
-from mcap.core.press.model import Problem, outcome, smallest_capacity, unreachable
+from mcap.core.press.model import outcome, smallest_capacity, unreachable
+from mcap.core.press.problems import Problem
 from mcap.core.press.base import Planner, register
 from mcap.core.press.actions import LayerAction
 
@@ -52,6 +53,12 @@ TIME_LIMIT = 60  # seconds; CBC solves the bundled models in well under one
 
 
 def _solve(p: Problem, bound: float, time_limit: float):
+    """Long because: it is one MILP formulation (the module docstring's program), whose
+    variables (actions, recompute runs, segment and shared-storage pins) every event's
+    memory constraint reads; split apart, each piece would only pass them all along.
+
+    The actions of the least added work with every stage's peak at most ``bound`` (solver
+    units), or (None, the solver's status)."""
     try:
         import pulp
     except ImportError as exc:  # pragma: no cover - pulp is in requirements.txt

@@ -30,8 +30,9 @@ from __future__ import annotations
 from typing import Optional
 
 from mcap.core.press.model import (
-    Problem, floor_actions, keep, outcome, smallest_capacity, unreachable,
+    floor_actions, keep, outcome, smallest_capacity, unreachable,
 )
+from mcap.core.press.problems import Problem
 from mcap.core.press.base import Planner, register
 from mcap.core.press.actions import LayerAction
 

@@ -43,7 +43,7 @@ output, platform independent); the GP's length scale and noise are a rounded arg
 fixed grid instead of an L-BFGS fit; each pick is the first candidate among the best after
 rounding the scores to 9 significant digits; BLAS runs on one thread. Last-bit differences
 between CPUs' exp and BLAS kernels therefore cannot change a pick
-(tests/test_search_bayes.py emulates another CPU with ``OPENBLAS_CORETYPE`` and
+(tests/core/search/test_bayes.py emulates another CPU with ``OPENBLAS_CORETYPE`` and
 ``NPY_DISABLE_CPU_FEATURES`` and compares every evaluated partitioning).
 """
 from __future__ import annotations

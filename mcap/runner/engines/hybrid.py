@@ -1,9 +1,9 @@
 """Engine ``hybrid``: CAPTURE's hybrid plans (section III), one persistent process per
 device; a stage is pipeline (1 device), data-parallel (DDP over the stage's devices) or
 tensor-parallel (``torch.distributed.tensor.parallel``). The stage logic, what is sharded
-and what is replicated, is in ``mcap.runner.capture.device``. A run's "balance" is a HybridPlan's
-stages (``Runner.measure_plan``) or a plain balance (a pipeline-only plan), and
-``Setup.stages`` is the number of devices.
+and what is replicated, is in ``mcap.runner.capture`` (``device.py`` and its parts). A
+run's "balance" is a HybridPlan's stages (``Runner.measure_plan``) or a plain balance (a
+pipeline-only plan), and ``Setup.stages`` is the number of devices.
 
 Alone (isolation ``stage``, the default; :mod:`mcap.runner.alone`): each device of a plan is
 one job, run in a slot process that joins a fake group of the plan's devices as that rank

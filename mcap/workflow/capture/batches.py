@@ -14,7 +14,7 @@ statistics at the target come from the batch line (``mcap.core.capture.batchscal
 target is one of the profiled sizes. With ``parallel`` (dp, tp; III-A1) every size also
 gets its dp/tp variants (``mcap.workflow.capture.parallel``, on the merged layers with ``merge_to``);
 a dp/tp stage at the target is read off the line through two of them per (kind, degree),
-as ``mcap.core.capture.predict.HybridCosts`` does.
+as ``mcap.core.capture.hybridcosts.HybridCosts`` does.
 """
 from __future__ import annotations
 

@@ -45,7 +45,7 @@ over the merged layers, which is what the pp statistics of a merged profile are 
 ``HybridCosts`` maps plans between the two (``merging.contract_plan`` / ``expand_plan``).
 At several batch sizes (``--capture``, ``--profile-batch-sizes``) each size gets its own
 variant per (kind, degree), and a dp/tp stage is predicted on the line through two of them
-(III-B2, ``mcap.core.capture.predict.HybridCosts``).
+(III-B2, ``mcap.core.capture.hybridcosts.HybridCosts``).
 """
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ from typing import Optional, Sequence, TextIO
 
 from mcap.core.errors import McapError
 from mcap.core.capture.plan import HybridPlan, StageConfig, check_micro_batches, store_engine
-from mcap.core.capture.predict import PROFILED_DEGREES
+from mcap.core.capture.hybridcosts import PROFILED_DEGREES
 from mcap.core.types import LayerStats, Profile, Run, Setup, VariantStats
 from mcap.runner.engines import plans_engine
 from mcap.store import Store
@@ -121,42 +121,79 @@ def profile_variant(spec: str, info, setup: Setup, store: Store, kind: str, degr
     ``info`` is the model's real layers; ``groups`` (real layers per merged layer) profiles
     the merged layers instead (module docstring): the runs and statistics returned are over
     them, the runs measured and stored are over the real layers."""
-    from mcap.core.capture import merging
     from mcap.core.profiling.stats import extract
 
     layers = info.num_layers if groups is None else len(groups)
-
-    def real(plan: HybridPlan) -> HybridPlan:
-        return plan if groups is None else merging.expand_plan(plan, groups)
-
-    def ours(run: Run, plan: HybridPlan) -> Run:  # the run over the profiled layers
-        return dataclasses.replace(run, balance=plan.balance)
-
     subs = setup.stages // degree
     plans = variant_plans(layers, subs, kind, degree, scheme)
     run_setup = dataclasses.replace(setup, stages=subs * degree, engine=plans_engine(),
                                     schedule="gpipe")
     check_micro_batches(plans[0], setup.batch_size, setup.chunks)
-    bar = ProgressBar(len(plans), f"profile {kind}{degree}", stream=stream)
-    measured = reused = 0
-    device_runs: list[Run] = []
-    stage_runs: list[Run] = []
-    made: list[Run] = []  # every run as stored, the whole-model one too (ParallelTally)
+    got = _Collected()
+    # The bar counts every run the variant makes, the whole-model one too (issue 26, item
+    # 15: "dp2: 6 runs" was printed under a bar that counted to 5/5).
+    bar = ProgressBar(len(plans) + (subs == 2), f"profile {kind}{degree}", stream=stream)
+    machine = _measure_plans(spec, info, setup, store, plans, run_setup, groups, got,
+                             subs=subs, bar=bar, timeout=timeout, machine=machine)
+    if subs == 2:  # identify mem_added(L-1) (module docstring)
+        whole = HybridPlan((StageConfig(info.num_layers, kind, degree),))
+        bar.start(whole.balance)
+        run, now = _measure_or_find(spec, info, setup, store, whole,
+                                    dataclasses.replace(run_setup, stages=degree),
+                                    timeout=timeout, machine=machine)
+        bar.advance(whole.balance, measured=bool(now), note=run.status if now else "stored")
+        got.measured += now
+        got.reused += 1 - now
+        got.made.append(_stage_peaks(whole, run))
+        if run.status == "ok":
+            mine = HybridPlan((StageConfig(layers, kind, degree),))
+            # last: variant_profile reads the stages off the first
+            got.device_runs.append(_over(run, mine))
+            got.stage_runs.append(_over(_stage_peaks(whole, run), mine))
+    bar.close()
+    stats: LayerStats = extract(got.stage_runs, layers)
+    return (VariantStats(setup.batch_size, stats, kind, degree, tuple(got.device_runs)),
+            ParallelTally(got.measured, got.reused, tuple(got.made)))
+
+
+@dataclass
+class _Collected:
+    """What profiling one (kind, degree) has so far: the per-device and per-stage runs over
+    the profiled layers, every run as stored, and how many were measured now or found."""
+    device_runs: list = dataclasses.field(default_factory=list)
+    stage_runs: list = dataclasses.field(default_factory=list)
+    made: list = dataclasses.field(default_factory=list)
+    measured: int = 0
+    reused: int = 0
+
+
+def _over(run: Run, plan: HybridPlan) -> Run:
+    """The run over the profiled layers (``plan``'s)."""
+    return dataclasses.replace(run, balance=plan.balance)
+
+
+def _measure_plans(spec: str, info, setup: Setup, store: Store, plans, run_setup: Setup,
+                   groups: Optional[Sequence[int]], got: _Collected, *, subs: int,
+                   bar: ProgressBar, timeout: float, machine):
+    """Every plan's run, found in the store (same machine) or measured on one runner opened
+    when the first is needed, and recorded with per-stage peaks, each counted on ``bar``;
+    returns the machine."""
+    from mcap.core.capture import merging
     with contextlib.ExitStack() as stack:
         runner = None
         for plan in plans:
-            at = real(plan)
-            study = store.study(info, dataclasses.replace(
-                setup, stages=subs, engine=store_engine(at)))
+            at = plan if groups is None else merging.expand_plan(plan, groups)
+            study = store.study(info, dataclasses.replace(setup, stages=subs,
+                                                          engine=store_engine(at)))
             found = store.find_run(study, at.balance, machine=machine) \
                 if machine is not None else None
             if found is not None:
                 # The store keeps the per-stage record; per-device peaks are not stored.
-                reused += 1
-                made.append(found)
+                got.reused += 1
+                got.made.append(found)
                 bar.advance(at.balance, measured=False, note="stored")
-                device_runs.append(ours(found, plan))
-                stage_runs.append(ours(found, plan))
+                got.device_runs.append(_over(found, plan))
+                got.stage_runs.append(_over(found, plan))
                 continue
             if runner is None:
                 from mcap.runner import open_runner
@@ -166,27 +203,12 @@ def profile_variant(spec: str, info, setup: Setup, store: Store, kind: str, degr
             run = runner.measure_plan(at)
             staged = _stage_peaks(at, run)
             store.record_run(study, staged, kind="profile", machine=runner.machine)
-            measured += 1
-            made.append(staged)
+            got.measured += 1
+            got.made.append(staged)
             bar.advance(at.balance, measured=True, note=run.status)
-            device_runs.append(ours(run, plan))
-            stage_runs.append(ours(staged, plan))
-        bar.close()
-    if subs == 2:  # identify mem_added(L-1) (module docstring)
-        whole = HybridPlan((StageConfig(info.num_layers, kind, degree),))
-        run, now = _measure_or_find(spec, info, setup, store, whole,
-                                    dataclasses.replace(run_setup, stages=degree),
-                                    timeout=timeout, machine=machine)
-        measured += now
-        reused += 1 - now
-        made.append(_stage_peaks(whole, run))
-        if run.status == "ok":
-            mine = HybridPlan((StageConfig(layers, kind, degree),))
-            device_runs.append(ours(run, mine))  # last: variant_profile reads the stages off the first
-            stage_runs.append(ours(_stage_peaks(whole, run), mine))
-    stats: LayerStats = extract(stage_runs, layers)
-    return (VariantStats(setup.batch_size, stats, kind, degree, tuple(device_runs)),
-            ParallelTally(measured, reused, tuple(made)))
+            got.device_runs.append(_over(run, plan))
+            got.stage_runs.append(_over(staged, plan))
+    return machine
 
 
 def _measure_or_find(spec: str, info, setup: Setup, store: Store, plan: HybridPlan,

@@ -1,0 +1,218 @@
+"""The profiles and sweeps the pages show: bundled, stored and uploaded ones listed and
+loaded (cached on their content revision, ARCHITECTURE.md, Dashboard), the chosen one of
+each kind, and a profile matched to a sweep. Not a page; ``pages/_shared.py`` re-exports
+all of it."""
+from __future__ import annotations
+
+import hashlib
+from typing import Optional
+
+import streamlit as st
+
+from mcap.core.errors import McapError
+from mcap.core.setup import mismatch
+from mcap.core.types import Profile, Sweep
+from mcap.io import datasets
+from pages._state import (
+    _PAGE_PROFILE, error, message, open_store_or_raise, remember, shared, store, store_revision,
+)
+
+# What a fresh visit opens: the bundled profile and the full sweep of the same model and
+# setup, so every method's pick is a measured point of the Partition space (a sampled
+# sweep leaves picks unmeasured: no rank, no star).
+DEFAULTS = {"profile": "bundled:vgg11-h512-b8-cpu4.profile.json",
+            "sweep": "bundled:vgg11-h512-b8-cpu4-full.sweep.json"}
+# The pickers list the default first, then the second example: real GPT-2 blocks from
+# transformers (hf:gpt2, 12 blocks, seq 256; issue 29), then the rest by name.
+EXAMPLES = {kind: (DEFAULTS[kind], ref) for kind, ref in (
+    ("profile", "bundled:gpt2-l12-h256-s256-cpu4.profile.json"),
+    ("sweep", "bundled:gpt2-l12-h256-s256-cpu4-full.sweep.json"))}
+
+
+def example_rank(kind: str, ref: datasets.DatasetRef) -> int:
+    order = EXAMPLES.get(kind, ())
+    return order.index(ref.param) if ref.param in order else len(order)
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def _load(param: str, revision: tuple, where: str, _store):
+    """A bundled or stored dataset; ``revision`` keys the cache on its content and ``where``
+    on the store file. The store is opened by the caller: an st.error shown in here would be
+    replayed on every later cache hit, whatever the store is by then."""
+    return datasets.load(datasets.parse_ref(param), _store)
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def _load_upload(name: str, digest: str, _data: bytes):
+    return datasets.load_upload(name, _data)
+
+
+def revision_of(ref: datasets.DatasetRef) -> tuple:
+    if ref.source == "bundled":
+        return datasets.file_revision(datasets.datasets_dir() / ref.key)
+    return store_revision()
+
+
+def choices(kind: str) -> list[datasets.DatasetRef]:
+    """Bundled files, then the store's, then this session's uploads, of one kind."""
+    refs = sorted((r for r in datasets.bundled() if r.kind == kind),
+                  key=lambda r: example_rank(kind, r))  # the default first, then the second example
+    s = store()
+    if s is not None:
+        try:
+            refs += [r for r in datasets.in_store(s) if r.kind == kind]
+        except McapError as exc:  # a row that cannot be read: say so, offer the rest
+            error(exc, "The store's saved profiles and sweeps cannot be listed: ")
+    for key, (k, _) in st.session_state.get("_uploads", {}).items():
+        if k == kind:
+            refs.append(datasets.DatasetRef("upload", kind, key, f"{_upload_name(key)} (uploaded)"))
+    return refs
+
+
+# Uploads are kept by this server too, under the file's name and the start of its content's
+# hash, so a copied link (upload:NAME@HASH) opens the same data in another tab or browser
+# for as long as the server runs; the newest few are kept.
+_SERVER_UPLOADS = 16
+
+
+@st.cache_resource(show_spinner=False)
+def _server_uploads() -> dict:
+    return {}
+
+
+def _upload_name(key: str) -> str:
+    return key.rsplit("@", 1)[0]
+
+
+def add_upload(name: str, data: bytes) -> tuple[str, str]:
+    """Load an uploaded file; keep it for this session and this server; return its kind and
+    its shareable param ``upload:NAME@HASH`` (or raise McapError)."""
+    digest = hashlib.sha256(data).hexdigest()
+    dataset = _load_upload(name, digest, data)
+    kind = "profile" if isinstance(dataset, Profile) else "sweep"
+    key = f"{name}@{digest[:12]}"
+    st.session_state.setdefault("_uploads", {})[key] = (kind, data)
+    kept = _server_uploads()
+    kept.pop(key, None)
+    kept[key] = (kind, data)
+    while len(kept) > _SERVER_UPLOADS:
+        kept.pop(next(iter(kept)))
+    return kind, f"upload:{key}"
+
+
+def open_dataset(param: str):
+    """The dataset a ref names; raises McapError for bad or missing ones."""
+    ref = datasets.parse_ref(param)
+    if ref.source == "upload":
+        kept = st.session_state.get("_uploads", {}).get(ref.key) or _server_uploads().get(ref.key)
+        if kept is None:
+            raise McapError(f"uploaded file {_upload_name(ref.key)!r} is not on this server (it "
+                            "was uploaded before the server restarted, or elsewhere); upload it "
+                            "again on the Overview page")
+        st.session_state.setdefault("_uploads", {})[ref.key] = kept  # the pickers list it
+        return _load_upload(_upload_name(ref.key), hashlib.sha256(kept[1]).hexdigest(), kept[1])
+    if ref.source == "store":
+        from mcap.store import default_store_path
+        return _load(param, revision_of(ref), str(default_store_path()), open_store_or_raise())
+    return _load(param, revision_of(ref), "", None)
+
+
+def press_profiles() -> list[datasets.DatasetRef]:
+    """The bundled profiles with MPress statistics, for pages that need them (Memory savers)."""
+    out = []
+    for ref in choices("profile"):
+        if ref.source != "bundled" or \
+                not datasets.may_hold_key(datasets.datasets_dir() / ref.key, "press"):
+            continue  # only a file that names press statistics is opened whole
+        try:
+            data = open_dataset(ref.param)
+        except McapError:
+            continue
+        if isinstance(data, Profile) and data.press is not None:
+            out.append(ref)
+    return out
+
+
+def current(kind: str, required: bool = True):
+    """The chosen profile or sweep (query param ``profile``/``sweep``, else the first
+    bundled one). Shows st.error and stops the page when it cannot be opened."""
+    refs = choices(kind)
+    param = shared(kind, refs[0].param if refs else None)
+    if param is None:
+        if required:
+            st.error(f"No {kind} to show: data/ has no *.{kind}.json and the store has none. "
+                     f"Choose or upload one on the Overview page.")
+            st.stop()
+        return None
+    try:
+        data = open_dataset(param)
+    except McapError as exc:
+        error(exc, f"Cannot open {kind} {message(param)!r}: ")
+        if required:
+            st.stop()
+        return None
+    if not isinstance(data, Profile if kind == "profile" else Sweep):
+        st.error(f"{param!r} is not a {kind}.")
+        if required:
+            st.stop()
+        return None
+    remember(kind, param)
+    return data
+
+
+def profile_param() -> Optional[str]:
+    """The profile this page computes with: the one profile_for chose for this page, else
+    the shared choice."""
+    return st.session_state.get(_PAGE_PROFILE) or shared("profile")
+
+
+def dataset_name(kind: str) -> str:
+    """The chosen dataset's name for figure subtitles: "vgg11-h512-b8-cpu4-full.sweep.json"."""
+    param = shared(kind) or ""
+    name = param.split(":", 1)[-1]
+    return _upload_name(name) if param.startswith("upload:") else name
+
+
+def caption_of(data) -> str:
+    s = data.setup
+    return (f"{data.model.spec} · {data.model.num_layers} layers · {s.stages} stages · batch "
+            f"{s.batch_size} in {s.chunks} micro-batch{'' if s.chunks == 1 else 'es'} · "
+            f"{s.schedule}, checkpoint {s.checkpoint} · {s.device}/{s.engine}")
+
+
+def sweep_for(profile: Profile, sweep: Optional[Sweep]) -> Optional[Sweep]:
+    """The sweep if its measurements belong to ``profile``'s model and setup; else a
+    caption saying why its measured peaks are left out, and None."""
+    if sweep is None:
+        return None
+    why = mismatch(profile, sweep)
+    if why is None:
+        return sweep
+    st.caption(f"Measured peaks from the chosen sweep are not shown: {why}.")
+    return None
+
+
+def profile_for(sweep: Sweep, profile: Profile) -> Profile:
+    """A profile whose predictions can be compared with ``sweep``: the chosen one if it
+    matches, else the first matching one on offer, used on this page only: the chosen
+    profile stays chosen, a note says so and offers the switch. Stops the page with
+    st.error when none matches."""
+    if mismatch(profile, sweep) is None:
+        return profile
+    for ref in choices("profile"):
+        try:
+            other = open_dataset(ref.param)
+        except McapError:
+            continue
+        if isinstance(other, Profile) and mismatch(other, sweep) is None:
+            st.session_state[_PAGE_PROFILE] = ref.param
+            st.info(f"This page uses the profile {ref}, measured on this sweep's model and setup: "
+                    f"the chosen profile {shared('profile')} was not ({mismatch(profile, sweep)}). "
+                    f"The chosen profile stays chosen on the other pages.")
+            if st.button(f"Make {ref.key} the chosen profile", key="switch-profile"):
+                remember("profile", ref.param)
+                st.rerun()
+            return other
+    st.error(f"No profile matches this sweep: {mismatch(profile, sweep)}. "
+             f"Profile the sweep's model with the same setup, or choose another sweep.")
+    st.stop()

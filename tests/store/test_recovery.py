@@ -1,0 +1,179 @@
+"""A busy or refusing store loses no measured run (issue 28): a measured run waits longer
+than an ordinary write (with progress), is kept in the store's recovery file when the store
+still refuses it, is printed anyway, and the next command that opens the store imports it,
+once. The locks here are real: another process holds ``BEGIN EXCLUSIVE`` on the store."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from mcap.core.errors import StoreError
+from mcap.core.machine import Machine
+from mcap.core.types import Layer, ModelInfo, Run, Setup, StageRun, StageTimes
+from mcap.store import Store, recovery
+from tests.conftest import REPO
+
+MODEL = ModelInfo("toy:layers=4", tuple(Layer(f"l{i}", 100 * (i + 1)) for i in range(4)))
+SETUP = Setup(stages=2, batch_size=4, chunks=2)
+RUN = Run((1, 3), "ok", (1000, 2000), 1.5, 12.0, None,
+          times=(StageTimes(((0.1, 0.1),), ((0.2, 0.2),), (0.01,), 64, 64),) * 2,
+          estimated=True)
+MACHINE = Machine(device="cpu", cpu="Test CPU", isa="AVX2", threads=1, torch="2.0")
+TINY = "gpt:layers=2,hidden=16,heads=2,vocab=32,seq=8"
+
+
+class Holder:
+    """Another process holding the store's write lock (``BEGIN EXCLUSIVE``) for ``seconds``,
+    or until ``release()``."""
+
+    def __init__(self, path, seconds: float = 120.0):
+        code = (f"import sqlite3, sys, time\n"
+                f"c = sqlite3.connect({str(path)!r}, isolation_level=None, timeout=30)\n"
+                f"c.execute('BEGIN EXCLUSIVE')\n"
+                f"print('locked', flush=True)\n"
+                f"sys.stdin.readline() if {seconds} < 0 else time.sleep({seconds})\n"
+                f"c.execute('COMMIT')\n")
+        self.proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                                     stdin=subprocess.PIPE, text=True)
+        assert self.proc.stdout.readline().strip() == "locked"
+
+    def release(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+
+@pytest.fixture
+def store_path(tmp_path):
+    path = tmp_path / "store.sqlite"
+    Store(path).close()
+    return path
+
+
+@pytest.mark.integration
+def test_a_run_the_busy_store_refuses_is_kept_and_imported_once(store_path, monkeypatch):
+    monkeypatch.setenv(recovery.WAIT_ENV, "1")
+    store = Store(store_path)
+    holder = Holder(store_path)
+    try:
+        started = time.monotonic()
+        with pytest.raises(StoreError) as caught:
+            store.keep_run(MODEL, SETUP, RUN, machine=MACHINE)
+        assert time.monotonic() - started >= 1.0  # it waited
+    finally:
+        holder.release()
+        store.close()
+    kept = recovery.path_of(store_path)
+    message = str(caught.value)
+    assert "busy" in message and str(kept) in message and "not lost" in message
+    assert kept.is_file() and len(kept.read_text().splitlines()) == 1
+    saved = kept.read_text()
+
+    with Store(store_path) as s:  # the next command imports it
+        records = s.run_records()
+        assert [r.run for r in records] == [RUN]
+        assert s.get_machine(records[0].machine) == MACHINE
+        assert records[0].kind == "measure"
+    assert not kept.exists()
+    kept.write_text(saved)  # the same line again (a crash between commit and removal)
+    with Store(store_path) as s:
+        assert len(s.run_records()) == 1  # imported once
+    assert not kept.exists()
+
+
+@pytest.mark.integration
+def test_a_busy_store_is_waited_for_with_progress(store_path, monkeypatch):
+    monkeypatch.setenv(recovery.WAIT_ENV, "60")
+    monkeypatch.setattr(recovery, "PROGRESS_EVERY_S", 0.2)
+    store = Store(store_path)
+    seen = []
+    store.progress = lambda path, waited, limit: seen.append((waited, limit))
+    holder = Holder(store_path, seconds=1.5)
+    try:
+        run_id = store.keep_run(MODEL, SETUP, RUN)
+    finally:
+        holder.release()
+    assert run_id >= 1 and store.runs(1) == (RUN,)
+    assert seen and all(limit == 60 for _, limit in seen)  # progress while it waited
+    assert not recovery.path_of(store_path).exists()
+    store.close()
+
+
+@pytest.mark.integration
+def test_stage_runs_and_profiling_runs_are_kept_too(store_path, monkeypatch):
+    monkeypatch.setenv(recovery.WAIT_ENV, "0.5")
+    with Store(store_path) as s:
+        study = s.study(MODEL, SETUP)
+    store = Store(store_path)
+    stage = StageRun((1, 3), 1, "ok", 2000, 0.7, RUN.times[1])
+    holder = Holder(store_path)
+    try:
+        with pytest.raises(StoreError, match="recovery.jsonl"):
+            store.record_stage(study, stage, machine=MACHINE)
+        with pytest.raises(StoreError, match="recovery.jsonl"):
+            store.record_run(study.id, RUN, kind="profile")  # by id: looked up to be kept
+    finally:
+        holder.release()
+        store.close()
+    assert len(recovery.path_of(store_path).read_text().splitlines()) == 2
+    with Store(store_path) as s:
+        assert s.stage_runs(study, machine=MACHINE) == (stage,)
+        assert [r.kind for r in s.run_records(study)] == ["profile"]
+
+
+def test_a_recovery_line_that_fails_the_row_checks_stays_and_is_named(store_path, capsys):
+    kept = recovery.path_of(store_path)
+    good = recovery.run_line(MODEL, SETUP, RUN, kind="measure", job=None, machine=None,
+                             created=time.time())
+    bad = dict(good, row=dict(good["row"], peaks="[1e999, 2]"))
+    kept.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\nnot json\n")
+    with Store(store_path) as s:
+        assert s.runs(1) == (RUN,)
+    err = capsys.readouterr().err
+    assert "imported 1 measured run" in err
+    assert "line 2 was not imported" in err and "peaks" in err and "line 3" in err
+    assert len(kept.read_text().splitlines()) == 2  # the two bad lines stay, the good one left
+
+
+def test_a_read_only_store_keeps_the_run_in_the_recovery_file(tmp_path, monkeypatch):
+    path = tmp_path / "store.sqlite"
+    Store(path).close()
+    store = Store(path, read_only=True)
+    with pytest.raises(StoreError, match="not lost"):
+        store.keep_run(MODEL, SETUP, RUN)
+    store.close()
+    with Store(path) as s:
+        assert s.runs(1) == (RUN,)
+
+
+@pytest.mark.integration
+def test_measure_under_a_real_exclusive_lock_prints_keeps_and_the_next_command_imports(tmp_path):
+    """A real ``measure --json`` while another process holds the store's exclusive lock the
+    whole time: the run is printed, kept in the recovery file named in the message, and the
+    next opening of the store imports it; nothing is lost."""
+    path = tmp_path / "store.sqlite"
+    Store(path).close()
+    holder = Holder(path)
+    try:
+        env = dict(os.environ, MCAP_STORE_WAIT="2", PYTHONPATH=str(REPO))
+        proc = subprocess.run([sys.executable, "-m", "mcap", "measure", "--model", TINY,
+                               "--balance", "2,2", "--batch-size", "4", "--chunks", "2",
+                               "--store", str(path), "--json"], capture_output=True, text=True,
+                              env=env, cwd=tmp_path, timeout=300)
+    finally:
+        holder.release()
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    printed = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert printed["status"] == "ok" and len(printed["peaks"]) == 2
+    kept = recovery.path_of(path)
+    assert str(kept) in proc.stderr and "busy" in proc.stderr and kept.is_file()
+    with Store(path) as s:
+        (record,) = s.run_records()
+    assert record.run.peaks == tuple(printed["peaks"]) and record.kind == "measure"
+    assert record.machine is not None and not kept.exists()

@@ -39,7 +39,8 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 sys.path.insert(0, str(BENCH))
 
-from benchtable import FAILED, Figure, MarkerError, Row, merge, parse, render, rewrite, split, machine, write_atomic  # noqa: E402,E501
+from benchtable import (FAILED, Figure, MarkerError, Row, machine, merge, parse,  # noqa: E402
+                        render, rewrite, split, write_atomic)
 
 
 @dataclass(frozen=True)

@@ -86,11 +86,14 @@ def server(tmp_path_factory):
             pytest.fail(f"streamlit did not start: {proc.stdout.read().decode()[-2000:]}")
         time.sleep(0.3)
     yield url
+    # Issue 26, item 5: the server stops on SIGTERM after the walk, which ran a background bo
+    # search; a hang here fails the module.
     proc.terminate()
     try:
-        proc.wait(10)
+        proc.wait(20)
     except subprocess.TimeoutExpired:
         proc.kill()
+        pytest.fail("the dashboard server did not stop within 20 s of SIGTERM")
 
 
 def _idle(page, timeout_ms: int = 60_000) -> None:

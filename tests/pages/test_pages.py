@@ -963,3 +963,24 @@ def test_explained_draws_the_measured_timeline_of_a_measured_partitioning(tmp_pa
         at = page("explained", profile="bundled:tiny.profile.json",
                   balance=",".join(map(str, other)))
         assert any("No measured timeline" in i.value for i in at.info)
+
+
+def test_a_toy_page_is_one_file_and_one_line_of_pages(tmp_path, monkeypatch):
+    """ARCHITECTURE.md, "Add a page" (issue 27): a page is its file plus its line in
+    ``PAGES``; app.py's navigation then serves it and it can use the shared helpers."""
+    import pages._state as state
+
+    toy = tmp_path / "toy.py"
+    toy.write_text("import streamlit as st\n"
+                   "from pages._shared import restore_url\n"
+                   "restore_url()\n"
+                   "st.title('Toy page')\n"
+                   "st.metric('layers', 30)\n")
+    monkeypatch.setattr(state, "PAGES", state.PAGES + ((str(toy), "Toy", "🧪", "toy"),))
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.run()
+    at.switch_page(str(toy))
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert [t.value for t in at.title] == ["Toy page"]
+    assert metric(at, "layers") == "30"

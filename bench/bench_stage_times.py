@@ -3,6 +3,7 @@
 
     python bench/bench_stage_times.py [--model SPEC] [--stages 4] [--batch-size 32]
                                       [--chunks 4] [--sample 30] [--seed 0] [--device cpu]
+                                      [--repeats 1]
 
 For each partitioning of a seeded sample: every stage run alone (``isolation stage``: its
 per-micro-batch forward/backward and step times, ``mcap.runner.alone.StageTimer``) gives the
@@ -12,6 +13,10 @@ pipeline``) gives the measured samples/s. Prints each pair, the error percentile
 and the load average before and after (on a shared CPU other processes' work slows the
 concurrent run and not the stages' CPU seconds: read the figures with the load).
 Also checks that the two isolations read the same peaks (CPU: to the byte).
+
+``--repeats R`` measures every partitioning R times each way (R rounds over the sample, so
+drifting load spreads over all of them) and compares the medians: on this project's 2-core
+VM a partitioning's own samples/s repeat only to about +-10%, in both isolations.
 """
 from __future__ import annotations
 
@@ -41,23 +46,35 @@ def main(argv=None) -> int:
     ap.add_argument("--sample", type=int, default=30)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="measure each partitioning this many times each way; medians compared")
     args = ap.parse_args(argv)
+    if args.repeats < 1:
+        ap.error(f"--repeats is {args.repeats}; it must be at least 1")
     setup = Setup(stages=args.stages, batch_size=args.batch_size, chunks=args.chunks,
                   schedule=args.schedule, device=args.device)
     info = model_info(args.model)
     balances = random_partitionings(info.num_layers, args.stages, args.sample, seed=args.seed)
     load0 = os.getloadavg()
     t0 = time.perf_counter()
+    alone_rounds, together_rounds = [], []
     with open_runner(args.model, setup, isolation="stage") as alone:
-        estimated = [alone.measure(b) for b in balances]
-    measured, work_together = [], []
+        for _ in range(args.repeats):
+            alone_rounds.append([alone.measure(b) for b in balances])
+    work_together = []
     with open_runner(args.model, setup, isolation="pipeline") as together:
-        for b in balances:
-            measured.append(together.measure(b))
-            # the stages' own CPU seconds in the run together (CPU only: the timer runs
-            # there too), to tell contention from the schedule's waits
-            times = [r.times for r in together.last_results]
-            work_together.append(sum(_work(t) for t in times) if all(times) else None)
+        for r in range(args.repeats):
+            got = []
+            for b in balances:
+                got.append(together.measure(b))
+                if r == 0:
+                    # the stages' own CPU seconds in the run together (CPU only: the timer
+                    # runs there too), to tell contention from the schedule's waits
+                    times = [x.times for x in together.last_results]
+                    work_together.append(sum(_work(t) for t in times) if all(times) else None)
+            together_rounds.append(got)
+    estimated = [_median_run(runs) for runs in zip(*alone_rounds)]
+    measured = [_median_run(runs) for runs in zip(*together_rounds)]
     link = link_for(setup)
     errors, same = [], 0
     print(f"{'balance':>16} {'estimated':>10} {'measured':>10} {'error':>8} "
@@ -75,7 +92,7 @@ def main(argv=None) -> int:
               f"{'' if w is None else f'{w:8.3f}s'}")
     load1 = os.getloadavg()
     print(f"\n{args.model}, {args.stages} stages, batch {args.batch_size} in {args.chunks}, "
-          f"{args.schedule}, {args.device}; link {link.how}: {1e6 * link.latency:.0f} us + "
+          f"{args.schedule}, {args.device}, median of {args.repeats} each way; link {link.how}: {1e6 * link.latency:.0f} us + "
           f"{link.bytes_per_second / 1e9:.2f} GB/s, {link.slots or 'own'} compute slots")
     if errors:
         print(f"|estimated - measured| / measured over {len(errors)} runs: p50 "
@@ -85,6 +102,16 @@ def main(argv=None) -> int:
     print(f"load average {load0[0]:.2f} before, {load1[0]:.2f} after; "
           f"{time.perf_counter() - t0:.0f} s")
     return 0
+
+
+def _median_run(runs):
+    """The run whose samples/s is the median of ``runs`` (the lower middle one for an even
+    count); a failed run among them is returned as is."""
+    bad = [r for r in runs if r.status != "ok"]
+    if bad:
+        return bad[0]
+    ordered = sorted(runs, key=lambda r: r.samples_per_second)
+    return ordered[(len(ordered) - 1) // 2]
 
 
 def _work(t) -> float:

@@ -8,9 +8,11 @@ DATA``); the fixtures (``tmp_store``) pytest finds by itself. Nothing here impor
 and mcap is imported inside the helpers, so collecting a pure test stays fast."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import random
+import signal
 from pathlib import Path
 
 import pytest
@@ -176,3 +178,30 @@ def press_capacities():
     prob = problem(p, parse_balance(PRESS_BAL))
     peak, floor = floor_of(p, 4)
     return ((smallest_capacity(prob) + max(prob.base)) // 2, (floor + peak) // 2, max(prob.base))
+
+
+# --- the CLI as a hostile user meets it (tests/cli, tests/store) -------------------------
+
+
+@contextlib.contextmanager
+def no_hang(seconds: int = 20):
+    """Fail instead of blocking forever (opening a FIFO for reading waits for a writer)."""
+    def alarm(signum, frame):
+        raise AssertionError(f"blocked for {seconds} s (a FIFO opened for reading?)")
+    previous = signal.signal(signal.SIGALRM, alarm)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def cli(capsys, *argv):
+    """``python -m mcap ARGV`` in this process: (exit code, stdout, stderr), with no
+    traceback and no exception name before mcap's own "mcap: error:" line."""
+    from mcap.cli.main import main
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err and "Error:" not in err.split("mcap: error:")[0], err
+    return code, out, err

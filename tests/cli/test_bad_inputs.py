@@ -8,19 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from mcap.cli.main import main
 from mcap.core.errors import McapError
-from tests.conftest import DATA
+from tests.conftest import DATA, cli
 
 PROFILE = DATA / "vgg11-cpu4.profile.json"
 SWEEP = DATA / "vgg11-cpu4-sample300.sweep.json"
-
-
-def cli(capsys, *argv):
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    assert "Traceback" not in err and "Error:" not in err.split("mcap: error:")[0], err
-    return code, out, err
 
 
 # --- resource limits, before allocating --------------------------------------------------

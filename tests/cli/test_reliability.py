@@ -4,10 +4,8 @@ write, sizes refused before anything is built or allocated, and the small things
 dashboard's paths and query values). Each case failed before; the causes are tested here."""
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -19,33 +17,12 @@ from mcap.cli.main import main
 from mcap.core.errors import McapError, SchemaError
 from mcap.io import jsonio, outputs
 from mcap.store import Store
-from tests.conftest import REPO
+from tests.conftest import REPO, cli, no_hang
 
 DATA = REPO / "data"
 PROFILE = DATA / "vgg11-cpu4.profile.json"
 PRESS_PROFILE = DATA / "vgg11-b8-never-cpu4-press.profile.json"
 TINY = "gpt:layers=2,hidden=16,heads=2,vocab=32,seq=8"
-
-
-@contextlib.contextmanager
-def no_hang(seconds: int = 20):
-    """Fail instead of blocking forever (opening a FIFO for reading waits for a writer)."""
-    def alarm(signum, frame):
-        raise AssertionError(f"blocked for {seconds} s (a FIFO opened for reading?)")
-    previous = signal.signal(signal.SIGALRM, alarm)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
-
-
-def cli(capsys, *argv):
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    assert "Traceback" not in err and "Error:" not in err.split("mcap: error:")[0], err
-    return code, out, err
 
 
 # --- outputs: one file by its real path, checked again right before the write -------------

@@ -4,10 +4,8 @@ OverflowError traceback; a row that passes is one a file would pass (what export
 predict reads). A store is a regular file or a new path; a read-only one is read."""
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 import shlex
 import shutil
 import sqlite3
@@ -17,35 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from mcap.cli.main import main
 from mcap.core.errors import McapError, StoreError
 from mcap.io import jsonio
 from mcap.store import Store
-from tests.conftest import REPO
+from tests.conftest import REPO, cli, no_hang
 
 DATA = REPO / "data"
 TINY = "gpt:layers=2,hidden=16,heads=2,vocab=32,seq=8"
-
-
-@contextlib.contextmanager
-def no_hang(seconds: int = 20):
-    """Fail instead of blocking forever (opening a FIFO for reading waits for a writer)."""
-    def alarm(signum, frame):
-        raise AssertionError(f"blocked for {seconds} s (a FIFO opened for reading?)")
-    previous = signal.signal(signal.SIGALRM, alarm)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
-
-
-def cli(capsys, *argv):
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    assert "Traceback" not in err and "Error:" not in err.split("mcap: error:")[0], err
-    return code, out, err
 
 
 @pytest.fixture

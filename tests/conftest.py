@@ -35,6 +35,25 @@ def tmp_store(tmp_path, monkeypatch):
     return path
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _own_machine_cache(tmp_path_factory):
+    """For every process the tests start: the machine cache (``MCAP_CACHE_DIR``: measured
+    links and co-run factors) in a folder of the test session's own, so a test never reads
+    or writes the user's ``~/.cache/mcap``; and no co-run measurement (``MCAP_CORUN=off``:
+    it takes 4-7 s per model and setup, and the suite opens dozens; the replay then shares
+    the cores fairly as before). tests/runner/test_corun.py measures it for real."""
+    import os
+    saved = {k: os.environ.get(k) for k in ("MCAP_CACHE_DIR", "MCAP_CORUN")}
+    os.environ["MCAP_CACHE_DIR"] = str(tmp_path_factory.mktemp("mcap-cache"))
+    os.environ["MCAP_CORUN"] = "off"
+    yield
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
 # --- partitioning: exhaustive search -----------------------------------------------------
 
 def all_balances(L: int, G: int) -> list[tuple[int, ...]]:

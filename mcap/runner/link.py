@@ -8,7 +8,11 @@ Two processes ping-pong a small and a large tensor through exactly that path; ha
 round trip is one crossing, so the small size gives the latency and the difference the
 bandwidth (:func:`measure`; ``python -m mcap.runner.link`` is one end).
 
-:func:`link_for` measures once per process and transport and keeps the answer; it also
+:func:`link_for` measures once per machine and transport and keeps the answer, in the
+process and for a day on disk (``mcap.runner.machinecache``: keyed by the host, its CPU,
+cores and torch, the device and the transport, and on CUDA the GPUs); measuring costs two
+fresh processes importing torch (1.5 s of a 6 s one-off ``measure`` on the 2-core VM,
+BENCHMARKS.md). It also
 says how many stages can compute at once (``Link.slots``): the cores over the setup's
 threads on the CPU, the GPUs on CUDA when stages share them, 0 when each stage has a
 device of its own.
@@ -27,12 +31,15 @@ from typing import Optional
 from mcap.core.errors import McapError
 from mcap.core.stagetime import Link
 from mcap.core.types import Setup
+from mcap.runner import machinecache
+from mcap.runner.machinecache import finite
 
 SMALL, LARGE = 4 << 10, 16 << 20  # bytes
 REPEATS = 5
 TIMEOUT_S = 120.0
 _REPO = Path(__file__).resolve().parent.parent.parent
 _cache: dict = {}
+SECTION = "links"  # of the machine cache (mcap.runner.machinecache)
 
 
 def transport(setup: Setup) -> tuple[str, int]:
@@ -51,13 +58,50 @@ def transport(setup: Setup) -> tuple[str, int]:
 
 
 def link_for(setup: Setup) -> Link:
-    """This machine's link for ``setup``'s stages, measured once per process."""
+    """This machine's link for ``setup``'s stages: kept in the process, else read from the
+    machine's cache file, else measured and kept in both (module docstring)."""
     how, slots = transport(setup)
     key = (setup.device, how)
     if key not in _cache:
-        _cache[key] = measure(setup.device, how)
+        machine = machine_key(setup.device, how)
+        found = cached(machine)
+        if found is None:
+            found = measure(setup.device, how)
+            keep(machine, found)
+        _cache[key] = found
     found = _cache[key]
     return Link(found.latency, found.bytes_per_second, found.how, slots)
+
+
+def _valid(value: dict) -> bool:
+    return (isinstance(value.get("how"), str) and finite(value.get("latency"))
+            and finite(value.get("bytes_per_second")) and 0 <= value["latency"] < TIMEOUT_S
+            and value["bytes_per_second"] > 0)
+
+
+def machine_key(device: str, how: str) -> str:
+    """What a measured link belongs to (``machinecache.machine_key``): this host, its CPU,
+    cores and torch, the device and transport, and on CUDA the GPUs."""
+    more = {"device": device, "how": how}
+    if device == "cuda":
+        import torch
+        more["gpus"] = [torch.cuda.get_device_name(d) for d in range(torch.cuda.device_count())]
+    return machinecache.machine_key(**more)
+
+
+def cached(machine: str, now: Optional[float] = None) -> Optional[Link]:
+    """The link kept on disk for ``machine`` (:func:`machine_key`), None if there is none
+    measured within ``machinecache.MAX_AGE_S``."""
+    found = machinecache.read(SECTION, machine, _valid, now)
+    if found is None:
+        return None
+    return Link(float(found["latency"]), float(found["bytes_per_second"]), found["how"])
+
+
+def keep(machine: str, link: Link) -> None:
+    """Keep ``link`` on disk for ``machine``."""
+    machinecache.write(SECTION, machine, {"how": link.how, "latency": link.latency,
+                                          "bytes_per_second": link.bytes_per_second}, _valid)
 
 
 def measure(device: str, how: str) -> Link:

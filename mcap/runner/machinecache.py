@@ -1,0 +1,128 @@
+"""What mcap measures about the machine itself, kept on disk for a day (issue 25, item 2).
+
+A throughput estimated from stages run alone needs two things about the machine that cost
+fresh processes to measure: the link between stage processes (``mcap.runner.link``) and how
+much slower a stage computes while others compute beside it (``mcap.runner.corun``). They
+are measured once and kept in ``machine.json`` in ``$MCAP_CACHE_DIR`` (default
+``~/.cache/mcap``; the value ``off`` keeps nothing on disk), each entry under a key that
+names what it belongs to (:func:`machine_key`: the host, its CPU and usable cores, the torch
+build, and whatever the caller adds) and measured at most :data:`MAX_AGE_S` ago.
+
+The file is data: it is read as JSON, each entry is checked by its caller's ``valid`` (so
+only numbers and texts of the expected shape are used), an entry that is not well formed is
+skipped, and the file is replaced whole (written beside and renamed). A broken, foreign or
+unwritable file costs one measurement, never a failed run.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+CACHE_ENV = "MCAP_CACHE_DIR"
+CACHE_FILE = "machine.json"
+MAX_AGE_S = 24 * 3600.0  # measured longer ago: measured again
+MAX_ENTRIES = 64  # per section; the oldest go first
+
+
+def cache_file() -> Optional[Path]:
+    """Where measurements of the machine are kept; None when ``$MCAP_CACHE_DIR`` is ``off``."""
+    text = os.environ.get(CACHE_ENV, "").strip()
+    if text.lower() == "off":
+        return None
+    base = Path(text).expanduser() if text else Path.home() / ".cache" / "mcap"
+    return base / CACHE_FILE
+
+
+def machine_key(**more) -> str:
+    """This host, its CPU and usable cores and the torch build, plus ``more`` (what the
+    measurement also depends on), as one stable text."""
+    from mcap.runner.machine import cpu_model
+    try:
+        from importlib.metadata import version
+        torch_version = version("torch")
+    except Exception:  # pragma: no cover (torch importable without its metadata)
+        torch_version = "unknown"
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    parts = {"host": platform.node(), "cpu": cpu_model(), "cores": cores,
+             "torch": torch_version, **more}
+    return json.dumps(parts, sort_keys=True, separators=(",", ":"))
+
+
+def finite(x) -> bool:
+    """A JSON number (not a boolean) that is finite."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _doc(path: Path) -> dict:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            doc = json.load(fh)
+    except (OSError, ValueError, RecursionError):
+        return {}
+    return doc if isinstance(doc, dict) and doc.get("version") == 1 else {}
+
+
+def _entries(doc: dict, section: str, valid: Callable[[dict], bool]) -> list:
+    found = doc.get(section)
+    if not isinstance(found, list):
+        return []
+    out = []
+    for e in found:
+        if (isinstance(e, dict) and isinstance(e.get("key"), str) and finite(e.get("measured_at"))
+                and isinstance(e.get("value"), dict)):
+            try:
+                ok = valid(e["value"])
+            except Exception:  # a value of an unexpected shape is not an entry
+                ok = False
+            if ok:
+                out.append(e)
+    return out
+
+
+def read(section: str, key: str, valid: Callable[[dict], bool],
+         now: Optional[float] = None) -> Optional[dict]:
+    """The value kept under ``section`` for ``key`` if ``valid`` and measured within
+    :data:`MAX_AGE_S` of ``now``, else None."""
+    path = cache_file()
+    if path is None:
+        return None
+    now = time.time() if now is None else now
+    for e in _entries(_doc(path), section, valid):
+        if e["key"] == key and 0 <= now - e["measured_at"] <= MAX_AGE_S:
+            return e["value"]
+    return None
+
+
+def write(section: str, key: str, value: dict, valid: Callable[[dict], bool]) -> None:
+    """Keep ``value`` under ``section`` for ``key`` (replacing its older entry, keeping the
+    other sections' well-formed entries); skipped when the file cannot be written."""
+    path = cache_file()
+    if path is None:
+        return
+    doc = _doc(path)
+    out = {"version": 1}
+    for name in {k for k, v in doc.items() if isinstance(v, list)} | {section}:
+        kept = _entries(doc, name, valid if name == section else (lambda v: True))
+        if name == section:
+            kept = [e for e in kept if e["key"] != key]
+            kept.append({"key": key, "measured_at": time.time(), "value": value,
+                         "load": os.getloadavg()[0] if hasattr(os, "getloadavg") else None})
+        out[name] = kept[-MAX_ENTRIES:]
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".machine-", suffix=".json", dir=str(path.parent))
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                json.dump(out, fh, indent=1)
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    except OSError:
+        pass

@@ -20,7 +20,11 @@ tests/core/test_stagetime.py checks :func:`op_order` against their ``pipeline_or
 - stages that share compute (CPU stage processes on fewer cores than stages; stages on
   one GPU) share it: while n of them compute on ``Link.slots`` slots each runs at
   min(1, slots / n) of its own speed (processor sharing, how the OS and the GPU's
-  time-slicing divide them). ``slots`` 0: every stage has a device of its own.
+  time-slicing divide them). ``slots`` 0: every stage has a device of its own;
+- stages computing side by side also slow each other's ops down (shared caches and memory
+  bandwidth, turns on a core that refill its caches): with n computing, each runs at
+  1 / ``Link.corun[n - 1]`` of that speed, factors measured on the machine with the
+  model's own layers (``mcap.runner.corun``; empty: none measured, 1).
 
 The estimate is the samples of all iterations over the makespan, as a concurrent run's
 ``samples_per_second`` is (2 x batch over the slowest stage's window). Its error against
@@ -40,11 +44,20 @@ class Link:
     """What crossing a stage boundary costs, as measured on the machine
     (``mcap.runner.link``): seconds per message plus bytes over ``bytes_per_second``.
     ``how`` names the transport (gloo, nccl, ipc, ...); ``slots``: how many stages can
-    compute at once (0: each has its own device)."""
+    compute at once (0: each has its own device); ``corun``: with n stages computing at
+    once, how many times its own seconds an op takes (``corun[n - 1]``, the last for more;
+    measured by ``mcap.runner.corun``; empty: 1)."""
     latency: float
     bytes_per_second: float
     how: str = ""
     slots: int = 0
+    corun: tuple = ()
+
+    def slowdown(self, n: int) -> float:
+        """How many times its own seconds an op takes with ``n`` stages computing."""
+        if not self.corun or n < 1:
+            return 1.0
+        return float(self.corun[min(n, len(self.corun)) - 1])
 
     def seconds(self, nbytes: int) -> float:
         if nbytes <= 0:
@@ -165,7 +178,8 @@ def makespan(times: Sequence[StageTimes], schedule: str, chunks: int, link: Link
                 break
             now = min(waits)
             continue
-        rate = 1.0 if not slots else min(1.0, slots / len(running))
+        rate = (1.0 if not slots else min(1.0, slots / len(running))) \
+            / link.slowdown(len(running))
         step = min(running.values()) / rate
         if waits:
             step = min(step, min(waits) - now)

@@ -263,12 +263,18 @@ class Runner:
 
     def estimate(self, times) -> Optional[float]:
         """Samples per second of these stages run together, from their times alone
-        (``mcap.core.stagetime``) over this machine's measured link; None without times."""
+        (``mcap.core.stagetime``) over this machine's measured link, the stages slowing each
+        other as measured (``mcap.runner.corun``); None without times."""
         if times is None:
             return None
+        import dataclasses
+
         from mcap.core import stagetime
+        from mcap.runner.corun import factors_for
         from mcap.runner.link import link_for
-        return stagetime.samples_per_second(times, self.setup, link_for(self.setup))
+        link = dataclasses.replace(link_for(self.setup), corun=factors_for(
+            self._pool.spec, self.setup, self.model_info.num_layers))
+        return stagetime.samples_per_second(times, self.setup, link)
 
     def close(self) -> None:
         self._closed = True

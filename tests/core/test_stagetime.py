@@ -167,3 +167,24 @@ def test_a_crossing_on_the_shared_compute_is_work_not_a_delay():
     shared = makespan(_times(3, 2, nbytes=nbytes), "gpipe", 2,
                       Link(**one_ms, how="gloo", slots=1))
     assert shared == pytest.approx(3 * (2 * 3.0 + 0.5) + 8 * 0.001)
+
+
+def test_stages_computing_side_by_side_slow_each_other_as_measured():
+    """``Link.corun`` (measured by mcap.runner.corun): with n stages computing at once, each
+    op takes ``corun[n - 1]`` times its own seconds, on top of sharing the slots."""
+    times = [StageTimes(((1.0, 1.0),), ((0.0, 0.0),), (0.0,)) for _ in range(2)]
+    free = Link(0.0, 1e12)
+    assert makespan(times, "gpipe", 2, free) == pytest.approx(3.0)
+    # stage 0's second forward and stage 1's first run side by side: 2 s each at factor 2
+    assert makespan(times, "gpipe", 2, Link(0.0, 1e12, corun=(1.0, 2.0))) == pytest.approx(4.0)
+    # factors of 1 change nothing; more stages computing than factors measured: the last
+    assert makespan(times, "gpipe", 2, Link(0.0, 1e12, corun=(1.0, 1.0))) == pytest.approx(3.0)
+    assert makespan(times, "gpipe", 2, Link(0.0, 1e12, corun=(1.0,))) == pytest.approx(3.0)
+    # on one shared slot both apply: the side-by-side second takes 1 / (0.5 / 2) = 4 s
+    assert makespan(times, "gpipe", 2, Link(0.0, 1e12, slots=1)) == pytest.approx(4.0)
+    assert makespan(times, "gpipe", 2, Link(0.0, 1e12, slots=1, corun=(1.0, 2.0))) \
+        == pytest.approx(6.0)
+    # one stage alone never has a neighbour
+    one = _times(1, 2)
+    assert makespan(one, "gpipe", 2, Link(0.0, 1e12, corun=(1.0, 3.0))) \
+        == makespan(one, "gpipe", 2, free)

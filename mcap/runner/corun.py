@@ -1,0 +1,229 @@
+"""How much slower a CPU stage computes while other stages compute beside it, measured on
+this machine with the model's own layers (issue 25, item 2).
+
+Stages run alone record their own CPU seconds (``mcap.runner.alone.StageTimer``). Run
+together, G stage processes share the machine's caches and memory bandwidth, and where
+there are fewer cores than stages they take turns on a core, each turn refilling its
+caches: the same ops then cost more CPU seconds. On the project's 2-core VM the stages of
+VGG11 did a median 1.09x the CPU work together that they did alone (BENCHMARKS.md), and
+the replay (``mcap.core.stagetime``), which shares the cores fairly but keeps each op's
+seconds, was above the measured throughput on 30 of 30 partitionings.
+
+So the slowdown is measured, not fitted (:func:`measure`): k = ``Setup.stages`` fresh
+processes, each pinned to the setup's threads, build the model and take one slice of an
+even split of its layers (the layers a stage of that partitioning holds). Each times a
+micro-batch's forward and backward of its slice, first alone (one process computing, the
+others waiting at a barrier), then with n = 2 .. k processes computing at once for the
+same wall time. ``factor[n - 1]`` is the median over the n processes of their CPU seconds
+per micro-batch together over alone (``factor[0]`` = 1). The replay divides the speed of
+each stage computing beside n - 1 others by it (``Link.corun``).
+
+Measured once per machine, model, micro-batch, threads and stage count, and kept for a day
+(``mcap.runner.machinecache``); on the CPU only (a GPU stage's times are wall seconds
+between synchronisations, and GPU time-slicing is another matter); ``MCAP_CORUN=off``
+leaves the replay's fair sharing as it was (``()``). What it leaves out: a stage's work
+beside a neighbour of another model slice than the even split's.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Optional
+
+from mcap.core.errors import McapError
+from mcap.core.types import Setup
+from mcap.runner import machinecache
+from mcap.runner.machinecache import finite
+
+ENV = "MCAP_CORUN"
+SECTION = "corun"  # of the machine cache
+MIN_ITERATIONS = 3  # per process and round
+MIN_SECONDS = 0.5  # of CPU per process alone, and of wall per round together
+TIMEOUT_S = 600.0
+MAX_PROCESSES = 16  # stages beyond it share the factor of 16
+_REPO = Path(__file__).resolve().parent.parent.parent
+_cache: dict = {}
+
+
+def factors_for(spec: str, setup: Setup, num_layers: int) -> tuple[float, ...]:
+    """This machine's co-run factors for ``spec``'s stages (of its ``num_layers``) under
+    ``setup`` (module
+    docstring): kept in the process, else read from the machine cache, else measured.
+    ``()`` on CUDA, with one stage, or with ``MCAP_CORUN=off``."""
+    if setup.device != "cpu" or setup.stages < 2 or num_layers < 2 \
+            or os.environ.get(ENV, "").strip().lower() == "off":
+        return ()
+    k = min(setup.stages, MAX_PROCESSES)
+    micro = max(1, setup.batch_size // setup.chunks)
+    key = machinecache.machine_key(what="corun", spec=str(spec), micro=micro,
+                                   threads=int(setup.threads), processes=k)
+    if key not in _cache:
+        found = machinecache.read(SECTION, key, _valid)
+        if found is None:
+            try:
+                found = {"factors": list(measure(spec, setup, num_layers, k))}
+            except McapError as exc:  # the estimate goes on with fair sharing, said once
+                print(f"mcap: {exc}; throughput is estimated without it (fair sharing only)",
+                      file=sys.stderr)
+                found = {"factors": []}
+            else:
+                machinecache.write(SECTION, key, found, _valid)
+        _cache[key] = tuple(float(x) for x in found["factors"])
+    return _cache[key]
+
+
+def _valid(value: dict) -> bool:
+    xs = value.get("factors")
+    return (isinstance(xs, list) and 2 <= len(xs) <= MAX_PROCESSES
+            and all(finite(x) and 0.2 <= x <= 5.0 for x in xs))
+
+
+def even_slices(num_layers: int, k: int) -> list[tuple[int, int]]:
+    """[lo, hi) of each of k slices of an even split of ``num_layers`` layers."""
+    k = max(1, min(k, num_layers))
+    bounds = [round(i * num_layers / k) for i in range(k + 1)]
+    return [(bounds[i], bounds[i + 1]) for i in range(k)]
+
+
+def measure(spec: str, setup: Setup, num_layers: int, k: int) -> tuple[float, ...]:
+    """Run the k processes (module docstring) and return ``(1.0, c(2), ..., c(k))``."""
+    from mcap.models.spec import is_trusted
+    from mcap.runner.machine import thread_env
+
+    slices = even_slices(num_layers, k)
+    k = len(slices)
+    if k < 2:
+        return ()
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    with tempfile.TemporaryDirectory(prefix="mcap-corun-") as tmp:
+        task = {"spec": str(spec), "trusted": is_trusted(spec), "slices": slices,
+                "micro": max(1, setup.batch_size // setup.chunks),
+                "threads": int(setup.threads),
+                "slots": max(1, (cores or 1) // max(1, int(setup.threads)))}
+        Path(tmp, "task.json").write_text(json.dumps(task))
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_REPO), env.get("PYTHONPATH", ""))
+                                            if p)
+        env.update(thread_env(int(setup.threads)))
+        procs = [subprocess.Popen([sys.executable, "-m", "mcap.runner.corun", tmp, str(rank),
+                                   str(k)], cwd=str(_REPO), env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for rank in range(k)]
+        outs = []
+        deadline = time.monotonic() + TIMEOUT_S
+        for p in procs:
+            try:
+                out, err = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                for q in procs:
+                    q.kill()
+                raise McapError(f"measuring how {k} stage processes of {spec!r} slow each "
+                                f"other took over {TIMEOUT_S:g} s") from None
+            if p.returncode != 0:
+                for q in procs:
+                    q.kill()
+                tail = (err.strip().splitlines() or ["no message"])[-1]
+                raise McapError(f"measuring how {k} stage processes of {spec!r} slow each "
+                                f"other failed: {tail}")
+            try:
+                outs.append(json.loads(out.strip().splitlines()[-1]))
+            except (ValueError, IndexError):
+                raise McapError(f"measuring how {k} stage processes of {spec!r} slow each "
+                                f"other gave no result: {out[-200:]!r}") from None
+    return factors(outs)
+
+
+def factors(outs: list) -> tuple[float, ...]:
+    """``(1.0, c(2), ..., c(k))`` from each process's ``{"alone": s, "together": {n: s}}``
+    (CPU seconds per micro-batch): c(n) the median over the n processes that computed."""
+    k = len(outs)
+    out = [1.0]
+    for n in range(2, k + 1):
+        ratios = [o["together"][str(n)] / o["alone"] for o in outs[:n] if o["alone"] > 0]
+        out.append(statistics.median(ratios) if ratios else 1.0)
+    return tuple(out)
+
+
+def _slice_step(task: dict, rank: int):
+    """Build the model and return one micro-batch's forward and backward of slice ``rank``."""
+    import torch
+
+    from mcap.models import build_model
+    from mcap.models.spec import TrustedSpec
+
+    # The parent checked the spec before starting this process (Runner: check_trusted).
+    spec = TrustedSpec(task["spec"]) if task["trusted"] else task["spec"]
+    built = build_model(spec)
+    lo, hi = task["slices"][rank]
+    layers = list(built.module)
+    inputs, targets = built.example_batch(int(task["micro"]))
+    x, y = inputs[: int(task["micro"])], targets[: int(task["micro"])]
+    with torch.no_grad():
+        for layer in layers[:lo]:
+            x = layer(x)
+    part = layers[lo:hi]
+    params = [p for layer in part for p in layer.parameters()]
+
+    def step() -> None:
+        h = x.detach().requires_grad_(lo > 0 and x.is_floating_point())
+        for layer in part:
+            h = layer(h)
+        loss = built.loss(h, y) if hi == len(layers) else h.float().sum()
+        loss.backward()
+        for p in params:
+            p.grad = None
+
+    return step
+
+
+def _serve(folder: str, rank: int, k: int) -> dict:
+    """One of the k processes: its slice alone, then in rounds of n = 2 .. k together."""
+    from datetime import timedelta
+
+    task = json.loads(Path(folder, "task.json").read_text())
+    from mcap.runner.machine import pin_threads
+    pin_threads(int(task["threads"]))
+    import torch
+    import torch.distributed as dist
+
+    step = _slice_step(task, rank)
+    step()  # warm up: first-touch pages, oneDNN's kernel choice
+    dist.init_process_group("gloo", init_method=f"file://{folder}/rendezvous", rank=rank,
+                            world_size=k, timeout=timedelta(seconds=TIMEOUT_S))
+    clock = time.thread_time if int(task["threads"]) == 1 else time.process_time
+    alone: list = []
+    for r in range(k):
+        dist.barrier()
+        if r == rank:
+            while len(alone) < MIN_ITERATIONS or sum(alone) < MIN_SECONDS:
+                c0 = clock()
+                step()
+                alone.append(clock() - c0)
+        dist.barrier()
+    # A round together lasts long enough for every process's MIN_ITERATIONS while sharing.
+    longest = torch.tensor([max(alone) * MIN_ITERATIONS], dtype=torch.float64)
+    dist.all_reduce(longest, op=dist.ReduceOp.MAX)
+    together = {}
+    for n in range(2, k + 1):
+        wall = max(MIN_SECONDS, float(longest) * max(1.0, n / int(task["slots"])))
+        dist.barrier()
+        if rank < n:
+            start, spent = time.perf_counter(), []
+            while len(spent) < MIN_ITERATIONS or time.perf_counter() - start < wall:
+                c0 = clock()
+                step()
+                spent.append(clock() - c0)
+            together[str(n)] = statistics.median(spent)
+        dist.barrier()
+    dist.destroy_process_group()
+    return {"alone": statistics.median(alone), "together": together}
+
+
+if __name__ == "__main__":
+    folder_arg, rank_arg, k_arg = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    print(json.dumps(_serve(folder_arg, rank_arg, k_arg)))

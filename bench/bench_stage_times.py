@@ -4,12 +4,15 @@
     python bench/bench_stage_times.py [--model SPEC] [--stages 4] [--batch-size 32]
                                       [--chunks 4] [--sample 30] [--seed 0] [--device cpu]
                                       [--repeats 1]
+    python bench/bench_stage_times.py --figures [--quick]   # bench/run.py's row
 
 For each partitioning of a seeded sample: every stage run alone (``isolation stage``: its
 per-micro-batch forward/backward and step times, ``mcap.runner.alone.StageTimer``) gives the
 estimate (``mcap.core.stagetime``: the schedule's op order, the measured link, the compute
-slots the stages share); the same partitioning run with its stages together (``isolation
-pipeline``) gives the measured samples/s. Prints each pair, the error percentiles, the link
+slots the stages share, how much they slow each other as measured by ``mcap.runner.corun``);
+the same partitioning run with its stages together (``isolation pipeline``) gives the
+measured samples/s. The same stage times are also replayed with fair sharing only (the
+estimate before the co-run factors), so both are compared on one set of runs. Prints each pair, the error percentiles, the link
 and the load average before and after (on a shared CPU other processes' work slows the
 concurrent run and not the stages' CPU seconds: read the figures with the load).
 Also checks that the two isolations read the same peaks (CPU: to the byte).
@@ -29,14 +32,31 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
-def main(argv=None) -> int:
-    from mcap.core.evaluate import percentile
-    from mcap.core.partition import random_partitionings
-    from mcap.core.types import Setup
-    from mcap.runner import open_runner
-    from mcap.runner.link import link_for
-    from mcap.workflow.measuring import model_info
+QUICK = ["--sample", "12", "--repeats", "2"]
+FULL = ["--sample", "30", "--repeats", "3"]
 
+
+def figures(quick: bool = False) -> list:
+    """bench/run.py's row: the estimate's error with and without the co-run factors, and
+    how far the measured runs land from their own repeats (``--quick``: 12 partitionings,
+    medians of 2; else 30, medians of 3)."""
+    import contextlib
+
+    from benchtable import Figure
+    with contextlib.redirect_stdout(sys.stderr):  # the pairs, for the reader of the log
+        got = sample(_parser().parse_args(QUICK if quick else FULL))
+    value = (f"n={got['n']}, median of {got['repeats']} each way: p50 {got['p50']:.1f}%, "
+             f"p90 {got['p90']:.1f}%, max {got['max']:.1f}% (fair sharing only: p50 "
+             f"{got['fair_p50']:.1f}%, p90 {got['fair_p90']:.1f}%, max {got['fair_max']:.1f}%); "
+             f"co-run factors {got['factors']}; a partitioning's own runs together spread "
+             f"p90 {got['spread_p90']:.1f}% (max - min over median); load "
+             f"{got['load0']:.1f}-{got['load1']:.1f}")
+    return [Figure("throughput estimated from stages run alone vs the same partitionings run "
+                   "together, vgg11:image_size=32,hidden=512, 4 stages on 2 cores",
+                   value, "p90 <= 10% on CPU (issue 25 item 2)", timing=True)]
+
+
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="vgg11:image_size=32,hidden=512")
     ap.add_argument("--stages", type=int, default=4)
@@ -48,9 +68,34 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     ap.add_argument("--repeats", type=int, default=1,
                     help="measure each partitioning this many times each way; medians compared")
+    ap.add_argument("--figures", action="store_true", help="print bench/run.py's row only")
+    ap.add_argument("--quick", action="store_true", help="with --figures: the small sample")
+    return ap
+
+
+def main(argv=None) -> int:
+    ap = _parser()
     args = ap.parse_args(argv)
+    if args.figures:
+        from benchtable import show
+        show(figures(args.quick))
+        return 0
     if args.repeats < 1:
         ap.error(f"--repeats is {args.repeats}; it must be at least 1")
+    sample(args)
+    return 0
+
+
+def sample(args) -> dict:
+    """Measure the sample both ways, print each pair and the summary; the summary's figures."""
+    from mcap.core.evaluate import percentile
+    from mcap.core.partition import random_partitionings
+    from mcap.core.stagetime import samples_per_second
+    from mcap.core.types import Setup
+    from mcap.runner import open_runner
+    from mcap.runner.link import link_for
+    from mcap.workflow.measuring import model_info
+
     setup = Setup(stages=args.stages, batch_size=args.batch_size, chunks=args.chunks,
                   schedule=args.schedule, device=args.device)
     info = model_info(args.model)
@@ -75,33 +120,63 @@ def main(argv=None) -> int:
             together_rounds.append(got)
     estimated = [_median_run(runs) for runs in zip(*alone_rounds)]
     measured = [_median_run(runs) for runs in zip(*together_rounds)]
-    link = link_for(setup)
-    errors, same = [], 0
+    link = link_for(setup)  # without the co-run factors: what the estimate was before them
+    errors, plain_errors, same = [], [], 0
     print(f"{'balance':>16} {'estimated':>10} {'measured':>10} {'error':>8} "
-          f"{'work alone':>11} {'together':>9}")
+          f"{'fair only':>9} {'work alone':>11} {'together':>9}")
     for b, e, m, w in zip(balances, estimated, measured, work_together):
         if e.status != "ok" or m.status != "ok":
             print(f"{','.join(map(str, b)):>16} {e.status:>10} {m.status:>10}")
             continue
         err = (e.samples_per_second - m.samples_per_second) / m.samples_per_second
         errors.append(abs(err))
+        plain = samples_per_second(e.times, setup, link)
+        plain_err = (plain - m.samples_per_second) / m.samples_per_second
+        plain_errors.append(abs(plain_err))
         same += e.peaks == m.peaks
         alone_work = sum(_work((t.forward, t.backward, t.step, t.other)) for t in e.times)
         print(f"{','.join(map(str, b)):>16} {e.samples_per_second:10.2f} "
-              f"{m.samples_per_second:10.2f} {100 * err:+7.1f}% {alone_work:10.3f}s "
+              f"{m.samples_per_second:10.2f} {100 * err:+7.1f}% {100 * plain_err:+8.1f}% "
+              f"{alone_work:10.3f}s "
               f"{'' if w is None else f'{w:8.3f}s'}")
     load1 = os.getloadavg()
+    factors = _factors(args.model, setup, info.num_layers)
     print(f"\n{args.model}, {args.stages} stages, batch {args.batch_size} in {args.chunks}, "
           f"{args.schedule}, {args.device}, median of {args.repeats} each way; link {link.how}: {1e6 * link.latency:.0f} us + "
-          f"{link.bytes_per_second / 1e9:.2f} GB/s, {link.slots or 'own'} compute slots")
+          f"{link.bytes_per_second / 1e9:.2f} GB/s, {link.slots or 'own'} compute slots; "
+          f"co-run factors {factors}")
     if errors:
         print(f"|estimated - measured| / measured over {len(errors)} runs: p50 "
               f"{100 * percentile(errors, 50):.1f}%, p90 {100 * percentile(errors, 90):.1f}%, "
               f"max {100 * max(errors):.1f}%")
+        print(f"the same times replayed with fair sharing only (no co-run factors): p50 "
+              f"{100 * percentile(plain_errors, 50):.1f}%, p90 "
+              f"{100 * percentile(plain_errors, 90):.1f}%, max {100 * max(plain_errors):.1f}%")
+    spreads = {}
+    if args.repeats > 1:
+        # How far one partitioning's own runs land from each other, each way: an error below
+        # this spread cannot be told from the machine's noise.
+        for name, rounds in (("alone (estimate)", alone_rounds),
+                             ("together (measured)", together_rounds)):
+            spread = spreads[name] = _spreads(rounds)
+            if spread:
+                print(f"spread of one partitioning's {args.repeats} runs {name}, (max - min) / "
+                      f"median: p50 {100 * percentile(spread, 50):.1f}%, p90 "
+                      f"{100 * percentile(spread, 90):.1f}%, max {100 * max(spread):.1f}%")
     print(f"peaks equal in both isolations: {same} of {len(errors)}")
     print(f"load average {load0[0]:.2f} before, {load1[0]:.2f} after; "
           f"{time.perf_counter() - t0:.0f} s")
-    return 0
+    if not errors:
+        raise SystemExit("no partitioning of the sample ran both ways")
+    together_spread = spreads.get("together (measured)") or [0.0]
+
+    def pct(xs, q):
+        return 100 * percentile(xs, q)
+    return {"n": len(errors), "repeats": args.repeats, "p50": pct(errors, 50),
+            "p90": pct(errors, 90), "max": 100 * max(errors), "fair_p50": pct(plain_errors, 50),
+            "fair_p90": pct(plain_errors, 90), "fair_max": 100 * max(plain_errors),
+            "factors": factors, "spread_p90": pct(together_spread, 90),
+            "load0": load0[0], "load1": load1[0]}
 
 
 def _median_run(runs):
@@ -112,6 +187,23 @@ def _median_run(runs):
         return bad[0]
     ordered = sorted(runs, key=lambda r: r.samples_per_second)
     return ordered[(len(ordered) - 1) // 2]
+
+
+def _factors(spec, setup, num_layers) -> str:
+    """The co-run factors the estimate used (mcap.runner.corun; kept, so not measured again)."""
+    from mcap.runner.corun import factors_for
+    got = factors_for(spec, setup, num_layers)
+    return ", ".join(f"{x:.3f}" for x in got) if got else "none (MCAP_CORUN=off or not on a CPU)"
+
+
+def _spreads(rounds) -> list:
+    """Per partitioning measured ok in every round: (max - min) / median of its samples/s."""
+    out = []
+    for runs in zip(*rounds):
+        if all(r.status == "ok" and r.samples_per_second for r in runs):
+            xs = sorted(r.samples_per_second for r in runs)
+            out.append((xs[-1] - xs[0]) / xs[(len(xs) - 1) // 2])
+    return out
 
 
 def _work(t) -> float:

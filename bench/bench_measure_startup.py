@@ -130,9 +130,10 @@ def figures(quick: bool = False) -> list:
     pairs = [restart_after_oom("fork") for _ in range(n)]
     oom, ready = (statistics.median(p[i] for p in pairs) for i in (0, 1))
     return [Figure(f"one-off `python -m mcap measure --model {MODEL} --balance {BALANCE}`, "
-                   "fresh store (fork: the default on CPU), the machine's link and co-run factors kept",
+                   "fresh store (fork: the default on CPU)",
                    f"{one:.2f} s = {one / imp:.2f} x import torch ({imp:.2f} s), so the target "
-                   f"is {2.5 * imp + 2:.2f} s here ({runs}); on a machine seen first (link "
+                   f"is {2.5 * imp + 2:.2f} s here ({runs}), the machine's link and co-run "
+                   f"factors kept; on a machine seen first (link "
                    f"and co-run factors measured too) {first:.2f} s (one run)",
                    "<= 2.5 x import torch + 2 s (issue 13 item 2)", timing=True),
             Figure("stage processes ready again after an out-of-memory run (fork)",

@@ -49,8 +49,7 @@ def figures(quick: bool = False) -> list:
              f"p90 {got['p90']:.1f}%, max {got['max']:.1f}% (fair sharing only: p50 "
              f"{got['fair_p50']:.1f}%, p90 {got['fair_p90']:.1f}%, max {got['fair_max']:.1f}%); "
              f"co-run factors {got['factors']}; a partitioning's own runs together spread "
-             f"p90 {got['spread_p90']:.1f}% (max - min over median); load "
-             f"{got['load0']:.1f}-{got['load1']:.1f}")
+             f"p90 {got['spread_p90']:.1f}% (max - min over median)")
     return [Figure("throughput estimated from stages run alone vs the same partitionings run "
                    "together, vgg11:image_size=32,hidden=512, 4 stages on 2 cores",
                    value, "p90 <= 10% on CPU (issue 25 item 2)", timing=True)]

@@ -29,12 +29,10 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Optional
 
 from mcap.core.errors import McapError
 from mcap.core.types import Setup
@@ -47,7 +45,6 @@ MIN_ITERATIONS = 3  # per process and round
 MIN_SECONDS = 0.5  # of CPU per process alone, and of wall per round together
 TIMEOUT_S = 600.0
 MAX_PROCESSES = 16  # stages beyond it share the factor of 16
-_REPO = Path(__file__).resolve().parent.parent.parent
 _cache: dict = {}
 
 
@@ -107,34 +104,15 @@ def measure(spec: str, setup: Setup, num_layers: int, k: int) -> tuple[float, ..
                 "threads": int(setup.threads),
                 "slots": max(1, (cores or 1) // max(1, int(setup.threads)))}
         Path(tmp, "task.json").write_text(json.dumps(task))
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_REPO), env.get("PYTHONPATH", ""))
-                                            if p)
-        env.update(thread_env(int(setup.threads)))
-        procs = [subprocess.Popen([sys.executable, "-m", "mcap.runner.corun", tmp, str(rank),
-                                   str(k)], cwd=str(_REPO), env=env, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True) for rank in range(k)]
+        what = f"measuring how {k} stage processes of {spec!r} slow each other"
         outs = []
-        deadline = time.monotonic() + TIMEOUT_S
-        for p in procs:
-            try:
-                out, err = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                for q in procs:
-                    q.kill()
-                raise McapError(f"measuring how {k} stage processes of {spec!r} slow each "
-                                f"other took over {TIMEOUT_S:g} s") from None
-            if p.returncode != 0:
-                for q in procs:
-                    q.kill()
-                tail = (err.strip().splitlines() or ["no message"])[-1]
-                raise McapError(f"measuring how {k} stage processes of {spec!r} slow each "
-                                f"other failed: {tail}")
+        for out in machinecache.run_processes("mcap.runner.corun",
+                                              [(tmp, rank, k) for rank in range(k)],
+                                              thread_env(int(setup.threads)), TIMEOUT_S, what):
             try:
                 outs.append(json.loads(out.strip().splitlines()[-1]))
             except (ValueError, IndexError):
-                raise McapError(f"measuring how {k} stage processes of {spec!r} slow each "
-                                f"other gave no result: {out[-200:]!r}") from None
+                raise McapError(f"{what} gave no result: {out[-200:]!r}") from None
     return factors(outs)
 
 

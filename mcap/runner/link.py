@@ -21,14 +21,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 from typing import Optional
 
-from mcap.core.errors import McapError
 from mcap.core.stagetime import Link
 from mcap.core.types import Setup
 from mcap.runner import machinecache
@@ -37,7 +34,6 @@ from mcap.runner.machinecache import finite
 SMALL, LARGE = 4 << 10, 16 << 20  # bytes
 REPEATS = 5
 TIMEOUT_S = 120.0
-_REPO = Path(__file__).resolve().parent.parent.parent
 _cache: dict = {}
 SECTION = "links"  # of the machine cache (mcap.runner.machinecache)
 
@@ -107,29 +103,13 @@ def keep(machine: str, link: Link) -> None:
 def measure(device: str, how: str) -> Link:
     """Ping-pong between two fresh processes through ``how`` (module docstring)."""
     with tempfile.TemporaryDirectory(prefix="mcap-link-") as tmp:
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_REPO), env.get("PYTHONPATH", ""))
-                                            if p)
-        env.update({"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
+        env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         if how in ("ipc", "host", "store"):
             env["MCAP_EXCHANGE"] = how
-        procs = [subprocess.Popen([sys.executable, "-m", "mcap.runner.link", tmp, str(rank),
-                                   device, how], cwd=str(_REPO), env=env,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                 for rank in (0, 1)]
-        outs = []
-        for p in procs:
-            try:
-                out, err = p.communicate(timeout=TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                for q in procs:
-                    q.kill()
-                raise McapError(f"measuring the {how} link between two processes took over "
-                                f"{TIMEOUT_S:g} s") from None
-            if p.returncode != 0:
-                tail = (err.strip().splitlines() or ["no message"])[-1]
-                raise McapError(f"measuring the {how} link failed: {tail}")
-            outs.append(out)
+        outs = machinecache.run_processes("mcap.runner.link",
+                                          [(tmp, rank, device, how) for rank in (0, 1)], env,
+                                          TIMEOUT_S, f"measuring the {how} link between two "
+                                          "processes")
     got = json.loads(outs[0])
     return Link(got["latency"], got["bytes_per_second"], how)
 

@@ -1,4 +1,5 @@
-"""What mcap measures about the machine itself, kept on disk for a day (issue 25, item 2).
+"""What mcap measures about the machine itself, kept on disk for a day (issue 25, item 2),
+and the helper processes that measure it (:func:`run_processes`).
 
 A throughput estimated from stages run alone needs two things about the machine that cost
 fresh processes to measure: the link between stage processes (``mcap.runner.link``) and how
@@ -19,10 +20,14 @@ import json
 import math
 import os
 import platform
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
+
+from mcap.core.errors import McapError
 
 CACHE_ENV = "MCAP_CACHE_DIR"
 CACHE_FILE = "machine.json"
@@ -126,3 +131,38 @@ def write(section: str, key: str, value: dict, valid: Callable[[dict], bool]) ->
                 os.unlink(tmp)
     except OSError:
         pass
+
+
+_REPO = Path(__file__).resolve().parent.parent.parent
+
+
+def run_processes(module: str, argvs: Sequence[Sequence[str]], env: dict, timeout: float,
+                  what: str) -> list[str]:
+    """Start ``python -m module *argv`` once per argv, all at once, with this repository
+    importable and ``env`` added; their standard outputs, in order. One that fails or a
+    group that outlasts ``timeout`` seconds kills them all and raises McapError naming
+    ``what`` (and the failed one's last line of standard error)."""
+    full = dict(os.environ)
+    full["PYTHONPATH"] = os.pathsep.join(p for p in (str(_REPO), full.get("PYTHONPATH", "")) if p)
+    full.update(env)
+    procs = [subprocess.Popen([sys.executable, "-m", module, *map(str, argv)], cwd=str(_REPO),
+                              env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for argv in argvs]
+    outs = []
+    deadline = time.monotonic() + timeout
+    try:
+        for p in procs:
+            try:
+                out, err = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                raise McapError(f"{what} took over {timeout:g} s") from None
+            if p.returncode != 0:
+                tail = (err.strip().splitlines() or ["no message"])[-1]
+                raise McapError(f"{what} failed: {tail}")
+            outs.append(out)
+    finally:
+        for q in procs:
+            if q.poll() is None:
+                q.kill()
+                q.wait()
+    return outs

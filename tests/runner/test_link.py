@@ -98,7 +98,7 @@ def test_off_keeps_nothing_on_disk_and_an_unwritable_cache_only_costs_time(tmp_p
     monkeypatch.setenv(machinecache.CACHE_ENV, "off")
     monkeypatch.setattr(link, "_cache", {})
     calls = _count_measures(monkeypatch, link.Link(4e-5, 2e9, "gloo"))
-    monkeypatch.setattr(link.Path, "home", lambda: tmp_path / "home")
+    monkeypatch.setattr(machinecache.Path, "home", lambda: tmp_path / "home")
     link.link_for(setup)
     assert calls == [("cpu", "gloo")] and not (tmp_path / "home").exists()
     # The cache's path is a folder (or cannot be written): the run goes on, measured.

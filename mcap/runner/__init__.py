@@ -272,8 +272,10 @@ class Runner:
         from mcap.core import stagetime
         from mcap.runner.corun import factors_for
         from mcap.runner.link import link_for
+        info = self.model_info
         link = dataclasses.replace(link_for(self.setup), corun=factors_for(
-            self._pool.spec, self.setup, self.model_info.num_layers))
+            self._pool.spec, self.setup, info.num_layers,
+            sum(layer.param_bytes for layer in info.layers)))
         return stagetime.samples_per_second(times, self.setup, link)
 
     def close(self) -> None:

@@ -48,11 +48,12 @@ MAX_PROCESSES = 16  # stages beyond it share the factor of 16
 _cache: dict = {}
 
 
-def factors_for(spec: str, setup: Setup, num_layers: int) -> tuple[float, ...]:
-    """This machine's co-run factors for ``spec``'s stages (of its ``num_layers``) under
-    ``setup`` (module
-    docstring): kept in the process, else read from the machine cache, else measured.
-    ``()`` on CUDA, with one stage, or with ``MCAP_CORUN=off``."""
+def factors_for(spec: str, setup: Setup, num_layers: int,
+                param_bytes: int = 0) -> tuple[float, ...]:
+    """This machine's co-run factors for ``spec``'s stages (of its ``num_layers`` and
+    ``param_bytes``) under ``setup`` (module docstring): kept in the process, else read from
+    the machine cache, else measured. ``()`` on CUDA, with one stage, with
+    ``MCAP_CORUN=off``, or when the k processes would not fit in host memory."""
     if setup.device != "cpu" or setup.stages < 2 or num_layers < 2 \
             or os.environ.get(ENV, "").strip().lower() == "off":
         return ()
@@ -64,7 +65,7 @@ def factors_for(spec: str, setup: Setup, num_layers: int) -> tuple[float, ...]:
         found = machinecache.read(SECTION, key, _valid)
         if found is None:
             try:
-                found = {"factors": list(measure(spec, setup, num_layers, k))}
+                found = {"factors": list(measure(spec, setup, num_layers, k, param_bytes))}
             except McapError as exc:  # the estimate goes on with fair sharing, said once
                 print(f"mcap: {exc}; throughput is estimated without it (fair sharing only)",
                       file=sys.stderr)
@@ -88,8 +89,12 @@ def even_slices(num_layers: int, k: int) -> list[tuple[int, int]]:
     return [(bounds[i], bounds[i + 1]) for i in range(k)]
 
 
-def measure(spec: str, setup: Setup, num_layers: int, k: int) -> tuple[float, ...]:
-    """Run the k processes (module docstring) and return ``(1.0, c(2), ..., c(k))``."""
+def measure(spec: str, setup: Setup, num_layers: int, k: int,
+            param_bytes: int = 0) -> tuple[float, ...]:
+    """Run the k processes (module docstring) and return ``(1.0, c(2), ..., c(k))``. Each
+    builds the whole model (its weights) and a slice's gradients, so (k + 1) x the
+    parameter bytes must fit in host memory before any starts (``TooLarge`` otherwise)."""
+    from mcap.models.limits import check_allocation
     from mcap.models.spec import is_trusted
     from mcap.runner.machine import thread_env
 
@@ -97,6 +102,8 @@ def measure(spec: str, setup: Setup, num_layers: int, k: int) -> tuple[float, ..
     k = len(slices)
     if k < 2:
         return ()
+    check_allocation(f"measuring how {k} stage processes of {spec!r} slow each other "
+                     f"(each builds the model)", (k + 1) * int(param_bytes))
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     with tempfile.TemporaryDirectory(prefix="mcap-corun-") as tmp:
         task = {"spec": str(spec), "trusted": is_trusted(spec), "slices": slices,

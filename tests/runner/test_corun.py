@@ -112,3 +112,16 @@ def test_a_failed_measurement_leaves_fair_sharing_and_says_so_once(measured_here
     err = capsys.readouterr().err
     assert err.count("boom") == 1 and "fair sharing only" in err
     assert not (measured_here / machinecache.CACHE_FILE).exists()  # nothing kept on disk
+
+
+def test_processes_that_cannot_fit_in_host_memory_are_refused_before_any_starts(measured_here,
+                                                                             monkeypatch,
+                                                                             capsys):
+    import subprocess
+    monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: pytest.fail("a process started"))
+    from mcap.models import limits
+    monkeypatch.setattr(limits, "host_memory_bytes", lambda: 10 * 2**30)
+    setup = Setup(stages=4, batch_size=8, chunks=2)
+    assert corun.factors_for(GPT, setup, 6, param_bytes=3 * 2**30) == ()  # 5 x 3 GiB > 10 GiB
+    err = capsys.readouterr().err
+    assert "16,106,127,360 bytes" in err and "fair sharing only" in err

@@ -33,6 +33,7 @@ CACHE_ENV = "MCAP_CACHE_DIR"
 CACHE_FILE = "machine.json"
 MAX_AGE_S = 24 * 3600.0  # measured longer ago: measured again
 MAX_ENTRIES = 64  # per section; the oldest go first
+MAX_BYTES = 1 << 20  # a larger file is not ours: ignored, then replaced
 
 
 def cache_file() -> Optional[Path]:
@@ -65,9 +66,15 @@ def finite(x) -> bool:
 
 
 def _doc(path: Path) -> dict:
+    """The file's document; {} for anything but a regular file of at most MAX_BYTES of JSON."""
     try:
+        if not path.is_file():
+            return {}
         with open(path, encoding="utf-8") as fh:
-            doc = json.load(fh)
+            text = fh.read(MAX_BYTES + 1)
+        if len(text) > MAX_BYTES:
+            return {}
+        doc = json.loads(text)
     except (OSError, ValueError, RecursionError):
         return {}
     return doc if isinstance(doc, dict) and doc.get("version") == 1 else {}

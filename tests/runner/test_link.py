@@ -75,6 +75,9 @@ ENTRY = '{"version": 1, "links": [{"key": "%%s", "measured_at": %%f, "value": %s
     ENTRY % '{"how": "gloo", "latency": true, "bytes_per_second": 1e9}',
     ENTRY % '{"how": 7, "latency": 1e-5, "bytes_per_second": 1e9}',
     ENTRY % '[1, 2]',
+    ENTRY % '{"how": "gloo", "latency": 1e-5, "bytes_per_second": 1e400}',  # inf
+    "[" * 200_000 + "]" * 200_000,  # deeper than the parser goes
+    '{"version": 1, "links": [], "pad": "' + "x" * (2 << 20) + '"}',  # larger than ours ever is
 ])
 def test_a_broken_cache_file_costs_a_measurement_and_is_replaced_whole(cache_dir, monkeypatch,
                                                                        text):
@@ -109,3 +112,13 @@ def test_off_keeps_nothing_on_disk_and_an_unwritable_cache_only_costs_time(tmp_p
     got = link.link_for(setup)
     assert got.bytes_per_second == 2e9 and len(calls) == 2
     assert os.listdir(blocked) == [machinecache.CACHE_FILE]
+
+
+def test_a_cache_path_that_is_not_a_regular_file_is_never_read(cache_dir, monkeypatch):
+    """A link to an endless device (or a folder) is skipped, not read."""
+    cache_dir.mkdir()
+    (cache_dir / machinecache.CACHE_FILE).symlink_to("/dev/zero")
+    calls = _count_measures(monkeypatch, link.Link(4e-5, 2e9, "gloo"))
+    got = link.link_for(Setup(stages=4, batch_size=8, chunks=2, device="cpu"))
+    assert calls == [("cpu", "gloo")] and got.bytes_per_second == 2e9
+    assert (cache_dir / machinecache.CACHE_FILE).is_file()  # the link replaced, /dev/zero untouched

@@ -4,6 +4,8 @@
     python bench/bench_stage_times.py [--model SPEC] [--stages 4] [--batch-size 32]
                                       [--chunks 4] [--sample 30] [--seed 0] [--device cpu]
                                       [--repeats 1]
+    python bench/bench_stage_times.py ... --save FILE     # keep the sample as JSON
+    python bench/bench_stage_times.py --replay FILE       # re-estimate a kept sample
     python bench/bench_stage_times.py --figures [--quick]   # bench/run.py's row
 
 For each partitioning of a seeded sample: every stage run alone (``isolation stage``: its
@@ -17,9 +19,17 @@ and the load average before and after (on a shared CPU other processes' work slo
 concurrent run and not the stages' CPU seconds: read the figures with the load).
 Also checks that the two isolations read the same peaks (CPU: to the byte).
 
-``--repeats R`` measures every partitioning R times each way (R rounds over the sample, so
-drifting load spreads over all of them) and compares the medians: on this project's 2-core
-VM a partitioning's own samples/s repeat only to about +-10%, in both isolations.
+``--repeats R`` measures every partitioning R times each way and compares the medians: R
+rounds over the sample, each with fresh runners (new stage processes), each partitioning
+alone and then together back to back (``--order paired``; ``blocked``: every run alone,
+then every run together, in one runner each, as before 2026-11-26 session 4). On this
+project's 2-core VM a partitioning's own samples/s repeat only to about +-10%, in both
+isolations.
+
+``--save FILE`` writes the sample (stage times of every round, samples/s each way, link,
+co-run factors) to a new JSON file; ``--replay FILE`` estimates it again with the current
+replay (``mcap.core.stagetime``) and prints the errors, without running anything: a change
+to the replay is checked on runs it was not written on.
 """
 from __future__ import annotations
 
@@ -67,6 +77,15 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     ap.add_argument("--repeats", type=int, default=1,
                     help="measure each partitioning this many times each way; medians compared")
+    ap.add_argument("--order", default="paired", choices=("paired", "blocked"),
+                    help="paired (default): each partitioning alone, then together, back to "
+                         "back; blocked: all alone, then all together")
+    ap.add_argument("--save", type=Path, default=None,
+                    help="write the stage times and measured samples/s to this JSON file "
+                         "(new file only), to replay them offline")
+    ap.add_argument("--replay", type=Path, default=None,
+                    help="estimate a sample kept by --save again with the current replay, "
+                         "print the errors, run nothing")
     ap.add_argument("--figures", action="store_true", help="print bench/run.py's row only")
     ap.add_argument("--quick", action="store_true", help="with --figures: the small sample")
     return ap
@@ -79,8 +98,18 @@ def main(argv=None) -> int:
         from benchtable import show
         show(figures(args.quick))
         return 0
+    if args.replay is not None:
+        from mcap.core.errors import McapError
+        try:
+            replay(args.replay)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, McapError) as e:
+            ap.error(f"--replay {args.replay}: not a sample kept by --save ({e})")
+        return 0
     if args.repeats < 1:
         ap.error(f"--repeats is {args.repeats}; it must be at least 1")
+    if args.save is not None and (args.save.exists() or not args.save.parent.is_dir()):
+        ap.error(f"--save {args.save}: it exists already or its folder does not; name a new "
+                 "file in an existing folder")
     sample(args)
     return 0
 
@@ -102,21 +131,40 @@ def sample(args) -> dict:
     load0 = os.getloadavg()
     t0 = time.perf_counter()
     alone_rounds, together_rounds = [], []
-    with open_runner(args.model, setup, isolation="stage") as alone:
-        for _ in range(args.repeats):
-            alone_rounds.append([alone.measure(b) for b in balances])
     work_together = []
-    with open_runner(args.model, setup, isolation="pipeline") as together:
+
+    def measure_together(runner, b, r):
+        got = runner.measure(b)
+        if r == 0:
+            # the stages' own CPU seconds in the run together (CPU only: the timer
+            # runs there too), to tell contention from the schedule's waits
+            times = [x.times for x in runner.last_results]
+            work_together.append(sum(_work(t) for t in times) if all(times) else None)
+        return got
+
+    if args.order == "paired":
+        # Each partitioning alone and then together, back to back, so an estimate is
+        # checked against a run taken at the same time, not minutes apart; and each round
+        # opens fresh runners: a persistent stage process's speed depends on what it ran
+        # before (its peaks do not: train.clean_slate), so repeats in the same processes
+        # are not independent. One partitioning's estimate read 165, 165 and 169 samples/s
+        # in three rounds of one runner and 122 in another (BENCHMARKS.md, session 4).
         for r in range(args.repeats):
-            got = []
-            for b in balances:
-                got.append(together.measure(b))
-                if r == 0:
-                    # the stages' own CPU seconds in the run together (CPU only: the timer
-                    # runs there too), to tell contention from the schedule's waits
-                    times = [x.times for x in together.last_results]
-                    work_together.append(sum(_work(t) for t in times) if all(times) else None)
-            together_rounds.append(got)
+            with open_runner(args.model, setup, isolation="stage") as alone, \
+                    open_runner(args.model, setup, isolation="pipeline") as together:
+                a_round, t_round = [], []
+                for b in balances:
+                    a_round.append(alone.measure(b))
+                    t_round.append(measure_together(together, b, r))
+                alone_rounds.append(a_round)
+                together_rounds.append(t_round)
+    else:  # blocked: every run alone first, then every run together (the order before)
+        with open_runner(args.model, setup, isolation="stage") as alone:
+            for _ in range(args.repeats):
+                alone_rounds.append([alone.measure(b) for b in balances])
+        with open_runner(args.model, setup, isolation="pipeline") as together:
+            for r in range(args.repeats):
+                together_rounds.append([measure_together(together, b, r) for b in balances])
     estimated = [_median_run(runs) for runs in zip(*alone_rounds)]
     measured = [_median_run(runs) for runs in zip(*together_rounds)]
     link = link_for(setup)  # without the co-run factors: what the estimate was before them
@@ -139,7 +187,13 @@ def sample(args) -> dict:
               f"{alone_work:10.3f}s "
               f"{'' if w is None else f'{w:8.3f}s'}")
     load1 = os.getloadavg()
-    factors = _factors(args.model, setup, info.num_layers)
+    from mcap.runner.corun import factors_for
+    corun = factors_for(args.model, setup, info.num_layers)
+    factors = (", ".join(f"{x:.3f}" for x in corun) if corun
+               else "none (MCAP_CORUN=off or not on a CPU)")
+    if args.save is not None:
+        _save(args.save, args, setup, link, corun, balances, estimated, measured,
+              alone_rounds, together_rounds)
     print(f"\n{args.model}, {args.stages} stages, batch {args.batch_size} in {args.chunks}, "
           f"{args.schedule}, {args.device}, median of {args.repeats} each way; link {link.how}: {1e6 * link.latency:.0f} us + "
           f"{link.bytes_per_second / 1e9:.2f} GB/s, {link.slots or 'own'} compute slots; "
@@ -178,6 +232,88 @@ def sample(args) -> dict:
             "load0": load0[0], "load1": load1[0]}
 
 
+def _save(path, args, setup, link, corun, balances, estimated, measured, alone_rounds,
+          together_rounds) -> None:
+    """The sample as JSON (numbers and texts only): per partitioning the median run alone's
+    stage times (what the estimate replays), every round's stage times alone and every
+    run's samples/s each way, with the
+    setup, the link and the co-run factors, so a change to the replay can be checked on
+    these same runs offline (``mcap.core.stagetime.samples_per_second``)."""
+    import json
+    from dataclasses import asdict
+
+    def times(run):
+        return None if not run.times else [
+            {"forward": t.forward, "backward": t.backward, "step": t.step,
+             "recv_bytes": t.recv_bytes, "send_bytes": t.send_bytes, "other": t.other}
+            for t in run.times]
+    rows = []
+    for i, b in enumerate(balances):
+        rows.append({"balance": list(b), "estimated_status": estimated[i].status,
+                     "measured_status": measured[i].status,
+                     "measured_samples_per_second": measured[i].samples_per_second,
+                     "stage_times": times(estimated[i]),
+                     "alone_runs": [r[i].samples_per_second for r in alone_rounds],
+                     "alone_times": [times(r[i]) for r in alone_rounds],
+                     "together_runs": [r[i].samples_per_second for r in together_rounds]})
+    doc = {"model": args.model, "setup": asdict(setup), "order": args.order,
+           "repeats": args.repeats, "seed": args.seed,
+           "link": {"latency": link.latency, "bytes_per_second": link.bytes_per_second,
+                    "how": link.how, "slots": link.slots},
+           "corun": list(corun),
+           "rows": rows}
+    with open(path, "x") as f:  # a new file only: never overwrites
+        json.dump(doc, f, indent=1)
+    print(f"saved {len(rows)} partitionings to {path}")
+
+
+def replay(path) -> dict:
+    """Estimate a sample kept by ``--save`` again (its stage times, link and co-run
+    factors, with the current ``mcap.core.stagetime``); print and return the errors. The
+    file is read as JSON numbers and texts only."""
+    import json
+    import math
+
+    from mcap.core.evaluate import percentile
+    from mcap.core.stagetime import Link, samples_per_second
+    from mcap.core.types import Setup, StageTimes
+
+    def number(x) -> float:
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+            raise ValueError(f"{x!r:.40} is not a finite number")
+        return float(x)
+
+    def stage(t) -> StageTimes:
+        rows = lambda xs: tuple(tuple(number(v) for v in row) for row in xs)  # noqa: E731
+        return StageTimes(rows(t["forward"]), rows(t["backward"]),
+                          tuple(number(v) for v in t["step"]), int(number(t["recv_bytes"])),
+                          int(number(t["send_bytes"])), tuple(number(v) for v in t["other"]))
+    with open(path, encoding="utf-8") as f:
+        doc = json.load(f)
+    fields = {k: v for k, v in doc["setup"].items()
+              if isinstance(v, (int, float, str)) and not isinstance(v, bool)}
+    setup = Setup(**fields)
+    ln = doc["link"]
+    link = Link(number(ln["latency"]), number(ln["bytes_per_second"]), str(ln["how"]),
+                int(number(ln["slots"])), tuple(number(x) for x in doc["corun"]))
+    errors = []
+    for row in doc["rows"]:
+        if row["estimated_status"] != "ok" or row["measured_status"] != "ok":
+            continue
+        measured = number(row["measured_samples_per_second"])
+        got = samples_per_second([stage(t) for t in row["stage_times"]], setup, link)
+        errors.append((got - measured) / measured)
+    if not errors:
+        raise ValueError("no partitioning ran both ways")
+    size = [abs(e) for e in errors]
+    out = {"n": len(errors), "p50": 100 * percentile(size, 50), "p90": 100 * percentile(size, 90),
+           "max": 100 * max(size), "above": sum(e > 0 for e in errors)}
+    print(f"{path}: {doc.get('model')}, seed {doc.get('seed')}, median of {doc.get('repeats')}; "
+          f"|estimated - measured| / measured over {out['n']}: p50 {out['p50']:.1f}%, p90 "
+          f"{out['p90']:.1f}%, max {out['max']:.1f}%; estimate above in {out['above']}")
+    return out
+
+
 def _median_run(runs):
     """The run whose samples/s is the median of ``runs`` (the lower middle one for an even
     count); a failed run among them is returned as is."""
@@ -186,13 +322,6 @@ def _median_run(runs):
         return bad[0]
     ordered = sorted(runs, key=lambda r: r.samples_per_second)
     return ordered[(len(ordered) - 1) // 2]
-
-
-def _factors(spec, setup, num_layers) -> str:
-    """The co-run factors the estimate used (mcap.runner.corun; kept, so not measured again)."""
-    from mcap.runner.corun import factors_for
-    got = factors_for(spec, setup, num_layers)
-    return ", ".join(f"{x:.3f}" for x in got) if got else "none (MCAP_CORUN=off or not on a CPU)"
 
 
 def _spreads(rounds) -> list:

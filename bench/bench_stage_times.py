@@ -102,7 +102,7 @@ def main(argv=None) -> int:
         from mcap.core.errors import McapError
         try:
             replay(args.replay)
-        except (OSError, ValueError, KeyError, TypeError, AttributeError, McapError) as e:
+        except (OSError, McapError) as e:
             ap.error(f"--replay {args.replay}: not a sample kept by --save ({e})")
         return 0
     if args.repeats < 1:
@@ -236,17 +236,16 @@ def _save(path, args, setup, link, corun, balances, estimated, measured, alone_r
           together_rounds) -> None:
     """The sample as JSON (numbers and texts only): per partitioning the median run alone's
     stage times (what the estimate replays), every round's stage times alone and every
-    run's samples/s each way, with the
-    setup, the link and the co-run factors, so a change to the replay can be checked on
-    these same runs offline (``mcap.core.stagetime.samples_per_second``)."""
+    run's samples/s each way, with the setup, the link and the co-run factors, so a change
+    to the replay can be checked on these same runs offline (:func:`replay`). Stage times
+    in the store's form (``mcap.store.records.times_to_json``)."""
     import json
     from dataclasses import asdict
 
+    from mcap.store.records import times_to_json
+
     def times(run):
-        return None if not run.times else [
-            {"forward": t.forward, "backward": t.backward, "step": t.step,
-             "recv_bytes": t.recv_bytes, "send_bytes": t.send_bytes, "other": t.other}
-            for t in run.times]
+        return None if not run.times else json.loads(times_to_json(run.times))
     rows = []
     for i, b in enumerate(balances):
         rows.append({"balance": list(b), "estimated_status": estimated[i].status,
@@ -260,57 +259,77 @@ def _save(path, args, setup, link, corun, balances, estimated, measured, alone_r
            "repeats": args.repeats, "seed": args.seed,
            "link": {"latency": link.latency, "bytes_per_second": link.bytes_per_second,
                     "how": link.how, "slots": link.slots},
-           "corun": list(corun),
-           "rows": rows}
+           "corun": list(corun), "rows": rows}
     with open(path, "x") as f:  # a new file only: never overwrites
         json.dump(doc, f, indent=1)
     print(f"saved {len(rows)} partitionings to {path}")
 
 
+MAX_SAMPLE_BYTES = 64 << 20  # a kept sample of 30 partitionings x 3 rounds is about 1 MiB
+
+
 def replay(path) -> dict:
     """Estimate a sample kept by ``--save`` again (its stage times, link and co-run
     factors, with the current ``mcap.core.stagetime``); print and return the errors. The
-    file is read as JSON numbers and texts only."""
-    import json
-    import math
-
+    file is data: a regular file of JSON numbers and texts, every field checked
+    (``mcap.core.fields``, as the store's rows are); anything else raises McapError."""
+    from mcap.core import fields
+    from mcap.core.errors import McapError
     from mcap.core.evaluate import percentile
     from mcap.core.stagetime import Link, samples_per_second
-    from mcap.core.types import Setup, StageTimes
+    from mcap.core.types import Setup
+    from mcap.runner.machinecache import finite
 
-    def number(x) -> float:
-        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
-            raise ValueError(f"{x!r:.40} is not a finite number")
-        return float(x)
-
-    def stage(t) -> StageTimes:
-        rows = lambda xs: tuple(tuple(number(v) for v in row) for row in xs)  # noqa: E731
-        return StageTimes(rows(t["forward"]), rows(t["backward"]),
-                          tuple(number(v) for v in t["step"]), int(number(t["recv_bytes"])),
-                          int(number(t["send_bytes"])), tuple(number(v) for v in t["other"]))
-    with open(path, encoding="utf-8") as f:
-        doc = json.load(f)
-    fields = {k: v for k, v in doc["setup"].items()
-              if isinstance(v, (int, float, str)) and not isinstance(v, bool)}
-    setup = Setup(**fields)
-    ln = doc["link"]
-    link = Link(number(ln["latency"]), number(ln["bytes_per_second"]), str(ln["how"]),
-                int(number(ln["slots"])), tuple(number(x) for x in doc["corun"]))
+    r = fields.Reader(str(path), McapError)
+    path = Path(path)
+    if not path.is_file():
+        raise r.fail("file", "not a regular file")
+    with open(path, encoding="utf-8", errors="replace") as f:
+        text = f.read(MAX_SAMPLE_BYTES + 1)
+    if len(text) > MAX_SAMPLE_BYTES:
+        raise r.fail("file", f"larger than {MAX_SAMPLE_BYTES} bytes")
+    doc = r.obj(fields.loads(text, r, "file"), "file")
+    given = r.obj(r.need(doc, "setup", "file"), "setup")
+    setup = Setup(stages=r.int_(r.need(given, "stages", "setup"), "setup.stages", low=1,
+                                high=fields.MAX_COUNT),
+                  batch_size=r.int_(r.need(given, "batch_size", "setup"), "setup.batch_size",
+                                    low=1, high=fields.MAX_COUNT),
+                  chunks=r.int_(r.need(given, "chunks", "setup"), "setup.chunks", low=1,
+                                high=fields.MAX_COUNT),
+                  schedule=r.str_(r.need(given, "schedule", "setup"), "setup.schedule"))
+    ln = r.obj(r.need(doc, "link", "file"), "link")
+    bandwidth = r.need(ln, "bytes_per_second", "link")
+    if not finite(bandwidth) or bandwidth <= 0:
+        raise r.fail("link.bytes_per_second", f"expected a positive finite number, found "
+                                              f"{fields.show(bandwidth)}")
+    link = Link(r.num(r.need(ln, "latency", "link"), "link.latency"), float(bandwidth),
+                r.str_(r.need(ln, "how", "link"), "link.how"),
+                r.int_(r.need(ln, "slots", "link"), "link.slots", low=0, high=1024),
+                tuple(r.num(x, f"corun[{k}]")
+                      for k, x in enumerate(r.lst(doc.get("corun", []), "corun"))))
     errors = []
-    for row in doc["rows"]:
-        if row["estimated_status"] != "ok" or row["measured_status"] != "ok":
+    for k, row in enumerate(r.lst(r.need(doc, "rows", "file"), "rows")):
+        where = f"rows[{k}]"
+        row = r.obj(row, where)
+        if row.get("estimated_status") != "ok" or row.get("measured_status") != "ok":
             continue
-        measured = number(row["measured_samples_per_second"])
-        got = samples_per_second([stage(t) for t in row["stage_times"]], setup, link)
+        measured = r.num(r.need(row, "measured_samples_per_second", where),
+                         f"{where}.measured_samples_per_second")
+        times = fields.times_list(r.need(row, "stage_times", where), r,
+                                  f"{where}.stage_times", setup.stages)
+        if not times or measured <= 0:
+            raise r.fail(where, "no stage times or no measured samples/s")
+        got = samples_per_second(times, setup, link)
         errors.append((got - measured) / measured)
     if not errors:
-        raise ValueError("no partitioning ran both ways")
+        raise r.fail("rows", "no partitioning ran both ways")
     size = [abs(e) for e in errors]
     out = {"n": len(errors), "p50": 100 * percentile(size, 50), "p90": 100 * percentile(size, 90),
            "max": 100 * max(size), "above": sum(e > 0 for e in errors)}
-    print(f"{path}: {doc.get('model')}, seed {doc.get('seed')}, median of {doc.get('repeats')}; "
-          f"|estimated - measured| / measured over {out['n']}: p50 {out['p50']:.1f}%, p90 "
-          f"{out['p90']:.1f}%, max {out['max']:.1f}%; estimate above in {out['above']}")
+    print(f"{path}: {doc.get('model')!s:.80}, seed {doc.get('seed')!s:.20}, median of "
+          f"{doc.get('repeats')!s:.20}; |estimated - measured| / measured over {out['n']}: p50 "
+          f"{out['p50']:.1f}%, p90 {out['p90']:.1f}%, max {out['max']:.1f}%; estimate above "
+          f"in {out['above']}")
     return out
 
 

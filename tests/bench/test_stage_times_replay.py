@@ -63,7 +63,11 @@ def test_replay_reads_the_errors_of_the_kept_sample(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("text", [
-    "[1, 2]", "{}", "not json",
+    "[1, 2]", "{}", "not json", "[" * 200_000 + "]" * 200_000,
+    json.dumps({"setup": {"stages": "os:system", "batch_size": 8, "chunks": 2,
+                          "schedule": "gpipe"}, "link": {}, "rows": []}),
+    json.dumps({"setup": asdict(SETUP), "corun": [float("nan")], "rows": [],
+                "link": {"latency": 0, "bytes_per_second": 1e9, "how": "gloo", "slots": 1}}),
     json.dumps({"setup": {"stages": 2}, "link": {"latency": 1e400, "bytes_per_second": 1,
                                                  "how": "gloo", "slots": 1},
                 "corun": [], "rows": []}),

@@ -87,7 +87,9 @@ points = fig_space.space_points(sweep.runs, marks, estimate,
 ok = len(points)
 c = st.columns(4)
 c[0].metric("measured partitionings", len(sweep.runs))
-c[1].metric("ok with throughput", ok - int(points["estimated"].sum()))
+c[1].metric("ok with measured throughput", ok - int(points["estimated"].sum()),
+            help="timed on a run of the partitioning with its stages together; hollow points' "
+                 "throughput is estimated and not counted here")
 c[2].metric("on the Pareto front", int(points["pareto"].sum()))
 lowest = fig_over.headline(sweep).lowest_peak  # the Overview's own figure
 c[3].metric("lowest measured peak", fmt_bytes(lowest) if lowest is not None else "-",
@@ -111,6 +113,10 @@ elif composed:
                f"in the ranks and the error histogram below; the scatter shows the {ok:,} whose "
                "throughput was measured, so a pick among the composed ones has its rank in the "
                "table but no star.")
+
+alone = int((points["basis"] == fig_space.STAGE_TIMES).sum())
+if alone:
+    st.caption(fig_space.stage_times_sentence(alone, ok, sweep.extra))
 
 # The selection is settled before anything is drawn: a click (read from the chart's state)
 # or a choice in the box below (read from its state) moves the ring and the bars in the

@@ -32,6 +32,8 @@ concurrent runs is measured, not assumed: ``bench/bench_stage_times.py``, BENCHM
 """
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -70,6 +72,50 @@ class Link:
         processes of one host copies through the kernel on its cores, IPC and host copies
         of stages sharing a GPU run on that GPU; NCCL between GPUs of their own does not."""
         return self.how in ("gloo", "ipc", "host", "store")
+
+
+# A sweep's key (file and store) for the link its stage-time estimates were made over: what
+# the dashboard says a hollow point's throughput rests on (:func:`link_to_json`).
+KEY = "stage_time_link"
+MAX_CORUN = 1024  # factors kept for at most this many stages computing at once
+
+
+def link_to_json(link: Link) -> dict:
+    """``link`` as JSON numbers and texts (a sweep's :data:`KEY`)."""
+    return {"how": link.how, "latency": link.latency, "bytes_per_second": link.bytes_per_second,
+            "slots": link.slots, "corun": [float(x) for x in link.corun]}
+
+
+def _number(x, low: float) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) \
+        and x >= low
+
+
+def link_from_json(d) -> Optional[Link]:
+    """A Link back from :func:`link_to_json`'s form; None when absent or unreadable (a file
+    is data: numbers and texts only, each checked, the transport's name a plain word; the
+    page then names no link)."""
+    if not isinstance(d, dict):
+        return None
+    how, latency, bandwidth = d.get("how"), d.get("latency"), d.get("bytes_per_second")
+    slots, corun = d.get("slots", 0), d.get("corun", [])
+    if not (isinstance(how, str) and re.fullmatch(r"[A-Za-z0-9_.-]{0,40}", how) and _number(latency, 0.0)
+            and _number(bandwidth, 0.0) and bandwidth > 0 and isinstance(slots, int)
+            and not isinstance(slots, bool) and 0 <= slots <= MAX_CORUN
+            and isinstance(corun, list) and len(corun) <= MAX_CORUN
+            and all(_number(x, 1e-9) for x in corun)):
+        return None
+    return Link(float(latency), float(bandwidth), how, slots, tuple(float(x) for x in corun))
+
+
+def describe(link: Link) -> str:
+    """One line for a reader: the transport, latency, bandwidth, slots and co-run factors."""
+    share = (f"{link.slots} compute slot{'s' if link.slots != 1 else ''} shared"
+             if link.slots else "a device per stage")
+    corun = (", co-run factors " + " / ".join(f"{x:.2f}" for x in link.corun[:8])
+             + (" ..." if len(link.corun) > 8 else "")) if link.corun else ""
+    return (f"{link.how or 'link'} {1e6 * link.latency:.0f} us + "
+            f"{link.bytes_per_second / 1e9:.2f} GB/s per crossing, {share}{corun}")
 
 
 def op_order(schedule: str, stages: int, chunks: int) -> list[list[tuple[str, int]]]:

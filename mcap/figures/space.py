@@ -16,7 +16,13 @@ from mcap.core.types import Prediction, Run
 
 NOT_SAMPLED = "not in this sample"  # a pick the sweep did not measure (a sampled sweep)
 PAPER_ERROR = 0.14  # paper 4.2: 90% of VGG11 partitionings predicted within 14%
-POINT_COLUMNS = ["balance", "peak", "samples_per_second", "pareto", "marks", "estimated"]
+POINT_COLUMNS = ["balance", "peak", "samples_per_second", "pareto", "marks", "estimated", "basis"]
+# What a point's throughput rests on (``space_points``' "basis" column)
+MEASURED = "measured"  # timed on a concurrent run of the partitioning
+STAGE_TIMES = "stage times"  # replayed from its stages' own times run alone (mcap.core.stagetime)
+PER_LAYER = "per-layer model"  # a composed run's, from per-layer times (mcap.core.throughput)
+_HOVER = {MEASURED: "", STAGE_TIMES: " (estimated from its stages' times alone)",
+          PER_LAYER: " (estimated, per-layer model)"}
 
 
 @dataclass(frozen=True)
@@ -40,8 +46,9 @@ def pareto_front(peaks: list[int], throughputs: list[float]) -> list[bool]:
 def space_points(runs: tuple[Run, ...], marks: tuple[Mark, ...] = (),
                  estimate=None, composed: str = "all") -> pd.DataFrame:
     """One row per ok run with a throughput: balance string, peak bytes, samples/s, whether it
-    is on the Pareto front, the labels of the marks that picked it ("" if none), and whether
-    the throughput is estimated. ``estimate`` (``mcap.core.throughput.Estimate``) gives the
+    is on the Pareto front, the labels of the marks that picked it ("" if none), whether
+    the throughput is estimated, and what it rests on (``basis``: :data:`MEASURED`,
+    :data:`STAGE_TIMES` for a run whose stages ran alone, :data:`PER_LAYER`). ``estimate`` (``mcap.core.throughput.Estimate``) gives the
     composed runs, which have none measured, an estimated one: every composed run
     (``composed="all"``), or only the marked ones and the lowest peak (``"marks"``), so every
     pick has its star and the lowest point is the sweep's lowest measured peak without
@@ -63,8 +70,10 @@ def space_points(runs: tuple[Run, ...], marks: tuple[Mark, ...] = (),
     tput = [estimate.samples_per_second(r.balance) if e else float(r.samples_per_second)
             for r, e in zip(ok, est)]
     front = pareto_front(peaks, tput)
-    rows = [(balance_str(r.balance), r.peak, t, f, ", ".join(labels.get(tuple(r.balance), [])), e)
-            for r, t, f, e in zip(ok, tput, front, est)]
+    basis = [PER_LAYER if e else STAGE_TIMES if getattr(r, "estimated", False) else MEASURED
+             for r, e in zip(ok, est)]
+    rows = [(balance_str(r.balance), r.peak, t, f, ", ".join(labels.get(tuple(r.balance), [])),
+             b != MEASURED, b) for r, t, f, b in zip(ok, tput, front, basis)]
     return pd.DataFrame(rows, columns=POINT_COLUMNS).sort_values("peak", kind="stable").reset_index(drop=True)
 
 
@@ -103,6 +112,29 @@ def clicked_balance(state) -> Optional[str]:
     return None
 
 
+def stage_times_sentence(n: int, drawn: int, extra) -> str:
+    """The caption for ``n`` of ``drawn`` points whose throughput was replayed from their
+    stages' own times (``isolation stage``), naming the link the sweep recorded for it
+    (``extra``: the sweep's unknown keys; its ``mcap.core.stagetime.KEY``, data checked)."""
+    from mcap.core import stagetime
+    link = stagetime.link_from_json((extra or {}).get(stagetime.KEY))
+    over = (f" over the link measured on the machine ({stagetime.describe(link)})"
+            if link is not None else "")
+    return (f"{n:,} of the {drawn:,} points drawn have a throughput **estimated** (hollow) from "
+            "their stages' own times, each stage run alone as the sweep measured its memory, "
+            f"replayed in the schedule's order{over}; no run of them with the data flowing was "
+            "timed. On the project's 2-core CPU VM such estimates were within 7.5-18.5% (p90) "
+            "of concurrent runs (BENCHMARKS.md); `--isolation pipeline` times every run "
+            "together instead.")
+
+
+def _hover(points: pd.DataFrame, estimated: pd.Series) -> list:
+    """Each point's note after its samples/s: how its throughput was estimated, if it was."""
+    if "basis" in points:
+        return [_HOVER.get(b, " (estimated)") for b in points["basis"]]
+    return list(estimated.map({True: " (estimated)", False: ""}))
+
+
 def draw_space(points: pd.DataFrame, selected: Optional[str] = None, dataset: str = "") -> go.Figure:
     """Scatter (x: peak, y: samples/s), the Pareto front as a line, marks as large symbols.
     Trace 0 holds every point so a selection's point_index is a row of ``points``.
@@ -116,8 +148,7 @@ def draw_space(points: pd.DataFrame, selected: Optional[str] = None, dataset: st
     fig.add_scatter(x=x, y=points["samples_per_second"],
                     mode="markers", name="measured partitionings" + (
                         " (hollow: throughput estimated)" if estimated.any() else ""),
-                    customdata=list(zip(points["balance"],
-                                        estimated.map({True: " (estimated)", False: ""}))),
+                    customdata=list(zip(points["balance"], _hover(points, estimated))),
                     marker=dict(size=7, color="#1f77b4", opacity=0.55,
                                 symbol=["circle-open" if e else "circle" for e in estimated]),
                     hovertemplate="%{customdata[0]}<br>%{x:.1f} " + unit[0]

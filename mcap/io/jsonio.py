@@ -25,7 +25,10 @@ runs, as before. A run whose stages ran alone (``mcap.runner.alone``, issue 25) 
 ``"times"``: per stage ``{"forward": [[s, ...] per iteration], "backward": [...], "step":
 [s per iteration], "recv_bytes", "send_bytes"}``, and ``"estimated": true`` when its
 ``samples_per_second`` was estimated from them (``mcap.core.stagetime``) rather than timed
-on a run of the stages together.
+on a run of the stages together. A sweep that made such estimates names the link they were
+made over in its ``"stage_time_link"`` key (``{"how", "latency", "bytes_per_second",
+"slots", "corun"}``, ``stagetime.link_to_json``; kept as an unknown key, read by
+``stagetime.link_from_json`` as data, checked, None when unreadable).
 ``save`` is atomic (temp file in the same folder, fsync, rename), so a crash never
 leaves half a file. Every problem raises SchemaError naming the file and what was found.
 """

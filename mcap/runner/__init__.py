@@ -150,6 +150,8 @@ class Runner:
                                     timeout=self.timeout, group=engine.group(setup),
                                     startup_timeout=self.startup_timeout)
         self._closed = False
+        # the link this runner's estimates were made over (``estimate``; None before one)
+        self.estimate_link = None
         self.last_results: tuple = ()  # the StageResults of the latest run
         self._pool.start()
 
@@ -272,11 +274,12 @@ class Runner:
         from mcap.core import stagetime
         from mcap.runner.corun import factors_for
         from mcap.runner.link import link_for
-        info = self.model_info
-        link = dataclasses.replace(link_for(self.setup), corun=factors_for(
-            self._pool.spec, self.setup, info.num_layers,
-            sum(layer.param_bytes for layer in info.layers)))
-        return stagetime.samples_per_second(times, self.setup, link)
+        if self.estimate_link is None:  # measured or read once per machine, kept a day
+            info = self.model_info
+            self.estimate_link = dataclasses.replace(link_for(self.setup), corun=factors_for(
+                self._pool.spec, self.setup, info.num_layers,
+                sum(layer.param_bytes for layer in info.layers)))
+        return stagetime.samples_per_second(times, self.setup, self.estimate_link)
 
     def close(self) -> None:
         self._closed = True

@@ -163,6 +163,13 @@ class Measurer:
         return dataclasses.replace(run, samples_per_second=self.runner.estimate(run.times),
                                    estimated=True)
 
+    def estimate_link(self):
+        """The link (``mcap.core.stagetime.Link``) this measurer's estimates were made over;
+        None when none was made here (no runner opened, or runs whose stages ran together;
+        runs taken from the store keep the estimate they were stored with)."""
+        return getattr(self._runner, "estimate_link", None) if self._runner is not None \
+            else None
+
     def _report(self, balance, current: bool = False) -> None:
         if self.job is not None:
             self.store.update_job(self.job, done=self.bar.done, total=self.bar.total,

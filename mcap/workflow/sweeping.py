@@ -98,14 +98,27 @@ def sweep(spec: str, setup: Setup, out: Optional[Path], *, store: Store,
         bar.close()
         if any(r.times is not None and r.samples_per_second is None for r in runs):
             runs = tuple(m.estimate(r) for r in runs)  # composed from stages run alone
-        from mcap.workflow.estimate import KEY, estimate
-        est = estimate(info, setup, runs, stream=stream) \
-            if any(r.composed and r.samples_per_second is None for r in runs) else None
         result = Sweep(model=info, setup=setup, runs=runs, machine=m.machine,
-                       extra={KEY: est} if est else None)
+                       extra=_estimates(info, setup, runs, m, stream))
         if out is not None:
             jsonio.save(result, out)
         sweep_id = store.save_sweep(result, name=name)
     tally = Tally(m.measured, m.reused, time.monotonic() - started, runs, composed=composed,
                   cover=len(cover) if reuse else 0, alone=bool(reuse and alone))
     return SweepResult(result, sweep_id, tally)
+
+
+def _estimates(info, setup, runs, m, stream) -> Optional[dict]:
+    """The sweep's keys on its estimated throughputs: composed runs without one get the
+    per-layer model's (``mcap.workflow.estimate``); runs estimated from their stages' times
+    name the link that was done over (``mcap.core.stagetime.KEY``, for the reader:
+    pages/space.py). None when there is neither."""
+    from mcap.workflow.estimate import KEY, estimate
+    est = estimate(info, setup, runs, stream=stream) \
+        if any(r.composed and r.samples_per_second is None for r in runs) else None
+    extra = {KEY: est} if est else {}
+    link = m.estimate_link()
+    if link is not None and any(r.estimated for r in runs):
+        from mcap.core import stagetime
+        extra[stagetime.KEY] = stagetime.link_to_json(link)
+    return extra or None

@@ -188,3 +188,26 @@ def test_stages_computing_side_by_side_slow_each_other_as_measured():
     one = _times(1, 2)
     assert makespan(one, "gpipe", 2, Link(0.0, 1e12, corun=(1.0, 3.0))) \
         == makespan(one, "gpipe", 2, free)
+
+
+def test_a_sweeps_link_survives_json_and_hostile_values_are_refused():
+    """The link a sweep's stage-time estimates were made over rides in the sweep
+    (``stagetime.KEY``) so the dashboard can name it; a file is data, so anything but plain
+    numbers and a plain word reads as no link at all (the page then names none)."""
+    from mcap.core import stagetime
+    link = Link(115e-6, 2.27e9, "gloo", 2, (1.0, 1.06, 1.12, 1.14))
+    back = stagetime.link_from_json(json.loads(json.dumps(stagetime.link_to_json(link))))
+    assert back == link
+    assert "gloo 115 us + 2.27 GB/s" in stagetime.describe(back)
+    assert "2 compute slots shared" in stagetime.describe(back)
+    assert "1.00 / 1.06 / 1.12 / 1.14" in stagetime.describe(back)
+    assert "a device per stage" in stagetime.describe(Link(1e-5, 1e10, "nccl"))
+    good = stagetime.link_to_json(link)
+    for key, bad in (("how", "<b>x</b>"), ("how", "os:system"), ("how", 3), ("latency", -1.0),
+                     ("latency", float("nan")), ("latency", float("inf")), ("latency", True),
+                     ("latency", "1"), ("bytes_per_second", 0), ("bytes_per_second", None),
+                     ("slots", -1), ("slots", 2.5), ("slots", True), ("corun", [1.0, "x"]),
+                     ("corun", [0.0]), ("corun", [1.0] * 2000), ("corun", {"a": 1})):
+        assert stagetime.link_from_json({**good, key: bad}) is None, (key, bad)
+    for bad in (None, [], "gloo", 1e400, {"how": "gloo"}):
+        assert stagetime.link_from_json(bad) is None

@@ -69,9 +69,9 @@ def test_space_points_marks_and_front():
             run((3, 1), (7, 2), sps=12.0), run((1, 1), None, "oom"))
     marks = (space.Mark("exact", (2, 2)), space.Mark("bf", (2, 2)), space.Mark("uniform", (3, 1)))
     pts = space.space_points(runs, marks)
-    assert pts.values.tolist() == [["2-2", 6, 8.0, True, "exact, bf", False],
-                                   ["3-1", 7, 12.0, True, "uniform", False],
-                                   ["1-3", 9, 10.0, False, "", False]]
+    assert pts.values.tolist() == [["2-2", 6, 8.0, True, "exact, bf", False, "measured"],
+                                   ["3-1", 7, 12.0, True, "uniform", False, "measured"],
+                                   ["1-3", 9, 10.0, False, "", False, "measured"]]
     fig = space.draw_space(pts, selected="3-1")
     names = [tr.name for tr in fig.data]
     assert names == ["measured partitionings", "Pareto front", "bf", "exact", "uniform", "picks",
@@ -285,3 +285,30 @@ def test_measured_timeline_frame_lists_every_event_in_the_order_the_device_ran_i
     fig = fig_tl.draw_measured(evs, balance=(1, 1))
     assert len(fig.data) == 4
     assert memtimeline.events(Run((1, 1), "ok", (30, 40), 1.0)) is None
+
+
+def test_space_points_say_which_throughputs_rest_on_stage_times():
+    """A run whose stages ran alone has a throughput replayed from their times
+    (``Run.estimated``): drawn hollow, its hover says so, and the page's caption names the
+    link the sweep recorded (issue 25, item 2)."""
+    from mcap.core import stagetime
+
+    class Flat:
+        def samples_per_second(self, balance):
+            return 5.0
+    alone = Run((2, 2), "ok", (4, 4), 1.0, samples_per_second=3.0, estimated=True)
+    runs = (run((1, 3), (5, 9), sps=2.0), alone, Run((3, 1), "ok", (6, 7), 0.0, composed=True))
+    pts = space.space_points(runs, (), Flat()).set_index("balance")
+    assert pts["basis"].to_dict() == {"1-3": space.MEASURED, "2-2": space.STAGE_TIMES,
+                                      "3-1": space.PER_LAYER}
+    assert pts["estimated"].to_dict() == {"1-3": False, "2-2": True, "3-1": True}
+    fig = space.draw_space(space.space_points(runs, (), Flat()))
+    symbols = {c[0]: m for c, m in zip(fig.data[0].customdata, fig.data[0].marker.symbol)}
+    assert symbols == {"1-3": "circle", "2-2": "circle-open", "3-1": "circle-open"}
+    notes = {c[0]: c[1] for c in fig.data[0].customdata}
+    assert notes["2-2"] == " (estimated from its stages' times alone)" and notes["1-3"] == ""
+    link = stagetime.Link(115e-6, 2.27e9, "gloo", 2, (1.0, 1.06))
+    said = space.stage_times_sentence(1, 3, {stagetime.KEY: stagetime.link_to_json(link)})
+    assert said.startswith("1 of the 3 points drawn") and "gloo 115 us + 2.27 GB/s" in said
+    plain = space.stage_times_sentence(1, 3, {stagetime.KEY: {"how": "<script>"}})
+    assert "over the link" not in plain and "<script>" not in plain

@@ -161,9 +161,10 @@ def test_partition_space_points_marks_and_errors(bundled):
     _, profile, _, sweep = bundled
     at = page("space")
     assert not errors(at)
-    ok = [r for r in sweep.runs if r.status == "ok" and r.samples_per_second is not None]
+    ok = [r for r in sweep.runs if r.status == "ok" and r.samples_per_second is not None
+          and not r.estimated]
     assert metric(at, "measured partitionings") == str(len(sweep.runs))
-    assert metric(at, "ok with throughput") == str(len(ok))
+    assert metric(at, "ok with measured throughput") == str(len(ok))
     exact = recommend(profile, sweep.setup.stages, "exact")
     marks = frame(at, "method", "rank")
     row = marks[marks["method"] == "exact"].iloc[0]
@@ -564,14 +565,14 @@ def test_partition_space_can_show_composed_points_with_estimated_throughput(bund
         pytest.skip("the default sweep has no composed runs with an estimate")
     import json
     at = page("space")
-    measured = metric(at, "ok with throughput")
+    measured = metric(at, "ok with measured throughput")
     # the picks and the lowest peak are drawn with an estimate even with the box off (issue
     # 26, 5); the box draws every composed partitioning
     few = len(json.loads(at.get("plotly_chart")[0].proto.spec)["data"][0]["x"])
     assert any("the picks and the lowest peak" in c.value for c in at.caption)
     at.sidebar.checkbox(key="space-estimates").check().run()
     assert not errors(at)
-    assert metric(at, "ok with throughput") == measured  # estimates are not measurements
+    assert metric(at, "ok with measured throughput") == measured  # estimates are not measurements
     assert any("hollow points" in c.value for c in at.caption)
     assert "circle-open" in at.get("plotly_chart")[0].proto.spec
     assert len(json.loads(at.get("plotly_chart")[0].proto.spec)["data"][0]["x"]) == \
@@ -850,6 +851,28 @@ def test_partition_space_draws_every_pick_and_the_headlines_lowest_point(bundled
     assert {"exact", "bf", "uniform", "params"} <= stars, stars
     lowest = min(v for v in spec["data"][0]["x"])
     assert f"{lowest:.2f} MiB" == metric(at, "lowest measured peak")
+
+
+BERT = ("bundled:bert-l8-h256-s256-cpu4.profile.json",
+        "bundled:bert-l8-h256-s256-cpu4-full.sweep.json")
+
+
+def test_partition_space_says_which_throughputs_are_estimated_from_stages_alone():
+    """A sweep whose stages ran alone (the default) has no timed throughput: every point's
+    is replayed from its stages' own times. They were drawn as measured points and counted
+    as "ok with throughput" (issue 25, item 2)."""
+    import json
+    sweep = datasets.load(datasets.parse_ref(BERT[1]))
+    ok = [r for r in sweep.runs if r.status == "ok" and r.samples_per_second is not None]
+    assert ok and all(r.estimated for r in ok)  # the bundled file is such a sweep
+    at = page("space", profile=BERT[0], sweep=BERT[1])
+    assert not errors(at)
+    assert metric(at, "ok with measured throughput") == "0"
+    said = [c.value for c in at.caption if "stages' own times" in c.value]
+    assert said and f"{len(ok):,} of the {len(ok):,} points drawn" in said[0], said
+    spec = json.loads(at.get("plotly_chart")[0].proto.spec)
+    assert set(spec["data"][0]["marker"]["symbol"]) == {"circle-open"}
+    assert "estimated from its stages' times alone" in spec["data"][0]["customdata"][0][1]
 
 
 def test_partition_space_of_a_gpu_sweep_has_no_cpu_stand_in_section():

@@ -346,6 +346,12 @@ def test_stages_run_alone_are_each_measured_once_and_compose_every_partitioning(
     assert all(r.estimated and r.samples_per_second > 0 and len(r.times) == 4
                for r in result.sweep.runs)
     assert jsonio.load_sweep(out) == result.sweep
+    # the sweep names the link its estimates were made over, and that link gives them again
+    from mcap.core import stagetime
+    link = stagetime.link_from_json(result.sweep.extra[stagetime.KEY])
+    assert link is not None and link.how == "gloo" and link.bytes_per_second > 0
+    for r in result.sweep.runs:
+        assert stagetime.samples_per_second(r.times, SETUP, link) == r.samples_per_second
     # composed peaks are what measuring the partitioning whole reads, to the byte
     direct = sweep(MODEL, SETUP, None, store=store, stream=io.StringIO(), reuse=False,
                    balances=BALANCES[:3])

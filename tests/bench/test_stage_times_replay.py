@@ -88,3 +88,27 @@ def test_save_refuses_an_existing_file_before_running_anything(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "exists already" in out.stderr
     assert kept.read_text() == "mine"
+
+
+def test_replay_reads_the_runs_own_times_together_when_kept(tmp_path, capsys):
+    """Since session 5 a kept row also holds the stage times the run together recorded;
+    replayed with fair sharing only they say what the replay itself leaves out."""
+    path = sample(tmp_path, {1.0: 1.0})
+    doc = json.loads(path.read_text())
+    row = doc["rows"][0]
+    row["together_times"] = times(1.0)
+    fair = Link(LINK.latency, LINK.bytes_per_second, LINK.how, LINK.slots)
+    own = samples_per_second([StageTimes(
+        tuple(map(tuple, t["forward"])), tuple(map(tuple, t["backward"])), tuple(t["step"]),
+        t["recv_bytes"], t["send_bytes"], tuple(t["other"])) for t in times(1.0)], SETUP, fair)
+    path.write_text(json.dumps(doc))
+    got = bst.replay(path)
+    measured = row["measured_samples_per_second"]
+    assert got["own_mean"] == pytest.approx(100 * (own - measured) / measured)
+    assert got["own_mean"] > 0  # fair sharing alone is faster than with the co-run factors
+    assert "own stage times together" in capsys.readouterr().out
+    row["together_times"] = [{"forward": "os:system"}]
+    path.write_text(json.dumps(doc))
+    out = subprocess.run([sys.executable, str(SCRIPT), "--replay", str(path)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "together_times" in out.stderr

@@ -116,7 +116,7 @@ elif composed:
 
 alone = int((points["basis"] == fig_space.STAGE_TIMES).sum())
 if alone:
-    st.caption(fig_space.stage_times_sentence(alone, ok, sweep.extra))
+    st.caption(fig_space.stage_times_sentence(alone, ok, sweep.extra, sweep.setup.device))
 
 # The selection is settled before anything is drawn: a click (read from the chart's state)
 # or a choice in the box below (read from its state) moves the ring and the bars in the

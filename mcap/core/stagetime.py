@@ -99,8 +99,9 @@ def link_from_json(d) -> Optional[Link]:
         return None
     how, latency, bandwidth = d.get("how"), d.get("latency"), d.get("bytes_per_second")
     slots, corun = d.get("slots", 0), d.get("corun", [])
-    if not (isinstance(how, str) and re.fullmatch(r"[A-Za-z0-9_.-]{0,40}", how) and _number(latency, 0.0)
-            and _number(bandwidth, 0.0) and bandwidth > 0 and isinstance(slots, int)
+    if not (isinstance(how, str) and re.fullmatch(r"[A-Za-z0-9_.-]{0,40}", how)
+            and _number(latency, 0.0) and _number(bandwidth, 0.0) and bandwidth > 0
+            and isinstance(slots, int)
             and not isinstance(slots, bool) and 0 <= slots <= MAX_CORUN
             and isinstance(corun, list) and len(corun) <= MAX_CORUN
             and all(_number(x, 1e-9) for x in corun)):

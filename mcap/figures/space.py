@@ -48,8 +48,8 @@ def space_points(runs: tuple[Run, ...], marks: tuple[Mark, ...] = (),
     """One row per ok run with a throughput: balance string, peak bytes, samples/s, whether it
     is on the Pareto front, the labels of the marks that picked it ("" if none), whether
     the throughput is estimated, and what it rests on (``basis``: :data:`MEASURED`,
-    :data:`STAGE_TIMES` for a run whose stages ran alone, :data:`PER_LAYER`). ``estimate`` (``mcap.core.throughput.Estimate``) gives the
-    composed runs, which have none measured, an estimated one: every composed run
+    :data:`STAGE_TIMES` for a run whose stages ran alone, :data:`PER_LAYER`). ``estimate``
+    (``mcap.core.throughput.Estimate``) gives the composed runs, which have none measured, an estimated one: every composed run
     (``composed="all"``), or only the marked ones and the lowest peak (``"marks"``), so every
     pick has its star and the lowest point is the sweep's lowest measured peak without
     drawing thousands of estimated points."""
@@ -112,10 +112,19 @@ def clicked_balance(state) -> Optional[str]:
     return None
 
 
-def stage_times_sentence(n: int, drawn: int, extra) -> str:
+# How far such estimates landed from runs together (BENCHMARKS.md), by the sweep's device
+_STAGE_TIMES_ERROR = {
+    "cpu": "On the project's 2-core CPU VM they were within 7.5-18.5% (p90) of concurrent "
+           "runs, a few percent high",
+    "cuda": "On one H200, 12 such estimates (by the replay before `Link.on_compute`) were "
+            "within 17.7% (p90) of concurrent runs"}
+
+
+def stage_times_sentence(n: int, drawn: int, extra, device: str = "cpu") -> str:
     """The caption for ``n`` of ``drawn`` points whose throughput was replayed from their
     stages' own times (``isolation stage``), naming the link the sweep recorded for it
-    (``extra``: the sweep's unknown keys; its ``mcap.core.stagetime.KEY``, data checked)."""
+    (``extra``: the sweep's unknown keys; its ``mcap.core.stagetime.KEY``, data checked)
+    and how far such estimates landed on ``device``."""
     from mcap.core import stagetime
     link = stagetime.link_from_json((extra or {}).get(stagetime.KEY))
     over = (f" over the link measured on the machine ({stagetime.describe(link)})"
@@ -123,9 +132,8 @@ def stage_times_sentence(n: int, drawn: int, extra) -> str:
     return (f"{n:,} of the {drawn:,} points drawn have a throughput **estimated** (hollow) from "
             "their stages' own times, each stage run alone as the sweep measured its memory, "
             f"replayed in the schedule's order{over}; no run of them with the data flowing was "
-            "timed. On the project's 2-core CPU VM such estimates were within 7.5-18.5% (p90) "
-            "of concurrent runs (BENCHMARKS.md); `--isolation pipeline` times every run "
-            "together instead.")
+            f"timed. {_STAGE_TIMES_ERROR.get(device, _STAGE_TIMES_ERROR['cpu'])} "
+            "(BENCHMARKS.md); `--isolation pipeline` times every run together instead.")
 
 
 def _hover(points: pd.DataFrame, estimated: pd.Series) -> list:

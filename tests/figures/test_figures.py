@@ -312,3 +312,6 @@ def test_space_points_say_which_throughputs_rest_on_stage_times():
     assert said.startswith("1 of the 3 points drawn") and "gloo 115 us + 2.27 GB/s" in said
     plain = space.stage_times_sentence(1, 3, {stagetime.KEY: {"how": "<script>"}})
     assert "over the link" not in plain and "<script>" not in plain
+    assert "2-core CPU VM" in plain  # a CPU sweep's estimates are judged by CPU runs
+    gpu = space.stage_times_sentence(1, 3, None, "cuda")
+    assert "H200" in gpu and "CPU VM" not in gpu

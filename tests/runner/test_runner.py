@@ -204,6 +204,15 @@ def test_measure_command_prints_json_and_records_the_run(tmp_path):
     assert len(printed["peaks"]) == 2 and printed["peak"] == max(printed["peaks"])
     assert printed["breakdown"][1]["weights"] == 4 * P * 3
     assert printed["seconds"] > 0 and printed["samples_per_second"] > 0
+    # stages alone (the default): the throughput is estimated, over the link it names
+    from mcap.core import stagetime
+    assert printed["samples_per_second_estimated"] is True
+    link = stagetime.link_from_json(printed[stagetime.KEY])
+    assert link is not None and link.how == "gloo" and link.bytes_per_second > 0
+    text = subprocess.run([c for c in cmd[:-1] if c != "--json"] + [str(tmp_path / "t.sqlite")],
+                          capture_output=True, text=True, timeout=300)
+    assert text.returncode == 0 and "estimated from the stages' own times over gloo" \
+        in text.stdout, text.stdout
     store = Store(str(store_path))
     try:
         study = store.find_study(EXACT, TWO)

@@ -96,7 +96,7 @@ def cmd_measure(args) -> int:
         return (setup if plan is None else dataclasses.replace(setup, press=press_code(plan))), run
     return _measure_and_keep(args, setup, balance, isolation,
                              lambda runner: runner.measure(balance, press=plan), stored,
-                             lambda run: print_run(args, run, plan))
+                             lambda run, link=None: print_run(args, run, plan, link))
 
 
 def _measure_plan(args) -> int:
@@ -114,12 +114,13 @@ def _measure_plan(args) -> int:
     return _measure_and_keep(args, setup, plan.balance, getattr(args, "isolation", None),
                              lambda runner: runner.measure_plan(plan),
                              lambda run: (study_setup, stored_run(plan, run)),
-                             lambda run: _print_plan(args, plan, run))
+                             lambda run, link=None: _print_plan(args, plan, run))
 
 
 def _measure_and_keep(args, setup, current, isolation, measure, stored, show) -> int:
     """One measurement of ``measure(runner)`` in the store's job and the run's isolation,
-    kept as ``stored(run) -> (setup, run)`` and printed by ``show(run)``: exit 0 (ok), 1
+    kept as ``stored(run) -> (setup, run)`` and printed by ``show(run, link)`` (``link``:
+    what an estimated throughput was replayed over, or None): exit 0 (ok), 1
     (oom or failed), 143 (cancelled), or the store's refusal (exit 2) after the print.
 
     A dashboard job (--job ID, mcap.app.jobs.launch) sees running -> done/failed/cancelled,
@@ -136,12 +137,13 @@ def _measure_and_keep(args, setup, current, isolation, measure, stored, show) ->
             with open_runner(args.model, setup, timeout=args.timeout) as runner:
                 info, machine = runner.model_info, runner.machine
                 run = measure(runner)
+                link = getattr(runner, "estimate_link", None) if run.estimated else None
             keyed, kept = stored(run)
             # A busy store is waited for, and a run it still refuses is kept in its recovery
             # file: the result is printed either way, before the error (issue 28).
             unsaved = keep_measured(store, lambda: store.keep_run(
                 info, keyed, kept, kind="measure", job=args.job, machine=machine),
-                lambda: show(run))
+                lambda: show(run, link))
             if args.job is not None and unsaved is None:
                 store.update_job(args.job, done=1)
     except Cancelled:
@@ -154,10 +156,15 @@ def _measure_and_keep(args, setup, current, isolation, measure, stored, show) ->
     return 0 if run.status == "ok" else 1
 
 
-def print_run(args, run, plan) -> None:
+def print_run(args, run, plan, link=None) -> None:
+    """The run as text or ``--json``; ``link``: the one an estimated throughput was
+    replayed over (``mcap.core.stagetime``), named in both."""
+    from mcap.core import stagetime
     from mcap.core.setup import press_code
     if args.json:
         out = run_json(run)
+        if link is not None:
+            out[stagetime.KEY] = stagetime.link_to_json(link)
         if plan is not None:
             out["press"] = {"plan": str(args.press), "actions": plan.counts(),
                             "code": press_code(plan)}
@@ -167,8 +174,9 @@ def print_run(args, run, plan) -> None:
         if run.peaks:
             for i, peak in enumerate(run.peaks):
                 print(f"  stage {i}: peak {peak} bytes ({mib(peak)})")
-            how = ("estimated from the stages' own times" if run.estimated
-                   else "timed on the stages running together")
+            how = ("estimated from the stages' own times" + (
+                f" over {stagetime.describe(link)}" if link is not None else "")
+                   if run.estimated else "timed on the stages running together")
             rate = (f"{run.samples_per_second:.1f} samples/s ({how})"
                     if run.samples_per_second else "throughput not known")
             print(f"  peak {run.peak} bytes ({mib(run.peak)}), {rate}")

@@ -96,7 +96,17 @@ c[3].metric("lowest measured peak", fmt_bytes(lowest) if lowest is not None else
             help="over every ok partitioning of the sweep, composed ones included (as on the "
                  "Overview), not only the points drawn")
 composed = sum(1 for r in sweep.runs if r.status == "ok" and getattr(r, "composed", False))
-drawn = int(points["estimated"].sum())
+# composed runs of stages run alone have a throughput replayed from those stages' times
+# (the caption below says so); the others have none of their own
+timed = sum(1 for r in sweep.runs if r.status == "ok" and getattr(r, "composed", False)
+            and r.samples_per_second is not None)
+drawn = int((points["basis"] == fig_space.PER_LAYER).sum())
+if composed and timed == composed:
+    st.caption(f"{composed:,} of these partitionings were composed from the stages of measured "
+               "ones (stage reuse: exact per-stage peaks).")
+    composed = 0
+else:
+    composed -= timed
 if composed and estimate is not None:
     how = (f"Their throughput is **estimated** (hollow points) from per-layer times through "
            f"GPipe's bubble model, scaled on the {estimate.n:,} measured runs; on those it is off "
@@ -111,7 +121,7 @@ elif composed:
     st.caption(f"{composed:,} of these partitionings were composed from the stages of measured "
                "ones (stage reuse: exact per-stage peaks, no measured throughput). They count "
                f"in the ranks and the error histogram below; the scatter shows the {ok:,} whose "
-               "throughput was measured, so a pick among the composed ones has its rank in the "
+               "throughput is known, so a pick among the composed ones has its rank in the "
                "table but no star.")
 
 alone = int((points["basis"] == fig_space.STAGE_TIMES).sum())

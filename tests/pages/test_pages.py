@@ -870,6 +870,12 @@ def test_partition_space_says_which_throughputs_are_estimated_from_stages_alone(
     assert metric(at, "ok with measured throughput") == "0"
     said = [c.value for c in at.caption if "stages' own times" in c.value]
     assert said and f"{len(ok):,} of the {len(ok):,} points drawn" in said[0], said
+    # its composed runs have such a throughput too: nothing says they have none or no star
+    composed = sum(1 for r in ok if r.composed)
+    assert composed and any(f"{composed:,} of these partitionings were composed" in c.value
+                            for c in at.caption)
+    assert not [c.value for c in at.caption if "no measured throughput" in c.value
+                or "no star" in c.value]
     spec = json.loads(at.get("plotly_chart")[0].proto.spec)
     assert set(spec["data"][0]["marker"]["symbol"]) == {"circle-open"}
     assert "estimated from its stages' times alone" in spec["data"][0]["customdata"][0][1]

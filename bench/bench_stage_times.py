@@ -17,8 +17,8 @@ measured samples/s. The same stage times are also replayed with fair sharing onl
 estimate before the co-run factors), so both are compared on one set of runs; and on the
 CPU the stage times the run together recorded (its ops' costs under the real contention)
 are replayed with fair sharing too: their error is what the replay itself leaves out
-(BENCHMARKS.md, session 5: +6-7%, above in 30 of 30). Prints each pair, the error percentiles, the link
-and the load average before and after (on a shared CPU other processes' work slows the
+(BENCHMARKS.md, session 5: +6-7%, above in 30 of 30). Prints each pair, the error
+percentiles, the link and the load average before and after (on a shared CPU other processes' work slows the
 concurrent run and not the stages' CPU seconds: read the figures with the load).
 Also checks that the two isolations read the same peaks (CPU: to the byte).
 

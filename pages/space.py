@@ -98,15 +98,15 @@ c[3].metric("lowest measured peak", fmt_bytes(lowest) if lowest is not None else
 composed = sum(1 for r in sweep.runs if r.status == "ok" and getattr(r, "composed", False))
 # composed runs of stages run alone have a throughput replayed from those stages' times
 # (the caption below says so); the others have none of their own
-timed = sum(1 for r in sweep.runs if r.status == "ok" and getattr(r, "composed", False)
+rated = sum(1 for r in sweep.runs if r.status == "ok" and getattr(r, "composed", False)
             and r.samples_per_second is not None)
 drawn = int((points["basis"] == fig_space.PER_LAYER).sum())
-if composed and timed == composed:
+if composed and rated == composed:
     st.caption(f"{composed:,} of these partitionings were composed from the stages of measured "
                "ones (stage reuse: exact per-stage peaks).")
     composed = 0
 else:
-    composed -= timed
+    composed -= rated
 if composed and estimate is not None:
     how = (f"Their throughput is **estimated** (hollow points) from per-layer times through "
            f"GPipe's bubble model, scaled on the {estimate.n:,} measured runs; on those it is off "

@@ -227,6 +227,27 @@ def test_measure_command_prints_json_and_records_the_run(tmp_path):
     assert "balance sums to 3 but the model has 4 layers" in bad.stderr
 
 
+def test_sweep_command_says_its_throughputs_are_estimated_and_over_which_link(tmp_path):
+    """Stages run alone (the default): every run's samples/s is replayed from its stages'
+    times; the sweep says so, names the link, and the file keeps it (issue 25, item 2)."""
+    import subprocess
+    import sys
+
+    from mcap.core import stagetime
+    from mcap.io import jsonio
+    out = subprocess.run([sys.executable, "-m", "mcap", "sweep", "--model", EXACT, "--stages",
+                          "2", "--batch-size", "4", "--chunks", "2", "--store",
+                          str(tmp_path / "s.sqlite"), "--out", str(tmp_path / "s.json")],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    saved = jsonio.load_sweep(tmp_path / "s.json")
+    n = len(saved.runs)
+    assert n == 3 and all(r.estimated for r in saved.runs)
+    link = stagetime.describe(stagetime.link_from_json(saved.extra[stagetime.KEY]))
+    assert f"the throughput of {n} of {n} runs is estimated from their stages' own times " \
+           f"over {link}" in out.stdout, out.stdout
+
+
 def test_a_stage_without_parameters_trains_too():
     """VGG's lone ReLU or pooling layer as a stage: nothing to update, still measured."""
     with open_runner(SMALL_VGG, Setup(stages=3, batch_size=4, chunks=2), timeout=120) as r:

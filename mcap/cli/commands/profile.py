@@ -201,8 +201,23 @@ def cmd_sweep(args) -> int:
                        seed=args.seed, job=args.job, timeout=args.timeout, reuse=args.reuse)
         _write(result.sweep, args.out, "sweep", result.sweep_id, store)
         print(profiling.summary("sweep", result.tally, args.out, result.sweep_id))
+        said = _estimated_line(result.sweep)
+        if said:
+            print(said)
         return 0
     return _run(args, action)
+
+
+def _estimated_line(sweep) -> str:
+    """What a sweep's throughputs estimated from stages run alone rest on ("" if none)."""
+    from mcap.core import stagetime
+    n = sum(1 for r in sweep.runs if r.estimated)
+    if not n:
+        return ""
+    link = stagetime.link_from_json((sweep.extra or {}).get(stagetime.KEY))
+    over = f" over {stagetime.describe(link)}" if link is not None else ""
+    return (f"sweep: the throughput of {n} of {len(sweep.runs)} runs is estimated from their "
+            f"stages' own times{over}; --isolation pipeline times the stages together")
 
 
 __all__ = ["register", "cmd_profile", "cmd_sweep", "variant_lines"]

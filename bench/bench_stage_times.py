@@ -295,12 +295,13 @@ def replay(path) -> dict:
     factors, with the current ``mcap.core.stagetime``); print and return the errors. The
     file is data: a regular file of JSON numbers and texts, every field checked
     (``mcap.core.fields``, as the store's rows are); anything else raises McapError."""
+    import dataclasses
+
     from mcap.core import fields
     from mcap.core.errors import McapError
     from mcap.core.evaluate import percentile
-    from mcap.core.stagetime import Link, samples_per_second
+    from mcap.core.stagetime import read_link, samples_per_second
     from mcap.core.types import Setup
-    from mcap.runner.machinecache import finite
 
     r = fields.Reader(str(path), McapError)
     path = Path(path)
@@ -319,16 +320,10 @@ def replay(path) -> dict:
                   chunks=r.int_(r.need(given, "chunks", "setup"), "setup.chunks", low=1,
                                 high=fields.MAX_COUNT),
                   schedule=r.str_(r.need(given, "schedule", "setup"), "setup.schedule"))
+    # the link as kept, its co-run factors beside it at the top (link_to_json's form once joined)
     ln = r.obj(r.need(doc, "link", "file"), "link")
-    bandwidth = r.need(ln, "bytes_per_second", "link")
-    if not finite(bandwidth) or bandwidth <= 0:
-        raise r.fail("link.bytes_per_second", f"expected a positive finite number, found "
-                                              f"{fields.show(bandwidth)}")
-    link = Link(r.num(r.need(ln, "latency", "link"), "link.latency"), float(bandwidth),
-                r.str_(r.need(ln, "how", "link"), "link.how"),
-                r.int_(r.need(ln, "slots", "link"), "link.slots", low=0, high=1024),
-                tuple(r.num(x, f"corun[{k}]")
-                      for k, x in enumerate(r.lst(doc.get("corun", []), "corun"))))
+    link = read_link({**ln, "corun": doc.get("corun", [])}, r, "link")
+    fair = dataclasses.replace(link, corun=())  # what the runs' own times are replayed over
     errors, own_errors = [], []
     for k, row in enumerate(r.lst(r.need(doc, "rows", "file"), "rows")):
         where = f"rows[{k}]"
@@ -346,7 +341,6 @@ def replay(path) -> dict:
         if row.get("together_times") is not None:  # kept since session 5
             own = fields.times_list(row["together_times"], r, f"{where}.together_times",
                                     setup.stages)
-            fair = Link(link.latency, link.bytes_per_second, link.how, link.slots)
             own_errors.append((samples_per_second(own, setup, fair) - measured) / measured)
     if not errors:
         raise r.fail("rows", "no partitioning ran both ways")

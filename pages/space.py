@@ -84,10 +84,9 @@ if estimate is not None:
     remember("estimates", "1" if show_estimates else "0")
 points = fig_space.space_points(sweep.runs, marks, estimate,
                                 composed="all" if show_estimates else "marks")
-ok = len(points)
 c = st.columns(4)
 c[0].metric("measured partitionings", len(sweep.runs))
-c[1].metric("ok with measured throughput", ok - int(points["estimated"].sum()),
+c[1].metric("ok with measured throughput", int((points["basis"] == fig_space.MEASURED).sum()),
             help="timed on a run of the partitioning with its stages together; hollow points' "
                  "throughput is estimated and not counted here")
 c[2].metric("on the Pareto front", int(points["pareto"].sum()))
@@ -95,38 +94,8 @@ lowest = fig_over.headline(sweep).lowest_peak  # the Overview's own figure
 c[3].metric("lowest measured peak", fmt_bytes(lowest) if lowest is not None else "-",
             help="over every ok partitioning of the sweep, composed ones included (as on the "
                  "Overview), not only the points drawn")
-composed = sum(1 for r in sweep.runs if r.status == "ok" and getattr(r, "composed", False))
-# composed runs of stages run alone have a throughput replayed from those stages' times
-# (the caption below says so); the others have none of their own
-rated = sum(1 for r in sweep.runs if r.status == "ok" and getattr(r, "composed", False)
-            and r.samples_per_second is not None)
-drawn = int((points["basis"] == fig_space.PER_LAYER).sum())
-if composed and rated == composed:
-    st.caption(f"{composed:,} of these partitionings were composed from the stages of measured "
-               "ones (stage reuse: exact per-stage peaks).")
-    composed = 0
-else:
-    composed -= rated
-if composed and estimate is not None:
-    how = (f"Their throughput is **estimated** (hollow points) from per-layer times through "
-           f"GPipe's bubble model, scaled on the {estimate.n:,} measured runs; on those it is off "
-           f"by {100 * estimate.p50:.0f}% (median) and {100 * estimate.p90:.0f}% (p90), so read "
-           "their height as a rough guide, their peak as exact.")
-    shown = ("" if show_estimates else
-             f" The scatter draws {drawn:,} of them (the picks and the lowest peak); the sidebar "
-             "draws them all.")
-    st.caption(f"{composed:,} of these partitionings were composed from the stages of measured "
-               "ones (stage reuse: exact per-stage peaks, no measured throughput). " + how + shown)
-elif composed:
-    st.caption(f"{composed:,} of these partitionings were composed from the stages of measured "
-               "ones (stage reuse: exact per-stage peaks, no measured throughput). They count "
-               f"in the ranks and the error histogram below; the scatter shows the {ok:,} whose "
-               "throughput is known, so a pick among the composed ones has its rank in the "
-               "table but no star.")
-
-alone = int((points["basis"] == fig_space.STAGE_TIMES).sum())
-if alone:
-    st.caption(fig_space.stage_times_sentence(alone, ok, sweep.extra, sweep.setup.device))
+for note in fig_space.throughput_notes(sweep, points, estimate, show_estimates):
+    st.caption(note)
 
 # The selection is settled before anything is drawn: a click (read from the chart's state)
 # or a choice in the box below (read from its state) moves the ring and the bars in the

@@ -37,6 +37,7 @@ import re
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
+from mcap.core import fields
 from mcap.core.errors import McapError
 from mcap.core.types import SCHEDULES, StageTimes
 
@@ -77,7 +78,6 @@ class Link:
 # A sweep's key (file and store) for the link its stage-time estimates were made over: what
 # the dashboard says a hollow point's throughput rests on (:func:`link_to_json`).
 KEY = "stage_time_link"
-MAX_CORUN = 1024  # factors kept for at most this many stages computing at once
 
 
 def link_to_json(link: Link) -> dict:
@@ -86,27 +86,44 @@ def link_to_json(link: Link) -> dict:
             "slots": link.slots, "corun": [float(x) for x in link.corun]}
 
 
-def _number(x, low: float) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) \
-        and x >= low
+MAX_CORUN = 1024  # co-run factors a link may carry (one per number of stages computing)
+
+
+def read_link(d, r: fields.Reader, where: str = "link") -> Link:
+    """A Link in :func:`link_to_json`'s form, checked as every file's fields are
+    (``mcap.core.fields``): the transport a plain word, latency seconds, a positive finite
+    bandwidth (bytes/s, beyond ``Reader.num``'s range), compute slots, and positive co-run
+    factors; anything else raises ``r``'s error naming the field."""
+    d = r.obj(d, where)
+    how = r.str_(r.need(d, "how", where), f"{where}.how")
+    if not re.fullmatch(r"[A-Za-z0-9_.-]{0,40}", how):
+        raise r.fail(f"{where}.how", f"expected a transport's name, found {fields.show(how)}")
+    bandwidth = r.need(d, "bytes_per_second", where)
+    try:
+        ok = not isinstance(bandwidth, bool) and isinstance(bandwidth, (int, float)) \
+            and math.isfinite(bandwidth) and bandwidth > 0
+    except OverflowError:  # an integer beyond any float
+        ok = False
+    if not ok:
+        raise r.fail(f"{where}.bytes_per_second",
+                     f"expected a positive finite number, found {fields.show(bandwidth)}")
+    factors = r.lst(d.get("corun", []), f"{where}.corun")
+    if len(factors) > MAX_CORUN:
+        raise r.fail(f"{where}.corun", f"{len(factors):,} factors, more than {MAX_CORUN:,}")
+    corun = tuple(r.num(x, f"{where}.corun[{k}]") for k, x in enumerate(factors))
+    if any(x <= 0 for x in corun):
+        raise r.fail(f"{where}.corun", "a factor of 0: every factor must be positive")
+    return Link(r.num(r.need(d, "latency", where), f"{where}.latency"), float(bandwidth), how,
+                r.int_(d.get("slots", 0), f"{where}.slots", low=0, high=MAX_CORUN), corun)
 
 
 def link_from_json(d) -> Optional[Link]:
-    """A Link back from :func:`link_to_json`'s form; None when absent or unreadable (a file
-    is data: numbers and texts only, each checked, the transport's name a plain word; the
+    """:func:`read_link` of a sweep's :data:`KEY`; None when absent or unreadable (the
     page then names no link)."""
-    if not isinstance(d, dict):
+    try:
+        return read_link(d, fields.Reader(KEY, McapError))
+    except McapError:
         return None
-    how, latency, bandwidth = d.get("how"), d.get("latency"), d.get("bytes_per_second")
-    slots, corun = d.get("slots", 0), d.get("corun", [])
-    if not (isinstance(how, str) and re.fullmatch(r"[A-Za-z0-9_.-]{0,40}", how)
-            and _number(latency, 0.0) and _number(bandwidth, 0.0) and bandwidth > 0
-            and isinstance(slots, int)
-            and not isinstance(slots, bool) and 0 <= slots <= MAX_CORUN
-            and isinstance(corun, list) and len(corun) <= MAX_CORUN
-            and all(_number(x, 1e-9) for x in corun)):
-        return None
-    return Link(float(latency), float(bandwidth), how, slots, tuple(float(x) for x in corun))
 
 
 def describe(link: Link) -> str:

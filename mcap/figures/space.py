@@ -49,8 +49,8 @@ def space_points(runs: tuple[Run, ...], marks: tuple[Mark, ...] = (),
     is on the Pareto front, the labels of the marks that picked it ("" if none), whether
     the throughput is estimated, and what it rests on (``basis``: :data:`MEASURED`,
     :data:`STAGE_TIMES` for a run whose stages ran alone, :data:`PER_LAYER`). ``estimate``
-    (``mcap.core.throughput.Estimate``) gives the composed runs, which have none measured, an estimated one: every composed run
-    (``composed="all"``), or only the marked ones and the lowest peak (``"marks"``), so every
+    (``mcap.core.throughput.Estimate``) gives the composed runs, which have none measured, an
+    estimated one: every composed run (``composed="all"``), or only the marked ones and the lowest peak (``"marks"``), so every
     pick has its star and the lowest point is the sweep's lowest measured peak without
     drawing thousands of estimated points."""
     if composed not in ("all", "marks"):
@@ -136,11 +136,43 @@ def stage_times_sentence(n: int, drawn: int, extra, device: str = "cpu") -> str:
             "(BENCHMARKS.md); `--isolation pipeline` times every run together instead.")
 
 
-def _hover(points: pd.DataFrame, estimated: pd.Series) -> list:
-    """Each point's note after its samples/s: how its throughput was estimated, if it was."""
-    if "basis" in points:
-        return [_HOVER.get(b, " (estimated)") for b in points["basis"]]
-    return list(estimated.map({True: " (estimated)", False: ""}))
+def throughput_notes(sweep, points: pd.DataFrame, estimate, show_all: bool) -> list[str]:
+    """The captions under the partition space's figures on what its throughputs rest on:
+    composed runs (stage reuse) and whether they have one (``estimate``: the per-layer model,
+    ``mcap.core.throughput``; ``show_all``: every composed run drawn with it, else the picks
+    and the lowest peak), and the points replayed from stages run alone
+    (:func:`stage_times_sentence`). ``points``: :func:`space_points` of ``sweep.runs``."""
+    notes = []
+    ok = [r for r in sweep.runs if r.status == "ok" and getattr(r, "composed", False)]
+    # composed runs of stages run alone have a throughput replayed from those stages' times
+    # (the last note says so); the others have none of their own
+    bare = sum(1 for r in ok if r.samples_per_second is None)
+
+    def reuse(n: int) -> str:
+        return (f"{n:,} of these partitionings were composed from the stages of measured ones "
+                "(stage reuse: exact per-stage peaks")
+    if ok and not bare:
+        notes.append(reuse(len(ok)) + ").")
+    elif bare and estimate is not None:
+        drawn = int((points["basis"] == PER_LAYER).sum())
+        shown = ("" if show_all else
+                 f" The scatter draws {drawn:,} of them (the picks and the lowest peak); the "
+                 "sidebar draws them all.")
+        notes.append(reuse(bare) + ", no measured throughput). Their throughput "
+                     "is **estimated** (hollow points) from per-layer times through GPipe's "
+                     f"bubble model, scaled on the {estimate.n:,} measured runs; on those it is "
+                     f"off by {100 * estimate.p50:.0f}% (median) and {100 * estimate.p90:.0f}% "
+                     "(p90), so read their height as a rough guide, their peak as exact."
+                     + shown)
+    elif bare:
+        notes.append(reuse(bare) + ", no measured throughput). They count in the "
+                     "ranks and the error histogram below; the scatter shows the "
+                     f"{len(points):,} whose throughput is known, so a pick among the composed "
+                     "ones has its rank in the table but no star.")
+    alone = int((points["basis"] == STAGE_TIMES).sum())
+    if alone:
+        notes.append(stage_times_sentence(alone, len(points), sweep.extra, sweep.setup.device))
+    return notes
 
 
 def draw_space(points: pd.DataFrame, selected: Optional[str] = None, dataset: str = "") -> go.Figure:
@@ -156,7 +188,7 @@ def draw_space(points: pd.DataFrame, selected: Optional[str] = None, dataset: st
     fig.add_scatter(x=x, y=points["samples_per_second"],
                     mode="markers", name="measured partitionings" + (
                         " (hollow: throughput estimated)" if estimated.any() else ""),
-                    customdata=list(zip(points["balance"], _hover(points, estimated))),
+                    customdata=list(zip(points["balance"], points["basis"].map(_HOVER))),
                     marker=dict(size=7, color="#1f77b4", opacity=0.55,
                                 symbol=["circle-open" if e else "circle" for e in estimated]),
                     hovertemplate="%{customdata[0]}<br>%{x:.1f} " + unit[0]

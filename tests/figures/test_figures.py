@@ -315,3 +315,37 @@ def test_space_points_say_which_throughputs_rest_on_stage_times():
     assert "2-core CPU VM" in plain  # a CPU sweep's estimates are judged by CPU runs
     gpu = space.stage_times_sentence(1, 3, None, "cuda")
     assert "H200" in gpu and "CPU VM" not in gpu
+
+
+def test_throughput_notes_say_what_each_composed_and_estimated_point_rests_on():
+    """The partition-space captions, from the sweep: composed runs with no throughput (with
+    or without the per-layer model), composed runs replayed from stages alone, and the
+    stage-times note (moved out of pages/space.py)."""
+    from types import SimpleNamespace
+
+    class Flat:
+        n, p50, p90 = 3, 0.1, 0.2
+
+        def samples_per_second(self, balance):
+            return 5.0
+
+    def sweep(*runs):
+        return SimpleNamespace(runs=runs, extra=None, setup=SimpleNamespace(device="cpu"))
+    measured = run((1, 3), (5, 9), sps=2.0)
+    bare = Run((2, 2), "ok", (4, 4), 0.0, composed=True)
+    alone = Run((3, 1), "ok", (6, 7), 0.0, samples_per_second=3.0, composed=True,
+                estimated=True)
+    s = sweep(measured, bare)
+    plain = space.throughput_notes(s, space.space_points(s.runs), None, False)
+    assert len(plain) == 1 and plain[0].startswith("1 of these partitionings were composed")
+    assert "no star" in plain[0] and "the 1 whose throughput is known" in plain[0]
+    modelled = space.throughput_notes(s, space.space_points(s.runs, (), Flat(), "marks"),
+                                      Flat(), False)
+    assert "per-layer times" in modelled[0] and "The scatter draws 1 of them" in modelled[0]
+    s = sweep(measured, alone)
+    notes = space.throughput_notes(s, space.space_points(s.runs), None, False)
+    assert notes[0] == ("1 of these partitionings were composed from the stages of measured "
+                        "ones (stage reuse: exact per-stage peaks).")
+    assert notes[1].startswith("1 of the 2 points drawn have a throughput **estimated**")
+    assert space.throughput_notes(sweep(measured), space.space_points((measured,)), None,
+                                  False) == []

@@ -96,7 +96,7 @@ def measure(spec: str, setup: Setup, num_layers: int, k: int,
     parameter bytes must fit in host memory before any starts (``TooLarge`` otherwise)."""
     from mcap.models.limits import check_allocation
     from mcap.models.spec import is_trusted
-    from mcap.runner.machine import thread_env
+    from mcap.runner.machine import process_env
 
     slices = even_slices(num_layers, k)
     k = len(slices)
@@ -115,7 +115,7 @@ def measure(spec: str, setup: Setup, num_layers: int, k: int,
         outs = []
         for out in machinecache.run_processes("mcap.runner.corun",
                                               [(tmp, rank, k) for rank in range(k)],
-                                              thread_env(int(setup.threads)), TIMEOUT_S, what):
+                                              process_env(int(setup.threads)), TIMEOUT_S, what):
             try:
                 outs.append(json.loads(out.strip().splitlines()[-1]))
             except (ValueError, IndexError):

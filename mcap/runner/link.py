@@ -103,7 +103,8 @@ def keep(machine: str, link: Link) -> None:
 def measure(device: str, how: str) -> Link:
     """Ping-pong between two fresh processes through ``how`` (module docstring)."""
     with tempfile.TemporaryDirectory(prefix="mcap-link-") as tmp:
-        env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        from mcap.runner.machine import process_env
+        env = process_env(1)
         if how in ("ipc", "host", "store"):
             env["MCAP_EXCHANGE"] = how
         outs = machinecache.run_processes("mcap.runner.link",

@@ -26,6 +26,25 @@ def thread_env(threads: int) -> dict[str, str]:
     return {name: str(int(threads)) for name in THREAD_VARIABLES}
 
 
+# glibc's malloc starts by giving blocks over 128 KiB their own mmap, returned to the
+# kernel when freed, and raises that threshold as the process frees larger blocks (its
+# "dynamic threshold"); trimming gives the heap's free top back too. So how many pages an
+# op faults in, and so its time, depends on what the process freed before: a VGG11
+# iteration (image 32, batch 8 x 4, 1 thread) took 0.33 s with 55,000-64,000 page faults,
+# or in another process 0.24 and 0.32 s alternately, and 0.23 s with no faults once both
+# thresholds are fixed (BENCHMARKS.md, session 6). Fixed, every stage process times its
+# ops from the same heap state: a partitioning's own runs spread p90 5.5% instead of 12%.
+# Peaks are unchanged: the CPU counter (mcap.runner.memtrack) counts tensors' bytes, not
+# pages. Other C libraries ignore these variables.
+MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(4 << 30), "MALLOC_TRIM_THRESHOLD_": str(16 << 30)}
+
+
+def process_env(threads: int) -> dict[str, str]:
+    """The environment a stage process (or a helper measuring the machine for one) starts
+    with: ``threads`` intra-op threads and glibc's malloc thresholds fixed (MALLOC_ENV)."""
+    return {**thread_env(threads), **MALLOC_ENV}
+
+
 def pin_threads(threads: int) -> None:
     """Run this process's intra-op work on exactly ``threads`` threads."""
     import torch

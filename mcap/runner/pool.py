@@ -30,7 +30,7 @@ from mcap.core.errors import McapError
 from mcap.runner.protocol import Hello, Init, Job, Reply, StageResult, Stop
 from mcap.core.machine import Machine
 from mcap.core.types import ModelInfo, Setup
-from mcap.runner.machine import thread_env
+from mcap.runner.machine import process_env
 from mcap.runner.slots import SlotDispatch
 from mcap.runner.workers import Forked, Spawned
 from mcap.runner.zygote import Zygote
@@ -82,8 +82,10 @@ class WorkerPool:
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(_REPO), os.getcwd(), env.get("PYTHONPATH", "")) if p)
         # Exactly the setup's threads, whatever the caller's environment says: a CPU
-        # stage's peak depends on them (Setup.threads, issue 11).
-        env.update(thread_env(self.setup.threads))
+        # stage's peak depends on them (Setup.threads, issue 11); and malloc's thresholds
+        # fixed, so its times do not depend on what the process ran before
+        # (machine.MALLOC_ENV).
+        env.update(process_env(self.setup.threads))
         self._env = env
         for rank in range(self.world):
             self.workers.append(self._spawn(rank))

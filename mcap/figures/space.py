@@ -113,11 +113,21 @@ def clicked_balance(state) -> Optional[str]:
 
 
 # How far such estimates landed from runs together (BENCHMARKS.md), by the sweep's device
+# and, on the CPU, by whether its stages had a core each (the link's slots 0) or shared fewer.
 _STAGE_TIMES_ERROR = {
-    "cpu": "On the project's 2-core CPU VM they were within 7.5-18.5% (p90) of concurrent "
-           "runs, a few percent high",
+    "cpu": "On the project's 2-core CPU VM they were within {own} (p90) of concurrent runs "
+           "with a core per stage, and within {shared} with more stages than cores, a few "
+           "percent high: wall time the OS scheduler loses there, which the replay leaves "
+           "out",
+    "cpu-own": "On the project's 2-core CPU VM, with a core per stage as here, they were "
+               "within {own} (p90) of concurrent runs",
+    "cpu-shared": "On the project's 2-core CPU VM, with more stages than cores as here, they "
+                  "were within {shared} (p90) of concurrent runs, a few percent high: wall "
+                  "time the OS scheduler loses, which the replay leaves out (with a core per "
+                  "stage: {own})",
     "cuda": "On one H200, 12 such estimates (by the replay before `Link.on_compute`) were "
             "within 17.7% (p90) of concurrent runs"}
+_CPU_FIGURES = {"own": "1.7-3.8%", "shared": "15-16%"}
 
 
 def stage_times_sentence(n: int, drawn: int, extra, device: str = "cpu") -> str:
@@ -129,11 +139,15 @@ def stage_times_sentence(n: int, drawn: int, extra, device: str = "cpu") -> str:
     link = stagetime.link_from_json((extra or {}).get(stagetime.KEY))
     over = (f" over the link measured on the machine ({stagetime.describe(link)})"
             if link is not None else "")
+    key = device if device in _STAGE_TIMES_ERROR else "cpu"
+    if key == "cpu" and link is not None:
+        key = "cpu-shared" if link.slots else "cpu-own"
+    error = _STAGE_TIMES_ERROR[key].format(**_CPU_FIGURES)
     return (f"{n:,} of the {drawn:,} points drawn have a throughput **estimated** (hollow) from "
             "their stages' own times, each stage run alone as the sweep measured its memory, "
             f"replayed in the schedule's order{over}; no run of them with the data flowing was "
-            f"timed. {_STAGE_TIMES_ERROR.get(device, _STAGE_TIMES_ERROR['cpu'])} "
-            "(BENCHMARKS.md); `--isolation pipeline` times every run together instead.")
+            f"timed. {error} (BENCHMARKS.md); `--isolation pipeline` times every run together "
+            "instead.")
 
 
 def throughput_notes(sweep, points: pd.DataFrame, estimate, show_all: bool) -> list[str]:

@@ -313,6 +313,13 @@ def test_space_points_say_which_throughputs_rest_on_stage_times():
     plain = space.stage_times_sentence(1, 3, {stagetime.KEY: {"how": "<script>"}})
     assert "over the link" not in plain and "<script>" not in plain
     assert "2-core CPU VM" in plain  # a CPU sweep's estimates are judged by CPU runs
+    # The CPU's figure is the one of the sweep's own case: stages sharing the cores (slots 2
+    # above) or a core each (slots 0); with no link, both.
+    assert "more stages than cores as here" in said and "a core per stage as here" not in said
+    own = space.stage_times_sentence(1, 3, {stagetime.KEY: stagetime.link_to_json(
+        stagetime.Link(115e-6, 2.27e9, "gloo", 0, (1.0, 1.06)))})
+    assert "a core per stage as here" in own and "more stages than cores" not in own
+    assert "a core per stage, and within" in plain and "{" not in plain + said + own
     gpu = space.stage_times_sentence(1, 3, None, "cuda")
     assert "H200" in gpu and "CPU VM" not in gpu
 

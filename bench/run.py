@@ -72,7 +72,7 @@ BENCHES = (
     Bench("mesh", "bench_mesh.py", quick=True),
     Bench("sweep-reuse", "bench_sweep_reuse.py", quick=True, timeout=1800),
     Bench("throughput", "bench_throughput_estimate.py"),
-    Bench("stage-times", "bench_stage_times.py", quick=True),
+    Bench("stage-times", "bench_stage_times.py", quick=True, timeout=1200),
     Bench("store", "bench_store.py", quick=True),
     Bench("startup", "bench_measure_startup.py", quick=True),
     Bench("pages", "bench_pages.py", quick=True),

@@ -12,6 +12,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from mcap.runner import memtrack
+from mcap.runner.machine import give_back_heap
 from mcap.core.types import MemoryBreakdown, Setup
 
 from mcap.runner.protocol import ITERATIONS  # noqa: F401  (re-exported for the engines)
@@ -117,8 +118,11 @@ def clean_slate(devices: Sequence[torch.device]) -> None:
     (:mod:`memtrack`) counts only tensor storages from PyTorch's CPU allocator; oneDNN
     allocates its workspaces (scratchpads) per call through that allocator and frees them
     on return, and its primitive cache holds no tensor memory, so nothing counted
-    survives a run (torch exposes no oneDNN cache control either)."""
+    survives a run (torch exposes no oneDNN cache control either). What the process freed
+    goes back to the kernel (``machine.give_back_heap``), so the run's page faults, and so
+    its times, do not depend on the runs before either."""
     gc.collect()
+    give_back_heap()
     cuda = [d for d in devices if d.type == "cuda"]
     if not cuda:
         return

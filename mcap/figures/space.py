@@ -116,18 +116,18 @@ def clicked_balance(state) -> Optional[str]:
 # and, on the CPU, by whether its stages had a core each (the link's slots 0) or shared fewer.
 _STAGE_TIMES_ERROR = {
     "cpu": "On the project's 2-core CPU VM they were within {own} (p90) of concurrent runs "
-           "with a core per stage, and within {shared} with more stages than cores, a few "
-           "percent high: wall time the OS scheduler loses there, which the replay leaves "
+           "with a core per stage, and within {shared} with more stages than cores, {high} "
+           "high on average: wall time the OS scheduler loses there, which the replay leaves "
            "out",
     "cpu-own": "On the project's 2-core CPU VM, with a core per stage as here, they were "
                "within {own} (p90) of concurrent runs",
     "cpu-shared": "On the project's 2-core CPU VM, with more stages than cores as here, they "
-                  "were within {shared} (p90) of concurrent runs, a few percent high: wall "
+                  "were within {shared} (p90) of concurrent runs, {high} high on average: wall "
                   "time the OS scheduler loses, which the replay leaves out (with a core per "
                   "stage: {own})",
     "cuda": "On one H200, 12 such estimates (by the replay before `Link.on_compute`) were "
             "within 17.7% (p90) of concurrent runs"}
-_CPU_FIGURES = {"own": "1.7-3.8%", "shared": "15-16%"}
+_CPU_FIGURES = {"own": "1.7-3.8%", "shared": "12-16%", "high": "7-8%"}
 
 
 def stage_times_sentence(n: int, drawn: int, extra, device: str = "cpu") -> str:

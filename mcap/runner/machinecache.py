@@ -55,8 +55,8 @@ def machine_key(**more) -> str:
     except Exception:  # pragma: no cover (torch importable without its metadata)
         torch_version = "unknown"
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    from mcap.runner.machine import MALLOC_ENV
-    # The helpers run with malloc's thresholds fixed (machine.MALLOC_ENV); what was measured
+    from mcap.runner.heap import MALLOC_ENV
+    # The helpers run with malloc's thresholds fixed (heap.MALLOC_ENV); what was measured
     # without them (before 2026-11-26, session 6) is measured again.
     parts = {"host": platform.node(), "cpu": cpu_model(), "cores": cores,
              "torch": torch_version, "malloc": MALLOC_ENV, **more}

@@ -84,7 +84,7 @@ class WorkerPool:
         # Exactly the setup's threads, whatever the caller's environment says: a CPU
         # stage's peak depends on them (Setup.threads, issue 11); and malloc's thresholds
         # fixed, so its times do not depend on what the process ran before
-        # (machine.MALLOC_ENV).
+        # (heap.MALLOC_ENV).
         env.update(process_env(self.setup.threads))
         self._env = env
         for rank in range(self.world):

@@ -12,7 +12,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from mcap.runner import memtrack
-from mcap.runner.machine import give_back_heap
+from mcap.runner.heap import give_back_heap
 from mcap.core.types import MemoryBreakdown, Setup
 
 from mcap.runner.protocol import ITERATIONS  # noqa: F401  (re-exported for the engines)
@@ -119,7 +119,7 @@ def clean_slate(devices: Sequence[torch.device]) -> None:
     allocates its workspaces (scratchpads) per call through that allocator and frees them
     on return, and its primitive cache holds no tensor memory, so nothing counted
     survives a run (torch exposes no oneDNN cache control either). What the process freed
-    goes back to the kernel (``machine.give_back_heap``), so the run's page faults, and so
+    goes back to the kernel (``heap.give_back_heap``), so the run's page faults, and so
     its times, do not depend on the runs before either."""
     gc.collect()
     give_back_heap()

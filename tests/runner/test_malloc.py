@@ -1,4 +1,4 @@
-"""Stage processes start with glibc malloc's thresholds fixed (``machine.MALLOC_ENV``), so
+"""Stage processes start with glibc malloc's thresholds fixed (``mcap.runner.heap.MALLOC_ENV``), so
 the pages an op faults in, and so its time, do not depend on what the process freed before
 (BENCHMARKS.md, session 6: a partitioning's own runs spread p90 9-11% instead of 12-32%)."""
 import os
@@ -9,7 +9,8 @@ import sys
 import pytest
 
 from mcap.core.types import Setup
-from mcap.runner.machine import MALLOC_ENV, process_env, thread_env
+from mcap.runner.heap import MALLOC_ENV
+from mcap.runner.machine import process_env, thread_env
 
 glibc = pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc",
                            reason="glibc's malloc and /proc only")

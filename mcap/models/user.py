@@ -11,6 +11,7 @@ Loading a user model imports that module and calls that function: it runs that c
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import Callable
 
 from torch import nn
@@ -20,6 +21,13 @@ from mcap.core.errors import McapError, UnknownModel
 
 def load_user_model(target: str, params: dict) -> tuple[nn.Sequential, Callable, Callable]:
     module_name, _, func_name = target.partition(":")
+    top = module_name.split(".", 1)[0]
+    if top in sys.stdlib_module_names or top in sys.builtin_module_names:
+        # No model lives there, and calling its functions (os:system) is never what a
+        # --model asks for: refused before anything is imported or called.
+        raise UnknownModel(f"user model {target!r}: {module_name!r} is part of Python's "
+                           "standard library, not a module of yours; name the module that "
+                           "defines your model function (package.module:function)")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:

@@ -130,3 +130,20 @@ def test_user_model_contract(tmp_path, monkeypatch):
         build_model(trusted("mcap_test_user_model:missing"))
     with pytest.raises(UnknownModel, match="cannot import"):
         build_model(trusted("no_such_pkg_xyz.mod:make"))
+
+
+def test_a_standard_library_function_is_never_called_as_a_model(monkeypatch):
+    """``--model os:system:command=...`` typed on a command line: refused naming the module,
+    before anything is imported or called."""
+    import os
+    import subprocess
+
+    from mcap.models import trusted
+    called = []
+    monkeypatch.setattr(os, "system", lambda *a, **k: called.append(a) or 0)
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: called.append(a))
+    for spec in ("os:system:command=true", "os:system", "subprocess:run:args=true",
+                 "os.path:join", "builtins:exec:source=x"):
+        with pytest.raises(UnknownModel, match="standard library"):
+            build_model(trusted(spec))
+    assert called == []

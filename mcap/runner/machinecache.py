@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from mcap.core.errors import McapError
+from mcap.runner.heap import MALLOC_ENV
 
 CACHE_ENV = "MCAP_CACHE_DIR"
 CACHE_FILE = "machine.json"
@@ -55,7 +56,6 @@ def machine_key(**more) -> str:
     except Exception:  # pragma: no cover (torch importable without its metadata)
         torch_version = "unknown"
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    from mcap.runner.heap import MALLOC_ENV
     # The helpers run with malloc's thresholds fixed (heap.MALLOC_ENV); what was measured
     # without them (before 2026-11-26, session 6) is measured again.
     parts = {"host": platform.node(), "cpu": cpu_model(), "cores": cores,

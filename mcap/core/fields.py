@@ -185,10 +185,11 @@ def setup(s, r: Reader, where: str = "setup", required: Iterable[str] = ("stages
             raise r.fail(where, f"missing key {k!r}")
     kw = {"stages": r.int_(r.need(s, "stages", where), f"{where}.stages", low=1,
                            high=MAX_COUNT)}
-    for k in ("batch_size", "chunks", "threads"):
+    for k in ("batch_size", "chunks", "threads", "virtual_stages"):
         if k in s:
             kw[k] = r.int_(s[k], f"{where}.{k}", low=1, high=MAX_COUNT)
-    for k in ("schedule", "checkpoint", "device", "engine", "optimizer") + (("press",) if press else ()):
+    for k in ("schedule", "checkpoint", "device", "engine", "optimizer", "precision") + \
+            (("press",) if press else ()):
         if k in s:
             kw[k] = r.str_(s[k], f"{where}.{k}")
     if "device" not in s and "backend" in s:  # written before device was renamed
@@ -281,19 +282,22 @@ def stage_times(t, r: Reader, w: str) -> StageTimes:
                       memory_events(t.get("memory", []), r, f"{w}.memory"))
 
 
-MEMORY_KINDS = ("F", "B", "S", "-")  # forward, backward, optimizer step, between them
+# forward, backward (B whole; I for inputs and W for weights under zero bubble), optimizer
+# step, between them
+MEMORY_KINDS = ("F", "B", "I", "W", "S", "-")
 
 
 def memory_events(items, r: Reader, w: str) -> tuple:
     """A measured memory timeline (``StageTimes.memory``): lists of [kind, iteration,
-    micro-batch (-1: none), bytes before, peak inside, bytes after]."""
+    micro-batch (-1: none), bytes before, peak inside, bytes after] and, for a rank of a
+    multi-stage schedule, the chunk (torch's stage index, -1: none) as a 7th value."""
     out = []
     for k, e in enumerate(r.lst(items, w)):
         where = f"{w}[{k}]"
         e = r.lst(e, where)
-        if len(e) != 6:
+        if len(e) not in (6, 7):
             raise r.fail(where, f"expected [kind, iteration, micro-batch, before, peak, "
-                                f"after], found {len(e)} values")
+                                f"after(, chunk)], found {len(e)} values")
         kind = e[0]
         if kind not in MEMORY_KINDS:
             raise r.fail(f"{where}[0]", f"expected one of {', '.join(MEMORY_KINDS)}, found "
@@ -301,7 +305,11 @@ def memory_events(items, r: Reader, w: str) -> tuple:
         it = r.int_(e[1], f"{where}[1]", low=0, high=MAX_COUNT)
         mb = r.int_(e[2], f"{where}[2]", low=-1, high=MAX_COUNT)
         before, peak, after = (r.bytes_(e[j], f"{where}[{j}]") for j in (3, 4, 5))
-        out.append((kind, it, mb, before, peak, after))
+        if len(e) == 7:
+            chunk = r.int_(e[6], f"{where}[6]", low=-1, high=MAX_COUNT)
+            out.append((kind, it, mb, before, peak, after, chunk))
+        else:
+            out.append((kind, it, mb, before, peak, after))
     return tuple(out)
 
 
@@ -315,17 +323,22 @@ def times_list(items, r: Reader, where: str, stages: int) -> Optional[tuple[Stag
 
 
 def run_list(items, r: Reader, num_layers: int, where: str,
-             per_device: bool = False) -> tuple[Run, ...]:
+             per_device: bool = False, virtual: int = 1) -> tuple[Run, ...]:
     """Runs from a list of objects (the file form, ``mcap.io.jsonio.run_to_dict``).
     ``per_device``: a hybrid run (dp/tp stages) has one peak per device, at least one per
-    stage."""
+    stage. ``virtual``: stages per rank (``Setup.virtual_stages``): a balance has that many
+    chunks per rank, and the peaks, breakdowns and times are one per rank."""
     out = []
     for i, x in enumerate(r.lst(items, where)):
         w = f"{where}[{i}]"
         x = r.obj(x, w)
         bal = balance(r.need(x, "balance", w), r, f"{w}.balance", num_layers)
+        if len(bal) % virtual:
+            raise r.fail(f"{w}.balance", f"balance {list(bal)} has {len(bal)} chunks, not a "
+                                         f"multiple of {virtual} stages per rank")
+        ranks = len(bal) // virtual
         st = status(r.need(x, "status", w), r, f"{w}.status")
-        pk = peaks(x.get("peaks"), r, f"{w}.peaks", len(bal), per_device)
+        pk = peaks(x.get("peaks"), r, f"{w}.peaks", ranks, per_device)
         if st == "ok" and pk is None:
             raise r.fail(f"{w}.peaks", "an ok run needs its per-stage peaks")
         out.append(Run(balance=bal, status=st, peaks=pk,
@@ -335,7 +348,7 @@ def run_list(items, r: Reader, num_layers: int, where: str,
                        error=r.str_(x.get("error"), f"{w}.error", nullable=True),
                        breakdown=breakdowns(x.get("breakdown"), r, f"{w}.breakdown"),
                        composed=r.flag(x.get("composed", False), f"{w}.composed"),
-                       times=times_list(x.get("times"), r, f"{w}.times", len(bal)),
+                       times=times_list(x.get("times"), r, f"{w}.times", ranks),
                        estimated=r.flag(x.get("estimated", False), f"{w}.estimated")))
     return tuple(out)
 

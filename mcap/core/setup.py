@@ -14,14 +14,15 @@ import re
 from typing import Optional, Union
 
 from mcap.core.errors import McapError
+from mcap.core import schedules
 from mcap.core.types import (
-    CHECKPOINTS, DEVICES, OPTIMIZERS, SCHEDULES, ModelInfo, Profile, Setup, Sweep,
+    CHECKPOINTS, DEVICES, OPTIMIZERS, PRECISIONS, ModelInfo, Profile, Setup, Sweep,
 )
 
 # The Setup fields that change a measured peak (all but the capacity, which only decides
 # whether a run is oom).
 PEAK_FIELDS = ("stages", "batch_size", "chunks", "schedule", "checkpoint", "device", "engine",
-               "optimizer", "threads", "press")
+               "optimizer", "threads", "press", "virtual_stages", "precision")
 # Fields compared between a profile and a sweep: the sweep may use another stage count
 # only if the predictor allows it (it does: nothing in Listing 1.1 depends on G), but the
 # evaluation compares partitionings of the sweep's G, so stages is not compared.
@@ -31,9 +32,9 @@ COMPARED_FIELDS = tuple(f for f in PEAK_FIELDS if f != "stages")
 def check_setup(setup: Setup, engines: Optional[tuple[str, ...]] = None) -> None:
     """Reject a setup no engine can run, naming the values. ``engines``: the registered
     engine names (``mcap.runner.engines``), checked when given."""
-    for name, value, allowed in (("schedule", setup.schedule, SCHEDULES),
-                                 ("checkpoint", setup.checkpoint, CHECKPOINTS),
+    for name, value, allowed in (("schedule", setup.schedule, schedules.names()),
                                  ("optimizer", setup.optimizer, OPTIMIZERS),
+                                 ("precision", setup.precision, PRECISIONS),
                                  ("engine", setup.engine, engines or (setup.engine,)),
                                  ("device", setup.device, DEVICES)):
         if value not in allowed:
@@ -43,9 +44,12 @@ def check_setup(setup: Setup, engines: Optional[tuple[str, ...]] = None) -> None
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise McapError(f"{name.replace('_', ' ')} must be an integer >= 1, got {value!r}")
     split_batch(setup.batch_size, setup.chunks)
-    if setup.schedule == "1f1b" and setup.chunks < setup.stages:
-        raise McapError(f"schedule 1f1b needs at least as many micro-batches as stages: "
-                        f"chunks {setup.chunks} < stages {setup.stages}")
+    v = setup.virtual_stages
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise McapError(f"virtual stages must be a whole number, got {v!r}")
+    sched = schedules.get(setup.schedule)
+    sched.check(setup.stages, v, setup.chunks)  # V for this schedule, and its rules on M
+    checkpoint_modes(setup.checkpoint, setup.num_chunks)
     if isinstance(setup.threads, bool) or not isinstance(setup.threads, int) or setup.threads < 1:
         raise McapError(f"threads must be a whole number of at least 1, got {setup.threads!r}")
     if not isinstance(setup.press, str) or not _PRESS_CODE.fullmatch(setup.press):
@@ -56,6 +60,24 @@ def check_setup(setup: Setup, engines: Optional[tuple[str, ...]] = None) -> None
                                              or setup.capacity_bytes <= 0):
         raise McapError(f"capacity must be a positive number of bytes, got "
                         f"{setup.capacity_bytes!r}")
+
+
+def checkpoint_modes(checkpoint: str, num_chunks: int) -> tuple[str, ...]:
+    """One checkpoint mode per chunk (stage of the schedule): ``checkpoint`` is one mode for
+    all, or one per chunk, comma-separated (issue 39, item 5: checkpointing chosen per
+    stage). McapError naming the values otherwise."""
+    if not isinstance(checkpoint, str):
+        raise McapError(f"checkpoint must be a text, got {checkpoint!r:.40}")
+    parts = checkpoint.split(",")
+    for p in parts:
+        if p not in CHECKPOINTS:
+            raise McapError(f"checkpoint {p!r:.40} is not one of {', '.join(CHECKPOINTS)}")
+    if len(parts) == 1:
+        return tuple(parts) * num_chunks
+    if len(parts) != num_chunks:
+        raise McapError(f"checkpoint gives {len(parts)} modes ({checkpoint}) but the pipeline "
+                        f"has {num_chunks} stages: give one mode, or one per stage")
+    return tuple(parts)
 
 
 _PRESS_CODE = re.compile(r"(?:(?:k|r|s|d[0-9]{1,6})(?:,(?:k|r|s|d[0-9]{1,6}))*)?")

@@ -166,12 +166,31 @@ def op_order(schedule: str, stages: int, chunks: int) -> list[list[tuple[str, in
     return out
 
 
-def makespan(times: Sequence[StageTimes], schedule: str, chunks: int, link: Link) -> float:
-    """Long because: it is one discrete-event replay (checks, each stage's program, then the
+def _programs_order(schedule: str, G: int, chunks: int, actions) -> list:
+    """Per rank, its ops of one iteration: (kind, micro-batch, chunk), in the order it runs
+    them: the action list's (``mcap.core.schedules.actions``) when given, else, for the two
+    one-stage schedules, :func:`op_order` (which a test checks against torch's traced
+    loops)."""
+    if actions is not None:
+        if actions.stages != G or actions.chunks != chunks:
+            raise McapError(f"the action list is for {actions.stages} ranks and "
+                            f"{actions.chunks} micro-batches, the times for {G} and {chunks}")
+        return [[(a.kind, a.microbatch, a.stage) for a in actions.actions(r)] for r in range(G)]
+    if schedule not in SCHEDULES:
+        raise McapError(f"schedule {schedule!r} needs its action list to be replayed")
+    return [[(kind, m, s) for kind, m in ops] for s, ops in enumerate(op_order(schedule, G, chunks))]
+
+
+def makespan(times: Sequence[StageTimes], schedule: str, chunks: int, link: Link,
+             actions=None) -> float:
+    """Long because: it is one discrete-event replay (checks, each rank's program, then the
     event loop whose ``crossing`` and ``arrival`` read the loop's own state).
 
-    Seconds from the start until every stage has finished its last optimizer step, for
-    every iteration ``times`` recorded (module docstring)."""
+    Seconds from the start until every rank has finished its last optimizer step, for
+    every iteration ``times`` recorded (module docstring). ``actions``: the schedule's
+    action list (needed for a multi-stage schedule, whose ranks hold several chunks: a
+    rank's forward and backward times are in its list's order, and a crossing happens only
+    between chunks on different ranks)."""
     G = len(times)
     if G == 0:
         raise McapError("no stage times to estimate from")
@@ -179,12 +198,25 @@ def makespan(times: Sequence[StageTimes], schedule: str, chunks: int, link: Link
     if len(iterations) != 1 or 0 in iterations:
         raise McapError("every stage needs the times of the same iterations")
     its = iterations.pop()
+    order = _programs_order(schedule, G, chunks, actions)
+    n = max((c for ops in order for _, _, c in ops), default=0) + 1
+    rank_of = {c: r for r, ops in enumerate(order) for _, _, c in ops}
     for s, t in enumerate(times):
-        if any(len(f) != chunks for f in t.forward) or any(len(b) != chunks for b in t.backward):
+        fw = sum(1 for k, _, _ in order[s] if k == "F")
+        if any(len(f) != fw for f in t.forward) or any(len(b) != len(order[s]) - fw
+                                                       for b in t.backward):
             raise McapError(f"stage {s} recorded times for another number of micro-batches "
                             f"than {chunks}")
-    order = op_order(schedule, G, chunks)
-    # Each stage's program: (kind, iteration, micro-batch, seconds of its own work)
+
+    def boundary(rank: int, sends: bool) -> float:
+        """Bytes of one crossing out of (into) ``rank``, shared over its chunks that cross."""
+        ops = {c for _, _, c in order[rank]}
+        k = sum(1 for c in ops if (c + 1 < n and rank_of[c + 1] != rank) if sends) \
+            if sends else sum(1 for c in ops if c > 0 and rank_of[c - 1] != rank)
+        total = times[rank].send_bytes if sends else times[rank].recv_bytes
+        return total / k if k else 0.0
+
+    # Each rank's program: (kind, iteration, micro-batch, seconds of its own work, chunk)
     programs = []
     for s, t in enumerate(times):
         prog = []
@@ -193,38 +225,44 @@ def makespan(times: Sequence[StageTimes], schedule: str, chunks: int, link: Link
             # Python) goes with the forwards and backwards, in proportion to them.
             work = sum(t.forward[it]) + sum(t.backward[it])
             scale = 1.0 + (t.other[it] / work if it < len(t.other) and work > 0 else 0.0)
-            for kind, m in order[s]:
-                seconds = (t.forward if kind == "F" else t.backward)[it][m]
-                prog.append((kind, it, m, float(seconds) * scale))
+            f_at = b_at = 0
+            for kind, m, c in order[s]:
+                if kind == "F":
+                    seconds, f_at = t.forward[it][f_at], f_at + 1
+                elif G == n:  # one chunk per rank: backwards by micro-batch, as recorded
+                    seconds = t.backward[it][m]
+                else:
+                    seconds, b_at = t.backward[it][b_at], b_at + 1
+                prog.append((kind, it, m, float(seconds) * scale, c))
             step = t.step[it] if it < len(t.step) else 0.0
-            prog.append(("S", it, 0, float(step)))
+            prog.append(("S", it, 0, float(step), -1))
         programs.append(prog)
-    done: dict = {}  # (stage, kind, it, m) -> finish time
-    pc = [0] * G  # next op of each stage
-    running: dict = {}  # stage -> seconds of work left
+    done: dict = {}  # (chunk, kind, it, m) -> finish time (kind B for I too)
+    pc = [0] * G  # next op of each rank
+    running: dict = {}  # rank -> seconds of work left
     now = 0.0
     slots = link.slots if 0 < link.slots < G else 0
 
     def crossing(s: int) -> float:
-        """Seconds the input of stage s's next op takes to cross to it (0: none)."""
-        kind = programs[s][pc[s]][0]
-        if kind == "F" and s > 0:
-            return link.seconds(times[s - 1].send_bytes)
-        if kind == "B" and s < G - 1:
-            return link.seconds(times[s + 1].recv_bytes)
+        """Seconds the input of rank s's next op takes to cross to it (0: none)."""
+        kind, _, _, _, c = programs[s][pc[s]]
+        if kind == "F" and c > 0 and rank_of[c - 1] != s:
+            return link.seconds(int(boundary(rank_of[c - 1], True)))
+        if kind in ("B", "I") and 0 <= c < n - 1 and rank_of[c + 1] != s:
+            return link.seconds(int(boundary(rank_of[c + 1], False)))
         return 0.0
 
     def arrival(s: int):
-        """When stage s's next op may start (None: its input is not even computed). A
+        """When rank s's next op may start (None: its input is not even computed). A
         crossing on the compute (``Link.on_compute``) is work of the op, not a delay."""
-        kind, it, m, _ = programs[s][pc[s]]
+        kind, it, m, _, c = programs[s][pc[s]]
         delay = 0.0 if link.on_compute else crossing(s)
-        if kind == "F" and s > 0:
-            src = done.get((s - 1, "F", it, m))
-            return None if src is None else src + delay
-        if kind == "B" and s < G - 1:
-            src = done.get((s + 1, "B", it, m))
-            return None if src is None else src + delay
+        if kind == "F" and c > 0:
+            src = done.get((c - 1, "F", it, m))
+            return None if src is None else src + (delay if rank_of[c - 1] != s else 0.0)
+        if kind in ("B", "I") and 0 <= c < n - 1:
+            src = done.get((c + 1, "B", it, m))
+            return None if src is None else src + (delay if rank_of[c + 1] != s else 0.0)
         return now
 
     while True:
@@ -251,8 +289,8 @@ def makespan(times: Sequence[StageTimes], schedule: str, chunks: int, link: Link
         for s in list(running):
             running[s] -= step * rate
             if running[s] <= 1e-12:
-                kind, it, m, _ = programs[s][pc[s]]
-                done[(s, kind, it, m)] = now
+                kind, it, m, _, c = programs[s][pc[s]]
+                done[(c, "B" if kind == "I" else kind, it, m)] = now
                 pc[s] += 1
                 del running[s]
     if any(pc[s] < len(programs[s]) for s in range(G)):  # pragma: no cover (a cycle)
@@ -260,12 +298,13 @@ def makespan(times: Sequence[StageTimes], schedule: str, chunks: int, link: Link
     return now
 
 
-def samples_per_second(times: Optional[Sequence[StageTimes]], setup, link: Link
-                       ) -> Optional[float]:
+def samples_per_second(times: Optional[Sequence[StageTimes]], setup, link: Link,
+                       actions=None) -> Optional[float]:
     """The estimated throughput of a run of ``times`` under ``setup`` (its batch size,
-    schedule and micro-batches) over ``link``; None without times."""
+    schedule and micro-batches) over ``link``; None without times. ``actions``: the
+    schedule's action list (:func:`makespan`)."""
     if not times:
         return None
-    span = makespan(times, setup.schedule, setup.chunks, link)
+    span = makespan(times, setup.schedule, setup.chunks, link, actions)
     its = len(times[0].forward)
     return its * setup.batch_size / span if span > 0 else None

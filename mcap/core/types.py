@@ -11,8 +11,14 @@ from typing import Literal, Optional
 from mcap.core.machine import Machine
 
 Status = Literal["ok", "oom", "failed"]
+# The registered schedules are ``mcap.core.schedules.names()``; these two are the paper's,
+# the ones every engine runs (engines torchgpipe and hybrid run GPipe only).
 SCHEDULES = ("gpipe", "1f1b")
 CHECKPOINTS = ("except_last", "always", "never")
+# fp32; bf16-autocast: fp32 parameters, torch.autocast(bfloat16) around forward and
+# backward; bf16: bf16 parameters and activations, fp32 master weights and optimizer state
+# (torchtitan's mixed precision without FSDP: mcap.runner.precision)
+PRECISIONS = ("fp32", "bf16-autocast", "bf16")
 OPTIMIZERS = ("sgd", "adam")
 DEVICES = ("cpu", "cuda")
 
@@ -51,6 +57,12 @@ class Setup:
     stage's peak depends on it (oneDNN's convolution workspaces grow with the threads), so
     it is fixed, 1 by default, and two machines of the same ISA give the same peaks.
 
+    ``virtual_stages`` (V) is the number of pipeline stages each rank (device) holds under a
+    multi-stage schedule (``mcap.core.schedules``): a balance then cuts the layers into
+    ``stages * virtual_stages`` chunks, placed on the ranks as the schedule places them.
+    ``checkpoint`` is one mode for every stage, or one per chunk, comma-separated
+    (``mcap.core.setup.checkpoint_modes``). ``precision`` is one of :data:`PRECISIONS`.
+
     ``press`` names the MPress plan a measured run applied (``mcap.core.setup.press_code``:
     per layer k keep, r recompute, s swap, d<stage> d2d), "" for none. A plan changes the
     peaks, so its runs are a study of their own and never reused as plain runs of that
@@ -67,6 +79,13 @@ class Setup:
     optimizer: str = "sgd"
     threads: int = 1
     press: str = ""
+    virtual_stages: int = 1
+    precision: str = "fp32"
+
+    @property
+    def num_chunks(self) -> int:
+        """Entries of a balance under this setup: ranks x stages per rank."""
+        return self.stages * self.virtual_stages
 
 
 @dataclass(frozen=True)

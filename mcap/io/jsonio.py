@@ -174,8 +174,9 @@ def _machine(d, r: _Reader) -> Optional[Machine]:
     return fields.machine(d.get("machine"), r)
 
 
-def _runs(d, r: _Reader, num_layers: int) -> tuple[Run, ...]:
-    return fields.run_list(d.get("runs", []), r, num_layers, "runs")
+def _runs(d, r: _Reader, num_layers: int, setup: Setup) -> tuple[Run, ...]:
+    return fields.run_list(d.get("runs", []), r, num_layers, "runs",
+                           virtual=setup.virtual_stages)
 
 
 def profile_from_dict(d: Any, source: str = "<profile>") -> Profile:
@@ -186,8 +187,9 @@ def profile_from_dict(d: Any, source: str = "<profile>") -> Profile:
     stats = fields.stats(r.need(d, "mem_isolated", "top level"),
                          r.need(d, "mem_added", "top level"), r, n)
     extra = {k: v for k, v in d.items() if k not in _PROFILE_KEYS}
-    return Profile(model=model, setup=_setup(d, r), stats=stats,
-                   runs=_runs(d, r, n), extra=extra or None, machine=_machine(d, r),
+    setup = _setup(d, r)
+    return Profile(model=model, setup=setup, stats=stats,
+                   runs=_runs(d, r, n, setup), extra=extra or None, machine=_machine(d, r),
                    variants=variantsjson.variants_from_json(
                        d.get("variants", []), n, r.fail,
                        lambda items, where: fields.run_list(items, r, n, where, per_device=True)),
@@ -199,7 +201,8 @@ def sweep_from_dict(d: Any, source: str = "<sweep>") -> Sweep:
     d = _check_schema(d, SWEEP_SCHEMA, r)
     model = _model(d, r)
     extra = {k: v for k, v in d.items() if k not in _SWEEP_KEYS}
-    return Sweep(model=model, setup=_setup(d, r), runs=_runs(d, r, model.num_layers),
+    setup = _setup(d, r)
+    return Sweep(model=model, setup=setup, runs=_runs(d, r, model.num_layers, setup),
                  extra=extra or None, machine=_machine(d, r))
 
 

@@ -95,7 +95,7 @@ def check_balance(balance: Sequence[int], stages: int, num_layers: int) -> tuple
         raise InvalidPartitioning(f"balance {balance!r} is not a list of layer counts") from None
     if len(out) != stages:
         raise InvalidPartitioning(f"balance {list(out)} has {len(out)} stages but the setup "
-                                  f"has {stages}")
+                                  f"has {stages}")  # (chunks: stages x virtual stages)
     if any(n < 1 for n in out):
         raise InvalidPartitioning(f"balance {list(out)} gives a stage no layers")
     if sum(out) != num_layers:
@@ -190,7 +190,7 @@ class Runner:
         apply (``mcap.runner.press.apply``)."""
         if self._closed:
             raise McapError("this runner is closed; open a new one with open_runner()")
-        balance = check_balance(balance, self.setup.stages, self.model_info.num_layers)
+        balance = check_balance(balance, self.setup.num_chunks, self.model_info.num_layers)
         if press is not None:
             from mcap.runner.press.check import check_plan
             check_plan(press, self.model_info.spec, self.setup, balance)
@@ -214,8 +214,8 @@ class Runner:
         L = self.model_info.num_layers
         checked = []
         for balance, stage in jobs:
-            balance = check_balance(balance, self.setup.stages, L)
-            if not (isinstance(stage, int) and 0 <= stage < len(balance)):
+            balance = check_balance(balance, self.setup.num_chunks, L)
+            if not (isinstance(stage, int) and 0 <= stage < self.setup.stages):
                 raise McapError(f"stage {stage!r} is not a stage of balance {list(balance)}")
             checked.append((balance, stage))
 
@@ -279,7 +279,11 @@ class Runner:
             self.estimate_link = dataclasses.replace(link_for(self.setup), corun=factors_for(
                 self._pool.spec, self.setup, info.num_layers,
                 sum(layer.param_bytes for layer in info.layers)))
-        return stagetime.samples_per_second(times, self.setup, self.estimate_link)
+        from mcap.runner.orders import generate
+        s = self.setup
+        return stagetime.samples_per_second(
+            times, s, self.estimate_link,
+            generate(s.schedule, s.stages, s.virtual_stages, s.chunks))
 
     def close(self) -> None:
         self._closed = True

@@ -201,6 +201,7 @@ class StageTimer:
         self.memory: list[tuple] = []
         self._window = None
         self._held: Optional[int] = None
+        self._multi = False  # a rank of several chunks: events carry their chunk
 
     def begin(self, window) -> None:
         """Record the memory timeline of ``window`` (a ``mcap.runner.train.Window`` just
@@ -208,24 +209,28 @@ class StageTimer:
         self._window = window
         self._held = window.current()[0]
 
-    def _segment(self, kind: str, micro: int, before: Optional[int]) -> Optional[int]:
-        """Close the segment since the last boundary as an event; the bytes held now."""
+    def _segment(self, kind: str, micro: int, before: Optional[int],
+                 chunk: Optional[int] = None) -> Optional[int]:
+        """Close the segment since the last boundary as an event; the bytes held now.
+        ``chunk``: the chunk (torch's stage index) of a multi-stage rank's op, recorded as
+        the event's 7th value (-1 for the work between ops); None: a one-stage rank."""
         if self._window is None:
             return None
         peak, now = self._window.segment()
         it = max(0, len(self.forward) - 1)
-        self.memory.append((kind, it, micro, self._held if before is None else before,
-                            peak, now))
+        event = (kind, it, micro, self._held if before is None else before, peak, now)
+        self.memory.append(event if chunk is None and not self._multi else
+                           event + (-1 if chunk is None else chunk,))
         self._held = now
         return now
 
-    def _op(self, kind: str, run, micro: int):
+    def _op(self, kind: str, run, micro: int, chunk: Optional[int] = None):
         """Run one op (forward, backward or step) as its own segment of the timeline."""
         before = self._segment("-", -1, None)  # the schedule's work since the last op
         try:
             return run()
         finally:
-            self._segment(kind, micro, before)
+            self._segment(kind, micro, before, chunk)
 
     def close(self) -> None:
         """End the timeline (the work after the last op)."""
@@ -240,25 +245,42 @@ class StageTimer:
         self.forward.append([])
         self.backward.append([])
 
-    def wrap(self, stage) -> None:
-        """Time ``stage.forward_one_chunk`` and ``stage.backward_one_chunk``."""
+    def wrap(self, stage, chunk: Optional[int] = None) -> None:
+        """Time ``stage.forward_one_chunk``, ``stage.backward_one_chunk`` (B, or I when the
+        schedule splits the backward) and ``stage.backward_weight_one_chunk`` (W).
+        ``chunk``: the stage's index on a rank of several (recorded in each event).
+        Forward seconds go to ``forward``, B, I and W seconds to ``backward``, each in the
+        order the schedule ran them (its action list's order)."""
         fwd, bwd = stage.forward_one_chunk, stage.backward_one_chunk
+        wgt = getattr(stage, "backward_weight_one_chunk", None)
+        if chunk is not None:
+            self._multi = True
 
         def forward_one_chunk(*args, **kwargs):
             t = self._now()
             try:
-                return self._op("F", lambda: fwd(*args, **kwargs), _chunk(args, kwargs))
+                return self._op("F", lambda: fwd(*args, **kwargs), _chunk(args, kwargs), chunk)
             finally:
                 self.forward[-1].append(self._now() - t)
 
         def backward_one_chunk(*args, **kwargs):
             t = self._now()
+            kind = "B" if kwargs.get("full_backward", True) else "I"
             try:
-                return self._op("B", lambda: bwd(*args, **kwargs), _chunk(args, kwargs))
+                return self._op(kind, lambda: bwd(*args, **kwargs), _chunk(args, kwargs), chunk)
+            finally:
+                self.backward[-1].append(self._now() - t)
+
+        def backward_weight_one_chunk(*args, **kwargs):
+            t = self._now()
+            try:
+                return self._op("W", lambda: wgt(*args, **kwargs), _chunk(args, kwargs), chunk)
             finally:
                 self.backward[-1].append(self._now() - t)
 
         stage.forward_one_chunk, stage.backward_one_chunk = forward_one_chunk, backward_one_chunk
+        if wgt is not None:
+            stage.backward_weight_one_chunk = backward_weight_one_chunk
 
     def timed_step(self, step) -> None:
         t = self._now()

@@ -1,8 +1,10 @@
-"""Engine ``pipelining``: one stage of ``torch.distributed.pipelining`` in this process.
+"""Engine ``pipelining``: one rank of ``torch.distributed.pipelining`` in this process.
 
 Every stage process holds an uncounted copy of the whole model (built once, under
 ``memtrack.suspended()``), clones its own layers for each run, and trains them for
-``ITERATIONS`` iterations with ``ScheduleGPipe`` (fill-drain) or ``Schedule1F1B``;
+``ITERATIONS`` iterations with the setup's schedule, torch's own class
+(``mcap.core.schedules``: GPipe, 1F1B, and the multi-stage ones, where the rank holds
+several chunks, each its own ``PipelineStage``, driven by one ``PipelineScheduleMulti``);
 activations and their gradients cross to the neighbour processes through the process
 group (gloo on CPU, NCCL when every stage has its own GPU); stages that share a GPU pass
 only a token per micro-batch through gloo and the tensors on the device
@@ -19,51 +21,24 @@ import contextlib
 import copy
 import gc
 import time
-from dataclasses import dataclass
 from typing import Callable, Optional
 
 import torch
 from torch import nn
 
+from mcap.core import schedules
+from mcap.core.errors import McapError
+from mcap.core.setup import checkpoint_modes
 from mcap.runner import alone as alone_mod
-from mcap.runner import exchange, memtrack
+from mcap.runner import exchange, memtrack, precision
 from mcap.runner.protocol import StageResult
+from mcap.runner.resident import (  # noqa: F401  (re-exported: the engines build it here)
+    Resident, build_resident, prebuild, tensor_shapes,
+)
 from mcap.runner.train import (
     ITERATIONS, Recomputed, Window, classify, make_optimizer, tag_weights_and_gradients,
 )
 from mcap.core.types import Partitioning, Setup
-
-
-@dataclass
-class Resident:
-    """What a stage process keeps between runs, none of it counted: the whole model, one
-    example batch, and each layer's output on the meta device for one micro-batch."""
-    module: nn.Sequential
-    loss: Callable
-    inputs: torch.Tensor
-    targets: torch.Tensor
-    shapes: list  # shapes[i]: meta tensor(s) layer i outputs; shapes[-1] is the input
-
-
-def tensor_shapes(module: nn.Sequential, micro_inputs: torch.Tensor) -> list:
-    """Each layer's output as meta tensors (no memory, no compute), input last."""
-    x = micro_inputs.to("meta")
-    meta = copy.deepcopy(module).to("meta")
-    outs = []
-    # Grad mode on: an activation's requires_grad tells the receiving stage to send its
-    # gradient back; without it the earlier stages would silently never train.
-    with torch.enable_grad():
-        for layer in meta:
-            x = layer(x)
-            outs.append(_detached(x))
-    return outs + [micro_inputs.to("meta")]
-
-
-def _detached(x):
-    """Layers may pass tuples (AmoebaNet's cells pass (state, skip)); keep the structure."""
-    if isinstance(x, (tuple, list)):
-        return tuple(_detached(t) for t in x)
-    return x.detach().requires_grad_(x.requires_grad)
 
 
 def stage_device(setup: Setup, rank: int, local_device: Optional[int] = None) -> torch.device:
@@ -95,14 +70,37 @@ class HostStaged(nn.Module):
         return out if self.last else out.to("cpu")
 
 
+def rank_chunks(setup: Setup, balance: tuple[int, ...], rank: int
+                ) -> tuple[tuple[int, int, int], ...]:
+    """The chunks rank ``rank`` holds under the setup's schedule: (torch's stage index,
+    first layer, last layer) each, in stage order. One chunk, the rank's own, for GPipe
+    and 1F1B."""
+    bounds = Partitioning(balance).bounds()
+    placement = schedules.get(setup.schedule).placement(setup.stages, setup.virtual_stages)
+    return tuple((c, *bounds[c]) for c in placement[rank])
+
+
+def boundary_bytes(res: Resident, setup: Setup, chunks) -> tuple[int, int]:
+    """Bytes of one micro-batch the rank receives from and sends to other ranks (a chunk
+    whose neighbour is on the same rank passes its tensor without a copy)."""
+    n = setup.num_chunks
+    mine = {c for c, _, _ in chunks}
+    recv = sum(_nbytes(res.shapes[first - 1]) for c, first, _ in chunks
+               if c > 0 and c - 1 not in mine)
+    send = sum(_nbytes(res.shapes[last]) for c, _, last in chunks
+               if c < n - 1 and c + 1 not in mine)
+    return recv, send
+
+
 def run_stage(res: Resident, setup: Setup, balance: tuple[int, ...], rank: int,
               local_device: Optional[int] = None, press=None, alone: bool = False
               ) -> StageResult:
-    """Train stage ``rank`` of ``balance`` for 2 iterations; its peak over that window.
-    ``press``: an MPress plan to apply (``mcap.runner.press.apply.PressJob``), or None.
-    ``alone``: run it alone over the fake process group (:mod:`mcap.runner.alone`; then
-    ``local_device`` is the GPU this process uses), recording its per-micro-batch times."""
-    first, last = Partitioning(balance).bounds()[rank]
+    """Train rank ``rank`` of ``balance`` (its chunks, :func:`rank_chunks`) for 2
+    iterations; its peak over that window. ``press``: an MPress plan to apply
+    (``mcap.runner.press.apply.PressJob``), or None. ``alone``: run it alone over the fake
+    process group (:mod:`mcap.runner.alone`; then ``local_device`` is the GPU this process
+    uses), recording its per-micro-batch times."""
+    chunks = rank_chunks(setup, balance, rank)
     device = stage_device(setup, rank, local_device)
     window = Window([device], setup.capacity_bytes)  # from a clean slate (train.clean_slate)
     # Stages run together on the CPU time themselves too (the clocks cost nothing there):
@@ -118,7 +116,7 @@ def run_stage(res: Resident, setup: Setup, balance: tuple[int, ...], rank: int,
         how = None if alone else exchange.mode(shares_gpu(setup) and local_device is None)
         window.limit()
         stage = _Stage(res, setup, rank, device, how, timer)
-        stage.build(first, last, press, alone)
+        stage.build(chunks, press, alone)
         gc.collect()
         if not alone and torch.distributed.is_initialized():
             # Stages run together start their window together: one built sooner would
@@ -139,17 +137,16 @@ def run_stage(res: Resident, setup: Setup, balance: tuple[int, ...], rank: int,
         window.stop()
         if stage.links is not None:  # peers may still fetch what this stage holds for them
             stage.links.finish()
+        recv, send = boundary_bytes(res, setup, chunks)
         return StageResult(rank, "ok", window.peaks()[0], window.breakdowns()[0], seconds,
                            iteration_peaks=tuple(p[0] for p in window.iteration_peaks),
                            held_before=window.held_before, cpu_seconds=cpu,
                            times=timer.record() if timer is not None else None,
-                           recv_bytes=0 if rank == 0 else _nbytes(res.shapes[first - 1]),
-                           send_bytes=0 if rank == setup.stages - 1
-                           else _nbytes(res.shapes[last]))
+                           recv_bytes=recv, send_bytes=send)
     except Exception as exc:  # a run's failure is data (ARCHITECTURE.md, Records)
         window.stop()
         status, message = classify(exc)
-        where = f"stage {rank} (layers {first}..{last})"
+        where = _where(rank, chunks)
         return StageResult(rank, status, error=f"{where}: {message}")
     finally:
         if stage is not None and stage.links is not None:
@@ -157,62 +154,94 @@ def run_stage(res: Resident, setup: Setup, balance: tuple[int, ...], rank: int,
         gc.collect()
 
 
+def _where(rank: int, chunks) -> str:
+    """The rank's layers, as its messages name them."""
+    if len(chunks) == 1:
+        return f"stage {rank} (layers {chunks[0][1]}..{chunks[0][2]})"
+    return f"rank {rank} (chunks " + ", ".join(f"{c}: layers {a}..{z}"
+                                               for c, a, z in chunks) + ")"
+
+
 class _Stage:
-    """One stage's run: its layers (cloned from the resident model; checkpointed, or pressed
-    by an MPress plan; exchanged as the setup's devices need), its ``PipelineStage`` and
-    schedule, and one training iteration over them."""
+    """One rank's run: its chunks' layers (cloned from the resident model; checkpointed per
+    chunk, or pressed by an MPress plan; exchanged as the setup's devices need), a
+    ``PipelineStage`` per chunk, the schedule (torch's class for ``Setup.schedule``), and one
+    training iteration over them."""
 
     def __init__(self, res: Resident, setup: Setup, rank: int, device: torch.device,
                  how: Optional[str], timer):
         self.res, self.setup, self.rank, self.device, self.how, self.timer = \
             res, setup, rank, device, how, timer
-        self.is_first, self.is_last = rank == 0, rank == setup.stages - 1
         self.comm_device = torch.device("cpu") if how is not None else device
         self.links = None  # MPress d2d: this stage's server and channels (mcap.runner.press.d2d)
+        self.track = device.type == "cpu"
 
-    def build(self, first: int, last: int, press, alone: bool) -> None:
-        """Layers ``first..last``, their module, stage, schedule and optimizer."""
-        from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+    def build(self, chunks, press, alone: bool) -> None:
+        """The chunks' layers, modules, stages, the schedule and the optimizer."""
+        from torch.distributed.pipelining import PipelineStage
+
+        from mcap.runner.orders import torch_class
         setup, device = self.setup, self.device
-        self.layers = copy.deepcopy(self.res.module[first:last + 1]).to(device)
-        if device.type == "cpu":
-            tag_weights_and_gradients(self.layers)
-        if press is None:
-            module: nn.Module = Recomputed(self.layers, setup.checkpoint, setup.chunks)
-        else:
-            from mcap.runner.press.apply import press_stage
-            module, self.links = press_stage(self.layers, press, setup, self.rank, device)
-        self.module, in_meta, out_meta = self._exchanged(module, first, last)
-        self.stage = PipelineStage(self.module, self.rank, setup.stages, self.comm_device,
-                                   input_args=in_meta, output_args=out_meta)
-        schedule_cls = Schedule1F1B if setup.schedule == "1f1b" else ScheduleGPipe
+        spec = schedules.get(setup.schedule)
+        n = setup.num_chunks
+        ids = [c for c, _, _ in chunks]
+        self.is_first, self.is_last = 0 in ids, n - 1 in ids
+        if len(chunks) > 1 and (press is not None or self.how is not None):
+            raise McapError(f"schedule {setup.schedule} holds {len(chunks)} stages per rank: "
+                            "measure it with stages alone (isolation stage), without an "
+                            "MPress plan")
+        modes = checkpoint_modes(setup.checkpoint, n)
+        self.layers, self.modules, self.stages = [], [], []
+        for c, first, last in chunks:
+            layers = copy.deepcopy(self.res.module[first:last + 1]).to(device)
+            if self.track:
+                tag_weights_and_gradients(layers)
+            if press is None:
+                module: nn.Module = Recomputed(layers, modes[c], setup.chunks,
+                                               precision.autocast(setup, device))
+            else:
+                from mcap.runner.press.apply import press_stage
+                module, self.links = press_stage(layers, press, setup, self.rank, device)
+            module, in_meta, out_meta = self._exchanged(module, c, first, last)
+            self.layers.append(layers)
+            self.modules.append(module)
+            self.stages.append(PipelineStage(module, c, n, self.comm_device,
+                                             input_args=in_meta, output_args=out_meta))
+        self.module = self.modules[0]  # one chunk: the module (exchange.finish, press)
+        self.stage = self.stages[0]
+        cls = torch_class(setup.schedule)
         # Every rank gets the loss: a schedule without one runs forward only, so the earlier
         # stages would never run backward (only the last stage calls it).
-        self.schedule = schedule_cls(self.stage, setup.chunks,
-                                     loss_fn=_loss_on_output_device(self.res.loss))
+        loss_fn = _loss_on_output_device(self.res.loss, precision.autocast(setup, device))
+        self.schedule = cls(self.stages if spec.multi else self.stages[0], setup.chunks,
+                            loss_fn=loss_fn)
         if alone:
             alone_mod.set_vote(self.schedule, self.stage)
         if self.timer is not None:
-            self.timer.wrap(self.stage)
+            for st in self.stages:
+                self.timer.wrap(st, chunk=st.stage_index if spec.multi else None)
         if isinstance(self.module, exchange.Exchanged):
             self.module.hold_through_backward(self.stage)
-        self.optimizer = make_optimizer(setup, self.layers.parameters())
+        params = [p for layers in self.layers for p in layers.parameters()]
+        self.master = precision.Master(setup, params, self.track)
+        self.optimizer = make_optimizer(setup, self.master.optimizer_params())
 
-    def _exchanged(self, module: nn.Module, first: int, last: int):
+    def _exchanged(self, module: nn.Module, chunk: int, first: int, last: int):
         """``module`` as the exchange between the stages needs it (host-staged, or tokens
         through the group and tensors through the link), with the meta tensors the stage
         receives and sends."""
         shapes = self.res.shapes
         in_meta = shapes[first - 1] if first > 0 else shapes[-1]
         out_meta = shapes[last]
+        is_last = chunk == self.setup.num_chunks - 1
         if self.how == "host":
-            module = HostStaged(module, self.device, self.is_last)
+            module = HostStaged(module, self.device, is_last)
         elif self.how is not None:  # tokens through the group, tensors through the link
             link = exchange.Link(self.how, self.device, chunks=self.setup.chunks)
-            module = exchange.Exchanged(module, link, self.rank, self.is_first, self.is_last)
-            if not self.is_first:
+            module = exchange.Exchanged(module, link, self.rank, chunk == 0, is_last)
+            if chunk != 0:
                 in_meta = exchange.token_meta(_requires_grad(in_meta))
-            if not self.is_last:
+            if not is_last:
                 out_meta = exchange.token_meta(_requires_grad(out_meta))
         return module, in_meta, out_meta
 
@@ -223,10 +252,12 @@ class _Stage:
             timer.new_iteration()
         if optimizer is not None:
             optimizer.zero_grad(set_to_none=True)
-        _recomputed(self.module).new_step()
+        for module in self.modules:
+            _recomputed(module).new_step()
         # The batch lands on the first stage's device and the labels on the last's, each
         # iteration, as a training loop would place them.
-        args = (self.res.inputs.to(comm_device, copy=True),) if self.is_first else ()
+        args = (precision.batch_on(self.res.inputs, self.setup, comm_device),) \
+            if self.is_first else ()
         kwargs = {"target": self.res.targets.to(comm_device, copy=True)} \
             if self.is_last else {}
         if timer is not None:
@@ -238,21 +269,24 @@ class _Stage:
         if self.how == "ipc":  # the step's sends are let go of: free what peers released
             exchange.collect()
         if optimizer is not None:
-            with memtrack.tagged(memtrack.OPTIMIZER) if self.device.type == "cpu" \
+            with memtrack.tagged(memtrack.OPTIMIZER) if self.track \
                     else contextlib.nullcontext():
+                self.master.to_master(self.track)
                 if timer is not None:
                     timer.timed_step(optimizer.step)
                 else:
                     optimizer.step()
+                self.master.from_master()
         elif timer is not None:
             timer.step.append(0.0)
 
 
-def _loss_on_output_device(loss: Callable) -> Callable:
+def _loss_on_output_device(loss: Callable, autocast=None) -> Callable:
     """Labels arrive where the schedule receives (the host, for GPU stages sharing a GPU);
-    the loss runs where the last stage's output is."""
+    the loss runs where the last stage's output is, under the forward's autocast."""
     def loss_fn(output, targets):
-        return loss(output, targets.to(output.device))
+        with autocast if autocast is not None else contextlib.nullcontext():
+            return loss(output, targets.to(output.device))
     return loss_fn
 
 
@@ -269,43 +303,3 @@ def _nbytes(meta) -> int:
 def _requires_grad(meta) -> bool:
     metas = meta if isinstance(meta, (tuple, list)) else (meta,)
     return any(m.requires_grad for m in metas)
-
-
-# (spec, batch size, chunks) -> (Resident, ModelInfo) or the exception building raised: built
-# by the zygote before it forks (mcap.runner.zygote), so every forked stage shares one copy.
-_prebuilt: Optional[tuple[tuple, object]] = None
-
-
-def prebuild(spec: str, setup: Setup) -> None:
-    """Build the resident model before forking the stage processes; :func:`build_resident`
-    then returns it in every child. It is built on one intra-op thread, so no OpenMP pool
-    exists to be broken by the fork, and before memtrack is installed, so it is uncounted
-    as it is when a stage process builds it itself (under ``memtrack.suspended()``)."""
-    global _prebuilt
-    torch.set_num_threads(1)
-    key = _resident_key(spec, setup)
-    try:
-        _prebuilt = (key, build_resident(spec, setup))
-    except Exception as exc:  # re-raised in each child, which reports it in its Hello
-        _prebuilt = (key, exc)
-
-
-def _resident_key(spec: str, setup: Setup) -> tuple:
-    return spec, setup.batch_size, setup.chunks
-
-
-def build_resident(spec: str, setup: Setup) -> tuple[Resident, "object"]:
-    """Build the model once per process, uncounted; returns it and its ModelInfo."""
-    from mcap.models import build_model
-
-    if _prebuilt is not None and _prebuilt[0] == _resident_key(spec, setup):
-        if isinstance(_prebuilt[1], Exception):
-            raise _prebuilt[1]
-        return _prebuilt[1]
-
-    with memtrack.suspended() if memtrack.installed() else contextlib.nullcontext():
-        built = build_model(spec)
-        inputs, targets = built.example_batch(setup.batch_size)
-        micro = inputs[: max(1, setup.batch_size // setup.chunks)]
-        shapes = tensor_shapes(built.module, micro)
-    return Resident(built.module, built.loss, inputs, targets, shapes), built.info

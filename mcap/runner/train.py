@@ -2,6 +2,7 @@
 micro-batch, and reading a device's peak over the measured window."""
 from __future__ import annotations
 
+import contextlib
 import gc
 import traceback
 from pathlib import Path
@@ -56,12 +57,15 @@ class Recomputed(nn.Module):
     tells which micro-batch this is. Calls on meta tensors (shape inference) do not count.
     """
 
-    def __init__(self, layers: nn.Module, mode: str, chunks: int):
+    def __init__(self, layers: nn.Module, mode: str, chunks: int, autocast=None):
         super().__init__()
         self.layers = layers
         self.mode = mode
         self.chunks = chunks
         self.calls = 0
+        # the precision's forward context (mcap.runner.precision.autocast); checkpoint's
+        # recomputation restores the same autocast state by itself
+        self.autocast = autocast
 
     def new_step(self) -> None:
         self.calls = 0
@@ -74,9 +78,10 @@ class Recomputed(nn.Module):
                 or not torch.is_grad_enabled():
             return self.layers(x)
         index, self.calls = self.calls, self.calls + 1
-        if self.mode == "always" or (self.mode == "except_last" and index < self.chunks - 1):
-            return checkpoint(self.layers, x, use_reentrant=False)
-        return self.layers(x)
+        with self.autocast if self.autocast is not None else contextlib.nullcontext():
+            if self.mode == "always" or (self.mode == "except_last" and index < self.chunks - 1):
+                return checkpoint(self.layers, x, use_reentrant=False)
+            return self.layers(x)
 
 
 def tag_weights_and_gradients(module: nn.Module) -> None:

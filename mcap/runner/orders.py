@@ -1,0 +1,165 @@
+"""A schedule's action list, read off torch's own schedule class (issue 39).
+
+The order is taken from what torch *executes*, for each kind of schedule:
+
+- **multi-stage schedules** (interleaved, looped BFS, zero bubble, ZBV, DualPipeV) run the
+  lowered list ``pipeline_order_with_comms`` that their constructor computes for every rank
+  from the stage count, the ranks and the micro-batches alone: the class is built for rank 0
+  over stand-in stages that carry only those numbers, and the compute actions of that list
+  are read;
+- **single-stage schedules** (GPipe, 1F1B) do not run a list: their ``_step_microbatches``
+  loops call the stage's ``forward_one_chunk`` / ``backward_one_chunk`` directly. Their
+  ``pipeline_order`` is a description only, and in torch 2.13 a wrong one for 1F1B's last
+  rank (it lists ``F1..F8`` for 8 micro-batches, while the loop runs ``F0..F7``). So their
+  order is traced: torch's own ``_step_microbatches`` runs for each rank over a stand-in
+  stage that records the calls and moves nothing.
+
+Either way the result is mcap's pure :class:`mcap.core.schedules.actions.ActionList`. The runner builds the same
+class over real stages (:mod:`mcap.runner.pipelining`) and a test checks the two orders are
+the same, so the runner, the predictor and the teaching view read one list.
+
+``python -m mcap.runner.orders SCHEDULE G V M [G V M ...]`` prints the lists as JSON (how a
+process that must not import torch, the dashboard server, gets them: ``mcap.io.orders``).
+"""
+from __future__ import annotations
+
+import functools
+import json
+import sys
+import types
+
+from mcap.core import schedules
+from mcap.core.errors import McapError
+from mcap.core.schedules.actions import ActionList, from_texts, to_dict
+
+
+def _stand_in(index: int, stages: int, num_stages: int):
+    """What a schedule's constructor reads of a stage: its index, the stage count, the
+    group's size and this rank (0)."""
+    return types.SimpleNamespace(stage_index=index, num_stages=num_stages, group_size=stages,
+                                 group_rank=0, is_first=index == 0,
+                                 is_last=index == num_stages - 1,
+                                 stage_index_to_group_rank=None, submod=None)
+
+
+def torch_class(name: str):
+    from torch.distributed.pipelining import schedules as torch_schedules
+    cls = getattr(torch_schedules, schedules.get(name).torch_class, None)
+    if cls is None:
+        import torch
+        raise McapError(f"schedule {name} needs torch's "
+                        f"{schedules.get(name).torch_class}, which torch {torch.__version__} "
+                        "does not have")
+    return cls
+
+
+def order_of(schedule_obj) -> dict:
+    """A multi-stage schedule object's per-rank order as action texts: the lowered list its
+    runtime executes (communication actions are dropped when parsed)."""
+    order = getattr(schedule_obj, "pipeline_order_with_comms", None) \
+        or getattr(schedule_obj, "pipeline_order", None)
+    if not order:
+        raise McapError(f"{type(schedule_obj).__name__} exposes no action list")
+    return {int(r): [str(a) for a in acts if a is not None and _compute(a)]
+            for r, acts in order.items()}
+
+
+def _compute(action) -> bool:
+    return bool(getattr(action, "is_compute_op", False))
+
+
+class _Recorder:
+    """A stand-in stage for a single-stage schedule's loop: records each forward and
+    backward it is asked for and communicates nothing."""
+
+    def __init__(self, index: int, num_stages: int):
+        self.stage_index, self.num_stages = index, num_stages
+        self.is_first, self.is_last = index == 0, index == num_stages - 1
+        self.calls: list[str] = []
+
+    def get_fwd_recv_ops(self, i):
+        return []
+
+    get_fwd_send_ops = get_bwd_recv_ops = get_bwd_send_ops = get_fwd_recv_ops
+
+    def forward_one_chunk(self, i, *args, **kwargs):
+        self.calls.append(f"{self.stage_index}F{int(i)}")
+
+    def backward_one_chunk(self, i, *args, full_backward=True, **kwargs):
+        self.calls.append(f"{self.stage_index}{'B' if full_backward else 'I'}{int(i)}")
+
+    def backward_weight_one_chunk(self, i, *args, **kwargs):
+        self.calls.append(f"{self.stage_index}W{int(i)}")
+
+    def perform_reduce_grad(self, *args, **kwargs):
+        pass
+
+
+def traced_order(cls, stages: int, chunks: int) -> dict:
+    """Each rank's calls when torch's single-stage ``cls`` runs its step loop."""
+    out = {}
+    for rank in range(stages):
+        stage = _Recorder(rank, stages)
+        obj = cls(_stand_in(rank, stages, stages), chunks, loss_fn=None)
+        obj._stage = stage
+        obj._initialize_stage = lambda *a, **k: None
+        obj._maybe_compute_loss = lambda *a, **k: None
+        obj._maybe_get_loss = lambda *a, **k: None
+        obj._update_losses = lambda *a, **k: None
+        obj._step_microbatches(arg_mbs=[()] * chunks, kwarg_mbs=[{}] * chunks,
+                               return_outputs=False)
+        out[rank] = stage.calls
+    return out
+
+
+@functools.lru_cache(maxsize=512)
+def generate(schedule: str, stages: int, virtual: int, chunks: int) -> ActionList:
+    """The action list torch's class for ``schedule`` runs with G ranks, V chunks per rank
+    and M micro-batches; McapError naming the rule torch would refuse."""
+    import torch
+
+    spec = schedules.get(schedule)
+    v = spec.virtual(virtual)
+    spec.check(stages, v, chunks)
+    cls = torch_class(schedule)
+    n = stages * v
+    placement = spec.placement(stages, v)
+    loss = lambda output, target: output  # noqa: E731  (never called: no step is run)
+    try:
+        if not spec.multi:
+            return from_texts(schedule, stages, v, chunks, traced_order(cls, stages, chunks),
+                              placement, source=f"torch {torch.__version__} {cls.__name__}")
+        obj = cls([_stand_in(c, stages, n) for c in placement[0]], chunks, loss_fn=loss)
+    except (ValueError, RuntimeError, AssertionError, TypeError) as exc:
+        raise McapError(f"torch refuses schedule {schedule} with {stages} ranks, {v} stages "
+                        f"per rank and {chunks} micro-batches: {exc}") from None
+    mapping = getattr(obj, "stage_index_to_group_rank", None)
+    if mapping:
+        torch_placement = tuple(tuple(sorted(c for c, r in mapping.items() if r == rank))
+                                for rank in range(stages))
+        if torch_placement != placement:
+            raise McapError(f"torch places the chunks of {schedule} as {torch_placement}, "
+                            f"not {placement}")
+    return from_texts(schedule, stages, v, chunks, order_of(obj), placement,
+                      source=f"torch {torch.__version__} {cls.__name__}")
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 4 or (len(argv) - 1) % 3:
+        print("usage: python -m mcap.runner.orders SCHEDULE G V M [G V M ...]", file=sys.stderr)
+        return 2
+    name, rest = argv[0], argv[1:]
+    out = []
+    try:
+        for i in range(0, len(rest), 3):
+            g, v, m = (int(x) for x in rest[i:i + 3])
+            out.append(to_dict(generate(name, g, v, m)))
+    except (McapError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    json.dump(out, sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -32,6 +32,8 @@ MAX_SPEC_CHARS = 8192
 
 SETUP_FIELDS = ("stages", "batch_size", "chunks", "schedule", "checkpoint", "device",
                 "capacity_bytes", "engine", "optimizer", "threads")
+# written by files only where they differ from their default (issue 39)
+LATER_SETUP_FIELDS = ("virtual_stages", "precision")
 BREAKDOWN_FIELDS = ("weights", "gradients", "optimizer", "other")
 STATUSES = ("ok", "oom", "failed")
 
@@ -159,7 +161,8 @@ def layers(items, r: Reader, where: str = "model.layers") -> tuple[Layer, ...]:
         l = r.obj(l, w)
         out.append(Layer(name=r.str_(r.need(l, "name", w), f"{w}.name"),
                          param_bytes=r.bytes_(r.need(l, "param_bytes", w), f"{w}.param_bytes"),
-                         kind=r.str_(l.get("kind", ""), f"{w}.kind")))
+                         kind=r.str_(l.get("kind", ""), f"{w}.kind"),
+                         out_bytes=r.bytes_(l.get("out_bytes", 0), f"{w}.out_bytes")))
     if not out:
         raise r.fail(where, "the model has no layers")
     return tuple(out)

@@ -32,6 +32,9 @@ class Layer:
     name: str
     param_bytes: int
     kind: str = field(default="", compare=False)
+    # bytes of the layer's output for one micro-batch under the setup it was measured at
+    # (what crosses a stage boundary after it); 0 when unknown (files before issue 39)
+    out_bytes: int = field(default=0, compare=False)
 
 
 @dataclass(frozen=True)

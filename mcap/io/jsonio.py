@@ -69,11 +69,17 @@ MAX_FILE_BYTES = 256 * 2**20
 def _model_to_dict(model: ModelInfo) -> dict:
     return {"spec": model.spec,
             "layers": [{"name": l.name, "param_bytes": int(l.param_bytes),
-                        **({"kind": l.kind} if l.kind else {})} for l in model.layers]}
+                        **({"kind": l.kind} if l.kind else {}),
+                        **({"out_bytes": int(l.out_bytes)} if l.out_bytes else {})}
+                       for l in model.layers]}
 
 
 def _setup_to_dict(setup: Setup) -> dict:
-    return {k: getattr(setup, k) for k in _SETUP_FIELDS}
+    # Fields added after the files' first version are written only where they differ from
+    # their default, so a file of a GPipe fp32 run reads as it always did.
+    return {**{k: getattr(setup, k) for k in _SETUP_FIELDS},
+            **{k: getattr(setup, k) for k in fields.LATER_SETUP_FIELDS
+               if getattr(setup, k) != getattr(Setup(stages=1), k)}}
 
 
 def machine_to_dict(machine: Machine) -> dict:

@@ -14,7 +14,12 @@ The order is taken from what torch *executes*, for each kind of schedule:
   order is traced: torch's own ``_step_microbatches`` runs for each rank over a stand-in
   stage that records the calls and moves nothing.
 
-Either way the result is mcap's pure :class:`mcap.core.schedules.actions.ActionList`. The runner builds the same
+Either way the result is mcap's pure :class:`mcap.core.schedules.actions.ActionList`. The
+single-stage loops also decide when a send's work, and so its tensor, is let go of (1F1B
+waits on each send at its next exchange; GPipe keeps them all to the end of its loop), and
+how long the loop's own ``output`` variable keeps a forward's output (GPipe's keeps the last
+micro-batch's, the logits on the last stage, to the end): the trace records both
+(``ActionList.releases``), from stand-in objects whose release is observed. The multi-stage runtime keeps every send's work until the end of the step. The runner builds the same
 class over real stages (:mod:`mcap.runner.pipelining`) and a test checks the two orders are
 the same, so the runner, the predictor and the teaching view read one list.
 
@@ -24,9 +29,11 @@ process that must not import torch, the dashboard server, gets them: ``mcap.io.o
 from __future__ import annotations
 
 import functools
+import gc
 import json
 import sys
 import types
+import weakref
 
 from mcap.core import schedules
 from mcap.core.errors import McapError
@@ -68,22 +75,69 @@ def _compute(action) -> bool:
     return bool(getattr(action, "is_compute_op", False))
 
 
+class _Op:
+    """A stand-in for a point-to-point op: which send it is (kind F: the output of a
+    forward, B: the input gradient of a backward), or a receive. A send op holds its tensor
+    as its work does (``dist.P2POp``), so both are watched."""
+    __slots__ = ("send", "kind", "mb", "peer", "__weakref__")
+
+    def __init__(self, send: bool, kind: str, mb: int):
+        self.send, self.kind, self.mb, self.peer = send, kind, mb, 0
+
+
+class _Work:
+    """A stand-in for a send's work: when the runtime lets go of it, the recorder notes how
+    many of the rank's compute actions had run (what a real work's tensor lives until)."""
+    __slots__ = ("__weakref__",)
+
+    def wait(self, *args, **kwargs):
+        return True
+
+
 class _Recorder:
     """A stand-in stage for a single-stage schedule's loop: records each forward and
-    backward it is asked for and communicates nothing."""
+    backward it is asked for, and when each send's work is let go of; moves nothing."""
 
     def __init__(self, index: int, num_stages: int):
         self.stage_index, self.num_stages = index, num_stages
         self.is_first, self.is_last = index == 0, index == num_stages - 1
         self.calls: list[str] = []
+        # (kind, chunk, micro-batch, compute actions done): F a forward's output sent, B a
+        # backward's input gradient sent, O a forward's output the loop itself still held
+        self.released: list[tuple] = []
+        self._alive: dict = {}  # (kind, micro-batch) -> its op and work objects alive
 
     def get_fwd_recv_ops(self, i):
-        return []
+        return [] if self.is_first else [_Op(False, "F", int(i))]
 
-    get_fwd_send_ops = get_bwd_recv_ops = get_bwd_send_ops = get_fwd_recv_ops
+    def get_bwd_recv_ops(self, i):
+        return [] if self.is_last else [_Op(False, "B", int(i))]
+
+    def get_fwd_send_ops(self, i):
+        return [] if self.is_last else [self._watched(_Op(True, "F", int(i)))]
+
+    def get_bwd_send_ops(self, i):
+        return [] if self.is_first else [self._watched(_Op(True, "B", int(i)))]
+
+    def batch_p2p(self, ops, desc=None):
+        return [self._watched(_Work(), op.kind, op.mb) for op in ops if op.send]
+
+    def _watched(self, obj, kind: str = "", mb: int = 0):
+        kind, mb = (obj.kind, obj.mb) if isinstance(obj, _Op) else (kind, mb)
+        self._alive[(kind, mb)] = self._alive.get((kind, mb), 0) + 1
+        weakref.finalize(obj, self._gone, kind, mb)
+        return obj
+
+    def _gone(self, kind: str, mb: int) -> None:
+        """The op or work of a send is gone; its tensor goes with the last of them."""
+        self._alive[(kind, mb)] -= 1
+        if not self._alive[(kind, mb)]:
+            self.released.append((kind, self.stage_index, mb, len(self.calls)))
 
     def forward_one_chunk(self, i, *args, **kwargs):
         self.calls.append(f"{self.stage_index}F{int(i)}")
+        # the loop's own reference to the output (``output = stage.forward_one_chunk(...)``)
+        return self._watched(_Work(), "O", int(i))
 
     def backward_one_chunk(self, i, *args, full_backward=True, **kwargs):
         self.calls.append(f"{self.stage_index}{'B' if full_backward else 'I'}{int(i)}")
@@ -95,21 +149,29 @@ class _Recorder:
         pass
 
 
-def traced_order(cls, stages: int, chunks: int) -> dict:
-    """Each rank's calls when torch's single-stage ``cls`` runs its step loop."""
-    out = {}
-    for rank in range(stages):
-        stage = _Recorder(rank, stages)
-        obj = cls(_stand_in(rank, stages, stages), chunks, loss_fn=None)
-        obj._stage = stage
-        obj._initialize_stage = lambda *a, **k: None
-        obj._maybe_compute_loss = lambda *a, **k: None
-        obj._maybe_get_loss = lambda *a, **k: None
-        obj._update_losses = lambda *a, **k: None
-        obj._step_microbatches(arg_mbs=[()] * chunks, kwarg_mbs=[{}] * chunks,
-                               return_outputs=False)
-        out[rank] = stage.calls
-    return out
+def traced_order(cls, stages: int, chunks: int) -> tuple[dict, dict]:
+    """Each rank's calls when torch's single-stage ``cls`` runs its step loop, and when the
+    loop let go of each send's work (its tensor lives that long)."""
+    from torch.distributed.pipelining import schedules as torch_schedules
+    out, releases = {}, {}
+    saved = torch_schedules._batch_p2p
+    try:
+        for rank in range(stages):
+            stage = _Recorder(rank, stages)
+            obj = cls(_stand_in(rank, stages, stages), chunks, loss_fn=None)
+            obj._stage = stage
+            obj._initialize_stage = lambda *a, **k: None
+            obj._maybe_compute_loss = lambda *a, **k: None
+            obj._maybe_get_loss = lambda *a, **k: None
+            obj._update_losses = lambda *a, **k: None
+            torch_schedules._batch_p2p = stage.batch_p2p  # _sorted_batch_p2p calls it too
+            obj._step_microbatches(arg_mbs=[()] * chunks, kwarg_mbs=[{}] * chunks,
+                                   return_outputs=False)
+            gc.collect()
+            out[rank], releases[rank] = stage.calls, tuple(stage.released)
+    finally:
+        torch_schedules._batch_p2p = saved
+    return out, releases
 
 
 @functools.lru_cache(maxsize=512)
@@ -127,8 +189,10 @@ def generate(schedule: str, stages: int, virtual: int, chunks: int) -> ActionLis
     loss = lambda output, target: output  # noqa: E731  (never called: no step is run)
     try:
         if not spec.multi:
-            return from_texts(schedule, stages, v, chunks, traced_order(cls, stages, chunks),
-                              placement, source=f"torch {torch.__version__} {cls.__name__}")
+            texts, releases = traced_order(cls, stages, chunks)
+            return from_texts(schedule, stages, v, chunks, texts, placement,
+                              source=f"torch {torch.__version__} {cls.__name__}",
+                              releases=releases)
         obj = cls([_stand_in(c, stages, n) for c in placement[0]], chunks, loss_fn=loss)
     except (ValueError, RuntimeError, AssertionError, TypeError) as exc:
         raise McapError(f"torch refuses schedule {schedule} with {stages} ranks, {v} stages "

@@ -33,7 +33,7 @@ from mcap.runner import alone as alone_mod
 from mcap.runner import exchange, memtrack, precision
 from mcap.runner.protocol import StageResult
 from mcap.runner.resident import (  # noqa: F401  (re-exported: the engines build it here)
-    Resident, build_resident, prebuild, tensor_shapes,
+    Resident, build_resident, nbytes, prebuild, tensor_shapes,
 )
 from mcap.runner.train import (
     ITERATIONS, Recomputed, Window, classify, make_optimizer, tag_weights_and_gradients,
@@ -294,10 +294,7 @@ def _recomputed(mod: nn.Module) -> Recomputed:
     return mod.inner if isinstance(mod, (HostStaged, exchange.Exchanged)) else mod
 
 
-def _nbytes(meta) -> int:
-    """Bytes of one micro-batch's activation (a meta tensor or a tuple of them)."""
-    metas = meta if isinstance(meta, (tuple, list)) else (meta,)
-    return sum(m.numel() * m.element_size() for m in metas)
+_nbytes = nbytes
 
 
 def _requires_grad(meta) -> bool:

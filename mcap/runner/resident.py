@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -115,4 +116,15 @@ def build_resident(spec: str, setup: Setup) -> tuple[Resident, "object"]:
         micro = precision.batch_on(micro, setup, micro.device)
         shapes = tensor_shapes(module, micro, "cuda" if setup.device == "cuda" else "cpu") \
             if setup.precision == "bf16-autocast" else tensor_shapes(module, micro)
-    return Resident(module, built.loss, inputs, targets, shapes), built.info
+    # each layer's output bytes per micro-batch: what crosses a boundary after it, which
+    # the schedules' memory model (mcap.core.schedules.memory) needs
+    info = dataclasses.replace(built.info, layers=tuple(
+        dataclasses.replace(layer, out_bytes=nbytes(shapes[i]))
+        for i, layer in enumerate(built.info.layers)))
+    return Resident(module, built.loss, inputs, targets, shapes), info
+
+
+def nbytes(meta) -> int:
+    """Bytes of one micro-batch's activation (a meta tensor or a tuple of them)."""
+    metas = meta if isinstance(meta, (tuple, list)) else (meta,)
+    return sum(m.numel() * m.element_size() for m in metas)

@@ -165,7 +165,9 @@ def machine_from_json(text: Optional[str], r: Optional[fields.Reader] = None) ->
 
 def model_to_json(model: ModelInfo) -> str:
     return dumps([{"name": layer.name, "param_bytes": layer.param_bytes,
-                   **({"kind": layer.kind} if layer.kind else {})} for layer in model.layers])
+                   **({"kind": layer.kind} if layer.kind else {}),
+                   **({"out_bytes": int(layer.out_bytes)} if layer.out_bytes else {})}
+                  for layer in model.layers])
 
 
 def model_from_json(spec: str, text: str, r: Optional[fields.Reader] = None) -> ModelInfo:

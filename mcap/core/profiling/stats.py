@@ -234,6 +234,16 @@ def _solve(num_layers: int, have, value, two_stage_only: bool, derive: bool = Tr
     return iso, added, missing, Sources(isolated=tuple(iso_src), added=tuple(added_src))
 
 
+def solve_windows(num_layers: int, table: dict, two_stage_only: bool = False):
+    """mCAP 3.1's reading on any per-window quantity: ``table[(a, z)]`` its measured value;
+    returns (isolated, added, missing) as :func:`extract` reads mem_isolated and mem_added
+    from peaks (``mcap.core.schedules.memory`` reads each op's bytes this way)."""
+    iso, added, missing, _ = _solve(num_layers, lambda a, z: (a, z) in table,
+                                    lambda a, z: table.get((a, z)),
+                                    two_stage_only)
+    return iso, added, missing
+
+
 @dataclass(frozen=True)
 class Sources:
     """Where each statistic is read from: ``isolated[l]`` the window (a, z) (a == z unless

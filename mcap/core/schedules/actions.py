@@ -61,6 +61,11 @@ class ActionList:
     order: tuple[tuple[Slot, ...], ...]
     placement: tuple[tuple[int, ...], ...]
     source: str = ""
+    # Per rank, when the runtime lets go of what it holds (and so of the tensor): (kind F: a
+    # forward's output sent, B: a backward's input gradient sent, O: a forward's output the
+    # loop itself holds; chunk; micro-batch; how many of the rank's actions had run). Empty:
+    # every send is held until the step ends and nothing else, as the multi-stage runtime.
+    releases: tuple = ()
 
     @property
     def num_chunks(self) -> int:
@@ -114,7 +119,8 @@ def parse_slot(text: Optional[str]) -> Slot:
 
 
 def from_texts(schedule: str, stages: int, virtual: int, chunks: int,
-               texts: dict, placement: Sequence[Sequence[int]], source: str = "") -> ActionList:
+               texts: dict, placement: Sequence[Sequence[int]], source: str = "",
+               releases: Optional[dict] = None) -> ActionList:
     """An ActionList from torch's per-rank action texts, checked (:func:`check`)."""
     order = []
     for r in range(stages):
@@ -127,8 +133,11 @@ def from_texts(schedule: str, stages: int, virtual: int, chunks: int,
         while slots and not slots[-1]:  # torch pads with trailing idle slots
             slots.pop()
         order.append(tuple(slots))
+    rel = () if not releases else tuple(
+        tuple((str(k), int(c), int(m), int(after)) for k, c, m, after in releases.get(r, ()))
+        for r in range(stages))
     al = ActionList(schedule, stages, virtual, chunks, tuple(order),
-                    tuple(tuple(int(c) for c in p) for p in placement), source)
+                    tuple(tuple(int(c) for c in p) for p in placement), source, rel)
     check(al)
     return al
 
@@ -335,7 +344,9 @@ def to_dict(al: ActionList) -> dict:
     return {"schedule": al.schedule, "stages": al.stages, "virtual": al.virtual,
             "chunks": al.chunks, "source": al.source,
             "placement": [list(p) for p in al.placement],
-            "order": {str(r): [_slot_text(s) for s in al.order[r]] for r in range(al.stages)}}
+            "order": {str(r): [_slot_text(s) for s in al.order[r]] for r in range(al.stages)},
+            "releases": {str(r): [list(x) for x in al.releases[r]]
+                         for r in range(len(al.releases))}}
 
 
 def from_dict(d: dict) -> ActionList:
@@ -348,6 +359,11 @@ def from_dict(d: dict) -> ActionList:
         texts = {int(k): list(v) for k, v in order.items()}
         placement = [list(p) for p in d["placement"]]
         schedule, source = str(d["schedule"]), str(d.get("source", ""))
+        releases = {int(k): [tuple(x) for x in v] for k, v in d.get("releases", {}).items()}
+        for rel in releases.values():
+            for x in rel:
+                if len(x) != 4 or x[0] not in ("F", "B", "O"):
+                    raise ValueError(f"release {list(x)[:4]}")
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise McapError(f"an action list is missing or has a bad field: {exc}") from None
-    return from_texts(schedule, stages, virtual, chunks, texts, placement, source)
+    return from_texts(schedule, stages, virtual, chunks, texts, placement, source, releases)

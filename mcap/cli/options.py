@@ -14,7 +14,8 @@ from mcap.cli import args as argtypes
 from mcap.cli.args import parse_bytes
 from mcap.core.errors import InvalidPartitioning, McapError
 from mcap.core.partition import parse_balance as core_parse_balance
-from mcap.core.types import CHECKPOINTS, DEVICES, OPTIMIZERS, SCHEDULES, Setup
+from mcap.core import schedules
+from mcap.core.types import CHECKPOINTS, DEVICES, OPTIMIZERS, PRECISIONS, Setup
 from mcap.models.spec import trusted_model_arg
 from mcap.runner import engines
 
@@ -57,8 +58,16 @@ def add_setup_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=argtypes.positive_int, default=32, metavar="B")
     p.add_argument("--chunks", type=argtypes.positive_int, default=4, metavar="M",
                    help="micro-batches per batch")
-    p.add_argument("--schedule", choices=SCHEDULES, default="gpipe")
-    p.add_argument("--checkpoint", choices=CHECKPOINTS, default="except_last")
+    add_schedule_options(p)
+    p.add_argument("--checkpoint", type=checkpoint_arg, default="except_last",
+                   metavar="MODE[,MODE...]",
+                   help=f"activation checkpointing: one of {', '.join(CHECKPOINTS)} for every "
+                        "stage, or one per pipeline stage, comma-separated (a multi-stage "
+                        "schedule has stages x virtual stages of them)")
+    p.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                   help="fp32; bf16-autocast (fp32 weights, bf16 autocast in forward); bf16 "
+                        "(bf16 weights and activations, fp32 master weights and optimizer "
+                        "state, as torchtitan keeps them)")
     p.add_argument("--optimizer", choices=OPTIMIZERS, default="sgd")
     p.add_argument("--capacity", type=parse_bytes, default=None, metavar="BYTES",
                    help="memory per device; a stage above it is an oom run")
@@ -84,12 +93,44 @@ def add_setup_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--job", type=int, default=None, help=argparse.SUPPRESS)
 
 
+def add_schedule_options(p: argparse.ArgumentParser, any_: bool = False) -> None:
+    """``--schedule`` (the registry's names; ``any``: compare them all, where a command
+    can) and ``--virtual-stages``."""
+    names = schedules.names()
+    p.add_argument("--schedule", choices=(*names, "any") if any_ else names,
+                   default=schedules.DEFAULT,
+                   help="; ".join(f"{s.name}: {s.help}" for s in schedules.REGISTRY)
+                        + ("; any: every schedule, compared" if any_ else ""))
+    p.add_argument("--virtual-stages", type=argtypes.positive_int, default=None, metavar="V",
+                   help="pipeline stages per rank for the multi-stage schedules ("
+                        + ", ".join(schedules.names(stages_per_rank="many"))
+                        + f"; default 2); {', '.join(schedules.names(stages_per_rank='two'))} "
+                          "fix it at 2")
+
+
+def checkpoint_arg(text: str) -> str:
+    """``--checkpoint MODE`` or ``MODE,MODE,...`` (one per stage), each a known mode."""
+    parts = text.split(",")
+    bad = [p for p in parts if p not in CHECKPOINTS]
+    if bad or not text:
+        raise argparse.ArgumentTypeError(f"checkpoint {bad[0] if bad else text!r} is not one of "
+                                         f"{', '.join(CHECKPOINTS)} (give one mode, or one per "
+                                         "stage, comma-separated)")
+    return text
+
+
+def virtual_of(args, schedule: str = None) -> int:
+    """``--virtual-stages`` for the schedule, checked by the registry (McapError, exit 2)."""
+    return schedules.get(schedule or args.schedule).virtual(getattr(args, "virtual_stages", None))
+
+
 def setup_from_args(args) -> Setup:
     engine = engines.DEFAULT if args.engine == "auto" else args.engine
     return Setup(stages=args.stages, batch_size=args.batch_size, chunks=args.chunks,
                  schedule=args.schedule, checkpoint=args.checkpoint, device=args.device,
                  capacity_bytes=args.capacity, engine=engine, optimizer=args.optimizer,
-                 threads=args.threads)
+                 threads=args.threads, virtual_stages=virtual_of(args),
+                 precision=getattr(args, "precision", "fp32"))
 
 
 def plan_setup(args, plan):

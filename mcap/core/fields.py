@@ -290,6 +290,14 @@ def stage_times(t, r: Reader, w: str) -> StageTimes:
 MEMORY_KINDS = ("F", "B", "I", "W", "S", "-")
 
 
+def memory_event_to_list(e) -> list:
+    """One event of a measured memory timeline as JSON values: [kind, iteration,
+    micro-batch, bytes before, peak inside, bytes after(, chunk)]."""
+    kind, it, mb, before, peak, after = e[:6]
+    out = [str(kind), int(it), int(mb), int(before), int(peak), int(after)]
+    return out + [int(e[6])] if len(e) > 6 else out
+
+
 def memory_events(items, r: Reader, w: str) -> tuple:
     """A measured memory timeline (``StageTimes.memory``): lists of [kind, iteration,
     micro-batch (-1: none), bytes before, peak inside, bytes after] and, for a rank of a

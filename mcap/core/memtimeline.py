@@ -42,7 +42,7 @@ def events(run: Optional[Run]) -> Optional[tuple[tuple[Event, ...], ...]]:
             any(not t.memory for t in run.times):
         return None
     return tuple(tuple(Event(d, i, it, kind, mb, b, p, a)
-                       for i, (kind, it, mb, b, p, a) in enumerate(t.memory))
+                       for i, (kind, it, mb, b, p, a) in enumerate(e[:6] for e in t.memory))
                  for d, t in enumerate(run.times))
 
 

@@ -113,11 +113,7 @@ def stage_times_to_dict(t: StageTimes) -> dict:
             **({"memory": [memory_event_to_list(e) for e in t.memory]} if t.memory else {})}
 
 
-def memory_event_to_list(e) -> list:
-    """One event of a measured memory timeline: [kind, iteration, micro-batch, bytes
-    before, peak inside, bytes after]."""
-    kind, it, mb, before, peak, after = e
-    return [str(kind), int(it), int(mb), int(before), int(peak), int(after)]
+memory_event_to_list = fields.memory_event_to_list
 
 
 def profile_to_dict(profile: Profile) -> dict:

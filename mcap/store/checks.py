@@ -25,12 +25,13 @@ def check_run(run: Run, study: Study, kind: str) -> None:
     if not isinstance(run, Run):
         raise McapError(f"expected a Run, got {type(run).__name__}")
     balance, stages, layers = tuple(run.balance), study.setup.stages, study.model.num_layers
+    chunks = study.setup.num_chunks  # entries of a balance; peaks are per stage (rank)
     if not all(is_int(n) and n >= 1 for n in balance):
         raise InvalidPartitioning(f"balance {list(balance)} has a stage with no layers or a "
                                   f"non-integer count")
-    if len(balance) != stages:
+    if len(balance) != chunks:
         raise InvalidPartitioning(f"balance {list(balance)} has {len(balance)} stages but the "
-                                  f"study's setup has {stages}")
+                                  f"study's setup has {chunks}")
     if sum(balance) != layers:
         raise InvalidPartitioning(f"balance {list(balance)} sums to {sum(balance)} but the "
                                   f"model {study.model.spec!r} has {layers} layers")
@@ -61,7 +62,7 @@ def check_stage_run(run: StageRun, study: Study) -> None:
         raise McapError(f"expected a StageRun, got {type(run).__name__}")
     # Its balance is checked as a run's is; the rest is the stage's own.
     check_run(Run(run.balance, "failed", None, 0.0), study, "measure")
-    if not is_int(run.stage) or not 0 <= run.stage < len(run.balance):
+    if not is_int(run.stage) or not 0 <= run.stage < study.setup.stages:
         raise McapError(f"stage {run.stage!r} is not a stage of balance {list(run.balance)}")
     if run.status not in RUN_STATUSES:
         raise McapError(f"stage run status must be one of {', '.join(RUN_STATUSES)}, got "

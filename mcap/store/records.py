@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass
-from typing import Optional
+from typing import NamedTuple, Optional
 
 from mcap.core import fields
 from mcap.core.errors import McapError, StoreError
@@ -272,8 +272,7 @@ def times_to_json(times) -> Optional[str]:
     out = [{"forward": [list(f) for f in t.forward], "backward": [list(b) for b in t.backward],
             "step": list(t.step), "recv_bytes": int(t.recv_bytes),
             "send_bytes": int(t.send_bytes), "other": list(t.other),
-            "memory": [[str(k), int(i), int(m), int(b), int(p), int(a)]
-                       for k, i, m, b, p, a in t.memory]} for t in items]
+            "memory": [fields.memory_event_to_list(e) for e in t.memory]} for t in items]
     return dumps(out[0] if one else out)
 
 
@@ -296,18 +295,35 @@ def _flag(v, r: fields.Reader, where: str) -> bool:
     return bool(v)
 
 
-def run_record_from_row(row, source="", num_layers: Optional[int] = None,
+class StudyShape(NamedTuple):
+    """What a row's balance is checked against: the study's layers, and its stages per rank
+    (``Setup.virtual_stages``: a balance has that many chunks per rank, and a run one peak,
+    breakdown and times per rank)."""
+    num_layers: Optional[int]
+    virtual: int = 1
+
+
+def _shape(shape) -> StudyShape:
+    return shape if isinstance(shape, StudyShape) else StudyShape(shape, 1)
+
+
+def run_record_from_row(row, source="", num_layers=None,
                         per_device: bool = False) -> RunRecord:
-    """A ``runs`` row, every column checked; ``num_layers``: the study's, which the balance
-    must partition (None: not known here); ``per_device``: a hybrid study's run, whose
-    peaks are per device."""
+    """A ``runs`` row, every column checked; ``num_layers``: the study's layer count (or its
+    :class:`StudyShape`), which the balance must partition (None: not known here);
+    ``per_device``: a hybrid study's run, whose peaks are per device."""
     (i, study_id, job_id, kind, balance, status, peaks, seconds, sps, error, breakdown,
      created, machine, composed, times, estimated) = row
     r = reader(source, "runs", i)
+    num_layers, virtual = _shape(num_layers)
     bal = fields.balance(fields.loads(balance, r, "balance"), r, "balance", num_layers)
+    if len(bal) % virtual:
+        raise r.fail("balance", f"balance {list(bal)} has {len(bal)} chunks, not a multiple "
+                                f"of {virtual} stages per rank")
+    ranks = len(bal) // virtual
     status = fields.status(status, r, "status")
     pk = None if peaks is None else fields.peaks(fields.loads(peaks, r, "peaks"), r, "peaks",
-                                                 len(bal), per_device)
+                                                 ranks, per_device)
     if status == "ok" and pk is None:
         raise r.fail("peaks", "an ok run needs its per-stage peaks")
     if kind not in RUN_KINDS:
@@ -315,22 +331,24 @@ def run_record_from_row(row, source="", num_layers: Optional[int] = None,
     run = Run(balance=bal, status=status, peaks=pk, seconds=r.num(seconds, "seconds"),
               samples_per_second=r.num(sps, "samples_per_second", nullable=True),
               error=r.str_(error, "error", nullable=True),
-              breakdown=breakdown_from_json(breakdown, r, len(bal)),
+              breakdown=breakdown_from_json(breakdown, r, ranks),
               composed=_flag(composed, r, "composed"),
-              times=times_from_json(times, r, len(bal)),
+              times=times_from_json(times, r, ranks),
               estimated=_flag(estimated, r, "estimated"))
     return RunRecord(row_id(i, r, "id"), row_id(study_id, r, "study_id"),
                      row_id(job_id, r, "job_id", nullable=True), kind,
                      when(created, r, "created"), run, r.str_(machine, "machine", nullable=True))
 
 
-def stage_run_from_row(row, source="", num_layers: Optional[int] = None) -> StageRun:
+def stage_run_from_row(row, source="", num_layers=None) -> StageRun:
     """A ``stage_runs`` row (id, balance, stage, status, peak, seconds, times, error,
-    breakdown), every column checked."""
+    breakdown), every column checked; ``num_layers`` as for :func:`run_record_from_row`
+    (a stage is a rank under a multi-stage schedule)."""
     i, balance, stage, status, peak, seconds, times, error, breakdown = row
     r = reader(source, "stage_runs", i)
+    num_layers, virtual = _shape(num_layers)
     bal = fields.balance(fields.loads(balance, r, "balance"), r, "balance", num_layers)
-    stage = r.int_(stage, "stage", low=0, high=len(bal) - 1)
+    stage = r.int_(stage, "stage", low=0, high=max(0, len(bal) // virtual - 1))
     status = fields.status(status, r, "status")
     peak = r.bytes_(peak, "peak", nullable=status != "ok")
     bd = breakdown_from_json(breakdown, r, 1)

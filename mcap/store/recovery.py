@@ -250,12 +250,13 @@ def _decode(d, r: fields.Reader) -> dict:
             (0, 0, job, d.get("kind"), get("balance"), get("status"), get("peaks"),
              get("seconds"), get("samples_per_second"), get("error"), get("breakdown"),
              created, None, get("composed"), get("times"), get("estimated")),
-            r.source, model.num_layers)
+            r.source, rec.StudyShape(model.num_layers, setup.virtual_stages))
         run, kind = record.run, record.kind
     else:
         run = rec.stage_run_from_row(
             (0, get("balance"), get("stage"), get("status"), get("peak"), get("seconds"),
-             get("times"), get("error"), get("breakdown")), r.source, model.num_layers)
+             get("times"), get("error"), get("breakdown")), r.source,
+            rec.StudyShape(model.num_layers, setup.virtual_stages))
         kind = None
     return {"table": table, "model": model, "setup": setup, "machine": machine,
             "created": created, "job": job, "run": run, "kind": kind}

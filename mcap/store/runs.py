@@ -163,7 +163,9 @@ class Runs:
                 row = conn.execute(f"SELECT {rec.STUDY_COLUMNS} FROM studies WHERE id = ?",
                                    (study_id,)).fetchone()
                 if row is not None:
-                    out[study_id] = rec.study_from_row(row, self.path).model.num_layers
+                    study = rec.study_from_row(row, self.path)
+                    out[study_id] = rec.StudyShape(study.model.num_layers,
+                                                   study.setup.virtual_stages)
         return out
 
     def find_run(self, study: StudyRef, balance: Sequence[int],
@@ -210,13 +212,13 @@ class Runs:
                       created: float, machine: Optional[str]) -> int:
         from mcap.core.profiling.cover import stage_keys
         check_stage_run(run, study)
-        first, last, position = stage_keys(run.balance, study.setup.schedule)[run.stage]
+        first, last, position = stage_keys(run.balance, study.setup.schedule,
+                                           study.setup.virtual_stages)[run.stage]
         shown = (rec.balance_text(run.balance), int(run.stage), run.status,
                  None if run.peak is None else int(run.peak), float(run.seconds),
                  rec.times_to_json(run.times), run.error,
                  rec.breakdown_to_json(None if run.breakdown is None else (run.breakdown,)))
-        _readable(lambda: rec.stage_run_from_row((0, *shown), self.path,
-                                                 study.model.num_layers),
+        _readable(lambda: rec.stage_run_from_row((0, *shown), self.path, _shape_of(study)),
                   "stage run", run.balance)
         cur = conn.execute(
             "INSERT INTO stage_runs (study_id, job_id, first_layer, last_layer, position, "
@@ -312,8 +314,8 @@ class Runs:
         check_run(run, study, kind)
         values = (study.id, job, kind, *rec.run_values(run), created, machine,
                   int(run.composed), rec.times_to_json(run.times), int(run.estimated))
-        _readable(lambda: rec.run_record_from_row((0, *values), self.path,
-                                                  study.model.num_layers), "run", run.balance)
+        _readable(lambda: rec.run_record_from_row((0, *values), self.path, _shape_of(study)),
+                  "run", run.balance)
         cur = conn.execute(
             "INSERT INTO runs (study_id, job_id, kind, balance, status, peaks, seconds, "
             "samples_per_second, error, breakdown, created, machine, composed, times, "
@@ -353,3 +355,7 @@ def _readable(decode, what: str, balance) -> None:
         found = str(exc).split(": ", 2)[-1]
         raise McapError(f"{what} of balance {list(balance)} cannot be stored: {found}") from None
 
+
+
+def _shape_of(study) -> "rec.StudyShape":
+    return rec.StudyShape(study.model.num_layers, study.setup.virtual_stages)

@@ -240,7 +240,30 @@ def model_info(spec: str) -> ModelInfo:
     return info
 
 
+def with_out_bytes(info: ModelInfo, setup: Setup) -> ModelInfo:
+    """``info`` with each layer's output bytes per micro-batch under ``setup`` (its batch,
+    micro-batches and precision), from one forward on the meta device (no memory): what
+    the schedules' memory model (``mcap.core.schedules.memory``) reads a boundary's bytes
+    from. The stage processes compute the same shapes (``mcap.runner.resident``)."""
+    from mcap.models import build_model
+    from mcap.runner import precision
+    from mcap.runner.resident import nbytes, tensor_shapes
+    built = build_model(info.spec, device="meta")
+    module = precision.cast_module(built.module, setup)
+    inputs, _ = built.example_batch(setup.batch_size)
+    micro = inputs[: max(1, setup.batch_size // setup.chunks)]
+    micro = precision.batch_on(micro, setup, micro.device)
+    shapes = tensor_shapes(module, micro, "cuda" if setup.device == "cuda" else "cpu") \
+        if setup.precision == "bf16-autocast" else tensor_shapes(module, micro)
+    return dataclasses.replace(info, layers=tuple(
+        dataclasses.replace(layer, out_bytes=nbytes(shapes[i]))
+        for i, layer in enumerate(info.layers)))
+
+
 def check_stages(info: ModelInfo, setup: Setup) -> None:
     if not 1 <= setup.stages <= info.num_layers:
         raise McapError(f"--stages {setup.stages}: the model {info.spec!r} has "
                         f"{info.num_layers} layers, so 1..{info.num_layers} stages are possible")
+    from mcap.core import schedules
+    schedules.get(setup.schedule).check(setup.stages, setup.virtual_stages, setup.chunks,
+                                        info.num_layers)

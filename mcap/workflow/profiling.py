@@ -27,8 +27,9 @@ from mcap.core.types import ModelInfo, Profile, Run, Setup
 from mcap.workflow.fallback import (  # noqa: F401  (SPACE_LIMIT, greedy_fallback: re-exported)
     SPACE_LIMIT, _fallback, _measure_space, _missing_message, greedy_fallback,
 )
+from mcap.core.schedules.predict import is_multi as multi_schedule
 from mcap.workflow.measuring import (  # noqa: F401  (DEFAULT_TIMEOUT, Tally: re-exported)
-    DEFAULT_TIMEOUT, Measurer, Tally, check_stages, job_status, model_info,
+    DEFAULT_TIMEOUT, Measurer, Tally, check_stages, job_status, model_info, with_out_bytes,
 )
 from mcap.workflow.sweeping import (  # noqa: F401  (re-exported: profiling.sweep as before)
     MAX_SWEEP_ALL, SweepResult, sweep, sweep_balances,
@@ -103,7 +104,9 @@ def profile(request: ProfileRequest, *, store: Store) -> ProfileResult:
     if r.parallel:  # refused before any run, naming the values
         from mcap.workflow.capture.parallel import check_parallel
         check_parallel(r.parallel, r.setup)
-    plan = profiling_plan(info.num_layers, r.setup.stages, r.scheme).runs
+    # mCAP's plan over the pipeline's stages: G of them, or G x V chunks under a
+    # multi-stage schedule (every chunk's op bytes are read as a stage's peak is)
+    plan = profiling_plan(info.num_layers, r.setup.num_chunks, r.scheme).runs
     bar = ProgressBar(len(plan), "profile", stream=r.stream)
     m = Measurer(real.spec, real, r.setup, store, "profile", bar, r.job, r.timeout)
 
@@ -117,7 +120,12 @@ def profile(request: ProfileRequest, *, store: Store) -> ProfileResult:
     made = None
     with job_status(store, r.job, m.study, bar.total), contextlib.closing(m):
         runs, fallback = _measure_plan(info, r.setup, plan, get, bar)
-        stats = _statistics(info, r.setup, runs, get, fallback, bar)
+        if r.groups is None:  # each layer's output bytes: the schedules' memory model's
+            real = info = with_out_bytes(real, r.setup)
+        if multi_schedule(r.setup):
+            stats = _multi_statistics(info, r.setup, runs, bar)
+        else:
+            stats = _statistics(info, r.setup, runs, get, fallback, bar)
         used = tuple(runs.values())
         prof = _profile_record(r, real, info, stats, used, m.machine)
         if r.press:  # MPress costs (mcap.workflow.press), measured after the runs
@@ -160,12 +168,27 @@ def _measure_plan(info: ModelInfo, setup: Setup, plan, get, bar) -> tuple[dict, 
         if round_ and not any(runs[b].status == "ok" for b in queue) and proven <= known_over:
             break
         known_over = proven
-        queue = _fallback(info.num_layers, setup.stages, tuple(runs.values()))
+        queue = _fallback(info.num_layers, setup.num_chunks, tuple(runs.values()))
         if not queue:
             break
         fallback.extend(queue)
         bar.grow(len(queue))
     return runs, fallback
+
+
+def _multi_statistics(info: ModelInfo, setup: Setup, runs: dict, bar):
+    """A multi-stage schedule's profile: the per-layer statistics of its op model
+    (``mcap.core.schedules.predict.stats_of``), fitted on the runs' rank timelines; the
+    runs themselves are what predictions are made from."""
+    from mcap.core.schedules.predict import event_model, stats_of
+    from mcap.core.types import LayerStats
+    from mcap.runner.orders import generate
+    bar.close()
+    ok = tuple(r for r in runs.values() if r.status == "ok")
+    draft = Profile(model=info, setup=setup, stats=LayerStats((1,) * info.num_layers,
+                                                              (None,) + (0,) * (info.num_layers - 1)),
+                    runs=ok)
+    return stats_of(event_model([draft], generate))
 
 
 def _statistics(info: ModelInfo, setup: Setup, runs: dict, get, fallback: list, bar):
@@ -177,7 +200,7 @@ def _statistics(info: ModelInfo, setup: Setup, runs: dict, get, fallback: list, 
     try:
         stats = extract(tuple(runs.values()), info.num_layers)
     except McapError as exc:
-        space = _measure_space(info.num_layers, setup.stages, runs, get, fallback, bar)
+        space = _measure_space(info.num_layers, setup.num_chunks, runs, get, fallback, bar)
         bar.close()
         message = _missing_message(info, tuple(runs.values()), str(exc))
         ok = [r for r in space if r.status == "ok"]

@@ -49,7 +49,7 @@ def stored_knowledge(store: Store, study, setup: Setup, machine=None) -> tuple[K
     differ (a stage's peak is exact only on the machine that measured it,
     mcap.core.machine; ``Machine.meter`` keeps stages read alone apart from stages read
     together where the two differ)."""
-    know = Knowledge(setup.schedule, setup.stages)
+    know = Knowledge(setup.schedule, setup.num_chunks, setup.virtual_stages)
     latest: dict = {}
     key = None if machine is None else machine.key()
     for record in store.run_records(study):
@@ -80,7 +80,7 @@ def plan_stages(know: Knowledge, latest: dict, balances: Sequence[tuple[int, ...
     for b in balances:
         if b in latest or know.compose(b) is not None:
             continue
-        for i, k in enumerate(stage_keys(b, schedule)):
+        for i, k in enumerate(stage_keys(b, schedule, know.virtual)):
             if k not in seen:
                 seen.add(k)
                 jobs.append((b, i))
@@ -118,7 +118,7 @@ def plan_cover(know: Knowledge, latest: dict, balances: Sequence[tuple[int, ...]
                schedule: str) -> list[tuple[int, ...]]:
     """The covering partitionings still to measure for ``balances``."""
     todo = [b for b in balances if b not in latest and know.compose(b) is None]
-    return greedy_cover(todo, schedule, known=know.known())
+    return greedy_cover(todo, schedule, known=know.known(), virtual=know.virtual)
 
 
 def _next(know: Knowledge, pending: list) -> tuple[int, ...]:

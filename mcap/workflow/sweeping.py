@@ -72,7 +72,7 @@ def sweep(spec: str, setup: Setup, out: Optional[Path], *, store: Store,
     info = model_info(spec)
     check_stages(info, setup)
     if balances is None:
-        balances = sweep_balances(info.num_layers, setup.stages, sample, seed)
+        balances = sweep_balances(info.num_layers, setup.num_chunks, sample, seed)
     else:
         balances = [validate(b, info.num_layers).balance for b in balances]
     balances = [tuple(int(n) for n in b) for b in balances]

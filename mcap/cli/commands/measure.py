@@ -72,10 +72,17 @@ def cmd_measure(args) -> int:
     if args.plan is not None:
         return _measure_plan(args)
     balance = args.balance
-    if args.stages is not None and args.stages != len(balance):
+    from mcap.cli.options import virtual_of
+    v = virtual_of(args)  # stages per rank: a balance has G x V entries
+    if args.stages is not None and args.stages * v != len(balance):
+        raise InvalidPartitioning(
+            f"balance {','.join(map(str, balance))} has {len(balance)} stages but --stages "
+            f"is {args.stages}" + (f" with {v} virtual stages per rank ({args.stages * v})"
+                                   if v > 1 else ""))
+    if len(balance) % v:
         raise InvalidPartitioning(f"balance {','.join(map(str, balance))} has {len(balance)} "
-                                  f"stages but --stages is {args.stages}")
-    args.stages = len(balance)
+                                  f"stages, not a multiple of --virtual-stages {v}")
+    args.stages = len(balance) // v
     parse_spec(args.model)
     setup = setup_from_args(args)
     plan = None

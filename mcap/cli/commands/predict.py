@@ -68,6 +68,10 @@ def register(sub) -> None:
     target.add_option(p)
     p.add_argument("--json", action="store_true")
     capture.add_predict_options(p)  # --plan / --mesh: hybrid plans (mcap.cli.commands.capture)
+    from mcap.cli.commands import schedules as schedule_cmds
+    schedule_cmds.add_options(p, recommend=False)  # --schedule, --virtual-stages, --add-profile
+    p.add_argument("--stages", type=_positive_int, default=None,
+                   help="ranks, for --schedule (default: the profile's)")
     p.set_defaults(func=cmd_predict)
 
     p = sub.add_parser("recommend", help="recommend the partitioning with the lowest predicted peak")
@@ -91,6 +95,8 @@ def register(sub) -> None:
     add_joint_options(p)  # --capacity, --press (MPress: partitioning + plan)
     p.add_argument("--json", action="store_true")
     capture.add_recommend_options(p)  # --mesh / --no-prune: hybrid plans (mcap.cli.commands.capture)
+    from mcap.cli.commands import schedules as schedule_cmds
+    schedule_cmds.add_options(p, recommend=True)  # --schedule [any], --virtual-stages
     p.set_defaults(func=cmd_recommend)
 
 
@@ -172,6 +178,9 @@ def cmd_predict(args) -> int:
         refuse(args, "--plan / --mesh (hybrid plans)")
         return capture.cmd_predict_plan(args)
     profile = load_profile(args.profile)
+    from mcap.cli.commands import schedules as schedule_cmds
+    if schedule_cmds.wanted(args, profile):  # multi-stage schedules: the op model
+        return schedule_cmds.cmd_predict(args, profile)
     costs = _costs(profile, args)
     balance = tuple(parse_balance(args.balance))
     sizes = merging.sizes_of(profile)
@@ -202,6 +211,9 @@ def cmd_recommend(args) -> int:
         return capture.cmd_recommend_mesh(args)
     profile = load_profile(args.profile)
     profile = argtypes.allow_model(profile, args.model)
+    from mcap.cli.commands import schedules as schedule_cmds
+    if schedule_cmds.wanted(args, profile):  # multi-stage schedules: the op model
+        return schedule_cmds.cmd_recommend(args, profile)
     source, context = profile, search_context(profile, args.method)
     if args.for_target:
         source = _costs(profile, args)

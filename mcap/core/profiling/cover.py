@@ -17,6 +17,10 @@ The key, for a stage of layers ``first..last`` (inclusive) at index ``i`` of ``G
   micro-batches whatever its index.
 - ``1f1b``: ``(first, last, i)``. Stage i runs G-1-i warm-up forwards and holds up to
   min(G-i, M) micro-batches (``mcap.core.timeline.max_in_flight``), so its index matters.
+- a multi-stage schedule (``mcap.core.schedules``: rank r holds several chunks): the key
+  is the *rank*'s, ``(first, last, ("rank", r, window, window, ...))`` with its first and
+  last layer and every chunk window it holds: its action list depends on r, and its peak
+  on all of its chunks.
 
 What is *not* in the key, and why it needs not be:
 
@@ -39,23 +43,27 @@ import heapq
 from dataclasses import dataclass, field
 from typing import Hashable, Iterable, Optional, Sequence
 
+from mcap.core import schedules as schedule_registry
 from mcap.core.errors import McapError
-from mcap.core.types import SCHEDULES, MemoryBreakdown, Run, StageRun, StageTimes
+from mcap.core.types import MemoryBreakdown, Run, StageRun, StageTimes
 
 StageKey = tuple  # (first, last, position or index); hashable, ordered
 
 
 def _check(schedule: str) -> None:
-    if schedule not in SCHEDULES:
-        raise McapError(f"schedule {schedule!r} is not one of {', '.join(SCHEDULES)}")
+    schedule_registry.get(schedule)  # McapError naming the known ones
 
 
-def stage_keys(balance: Sequence[int], schedule: str) -> tuple[StageKey, ...]:
-    """The stage key of every stage of ``balance`` under ``schedule`` (see the module)."""
+def stage_keys(balance: Sequence[int], schedule: str, virtual: int = 1
+               ) -> tuple[StageKey, ...]:
+    """The stage key of every stage (every rank, under a multi-stage schedule with
+    ``virtual`` chunks per rank) of ``balance`` under ``schedule`` (see the module)."""
     _check(schedule)
     balance = tuple(int(n) for n in balance)
     if not balance or any(n < 1 for n in balance):
         raise McapError(f"balance {list(balance)} needs at least one layer on every stage")
+    if schedule_registry.get(schedule).multi:
+        return _rank_keys(balance, schedule, virtual)
     g = len(balance)
     out, start = [], 0
     for i, n in enumerate(balance):
@@ -70,12 +78,29 @@ def stage_keys(balance: Sequence[int], schedule: str) -> tuple[StageKey, ...]:
     return tuple(out)
 
 
-def distinct_keys(balances: Iterable[Sequence[int]], schedule: str) -> set[StageKey]:
-    return {k for b in balances for k in stage_keys(b, schedule)}
+def _rank_keys(balance: tuple[int, ...], schedule: str, virtual: int) -> tuple[StageKey, ...]:
+    if len(balance) % virtual:
+        raise McapError(f"balance {list(balance)} has {len(balance)} chunks, not a multiple of "
+                        f"{virtual} stages per rank")
+    g = len(balance) // virtual
+    bounds, start = [], 0
+    for n in balance:
+        bounds.append((start, start + n - 1))
+        start += n
+    out = []
+    for r, held in enumerate(schedule_registry.get(schedule).placement(g, virtual)):
+        wins = tuple(bounds[c] for c in held)
+        out.append((wins[0][0], wins[-1][1], ("rank", r) + wins))
+    return tuple(out)
+
+
+def distinct_keys(balances: Iterable[Sequence[int]], schedule: str,
+                  virtual: int = 1) -> set[StageKey]:
+    return {k for b in balances for k in stage_keys(b, schedule, virtual)}
 
 
 def greedy_cover(balances: Sequence[Sequence[int]], schedule: str,
-                 known: Iterable[Hashable] = ()) -> list[tuple[int, ...]]:
+                 known: Iterable[Hashable] = (), virtual: int = 1) -> list[tuple[int, ...]]:
     """A small subset of ``balances`` whose stages hold every stage key of ``balances``
     not already in ``known``, in the order picked.
 
@@ -89,7 +114,7 @@ def greedy_cover(balances: Sequence[Sequence[int]], schedule: str,
     (810 keys; 560 is optimal there: a boundary after layer b needs max(b, 28-b) picks).
     """
     balances = [tuple(int(n) for n in b) for b in balances]
-    keysets = [frozenset(stage_keys(b, schedule)) for b in balances]
+    keysets = [frozenset(stage_keys(b, schedule, virtual)) for b in balances]
     have = set(known)
     holders: dict = {}
     for i, ks in enumerate(keysets):
@@ -181,7 +206,8 @@ class Knowledge:
     that need its keys are measured directly.
     """
     schedule: str
-    stages: int
+    stages: int  # entries of a balance (chunks, under a multi-stage schedule)
+    virtual: int = 1  # chunks per rank (Setup.virtual_stages)
     ok: dict = field(default_factory=dict)    # key -> StageRecord
     oom: dict = field(default_factory=dict)   # key -> balance of the oom run that proved it
     tried: set = field(default_factory=set)   # keys of oom or failed runs (suspects while unknown)
@@ -195,7 +221,7 @@ class Knowledge:
         if len(run.balance) != self.stages:
             raise McapError(f"run of balance {list(run.balance)} has {len(run.balance)} stages; "
                             f"stage keys compare only within one setup of {self.stages} stages")
-        keys = stage_keys(run.balance, self.schedule)
+        keys = stage_keys(run.balance, self.schedule, self.virtual)
         if run.status == "ok":
             if run.peaks is None or len(run.peaks) != len(keys):
                 raise McapError(f"ok run {list(run.balance)} needs one peak per stage")
@@ -228,7 +254,7 @@ class Knowledge:
         if len(run.balance) != self.stages:
             raise McapError(f"stage run of balance {list(run.balance)} has "
                             f"{len(run.balance)} stages; this setup has {self.stages}")
-        k = stage_keys(run.balance, self.schedule)[run.stage]
+        k = stage_keys(run.balance, self.schedule, self.virtual)[run.stage]
         if run.status == "ok":
             if run.peak is None:
                 raise McapError(f"ok stage run {list(run.balance)}[{run.stage}] needs its peak")
@@ -255,10 +281,10 @@ class Knowledge:
         """The run of ``balance`` composed from known stages, or None when a stage is not
         known (measure it). ``composed=True``; its throughput is not known (None)."""
         balance = tuple(int(n) for n in balance)
-        keys = stage_keys(balance, self.schedule)
-        if len(keys) != self.stages:
-            raise McapError(f"balance {list(balance)} has {len(keys)} stages; this setup has "
-                            f"{self.stages}")
+        if len(balance) != self.stages:
+            raise McapError(f"balance {list(balance)} has {len(balance)} stages; this setup "
+                            f"has {self.stages}")
+        keys = stage_keys(balance, self.schedule, self.virtual)
         for s, k in enumerate(keys):
             if k in self.oom:
                 src = self.oom[k]
@@ -284,13 +310,13 @@ class Knowledge:
 
     def unknown_keys(self, balance: Sequence[int]) -> list:
         known = self.ok.keys() | self.oom.keys()
-        return [k for k in stage_keys(balance, self.schedule) if k not in known]
+        return [k for k in stage_keys(balance, self.schedule, self.virtual) if k not in known]
 
 
 def compose_all(runs: Iterable[Run], balances: Sequence[Sequence[int]], schedule: str,
-                stages: int) -> list[Optional[Run]]:
+                stages: int, virtual: int = 1) -> list[Optional[Run]]:
     """Compose each of ``balances`` from ``runs`` (None where a stage is unknown)."""
-    k = Knowledge(schedule, stages)
+    k = Knowledge(schedule, stages, virtual)
     for r in runs:
         k.add(r)
     return [k.compose(b) for b in balances]

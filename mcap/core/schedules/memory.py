@@ -314,22 +314,33 @@ class EventModel:
         return int(round(max(peak, level + rise)))
 
 
-def _static(A: np.ndarray, y: np.ndarray, param_bytes: Sequence[int]) -> np.ndarray:
-    """Per-layer static bytes: least squares, starting from a multiple of each layer's
-    parameter bytes and moving from it as little as the ranks require (layers always
-    measured together, as a V-shaped schedule's first and last, share what they hold in
-    proportion to their parameters rather than arbitrarily)."""
+def _static(A: np.ndarray, y: np.ndarray, param_bytes: Sequence[int],
+            groups: Optional[Sequence] = None) -> np.ndarray:
+    """Per-layer static bytes from the ranks' totals (``A @ static = y``): layers alike (one
+    kind and one parameter size: ``groups``) hold the same, which the profile's few ranks
+    can then tell apart; where they still cannot (layers always measured together, as a
+    V-shaped schedule's first and last), least squares moves from a multiple of each
+    layer's parameter bytes as little as the ranks require."""
     p = np.asarray(param_bytes, dtype=float)
-    Ap = A @ p
-    k = float(Ap @ y / (Ap @ Ap)) if Ap @ Ap > 0 else 0.0
-    prior = k * p
-    fix, *_ = np.linalg.lstsq(A, y - A @ prior, rcond=None)
-    return prior + fix
+    keys = list(groups) if groups is not None else list(range(len(p)))
+    index = {k: i for i, k in enumerate(dict.fromkeys(keys))}
+    G = np.zeros((len(p), len(index)))
+    for l, k in enumerate(keys):
+        G[l, index[k]] = 1.0
+    B = A @ G  # ranks x groups
+    pg = np.array([p[[l for l, k in enumerate(keys) if index[k] == j][0]]
+                   for j in range(len(index))])
+    Bp = B @ pg
+    k = float(Bp @ y / (Bp @ Bp)) if Bp @ Bp > 0 else 0.0
+    prior = k * pg
+    fix, *_ = np.linalg.lstsq(B, y - B @ prior, rcond=None)
+    return G @ (prior + fix)
 
 
 def fit(observations: Sequence[RankObservation], num_layers: int, chunks: int,
         out_bytes: Sequence[int], schedule: str,
-        param_bytes: Optional[Sequence[int]] = None) -> EventModel:
+        param_bytes: Optional[Sequence[int]] = None,
+        groups: Optional[Sequence] = None) -> EventModel:
     """The model from a profile's observed ranks (module docstring)."""
     if not observations:
         raise McapError("no rank with a memory timeline to read op bytes from: profile with "
@@ -357,7 +368,7 @@ def fit(observations: Sequence[RankObservation], num_layers: int, chunks: int,
         for a, b in ob.windows:
             for l in range(a, b + 1):
                 rises[l] = min(rises.get(l, ob.step_rise), ob.step_rise)
-    static = _static(np.array(rows), np.array(rhs, dtype=float), param_bytes)
+    static = _static(np.array(rows), np.array(rhs, dtype=float), param_bytes, groups)
     release, *_ = np.linalg.lstsq(np.array(rel_rows), np.array(rel_rhs, dtype=float), rcond=None)
     return EventModel(L, chunks, tuple(out_bytes),
                       {k: WindowTable(L, v) for k, v in d_meas.items()},

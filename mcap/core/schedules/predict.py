@@ -1,0 +1,341 @@
+"""Per-rank peaks, partitionings and schedule choice from profiles with op timelines
+(issue 39, items 3 and 6). Pure: no torch, no files.
+
+A profile measured under any schedule with stages run alone records every rank's memory
+timeline; :func:`event_model` fits :class:`mcap.core.schedules.memory.EventModel` on one or
+several such profiles of the same model, batch, micro-batches, checkpointing, precision and
+machine (their schedules may differ: a GPipe profile measures the F and B ops, a zero-bubble
+one the I and W ops; together they cover every schedule). The action lists come from the
+caller (``actions(schedule, G, V, M)``: ``mcap.runner.orders.generate``, or
+``mcap.io.orders`` where torch must not be imported), so nothing here knows torch.
+
+:class:`RankCosts` predicts a partitioning of L layers into G·V chunks; :func:`search`
+finds the one with the lowest predicted peak (ties broken by the sorted per-rank peaks, as
+mCAP's tie-break): every partitioning when there are at most :data:`MAX_ENUMERATED`, else a
+local search from several starts (each move shifts one boundary by one layer), which is
+not exhaustive and says so. :func:`compare` ranks schedules and V for one model and
+device count by predicted peak, with the time of an iteration replayed over the action list
+from the profile's own op times, bubble included.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
+
+
+
+from mcap.core import schedules
+from mcap.core.errors import McapError
+from mcap.core.partition import windows as balance_windows
+from mcap.core.schedules import memory
+from mcap.core.schedules.actions import ActionList, makespan, replay
+from mcap.core.setup import COMPARED_FIELDS
+from mcap.core.types import Profile
+
+MAX_ENUMERATED = 200_000  # partitionings searched one by one; beyond: local search
+Actions = Callable[[str, int, int, int], ActionList]
+# the Setup fields that must agree between profiles combined into one model (all that
+# change an op's bytes; the schedule and the stage counts may differ)
+_SHARED = tuple(f for f in COMPARED_FIELDS if f not in ("schedule", "virtual_stages"))
+
+
+def is_multi(setup) -> bool:
+    """Whether ``setup``'s partitionings are predicted rank by rank here (a multi-stage
+    schedule, or more than one stage per rank)."""
+    return schedules.get(setup.schedule).multi or setup.virtual_stages > 1
+
+
+def event_model(profiles: Sequence[Profile], actions: Actions) -> memory.EventModel:
+    """The op model of one or several profiles of one model and setup (module docstring).
+    McapError when they differ in what changes an op's bytes, or record no timelines."""
+    if not profiles:
+        raise McapError("no profile to predict from")
+    first = profiles[0]
+    for p in profiles[1:]:
+        if p.model != first.model:
+            raise McapError(f"profiles of different models: {first.model.spec!r} and "
+                            f"{p.model.spec!r}")
+        diff = [f"{k} {getattr(first.setup, k)!r} vs {getattr(p.setup, k)!r}" for k in _SHARED
+                if getattr(first.setup, k) != getattr(p.setup, k)]
+        if diff:
+            raise McapError("these profiles cannot be combined: " + "; ".join(diff))
+    out_bytes = out_bytes_of(first)
+    obs = []
+    for p in profiles:
+        s = p.setup
+        al = actions(s.schedule, s.stages, s.virtual_stages, s.chunks)
+        for run in p.runs:
+            if run.status == "ok" and len(run.balance) == s.num_chunks:
+                obs.extend(memory.observe(run, s, al, out_bytes))
+    if not obs:
+        raise McapError(f"profile {first.model.spec!r} records no memory timeline of its "
+                        "ranks: profile it again with stages run alone (--isolation stage, "
+                        "the default)")
+    names = "+".join(dict.fromkeys(p.setup.schedule for p in profiles))
+    layers = first.model.layers
+    return memory.fit(obs, first.model.num_layers, first.setup.chunks, out_bytes, names,
+                      [l.param_bytes for l in layers],
+                      [(l.kind, l.param_bytes, l.out_bytes) if l.kind else i
+                       for i, l in enumerate(layers)])
+
+
+def out_bytes_of(profile: Profile) -> tuple[int, ...]:
+    """Each layer's output bytes per micro-batch, as the profile recorded them."""
+    out = tuple(l.out_bytes for l in profile.model.layers)
+    if not all(out):
+        raise McapError(f"profile {profile.model.spec!r} does not record its layers' output "
+                        "bytes (profiles made before issue 39): profile it again")
+    return out
+
+
+@dataclass
+class RankCosts:
+    """Predicted per-rank peaks of partitionings into ``G·V`` chunks under one action list."""
+    model: memory.EventModel
+    actions: ActionList
+
+    @property
+    def ranks(self) -> int:
+        return self.actions.stages
+
+    @property
+    def num_chunks(self) -> int:
+        return self.actions.num_chunks
+
+    @property
+    def num_layers(self) -> int:
+        return self.model.num_layers
+
+    def peaks(self, balance: Sequence[int]) -> tuple[int, ...]:
+        return self.model.rank_peaks(balance, self.actions)
+
+    def peak(self, balance: Sequence[int]) -> int:
+        return max(self.peaks(balance))
+
+
+def _key(peaks: Sequence[int]) -> tuple:
+    return tuple(sorted(peaks, reverse=True))
+
+
+def space_size(num_layers: int, chunks: int) -> int:
+    return math.comb(num_layers - 1, chunks - 1) if chunks <= num_layers else 0
+
+
+def all_balances(num_layers: int, chunks: int):
+    for cuts in itertools.combinations(range(1, num_layers), chunks - 1):
+        prev, out = 0, []
+        for c in (*cuts, num_layers):
+            out.append(c - prev)
+            prev = c
+        yield tuple(out)
+
+
+def even(num_layers: int, chunks: int) -> tuple[int, ...]:
+    """Layers split as evenly as possible, the extra ones on the first chunks."""
+    q, r = divmod(num_layers, chunks)
+    return tuple(q + (1 if i < r else 0) for i in range(chunks))
+
+
+@dataclass(frozen=True)
+class Found:
+    balance: tuple[int, ...]
+    peaks: tuple[int, ...]
+    evaluated: int
+    exhaustive: bool
+
+
+def search(costs: RankCosts, *, starts: Sequence[Sequence[int]] = (),
+           limit: int = MAX_ENUMERATED) -> Found:
+    """The partitioning with the lowest predicted peak (module docstring)."""
+    L, n = costs.num_layers, costs.num_chunks
+    if n > L:
+        raise McapError(f"{n} chunks (ranks x virtual stages) but the model has {L} layers")
+    if space_size(L, n) <= limit:
+        best, count = None, 0
+        for b in all_balances(L, n):
+            p = costs.peaks(b)
+            count += 1
+            if best is None or _key(p) < _key(best[1]):
+                best = (b, p)
+        return Found(best[0], best[1], count, True)
+    return _local(costs, [even(L, n), *map(tuple, starts)])
+
+
+def _local(costs: RankCosts, starts) -> Found:
+    """Steepest descent over one-layer boundary moves, from each start."""
+    seen: dict = {}
+
+    def value(b):
+        if b not in seen:
+            seen[b] = costs.peaks(b)
+        return seen[b]
+
+    best = None
+    for start in starts:
+        cur = tuple(start)
+        while True:
+            nbrs = []
+            for i in range(len(cur) - 1):
+                for d in (-1, 1):
+                    b = list(cur)
+                    b[i] -= d
+                    b[i + 1] += d
+                    if b[i] >= 1 and b[i + 1] >= 1:
+                        nbrs.append(tuple(b))
+            nxt = min(nbrs, key=lambda b: _key(value(b)), default=cur)
+            if _key(value(nxt)) >= _key(value(cur)):
+                break
+            cur = nxt
+        if best is None or _key(value(cur)) < _key(value(best)):
+            best = cur
+    return Found(best, value(best), len(seen), False)
+
+
+# --- comparing schedules ------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Choice:
+    """One schedule's best partitioning for the model and devices."""
+    schedule: str
+    virtual: int
+    balance: tuple[int, ...]
+    peaks: tuple[int, ...]
+    exhaustive: bool
+    seconds: Optional[float]  # one iteration, replayed from the profile's op times
+    bubble: Optional[float]
+
+    @property
+    def peak(self) -> int:
+        return max(self.peaks)
+
+
+def candidates(stages: int, chunks: int, num_layers: int, virtuals: Sequence[int] = (1, 2, 4)
+               ) -> list[tuple[str, int]]:
+    """(schedule, V) pairs torch can run for G ranks and M micro-batches over the layers."""
+    out = []
+    for s in schedules.REGISTRY:
+        for v in ((1,) if s.stages_per_rank == "one" else (2,) if s.stages_per_rank == "two"
+                  else virtuals):
+            try:
+                s.check(stages, v, chunks, num_layers)
+            except McapError:
+                continue
+            out.append((s.name, v))
+    return out
+
+
+def compare(model: memory.EventModel, stages: int, chunks: int, actions: Actions,
+            times: Optional["OpTimes"] = None, virtuals: Sequence[int] = (1, 2, 4),
+            limit: int = MAX_ENUMERATED) -> tuple[list[Choice], list[str]]:
+    """Every schedule and V the model covers, each with its best partitioning, lowest peak
+    first (ties: the shorter iteration); and the (schedule, V) it could not predict, why."""
+    out, skipped = [], []
+    for name, v in candidates(stages, chunks, model.num_layers, virtuals):
+        al = actions(name, stages, v, chunks)
+        if not model.covers(al):
+            skipped.append(f"{name} (V={v}): the profiles measured no "
+                           + "/".join(sorted({a.kind for r in range(al.stages)
+                                              for a in al.actions(r)} - model.kinds)) + " ops")
+            continue
+        found = search(RankCosts(model, al), limit=limit)
+        secs = bub = None
+        if times is not None:
+            timed = replay(al, chunk_durations=times.chunk_durations(found.balance))
+            secs, bub = makespan(timed), _bubble(timed, stages)
+        out.append(Choice(name, v, found.balance, found.peaks, found.exhaustive, secs, bub))
+    out.sort(key=lambda c: (c.peak, c.seconds if c.seconds is not None else 0.0))
+    return out, skipped
+
+
+def _bubble(timed, stages: int) -> float:
+    from mcap.core.schedules.actions import bubble
+    return bubble(timed, stages)
+
+
+@dataclass
+class OpTimes:
+    """Seconds of each op kind per chunk window, read from the profiles' stage times
+    (forwards and backwards are recorded in the order the rank ran them) and added up per
+    layer as the bytes are (:class:`mcap.core.schedules.memory.WindowTable`)."""
+    tables: dict  # kind -> WindowTable of seconds
+
+    def chunk_durations(self, balance: Sequence[int]) -> list[dict]:
+        out = []
+        for a, b in balance_windows(tuple(balance)):
+            d = {}
+            for kind, tab in self.tables.items():
+                v = tab.get(a, b)
+                if v is not None:
+                    d[kind] = max(float(v), 1e-9)
+            out.append(d)
+        return out
+
+
+def op_times(profiles: Sequence[Profile], actions: Actions) -> Optional[OpTimes]:
+    """The profiles' op seconds per window (median over repeats), or None without times."""
+    from statistics import median
+    seen: dict = {}
+    for p in profiles:
+        s = p.setup
+        al = actions(s.schedule, s.stages, s.virtual_stages, s.chunks)
+        for run in p.runs:
+            if run.status != "ok" or not run.times or len(run.balance) != s.num_chunks:
+                continue
+            wins = balance_windows(run.balance)
+            for rank, t in enumerate(run.times):
+                acts = al.actions(rank)
+                fw = [a for a in acts if a.kind == "F"]
+                bw = [a for a in acts if a.kind != "F"]
+                for it in range(len(t.forward)):
+                    if len(t.forward[it]) != len(fw) or len(t.backward[it]) != len(bw):
+                        continue
+                    for a, sec in zip(fw, t.forward[it]):
+                        seen.setdefault(a.kind, {}).setdefault(wins[a.stage], []).append(sec)
+                    for a, sec in zip(bw, t.backward[it]):
+                        seen.setdefault(a.kind, {}).setdefault(wins[a.stage], []).append(sec)
+    if not seen:
+        return None
+    L = profiles[0].model.num_layers
+    return OpTimes({k: memory.WindowTable(L, {w: float(median(v)) for w, v in per.items()})
+                    for k, per in seen.items()})
+
+
+def stats_of(model: memory.EventModel):
+    """mCAP's per-layer statistics for a profile measured under a multi-stage schedule,
+    from its op model: ``mem_isolated(l)`` the bytes of a device holding only layer l with
+    all M micro-batches forwarded, then its first backward (what GPipe makes of it), and
+    ``mem_added(l)`` what layer l adds to the window 0..l-1 that way."""
+    from mcap.core.types import LayerStats
+    L, M = model.num_layers, model.chunks
+
+    def footprint(a: int, b: int) -> int:
+        static = float(model.static[a:b + 1].sum()) + memory.recv_buffers(M, a, b, L,
+                                                                           model.out_bytes)
+        f = model._op(model.d, "F", "mid", a, b)
+        kind = "B" if ("B", "first") in model.t else "W"
+        t = model._op(model.t, kind, "first", a, b)
+        return int(round(static + M * f + max(t, 0)))
+
+    iso = tuple(max(1, footprint(l, l)) for l in range(L))
+    added = (None,) + tuple(footprint(0, l) - footprint(0, l - 1) for l in range(1, L))
+    return LayerStats(mem_isolated=iso, mem_added=added)
+
+
+def check_balance(balance: Sequence[int], chunks: int, num_layers: int) -> tuple[int, ...]:
+    """A balance of ``chunks`` entries over the layers, or McapError naming why."""
+    b = tuple(int(n) for n in balance)
+    if len(b) != chunks:
+        raise McapError(f"balance {list(b)} has {len(b)} entries but the schedule runs "
+                        f"{chunks} pipeline stages (ranks x virtual stages)")
+    if any(n < 1 for n in b) or sum(b) != num_layers:
+        raise McapError(f"balance {list(b)} is not a split of {num_layers} layers into "
+                        f"{chunks} stages of at least one layer")
+    return b
+
+
+__all__ = ["Choice", "Found", "MAX_ENUMERATED", "OpTimes", "RankCosts", "all_balances",
+           "candidates", "check_balance", "compare", "even", "event_model", "is_multi",
+           "op_times", "search", "space_size", "stats_of"]
+

@@ -30,8 +30,8 @@ MODEL = "gpt:layers=4,hidden=64,heads=4,vocab=256,seq=32"
 SETUP = Setup(stages=3, batch_size=8, chunks=2)
 ARGS = ["--model", MODEL, "--stages", "3", "--batch-size", "8", "--chunks", "2"]
 # The prediction error this test promises for partitionings that were not profiled, per
-# stage. Measured on this machine: 0.0 on every stage of every partitioning (README,
-# Profiling); the bound leaves room for allocator differences elsewhere.
+# stage. Measured on this machine: 0.0 on every stage of every partitioning (docs/profiling.md,
+# "Bundled data and tests"); the bound leaves room for allocator differences elsewhere.
 ERROR_BOUND = 0.10
 
 

@@ -29,7 +29,8 @@ holds until the end of its page; command blocks are numbered across pages.
   and ``.mcap/`` (and what the test linked in), and ``data/`` and the repository root are
   as they were. Two blocks run at a time; the 35 commands of the README alone took 127 s
   (load 2.6-3.5) to 165 s (load 3.5-4) on the 2-core VM with another suite running, most of
-  it the stage processes' start-up (about 7 CPU seconds per training line).
+  it the stage processes' start-up (about 7 CPU seconds per training line); the 39 of the
+  README and docs/ (four more, on bundled data only) took 243 s at load 5-8.
 
 Placeholders filled: ``$M`` (the page's own variable), ``R`` (node rank 0 / 1) and
 ``HOST:PORT`` (127.0.0.1 and a free port). Not run: ``bash bin/dashboard`` and ``bash

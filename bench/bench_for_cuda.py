@@ -2,7 +2,7 @@
 measurements of the same setup: issue 30's check.
 
     python bench/bench_for_cuda.py              # every CPU profile in data/ x every GPU sweep of its setup
-    python bench/bench_for_cuda.py --markdown   # the BENCHMARKS.md table
+    python bench/bench_for_cuda.py --markdown   # as a markdown table, for bench/log/
     python bench/bench_for_cuda.py --figures    # bench/run.py's rows: pairs in data/ only
 
 GPU sweeps are read from data/, ../shared/gpu-h100 and ../shared/gpu-h200 (bundled copies

@@ -2,7 +2,7 @@
 
     python bench/bench_predictors.py                       # bundled data/ pairs + ../shared/gpu-h100, gpu-h200
     python bench/bench_predictors.py --pair P.json S.json  # one pair
-    python bench/bench_predictors.py --markdown            # the BENCHMARKS.md table
+    python bench/bench_predictors.py --markdown            # as a markdown table, for bench/log/
     python bench/bench_predictors.py --boundaries-from-spec  # as if every profile recorded
                                                              # what its stages exchange
     python bench/bench_predictors.py --figures             # bench/run.py's rows: the default
@@ -24,8 +24,9 @@ Pure: nothing is measured.
 and sends (files written before the alone runner; ``workspace.boundary_bytes``) gets them
 computed from its model spec on the meta device, as the runner computes them (one
 micro-batch's output per layer), and attached to its ok runs: what the ``workspace``
-predictor's step would do on those profiles had they recorded them (BENCHMARKS.md,
-"2026-11-27"). Rows of such profiles are marked "+ boundaries from spec". Needs torch.
+predictor's step would do on those profiles had they recorded them
+(bench/log/2026-11-26-h200-predictor-error.md). Rows of such profiles are marked "+ boundaries
+from spec". Needs torch.
 """
 from __future__ import annotations
 

@@ -46,7 +46,7 @@ MODELS = {
     "gpt": "gpt:layers=8,hidden=256,heads=4,vocab=2048,seq=64",
     "amoebanet": "amoebanet-d:layers=6,filters=32,image_size=32,classes=10",
     # larger activations (8 MiB per block per micro-batch), so a swap's time rises above
-    # the loaded machine's noise: the added-time check (BENCHMARKS.md)
+    # the loaded machine's noise: the added-time check (bench/log/2026-11-23-mpress-evaluation.md)
     "gpt-wide": "gpt:layers=8,hidden=512,heads=8,vocab=2048,seq=128",
     # held out: never looked at while the event model (mcap.core.press.events) was written
     "vgg11-i64": "vgg11:image_size=64,hidden=1024",

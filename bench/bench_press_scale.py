@@ -2,7 +2,7 @@
 MPress plan (issue 16, item 5 and its 1.3x target), predicted by ``scale --press`` and then
 measured for real under the capacity.
 
-    python bench/bench_press_scale.py                  # the GPT of BENCHMARKS.md, hidden 192..320, 40 MiB
+    python bench/bench_press_scale.py                  # the GPT of bench/log/2026-11-25-mpress-event-model.md, hidden 192..320, 40 MiB
     python bench/bench_press_scale.py --json out.json
 
 ``mcap.workflow.scaling.scale_press`` profiles each size it visits (``profile --press``,

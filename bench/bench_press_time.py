@@ -7,7 +7,7 @@
 Why CPU time. On this kind of machine (2 cores, 4 stage processes of one intra-op thread,
 other jobs beside them) an iteration's wall clock is mostly waiting for a core: the plain
 run's own window moved by 1.3 s between repeats, while a plan adds tens of milliseconds
-(BENCHMARKS.md, "MPress plans ... event by event"). The work a plan adds is the same
+(bench/log/2026-11-25-mpress-event-model.md). The work a plan adds is the same
 whether a core is free or not, and each stage process can read it: its CPU seconds over the
 timed iterations (``StageResult.cpu_seconds``, ``time.process_time``, every thread of the
 process). The prediction is the planner's own cost (``Problem.costs``: a recompute is the

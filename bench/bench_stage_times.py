@@ -17,7 +17,8 @@ measured samples/s. The same stage times are also replayed with fair sharing onl
 estimate before the co-run factors), so both are compared on one set of runs; and on the
 CPU the stage times the run together recorded (its ops' costs under the real contention)
 are replayed with fair sharing too: their error is what the replay itself leaves out
-(BENCHMARKS.md, session 5: +6-7%, above in 30 of 30). Prints each pair, the error
+(bench/log/2026-11-26-session-5-estimate-bias.md: +6-7%, above in 30 of 30). Prints each pair,
+the error
 percentiles, the link and the load average before and after (on a shared CPU other processes' work slows the
 concurrent run and not the stages' CPU seconds: read the figures with the load).
 Also checks that the two isolations read the same peaks (CPU: to the byte).
@@ -169,7 +170,8 @@ def sample(args) -> dict:
         # opens fresh runners: a persistent stage process's speed depends on what it ran
         # before (its peaks do not: train.clean_slate), so repeats in the same processes
         # are not independent. One partitioning's estimate read 165, 165 and 169 samples/s
-        # in three rounds of one runner and 122 in another (BENCHMARKS.md, session 4).
+        # in three rounds of one runner and 122 in another
+        # (bench/log/2026-11-26-session-4-fresh-runners.md).
         for r in range(args.repeats):
             with open_runner(args.model, setup, isolation="stage") as alone, \
                     open_runner(args.model, setup, isolation="pipeline") as together:

@@ -22,7 +22,7 @@ st.markdown(
 files = [p.name for p in compared_first(datasets_dir().glob("*.scale.json"))]
 if not files:
     st.info("No scaling result in data/: run `python -m mcap scale ... --out data/NAME.scale.json` "
-            "(README, Scaling).")
+            "(docs/prediction.md, scale).")
     st.stop()
 chosen = shared("scale", files[0])
 if chosen not in files:

@@ -5,7 +5,7 @@ browser). Starts ``streamlit run app.py`` on a free local port with an empty sto
 every page, fails on any exception box or console error (except the known harmless
 ``/_stcore`` 404s), runs a recommendation, selects a partitioning, saves screenshots under
 ``artifacts/screenshots/`` and records each page's render time in
-``artifacts/page-render-times.json`` (BENCHMARKS.md quotes them).
+``artifacts/page-render-times.json`` (bench/log/2026-11-22-dashboard-render-times.md quotes them).
 """
 from __future__ import annotations
 

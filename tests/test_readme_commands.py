@@ -1,18 +1,23 @@
-"""README.md stays true (issue 26, "Docs that stay true").
+"""README.md and the manual in docs/ stay true (issue 26, "Docs that stay true"; issue 40
+item 15 moved the manual from the README to docs/, one page per topic).
 
-Every command block of README.md (```bash) is read here, command by command, and checked
-against the code:
+Every command block (```bash) of README.md and of every docs/*.md page is read here, command
+by command, and checked against the code. The pages are read in one order, the README first
+and then the pages in the order docs/index.md lists them (``doc_files``); a variable (``M=``)
+holds until the end of its page; command blocks are numbered across pages.
 
 - statically (fast, no marker): each line is a known kind (``bash bin/...``, ``python -m
   mcap ...``, ``python bench/...``, ``source``, a variable); every flag shown in a ``[...]``
   group of a command or its comment exists on that command, with the choices listed; every
   model spec parses and every balance or plan sums to its layer count; every output goes to
-  ``out/`` or ``.mcap/`` (never ``data/`` or the repository root). The README's prose is
-  checked too: every ``mcap.x.y`` name and every repository path it names exists, its
-  Python blocks' imports import, its store schema version, default predictor, page order and
-  shareable-link keys are the code's;
+  ``out/`` or ``.mcap/`` (never ``data/`` or the repository root); no command appears twice
+  (each runs once), and a file under ``out/`` that a command reads is written by an earlier
+  one. The prose is checked too: every ``mcap.x.y`` name and every repository path it names
+  exists, its Python blocks' imports import, its store schema version, default predictor,
+  page order and shareable-link keys are the code's; the README stays at most 150 lines and
+  every page of docs/ is listed in docs/index.md;
 - by running them (``integration``): every ``python -m mcap`` and ``python bench`` line, in
-  README order, in a scratch folder (cwd a tmp dir with ``data`` and ``bench`` linked in,
+  page order, in a scratch folder (cwd a tmp dir with ``data`` and ``bench`` linked in,
   ``MCAP_STORE`` inside it), must exit 0, or the code its comment starts with ("exits 2").
   Lines that train a model are shrunk to a 6-layer GPT (``TINY``): balances rescaled to it,
   ``--sample`` 2, ``scale`` on one grid value with mcap's partitioner only, everything else
@@ -22,11 +27,12 @@ against the code:
   get the ``--no-time`` they show), and every decimal figure and balance its comment quotes
   must appear in what it prints. Afterwards the scratch folder holds nothing but ``out/``
   and ``.mcap/`` (and what the test linked in), and ``data/`` and the repository root are
-  as they were. Two blocks run at a time; the 35 commands took 127 s (load 2.6-3.5) to
-  165 s (load 3.5-4) on the 2-core VM with another suite running, most of it the stage
-  processes' start-up (about 7 CPU seconds per training line).
+  as they were. Two blocks run at a time; the 35 commands of the README alone took 127 s
+  (load 2.6-3.5) to 165 s (load 3.5-4) on the 2-core VM with another suite running, most of
+  it the stage processes' start-up (about 7 CPU seconds per training line); the 39 of the
+  README and docs/ (four more, on bundled data only) took 243 s at load 5-8.
 
-Placeholders filled: ``$M`` (the README's own variable), ``R`` (node rank 0 / 1) and
+Placeholders filled: ``$M`` (the page's own variable), ``R`` (node rank 0 / 1) and
 ``HOST:PORT`` (127.0.0.1 and a free port). Not run: ``bash bin/dashboard`` and ``bash
 bin/test`` (the suite and tests/test_e2e_browser.py cover them) and ``source``.
 """
@@ -49,6 +55,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
+DOCS = REPO / "docs"
+INDEX = DOCS / "index.md"
+README_MAX_LINES = 150  # issue 40 item 15: what a newcomer reads; the manual is in docs/
 # What every model-training line runs on instead of its model: 6 layers (embedding, 4
 # blocks, head), a few KiB per stage, so a line costs its processes' start-up only.
 TINY = "gpt:layers=4,hidden=16,heads=2,vocab=32,seq=4"
@@ -59,12 +68,17 @@ ALLOWED_OUTPUT_ROOTS = ("out/", ".mcap/")
 
 @dataclass
 class Command:
-    lineno: int          # README line the command starts on
+    lineno: int          # line of its page the command starts on
     text: str            # the command, continuation lines joined, comments removed
     comment: str = ""    # every comment of the command (same line and the lines under it)
     first_comment: str = ""  # the comment on its last line, where "exits N" is said
-    env: dict = field(default_factory=dict)  # README variables set before it (M=...)
-    block: int = 0       # which ```bash block (0, 1, ...)
+    env: dict = field(default_factory=dict)  # the page's variables set before it (M=...)
+    block: int = 0       # which ```bash block (0, 1, ...), counted across pages
+    page: str = "README.md"  # the page it is on, relative to the repository root
+
+    @property
+    def where(self) -> str:
+        return f"{self.page}:{self.lineno}"
 
 
 def _expand(text: str, env: dict) -> str:
@@ -79,14 +93,25 @@ def _split_comment(line: str) -> tuple[str, str]:
     return line[:m.start()], line[m.end():].strip()
 
 
-def readme_commands(text: str | None = None) -> list[Command]:
-    """The commands of README.md's ```bash blocks, in order."""
-    text = README.read_text() if text is None else text
+def doc_files() -> list[Path]:
+    """The pages whose commands are checked, in the order they are read: README.md, then
+    docs/*.md in the order docs/index.md links them, then any page it does not list
+    (test_every_docs_page_is_in_the_index fails on those)."""
+    listed = [DOCS / name for name in re.findall(r"\]\(([\w-]+\.md)\)", INDEX.read_text())]
+    pages = [INDEX, *dict.fromkeys(p for p in listed if p.is_file())]
+    pages += sorted(p for p in DOCS.glob("*.md") if p not in pages)
+    return [README, *pages]
+
+
+def readme_commands(text: str | None = None, page: str = "README.md",
+                    first_block: int = 0) -> list[Command]:
+    """The commands of one page's ```bash blocks (README.md's by default), in order."""
+    text = (REPO / page).read_text() if text is None else text
     out: list[Command] = []
     env: dict[str, str] = {}
     lines = text.splitlines()
     i = 0
-    block = -1
+    block = first_block - 1
     while i < len(lines):
         if lines[i].strip() != "```bash":
             i += 1
@@ -113,7 +138,7 @@ def readme_commands(text: str | None = None) -> list[Command]:
                     current = None
             else:
                 current = Command(i + 1, code.strip().rstrip("\\").strip(), comment, comment,
-                                  dict(env), block)
+                                  dict(env), block, page)
                 continued = code.rstrip().endswith("\\")
                 m = re.fullmatch(r"([A-Z_]+)=(\S+)", current.text)
                 if m:
@@ -121,6 +146,15 @@ def readme_commands(text: str | None = None) -> list[Command]:
                 out.append(current)
             i += 1
         i += 1
+    return out
+
+
+def doc_commands() -> list[Command]:
+    """Every page's commands, pages in ``doc_files`` order, blocks numbered across pages."""
+    out: list[Command] = []
+    for path in doc_files():
+        first = max((c.block for c in out), default=-1) + 1
+        out += readme_commands(path.read_text(), str(path.relative_to(REPO)), first)
     return out
 
 
@@ -183,14 +217,14 @@ def check_flags(cmd: Command) -> list[str]:
                 continue
             action = known(flag)
             if action is None:
-                problems.append(f"line {cmd.lineno}: {flag} is not an option of {' '.join(args[:4])}")
+                problems.append(f"{cmd.where}: {flag} is not an option of {' '.join(args[:4])}")
                 continue
             value = words[k + 1] if k + 1 < len(words) else ""
             choices = getattr(action, "choices", None)
             if "|" in value and choices:
                 for alt in value.split("|"):
                     if alt not in choices:
-                        problems.append(f"line {cmd.lineno}: {flag} {alt}: not one of {sorted(choices)}")
+                        problems.append(f"{cmd.where}: {flag} {alt}: not one of {sorted(choices)}")
     return problems
 
 
@@ -212,9 +246,9 @@ def layers_of(spec: str) -> int:
 # --- static checks (fast) ----------------------------------------------------------------
 
 def test_every_command_line_is_one_we_know():
-    cmds = readme_commands()
+    cmds = doc_commands()
     assert len(cmds) >= 30
-    unknown = [f"line {c.lineno}: {c.text}" for c in cmds if kind_of(c) == "unknown"]
+    unknown = [f"{c.where}: {c.text}" for c in cmds if kind_of(c) == "unknown"]
     assert not unknown, unknown
     for c in cmds:
         if kind_of(c) == "bin":
@@ -223,71 +257,130 @@ def test_every_command_line_is_one_we_know():
             assert (REPO / c.text.split()[1]).is_file(), c.text
         if kind_of(c) == "mcap":
             subparser(argv_of(c)[3])  # a command mcap has
-    # The first two commands are the README's promise to a newcomer: kept as they are.
+    # The first two commands are the README's promise to a newcomer: kept as they are, and
+    # the second is what CI runs (.ci/run calls bin/test).
     assert [c.text for c in cmds[:2]] == ["bash bin/dashboard", "bash bin/test"]
+    assert cmds[0].page == cmds[1].page == "README.md"
+    assert re.search(r"^exec bash bin/test\b", (REPO / ".ci" / "run").read_text(), re.M)
 
 
 def test_every_optional_flag_shown_exists():
-    problems = [p for c in readme_commands() if kind_of(c) in ("mcap", "bench")
+    problems = [p for c in doc_commands() if kind_of(c) in ("mcap", "bench")
                 for p in check_flags(c)]
     assert not problems, problems
 
 
 def test_models_balances_and_plans_agree():
-    """Every README spec parses, and a balance or plan given with it covers its layers."""
+    """Every spec the pages show parses, and a balance or plan given with it covers its
+    layers."""
     from mcap.core.capture.plan import parse_plan
     checked = 0
-    for c in readme_commands():
+    for c in doc_commands():
         if kind_of(c) != "mcap":
             continue
         args = argv_of(c)
         spec = option(args, "--model")
         if spec is None or "nosuch" in spec or "depth=" in spec:
-            continue  # the two refusals the Models section shows on purpose
+            continue  # the two refusals docs/models.md shows on purpose
         layers = layers_of(spec)
-        assert layers, (c.lineno, spec)
+        assert layers, (c.where, spec)
         balance = option(args, "--balance")
         if balance:
-            assert sum(map(int, balance.split(","))) == layers, (c.lineno, spec, balance)
+            assert sum(map(int, balance.split(","))) == layers, (c.where, spec, balance)
             checked += 1
         plan = option(args, "--plan")
         if plan:
-            assert sum(parse_plan(plan).balance) == layers, (c.lineno, spec, plan)
+            assert sum(parse_plan(plan).balance) == layers, (c.where, spec, plan)
             checked += 1
         vary = option(args, "--vary")
         if vary:
             from mcap.workflow.scaling import spec_with
             low = int(option(args, "--low"))
-            assert layers_of(spec_with(spec, vary, low)) == layers, (c.lineno, spec, vary)
+            assert layers_of(spec_with(spec, vary, low)) == layers, (c.where, spec, vary)
     assert checked >= 4
 
 
 def test_outputs_go_under_out_or_the_store_folder():
     """README items 7 and 14: no command writes into data/ or the repository root."""
     bad = []
-    for c in readme_commands():
+    for c in doc_commands():
         if kind_of(c) != "mcap":
             continue
         args = argv_of(c)
         for name in ("--out", "--store"):
             value = option(args, name)
             if value is not None and not value.startswith(ALLOWED_OUTPUT_ROOTS):
-                bad.append(f"line {c.lineno}: {name} {value}")
+                bad.append(f"{c.where}: {name} {value}")
         for group in bracket_groups(c):
             for m in re.finditer(r"--(?:out|store)\s+(\S+)", group):
                 if m.group(1) not in ("PATH",) and not m.group(1).startswith(ALLOWED_OUTPUT_ROOTS):
-                    bad.append(f"line {c.lineno}: [{group}]")
+                    bad.append(f"{c.where}: [{group}]")
     assert not bad, bad
     ignored = (REPO / ".gitignore").read_text().split()
     assert "/out/" in ignored and "/.mcap/" in ignored
 
 
+def test_no_command_is_run_twice():
+    """Issue 40 item 15: the manual moved to docs/ and the run stays as long as it was; a
+    command two pages show would run twice (give one of them another flag, or name it in
+    prose instead)."""
+    cmds = doc_commands()
+    where = {}
+    twice = []
+    for k, (words, _) in runnable(cmds).items():
+        key = " ".join(words)
+        if key in where:
+            twice.append(f"{cmds[k].where} runs what {where[key]} runs: {key}")
+        where.setdefault(key, cmds[k].where)
+    assert not twice, twice
+
+
+def test_every_file_a_command_reads_under_out_is_written_before():
+    """Pages run in doc_files order: a command reading ``out/X`` needs an earlier command
+    (on its page or an earlier one) that writes it."""
+    written: set[str] = set()
+    unwritten = []
+    for c in doc_commands():
+        if kind_of(c) != "mcap":
+            continue
+        args = argv_of(c)
+        out = option(args, "--out")
+        for a in args:
+            if a.startswith("out/") and a != out and a not in written:
+                unwritten.append(f"{c.where} reads {a}, which no earlier command writes")
+        if out is not None:
+            written.add(out)
+    assert not unwritten, unwritten
+
+
+def test_readme_is_short_and_every_page_is_in_the_index():
+    """Issue 40 item 15: the README answers a newcomer in at most 150 lines (what this is,
+    the two commands, a first session, two screenshots, where to read on); the manual is
+    in docs/, and docs/index.md lists every page of it."""
+    lines = README.read_text().splitlines()
+    assert len(lines) <= README_MAX_LINES, len(lines)
+    text = README.read_text()
+    assert "![" in text and text.count("](docs/") >= 5
+    listed = set(re.findall(r"\]\(([\w-]+\.md)\)", INDEX.read_text()))
+    pages = {p.name for p in DOCS.glob("*.md")} - {"index.md"}
+    assert pages - listed == set(), f"docs/index.md does not list {sorted(pages - listed)}"
+    for name in ("dashboard", "profiling", "prediction", "capture", "mpress", "models", "store",
+                 "safety", "concepts"):
+        assert name + ".md" in pages, name
+
+
+def _page(name: str) -> str:
+    return (DOCS / name).read_text()
+
+
 def _prose() -> str:
-    return README.read_text()
+    """README.md and every docs page, one after the other (each page's code fences are
+    balanced, so a fence never pairs across pages)."""
+    return "\n".join(p.read_text() for p in doc_files())
 
 
 def test_named_modules_and_attributes_exist():
-    """Every ``mcap.x.y`` the README names imports or is an attribute (item 4:
+    """Every ``mcap.x.y`` the pages name imports or is an attribute (item 4:
     ``make_predictor`` and ``search(...)`` did not exist)."""
     missing = []
     names = set()
@@ -316,7 +409,7 @@ def test_named_modules_and_attributes_exist():
 
 
 def test_named_paths_exist():
-    """Every repository path the README (and requirements.txt's comments) names exists
+    """Every repository path the pages (and requirements.txt's comments) name exists
     (item 12: ``mcap/memtrack.py`` had moved to ``mcap/runner/``)."""
     text = _prose() + "\n" + (REPO / "requirements.txt").read_text()
     paths = set(re.findall(r"(?<![\w/.$-])((?:mcap|bench|tests|pages|bin|data|docs)/[\w./-]*[\w/])", text))
@@ -344,36 +437,42 @@ def test_commands_named_in_the_prose_exist():
 def test_python_blocks_import():
     """The imports of every ```python block run (names moved or renamed fail here)."""
     blocks = re.findall(r"```python\n(.*?)```", _prose(), re.S)
-    assert blocks
+    assert len(blocks) >= 3
     for block in blocks:
         for line in block.splitlines():
             code = line.split("#", 1)[0].rstrip()
             if re.match(r"(from \S+ import |import )", code):
                 tree = ast.parse(code)
-                exec(compile(tree, "README.md", "exec"), {})
+                exec(compile(tree, "docs", "exec"), {})
 
 
-def test_facts_the_readme_states_are_the_codes():
+def test_facts_the_pages_state_are_the_codes():
     from mcap.core import predictors
     from mcap.store import SCHEMA_VERSION
     from pages._shared import PAGES, SHARED_KEYS
 
     text = _prose()
-    # item 1: the store's schema version
-    assert f"`PRAGMA user_version` {SCHEMA_VERSION}." in text
-    assert re.search(r"older version \(1 to %d\)" % (SCHEMA_VERSION - 1), text)
-    # item 2: one default predictor, named as such, and no other called the default
-    assert f"**`{predictors.DEFAULT}` (the default)**" in text
+    # item 1: the store's schema version (docs/store.md)
+    store = _page("store.md")
+    assert f"`PRAGMA user_version` {SCHEMA_VERSION}." in store
+    assert re.search(r"older version \(1 to %d\)" % (SCHEMA_VERSION - 1), store)
+    # item 2: one default predictor, named as such (docs/prediction.md), and no other
+    # called the default on any page
+    assert f"**`{predictors.DEFAULT}` (the default)**" in _page("prediction.md")
     for name in predictors.names():
         if name != predictors.DEFAULT:
             assert f"`{name}` (default)" not in text and f"`{name}` (the default)" not in text
-    # item 10: the Dashboard section lists the pages in the sidebar's order
+    # item 10: docs/dashboard.md lists the pages in the sidebar's order
+    dashboard = _page("dashboard.md")
     titles = [title for _, title, _, _ in PAGES]
-    section = text[text.index("## Dashboard"):text.index("![Partition space")]
-    shown = [t for t in re.findall(r"\*\*([^*]+)\*\*\s+\(", section) if t in titles]
+    section = dashboard[dashboard.index("## Pages"):dashboard.index("## Working with it")]
+    shown = [t for t in re.findall(r"^- \*\*([^*]+)\*\*", section, re.M)]
     assert shown == titles, shown
+    words = ("zero one two three four five six seven eight nine ten eleven twelve thirteen "
+             "fourteen fifteen sixteen").split()
+    assert f"{words[len(titles)].capitalize()} pages" in section  # the count the page states
     # item 11: the shareable-link keys are SHARED_KEYS, all of them
-    bullet = text[text.index("**Shareable links.**"):text.index("live in the URL")]
+    bullet = dashboard[dashboard.index("**Shareable links.**"):dashboard.index("live in the URL")]
     assert set(re.findall(r"`(\w+)`", bullet)) == set(SHARED_KEYS)
 
 
@@ -381,7 +480,7 @@ def test_facts_the_readme_states_are_the_codes():
 
 def shrink_balance(balance: list[int], layers: int) -> list[int]:
     """The same number of stages over ``layers``, each at least 1, the rest shared out in
-    proportion to the README's balance (largest remainders first)."""
+    proportion to the page's balance (largest remainders first)."""
     stages, total = len(balance), sum(balance)
     out = [1] * stages
     spare = layers - stages
@@ -497,7 +596,7 @@ def dependencies(cmds: list[Command]) -> dict[int, set[int]]:
 
 def runnable(cmds: list[Command]) -> dict[int, tuple[list[str], bool]]:
     """For each command to run (by index): the words the test runs and whether they differ
-    from the README's (shrunk). Training lines are shrunk; torchgpipe times a model in the
+    from the page's (shrunk). Training lines are shrunk; torchgpipe times a model in the
     first ``evaluate`` line only, later evaluations (which quote no timed figure) take the
     ``--no-time`` they show."""
     out = {}
@@ -521,7 +620,7 @@ def runnable(cmds: list[Command]) -> dict[int, tuple[list[str], bool]]:
 
 def _run_one(cmd: Command, args: list[str], shrunk: bool, work: Path, node1: Path,
              env: dict) -> tuple[float, str]:
-    """Run one README command (both nodes for a two-node line); '' or what went wrong."""
+    """Run one command of a page (both nodes for a two-node line); '' or what went wrong."""
     m = re.match(r"exits (\d+)", cmd.first_comment)
     expected = int(m.group(1)) if m else 0
     started = time.monotonic()
@@ -551,21 +650,22 @@ def _run_one(cmd: Command, args: list[str], shrunk: bool, work: Path, node1: Pat
     shown = " ".join(args)
     for p, out, err in results:
         if p.returncode != expected:
-            return seconds, (f"README line {cmd.lineno}: {shown}\nexit {p.returncode}, expected "
+            return seconds, (f"{cmd.where}: {shown}\nexit {p.returncode}, expected "
                              f"{expected}\n{err[-3000:]}")
     out = results[-1][1] + results[-1][2]
     if not shrunk and expected == 0:
         for figure in figures(cmd.comment):
             if not _appears(figure, out):
-                return seconds, (f"README line {cmd.lineno} quotes {figure}, which {shown} does "
+                return seconds, (f"{cmd.where} quotes {figure}, which {shown} does "
                                  f"not print:\n{out[-3000:]}")
     return seconds, ""
 
 
 @pytest.mark.integration
 def test_every_readme_command_runs(tmp_path):
-    """README items 6, 7, 13 and 14 and "What to build" 6: every line runs as written
-    (shrunk where it trains), exits as it says, and writes only under out/ and .mcap/.
+    """README items 6, 7, 13 and 14 and "What to build" 6: every line of the README and of
+    docs/ runs as written (shrunk where it trains), exits as it says, and writes only under
+    out/ and .mcap/.
     Blocks run two at a time (a line waits for the line above it in its block and for the
     line that wrote the file it reads)."""
     from concurrent.futures import ThreadPoolExecutor
@@ -581,7 +681,7 @@ def test_every_readme_command_runs(tmp_path):
            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     env.pop("MCAP_DATA_DIR", None)
     before = _snapshot(REPO)
-    cmds = readme_commands()
+    cmds = doc_commands()
     deps = dependencies(cmds)
     words = runnable(cmds)
     started = time.monotonic()
@@ -590,15 +690,15 @@ def test_every_readme_command_runs(tmp_path):
     def task(k):
         for d in deps[k]:  # submitted earlier, so already running or done: no deadlock
             if futures[d].result()[1]:
-                return 0.0, f"README line {cmds[k].lineno}: not run, an earlier line failed"
+                return 0.0, f"{cmds[k].where}: not run, an earlier line failed"
         return _run_one(cmds[k], *words[k], work, node1, env)
 
     with ThreadPoolExecutor(max_workers=2) as pool:
-        for k in deps:  # in README order
+        for k in deps:  # in page order
             futures[k] = pool.submit(task, k)
         results = {k: f.result() for k, f in futures.items()}
     wall = time.monotonic() - started
-    print("\n".join(f"{s:6.1f} s  line {cmds[k].lineno}: {' '.join(words[k][0][1:4])}"
+    print("\n".join(f"{s:6.1f} s  {cmds[k].where}: {' '.join(words[k][0][1:4])}"
                     for k, (s, _) in results.items()))
     print(f"{len(results)} commands, {wall:.1f} s wall")
     failures = [why for _, why in results.values() if why]

@@ -1,7 +1,7 @@
 """CAPTURE's batch-size scaling and layer merger against measured sweeps (issue 15, item 9).
 
-Archived (issue 27): the one-off behind BENCHMARKS.md's "CAPTURE batch-size scaling and
-the layer merger" (issue 15 item 9), kept for the record. Runs as is on the files it names.
+Archived (issue 27): the one-off behind bench/log/2026-11-23-capture-batch-scaling.md
+(issue 15 item 9), kept for the record. Runs as is on the files it names.
 
     # batch-size scaling (III-A2/B2): a profile at B/4 and B/2 (profile --capture) and one
     # profiled at B, both against a sweep measured at B

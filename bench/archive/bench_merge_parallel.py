@@ -1,7 +1,7 @@
 """The layer merger on hybrid profiling (CAPTURE III-A3 with III-A1): what ``profile
 
-Archived (issue 27): the one-off behind BENCHMARKS.md's "The merger on dp/tp profiling"
-(2026-11-25), kept for the record. Runs as is (minutes: it profiles and measures).
+Archived (issue 27): the one-off behind bench/log/2026-11-25-capture-merger-dp-tp.md, kept for
+the record. Runs as is (minutes: it profiles and measures).
 --parallel dp,tp --merge-to Lm`` saves in runs and time, and what it costs in per-device
 error, against the same profile without merging.
 

@@ -1,7 +1,8 @@
 """MPress plans measured for real on CPU stage processes (issue 16, items 1-2).
 
 Archived (issue 27): the first MPress plans measured for real (issue 16 items 1-2;
-BENCHMARKS.md, 2026-11-23), kept for the record; bench/bench_press_eval.py measures plans
+bench/log/2026-11-23-mpress-plans-measured.md), kept for the record; bench/bench_press_eval.py
+measures plans
 against their predictions now. Runs as is (minutes).
 
     python bench/archive/bench_press.py                       # VGG11 32x32, batch 8, chunks 4, 3,3,5,19

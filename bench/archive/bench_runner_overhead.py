@@ -1,7 +1,7 @@
 """Per-run overhead of the runner's persistent stage processes (issue 4, start-up cost).
 
-Archived (issue 27): issue 4's start-up check (BENCHMARKS.md, "Runner: per-run overhead",
-2026-11-22), kept for the record; bench/bench_measure_startup.py times start-up now. Runs as is.
+Archived (issue 27): issue 4's start-up check (bench/log/2026-11-22-runner-overhead.md), kept
+for the record; bench/bench_measure_startup.py times start-up now. Runs as is.
 
     python bench/archive/bench_runner_overhead.py [--model SPEC] [--stages G] [--runs N]
 

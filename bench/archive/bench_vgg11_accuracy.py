@@ -1,7 +1,7 @@
 """VGG11 prediction accuracy on CPU stage processes (issue 4 acceptance; paper 4.2).
 
-Archived (issue 27): issue 4's acceptance run (BENCHMARKS.md, "Profiling: VGG11 accuracy
-on CPU", 2026-11-22), kept for the record; bench/bench_predictors.py scores every bundled
+Archived (issue 27): issue 4's acceptance run (bench/log/2026-11-22-vgg11-accuracy-cpu.md),
+kept for the record; bench/bench_predictors.py scores every bundled
 pair now. Runs as is, but note that its default --profile-out is data/vgg11-cpu4.profile.json
 (relative to the current folder): pass --profile-out out/... not to overwrite the bundled file.
 

@@ -13,7 +13,8 @@ from PyTorch's own code, none fitted to a GPU's measurements:
   thread, and the forward's ``addmm`` with a bias goes through cuBLASLt, whose own
   workspace is 1 MiB (``parseCUDABlasLtWorkspaceSize``, not unified by default). So a stage
   holding any layer of a kind in :data:`GEMM_KINDS` pays ``2 x cuBLAS + cuBLASLt`` once
-  (65 MiB on Hopper; the H200 profile's own fit reads 65.1 MiB: BENCHMARKS.md).
+  (65 MiB on Hopper; the H200 profile's own fit reads 65.1 MiB:
+  bench/log/2026-11-26-gpu-predictors.md).
 * **The optimizer step's temporaries.** On CUDA ``torch.optim`` takes the *foreach* path:
   SGD with weight decay makes ``torch._foreach_add(grads, params)``, one new copy of every
   gradient of the stage at once, Adam ``torch._foreach_sqrt(exp_avg_sqs)``, one copy of

@@ -1,6 +1,6 @@
 """User models given as ``package.module:function``.
 
-Contract (README, Models): ``function(**params)`` returns ``(module, example_batch, loss)``
+Contract (docs/models.md, "User models"): ``function(**params)`` returns ``(module, example_batch, loss)``
 or ``(module, example_batch, loss, split)``: ``module`` an ``nn.Sequential`` whose top-level
 children are the layers, or any ``nn.Module``, which the pipeline tracer splits into layers
 (``mcap.models.traced``: at its top-level children, a ModuleList/ModuleDict as its items, or

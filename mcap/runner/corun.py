@@ -5,8 +5,9 @@ Stages run alone record their own CPU seconds (``mcap.runner.alone.StageTimer``)
 together, G stage processes share the machine's caches and memory bandwidth, and where
 there are fewer cores than stages they take turns on a core, each turn refilling its
 caches: the same ops then cost more CPU seconds. On the project's 2-core VM the stages of
-VGG11 did a median 1.09x the CPU work together that they did alone (BENCHMARKS.md), and
-the replay (``mcap.core.stagetime``), which shares the cores fairly but keeps each op's
+VGG11 did a median 1.09x the CPU work together that they did alone
+(bench/log/2026-11-26-later-throughput-medians-of-3.md), and the replay
+(``mcap.core.stagetime``), which shares the cores fairly but keeps each op's
 seconds, was above the measured throughput on 30 of 30 partitionings.
 
 So the slowdown is measured, not fitted (:func:`measure`): k = ``Setup.stages`` fresh

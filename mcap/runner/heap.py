@@ -1,5 +1,6 @@
 """How stage processes use the C library's heap, so that an op's time does not depend on
-what the process ran before (issue 25; BENCHMARKS.md, session 6). No torch, no mcap imports:
+what the process ran before (issue 25; bench/log/2026-11-26-session-6-malloc-throughput.md). No
+torch, no mcap imports:
 ``mcap.runner.machine`` (the process environment) and ``mcap.runner.train`` (each run's
 clean slate) both use it.
 """
@@ -13,7 +14,8 @@ import ctypes
 # op faults in, and so its time, depends on what the process freed before: a VGG11
 # iteration (image 32, batch 8 x 4, 1 thread) took 0.33 s with 55,000-64,000 page faults,
 # or in another process 0.24 and 0.32 s alternately, and 0.23 s with no faults once both
-# thresholds are fixed (BENCHMARKS.md, session 6). Fixed, and the free heap given back
+# thresholds are fixed (bench/log/2026-11-26-session-6-malloc-throughput.md). Fixed, and the
+# free heap given back
 # before each run (give_back_heap), every stage process times its ops from the same heap
 # state: a partitioning's own runs spread p90 9-11% instead of 12-32%.
 # Peaks are unchanged: the CPU counter (mcap.runner.memtrack) counts tensors' bytes, not

@@ -12,7 +12,7 @@ bandwidth (:func:`measure`; ``python -m mcap.runner.link`` is one end).
 process and for a day on disk (``mcap.runner.machinecache``: keyed by the host, its CPU,
 cores and torch, the device and the transport, and on CUDA the GPUs); measuring costs two
 fresh processes importing torch (1.5 s of a 6 s one-off ``measure`` on the 2-core VM,
-BENCHMARKS.md). It also
+bench/log/2026-11-26-later-measure-startup.md). It also
 says how many stages can compute at once (``Link.slots``): the cores over the setup's
 threads on the CPU, the GPUs on CUDA when stages share them, 0 when each stage has a
 device of its own.

@@ -1,6 +1,6 @@
 """The results store (SQLite): profiles, runs, sweeps and jobs; see ``core.Store``.
 
-``open_store()`` / ``Store(path)``; README.md, "Results store", describes the file.
+``open_store()`` / ``Store(path)``; docs/store.md describes the file.
 """
 from mcap.store.core import Store, open_store
 from mcap.store.opening import default_store_path

@@ -1,5 +1,5 @@
 """bench/run.py's rewriting of BENCHMARKS.md's current-figures table (issue 27): only the
-part between the markers changes, the log below is kept byte for byte, a failed benchmark
+part between the markers changes, the text below is kept byte for byte, a failed benchmark
 adds a "failed:" row without wiping the others, and a file without its markers is refused
 with a plain message and exit 2. No benchmark runs here and no process starts (run_one is
 replaced); no measured figure is asserted."""
@@ -140,3 +140,25 @@ def test_every_benchmark_is_a_kept_script_with_figures():
         source = (REPO / b.path).read_text()
         assert "def figures(quick: bool = False)" in source, b.path
         assert "--figures" in source, b.path
+
+
+def test_the_real_table_parses_and_every_figure_has_its_method_paragraph():
+    """BENCHMARKS.md as committed (issue 40 item 15): run.py can rewrite its table (one pair
+    of markers, rows of six cells), the dated log is not in it (bench/log/, one file per
+    session), and every script the table names has a paragraph under "How each figure is
+    measured" that names it and links a session of the log."""
+    import re
+    text = (REPO / "BENCHMARKS.md").read_text()
+    head, section, tail = split(text)
+    rows = parse(section)
+    assert len(rows) >= 40
+    assert rewrite(text, rows) == text  # rewriting with the same rows changes nothing
+    methods = tail[tail.index("## How each figure is measured"):]
+    paragraphs = [p for p in methods.split("\n\n") if p.startswith("**")]
+    scripts = {m for r in rows for m in re.findall(r"python bench/([\w.]+\.py)", r.command)}
+    assert {b.path.split("/")[-1] for b in run.BENCHES} <= scripts
+    for script in sorted(scripts):
+        own = [p for p in paragraphs if f"(`{script}`)" in p]
+        assert len(own) == 1, f"BENCHMARKS.md: {script} has {len(own)} method paragraphs"
+        assert "](bench/log/" in own[0], f"BENCHMARKS.md: {script}'s paragraph links no session"
+    assert "\n## 20" not in tail and (REPO / "bench" / "log" / "README.md").is_file()

@@ -1,6 +1,6 @@
 """Planning for a GPU from a CPU profile (``mcap.core.forcuda``, ``--for cuda``): the rules
 taken from PyTorch's code, each on a synthetic truth, then the bundled CPU profile against
-the GPU measurements bundled in data/ (BENCHMARKS.md, "GPU predictors")."""
+the GPU measurements bundled in data/ (bench/log/2026-11-26-gpu-predictors.md)."""
 from __future__ import annotations
 
 import dataclasses

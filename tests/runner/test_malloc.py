@@ -1,6 +1,7 @@
 """Stage processes start with glibc malloc's thresholds fixed (``mcap.runner.heap.MALLOC_ENV``), so
 the pages an op faults in, and so its time, do not depend on what the process freed before
-(BENCHMARKS.md, session 6: a partitioning's own runs spread p90 9-11% instead of 12-32%)."""
+(bench/log/2026-11-26-session-6-malloc-throughput.md: a partitioning's own runs spread p90
+9-11% instead of 12-32%)."""
 import os
 import platform
 import subprocess

@@ -1,5 +1,5 @@
 """User models for the runner tests (no tests here). Loaded by the stage processes as
-``tests.runner.toy_models:exact``, the README's user-model contract.
+``tests.runner.toy_models:exact``, the user-model contract of docs/models.md.
 
 ``exact``: ``layers`` layers, each one parameter of ``params`` float32 values used only
 through its first ``width`` entries (``y = x * w[:width]``). A stage's memory is then

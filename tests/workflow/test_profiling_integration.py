@@ -30,8 +30,8 @@ MODEL = "gpt:layers=4,hidden=64,heads=4,vocab=256,seq=32"
 SETUP = Setup(stages=3, batch_size=8, chunks=2)
 ARGS = ["--model", MODEL, "--stages", "3", "--batch-size", "8", "--chunks", "2"]
 # The prediction error this test promises for partitionings that were not profiled, per
-# stage. Measured on this machine: 0.0 on every stage of every partitioning (README,
-# Profiling); the bound leaves room for allocator differences elsewhere.
+# stage. Measured on this machine: 0.0 on every stage of every partitioning (docs/profiling.md,
+# "Bundled data and tests"); the bound leaves room for allocator differences elsewhere.
 ERROR_BOUND = 0.10
 
 
@@ -43,7 +43,8 @@ def test_profile_end_to_end_then_predict_unprofiled_partitionings(tmp_path):
     store = Store(tmp_path / "s.sqlite")
     out = tmp_path / "p.json"
     # No wall-clock bound here (issue 28: a test must not depend on the machine's timing);
-    # what the profile costs is its run count, asserted below, and BENCHMARKS.md's timings.
+    # what the profile costs is its run count, asserted below, and the measurement log's
+    # timings (bench/log/README.md).
     result = profile(ProfileRequest(MODEL, SETUP, out, stream=io.StringIO()), store=store)
     plan = profiling_plan(6, 3).runs
     assert [r.balance for r in result.profile.runs] == list(plan)
@@ -149,7 +150,8 @@ def test_sweep_records_oom_and_goes_on_then_resumes(tmp_path):
 
 
 def test_profiling_under_a_capacity_no_window_pair_fits(tmp_path):
-    """The AmoebaNet-D(6, 96) case of BENCHMARKS.md at a size that runs in seconds: under
+    """The AmoebaNet-D(6, 96) case of
+    bench/log/2026-11-24-scaling-profiling-under-capacity.md at a size that runs in seconds: under
     7.4 MB per stage layers 9 and 10 never fit on one device (PM(9..10) is 8.05 MB), so no
     window pair gives mem_added(10); the oom run names that stage, the statistic takes its
     lower bound, and the fallback completes the profile with runs that all fit (before,

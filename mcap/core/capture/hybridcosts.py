@@ -23,8 +23,8 @@ per-device peak comes from:
   activations) and 1/k of the sharded weights and inner activations. III-B3's logarithmic
   fit (``degree_fit="log"``, ``mcap.core.capture.plan.log_degree`` for 2 and 4) assumes the same
   saving per doubling, where the saving halves: measured on 8 CPU devices it read 21% (dp8)
-  and 40% (tp8) under the peak, the inverse form 5% and 17% (BENCHMARKS.md, "Hybrid plans
-  measured").
+  and 40% (tp8) under the peak, the inverse form 5% and 17%
+  (bench/log/2026-11-24-hybrid-plans-measured.md).
 
 A degree that is neither profiled nor above two profiled ones is refused, naming the
 ``profile --parallel dp,tp`` command that adds it. Per-device peaks are in stage order (a

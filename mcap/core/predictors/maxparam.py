@@ -1,6 +1,7 @@
 """``maxparam``: Listing 1.1 plus a term for the stage's **largest parameter tensor**.
 
-Why (measured on VGG11, 4 CPU stages, BENCHMARKS.md "Evaluation"): a stage's peak is
+Why (measured on VGG11, 4 CPU stages, bench/log/2026-11-22-evaluation-paper-vs-maxparam.md): a
+stage's peak is
 weights + gradients + optimizer state (additive) plus "other" bytes, and "other" carries
 temporaries the size of the biggest single parameter tensor of the stage (per-tensor
 gradients being accumulated, the optimizer's weight-decay temporary, oneDNN's convolution

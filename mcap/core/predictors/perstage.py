@@ -2,7 +2,8 @@
 stage pays **once**, whatever how many layers it holds, each term estimated from the
 profiling runs themselves.
 
-What the measurements showed (ARCHITECTURE.md, "Predictors"; BENCHMARKS.md):
+What the measurements showed (ARCHITECTURE.md, "Predictors";
+bench/log/2026-11-23-truth-predictors-reuse-search.md):
 
 * a **max-type** term: temporaries the size of the stage's largest parameter tensor
   (``maxparam``; on CPU oneDNN's convolution backward workspace is a multiple of the
@@ -13,7 +14,7 @@ What the measurements showed (ARCHITECTURE.md, "Predictors"; BENCHMARKS.md):
 
 * a **middle-stage term** by the stage's first layer (``Term`` kind "midfirst"): memory a
   *middle* stage (not first, not last) of two or more layers pays beyond Listing 1.1. Cause
-  (BENCHMARKS.md, "2026-11-25: middle stages"): a layer whose output carries its input on
+  (bench/log/2026-11-25-middle-stages-amoebanet.md): a layer whose output carries its input on
   (AmoebaNet-D's cells return ``(state, skip)`` with ``skip`` the cell's input state) sends
   the *receive buffer itself* when it is alone on a middle stage, so its mem_isolated pays
   nothing for it; behind another layer of the stage the forwarded state is a new tensor,
@@ -246,7 +247,8 @@ def _per_layer(wins, layers, c: list[float], extra: tuple = ()):
 
     Why: on CPU, oneDNN picks a convolution's backward algorithm by its shape, not only its
     weight size, so two equal-weight convolutions can need different workspaces (VGG11 at
-    32x32: conv4_2 about 2x its weight bytes, conv5_1 and conv5_2 about 5x; BENCHMARKS.md).
+    32x32: conv4_2 about 2x its weight bytes, conv5_1 and conv5_2 about 5x;
+    bench/log/2026-11-23-perstage-per-layer-cpu-vs-gpu.md).
     The held-out windows that show it hold *both* conv5 layers, so moving one at a time
     never lowers the error: the joint move is what finds it. Every move must strictly lower
     the held-out error (the sweep is never seen); models with more than

@@ -3,7 +3,7 @@
 mCAP reads mem_added(l) on the first stage's prefix windows ``0..l-1 / 0..l`` (3.1) and uses
 it for a layer wherever it sits. That holds while a stage peaks at the same moment whatever
 it holds. It does not when the first and the last stage peak somewhere else than the
-others (BENCHMARKS.md, "2026-11-26: GPT-2 blocks"; ``hf:gpt2:n_embd=256,n_head=4,seq=256``,
+others (bench/log/2026-11-26-gpt2-blocks.md; ``hf:gpt2:n_embd=256,n_head=4,seq=256``,
 4 stages):
 
 * a **first** stage with the 50k-token embedding peaks in the embedding's backward (its

@@ -1,7 +1,7 @@
 """``workspace``: ``perstage`` plus the memory a stage **process** pays once for the libraries
 its layers call, with *which* layers call them read from the profile.
 
-Why (measured on one H200, BENCHMARKS.md "GPU predictors"): cuBLAS / cuBLASLt allocate
+Why (measured on one H200, bench/log/2026-11-26-gpu-predictors.md): cuBLAS / cuBLASLt allocate
 their workspaces through PyTorch's caching allocator at the first matrix multiply of each
 thread (``CublasHandlePool.cpp``: 32 MiB per handle on sm_90, 8 MiB + 128 KiB elsewhere;
 cuBLASLt 1 MiB more), so ``max_memory_allocated`` counts them, **once per stage process**:
@@ -32,7 +32,7 @@ on any device and with no constant of one GPU:
   layer: ``perstage``), then ``W`` once more, then the middle-stage term (``perstage``).
 * The whole is kept only if its held-out error is at least ``KEEP_IF_BETTER_BY`` below
   ``perstage``'s; else this *is* ``perstage``. On the bundled CPU profiles nothing is paid
-  once per process, and it is (BENCHMARKS.md).
+  once per process, and it is (bench/log/2026-11-26-gpu-predictors.md).
 
 **The optimizer step, on CUDA.** ``torch.optim`` takes its *foreach* path on CUDA, and SGD's
 weight decay (Adam's square root) makes one new copy of every parameter of the stage at once
@@ -54,8 +54,9 @@ alone runner) gives them for every layer boundary; the step is then
 error (strictly: where the exchange stages through the host, the step holds none of them;
 only the alone runner records the bytes, and it keeps them on the device). On the clean
 H200 VGG11 profile (``vgg11-h512-b8-h200x4-alone``) a middle stage at its step, e.g.
-layers 12..20, reads ``4 x parameters + 4 x (64 + 4) KiB`` to the byte (BENCHMARKS.md,
-"What the default predictor's remaining error ...", which also says what this model
+layers 12..20, reads ``4 x parameters + 4 x (64 + 4) KiB`` to the byte
+(bench/log/2026-11-26-h200-predictor-error.md,
+which also says what this model
 still leaves out there: the allocator's unsplit blocks).
 
 Transient library workspaces (cuDNN's, allocated and freed per call) are a max-type term,

@@ -4,8 +4,9 @@ Pure (numpy, no torch).
 MPress decides per tensor from its *live interval* (II-C, Fig. 1): a layer's saved
 activations of micro-batch m are on the device from its forward F(l, m) until its backward
 B(l, m). What a plan saves therefore depends on *when* the stage peaks, not only on how many
-micro-batches are in flight. Measured on CPU stage processes (BENCHMARKS.md, "the peak in
-the backward"): VGG11's stage 0 (16 layers, 18 MB of weights) and AmoebaNet-D's stage 1
+micro-batches are in flight. Measured on CPU stage processes
+(bench/log/2026-11-25-mpress-event-model.md): VGG11's stage 0 (16 layers, 18 MB of weights) and
+AmoebaNet-D's stage 1
 peak inside the backward of the *second* micro-batch, when every weight gradient exists and
 the conv4_2 backward allocates its working set and a weight-sized gradient to accumulate;
 one micro-batch's activations are gone by then. A model that frees ``held x saved`` per

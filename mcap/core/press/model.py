@@ -28,7 +28,8 @@ give the keep-all bytes that vary, ``keep[e]``, and for a plan
 flight (MPress III-C: D2D swap spends the peer's spare memory), added whole. A swap never
 raises a stage at any event (its bytes are away or back exactly where keep-all holds them),
 so swapping every movable layer is the floor (:func:`floor_actions`). Measured on CPU stage
-processes (BENCHMARKS.md, 2026-11-25): VGG11's stage 0 and AmoebaNet-D's stage 1 peak in the
+processes (bench/log/2026-11-25-mpress-event-model.md): VGG11's stage 0 and AmoebaNet-D's stage
+1 peak in the
 *second* micro-batch's backward, where every weight gradient exists and one micro-batch's
 activations are already gone; a model that frees ``held x saved`` per reduced layer (the
 peak at the end of the forwards) promised 0.1-4% more than the plans freed. The model is
@@ -52,7 +53,7 @@ of them, but recomputing it frees it only when every layer up to the last saver 
 recomputed in the same segment (else it stays until the last saver's backward). Both are
 held at the events where those micro-batches are (``Outcome.pinned`` at the peak); the
 MILP linearises them exactly. Profiles without ``boundaries`` / ``shared`` (older files) pin
-nothing, the earlier, optimistic model (BENCHMARKS.md).
+nothing, the earlier, optimistic model (bench/log/2026-11-23-mpress-evaluation.md).
 
 **Time** (seconds per training iteration, MPress III-D's cost model: each optimisation's
 own penalty, and a swap is free when its live interval hides it):

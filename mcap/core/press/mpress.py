@@ -19,7 +19,7 @@
 3. **A second start**: steps 1-2 again with D2D allowed in step 1 wherever a peer has room;
    the cheaper plan is returned (one-layer replacements cannot redistribute peer memory
    wholesale; on 100 random cases this lowers the worst ratio to the exact plan from 2.6x
-   to 2.0x, BENCHMARKS.md).
+   to 2.0x, bench/log/2026-11-23-mpress-planner.md).
 
 The device mapping of III-C (which GPU holds which stage) is the identity here: stage i
 runs on device i and every pair of devices has the same measured ``d2d_bandwidth``

@@ -17,7 +17,7 @@ Scheme ``"mcap"`` (mCAP 3.1 (a)(b)(c), n kept small), for G >= 3:
   measured). Whatever does not fit goes into as few extra runs as possible. The option
   with the fewest runs wins; on a tie the smaller n. With G >= 4 and L >= 2G (every case
   measured) the plan has exactly L-G+1 runs; with G = 3 one more is unavoidable (see
-  BENCHMARKS.md); ``bench/plan_runs.py`` prints the counts.
+  bench/log/2026-11-22-search-and-profiling-runs.md); ``bench/plan_runs.py`` prints the counts.
 * G = 2: the runs (k, L-k), k = 1..L-1 (L-G+1 runs, the whole space). A middle layer can
   never be alone on one of two devices, so its mem_isolated is derived from the suffix
   window PM(k..L-1), under the assumption documented in ``mcap.core.profiling.stats`` (mem_added(L-1) = 0,

@@ -41,8 +41,9 @@ every device is its own process in one gloo (CPU) or NCCL (CUDA) group, and the 
 Alone (isolation ``stage``, the default) a process runs one device at a time over torch's
 ``fake`` backend as that rank (:func:`run_device`'s ``alone``; :mod:`mcap.runner.alone`):
 the same code, the same tensors allocated and held, nothing moved. On the CPU both read
-the same bytes on every device (tests/runner/capture/test_alone.py; BENCHMARKS.md, "Hybrid ranks
-alone"). The gloo settling (:mod:`mcap.runner.capture.settling`) exists for the devices
+the same bytes on every device (tests/runner/capture/test_alone.py;
+bench/log/2026-11-26-hybrid-ranks-alone.md). The gloo settling
+(:mod:`mcap.runner.capture.settling`) exists for the devices
 together only: gloo finishes a collective on a worker thread.
 
 The parts: where a device sits and its groups (:mod:`~mcap.runner.capture.groups`), how its

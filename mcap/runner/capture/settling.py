@@ -1,7 +1,8 @@
 """Gloo settling for hybrid devices run together on the CPU: gloo finishes a collective on a
 worker thread, which lets go of the collective's tensors whenever the OS schedules it
 again; every wait here makes each buffer free where the program drops it, so a device's
-peak repeats from run to run (BENCHMARKS.md, "Repeatability"). Under torch's ``fake``
+peak repeats from run to run (bench/log/2026-11-24-hybrid-plans-measured.md, Repeatability).
+Under torch's ``fake``
 backend (a device alone, :mod:`mcap.runner.alone`) there is no worker thread and each of
 these returns at once (:func:`no_worker`)."""
 from __future__ import annotations
@@ -56,7 +57,8 @@ def released(tensor: torch.Tensor, want: tuple[int, int, int],
     seven on the 2-core VM after the main thread had allocated the next tensors, so the
     same run's peak held a gathered-logits buffer and its input shard more (+0.5 to +1.5
     MiB on an 8-layer GPT head; found with a per-thread log of the CPU tracker's
-    allocations and frees, BENCHMARKS.md, "Repeatability"). Waiting here until all three
+    allocations and frees, bench/log/2026-11-24-hybrid-plans-measured.md, Repeatability).
+    Waiting here until all three
     counts are back makes each buffer free where the program drops it, at the same point in
     every run. Nothing is hidden: the bytes count for exactly as long as the program holds
     them, as for every other tensor. The wait yields the CPU and the GIL, which the worker
@@ -179,7 +181,8 @@ def ddp_settles(ddp: nn.Module, inner: nn.Module) -> None:
     (:func:`_sum_hook` now waits for that one): a per-thread log of the tracker saw these
     freed on the worker during the next forward or backward, which moved the peak of a
     small GPT's dp stages in 14 of 240 runs under load (+4 to +216 bytes, or +76 to +170
-    KB while an old bucket was still held; BENCHMARKS.md, "Repeatability").
+    KB while an old bucket was still held; bench/log/2026-11-24-hybrid-plans-measured.md,
+    Repeatability).
 
     What DDP's pre-forward keeps is what it dropped: the rebuilt buckets are as big as the
     old ones, and buffers are synced in place. So the held bytes after it are those before

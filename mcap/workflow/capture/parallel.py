@@ -17,7 +17,7 @@ from the runtime that runs the plan. Engine pipelining reads higher on the same
 partitioning (GPT, 4 stages: 13-24%) because ``torch.distributed.pipelining`` keeps one
 activation and one gradient receive buffer per micro-batch for the whole step, and its last
 stage keeps every micro-batch's output until the step ends; engine hybrid allocates
-those per micro-batch and frees them as it goes (BENCHMARKS.md, "Hybrid plans").
+those per micro-batch and frees them as it goes (bench/log/2026-11-24-hybrid-plans-measured.md).
 
 With two sub-meshes (degree 4 on 8 devices) the profiling runs measure prefixes on the
 first stage and suffixes on the last, so mem_added of the last layer is never measured and

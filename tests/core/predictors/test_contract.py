@@ -25,7 +25,8 @@ L, G = len(PARAMS), 4
 
 def truth_max(a: int, z: int) -> int:
     """Weights+grads+momentum (3x) plus temporaries the size of the largest parameter tensor
-    (2x) plus the input boundary: the structure measured on VGG11 (BENCHMARKS.md)."""
+    (2x) plus the input boundary: the structure measured on VGG11
+    (bench/log/2026-11-22-evaluation-paper-vs-maxparam.md)."""
     return 3 * sum(PARAMS[a:z + 1]) + 2 * max(PARAMS[a:z + 1]) + ACT[a] + 1
 
 
@@ -172,7 +173,8 @@ def test_bad_requests_name_the_values():
 
 # Two equal-weight layers of one kind whose workspace is 5x their weight while a third of the
 # same kind and weight pays 2x: CPU oneDNN picks a convolution's backward by its shape (VGG11
-# at 32x32: conv4_2 about 2x, conv5_1 and conv5_2 about 5x; BENCHMARKS.md).
+# at 32x32: conv4_2 about 2x, conv5_1 and conv5_2 about 5x;
+# bench/log/2026-11-23-perstage-per-layer-cpu-vs-gpu.md).
 SHAPED = (40, 0, 90, 0, 90, 0, 90, 0, 10, 0, 20, 0)
 SHAPED_C = (2, 0, 2, 0, 5, 0, 5, 0, 2, 0, 2, 0)
 
@@ -208,7 +210,7 @@ def test_perstage_recovers_a_workspace_that_differs_between_equal_layers(monkeyp
     assert _shaped_errors(make(prof, "perstage")).max() > 0.05
 
 
-# --- the middle-stage term (perstage; BENCHMARKS.md "2026-11-25: middle stages") --------------
+# --- the middle-stage term (perstage; bench/log/2026-11-25-middle-stages-amoebanet.md) ---
 
 PASSED = (0, 6, 9, 4, 7, 0, 5, 3, 0, 0, 6, 0)  # bytes each layer forwards of its own input
 # (0 for layers 8 and 9: the plan reads mem_added(9), mem_added(10) from middle windows
@@ -219,7 +221,7 @@ CHUNKS = 4
 def truth_pass(a: int, z: int) -> int:
     """An additive truth plus what a middle stage of 2+ layers holds per micro-batch for the
     input its first layer forwards (alone on a middle stage it forwards the receive buffer),
-    as AmoebaNet-D on CPU (BENCHMARKS.md, 2026-11-25)."""
+    as AmoebaNet-D on CPU (bench/log/2026-11-25-middle-stages-amoebanet.md)."""
     middle = 0 < a < z < L - 1
     return truth_add(a, z) + (CHUNKS * PASSED[a] if middle else 0)
 

@@ -1,5 +1,6 @@
-"""The middle-stage term on real CPU runs of a tiny AmoebaNet-D (BENCHMARKS.md, 2026-11-25:
-middle stages): a cell alone on a middle stage forwards its receive buffer as its skip
+"""The middle-stage term on real CPU runs of a tiny AmoebaNet-D
+(bench/log/2026-11-25-middle-stages-amoebanet.md): a cell alone on a middle stage forwards its
+receive buffer as its skip
 state; behind another layer it forwards a new tensor per micro-batch."""
 from __future__ import annotations
 

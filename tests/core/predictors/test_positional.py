@@ -1,6 +1,6 @@
 """Middle and last stages read where they peak (``mcap.core.predictors.positional``): a first
 stage that peaks in its embedding's backward and a last stage that peaks in its head's loss
-see only part of a block's memory (GPT-2, BENCHMARKS.md "2026-11-26: GPT-2 blocks"). On a
+see only part of a block's memory (GPT-2, bench/log/2026-11-26-gpt2-blocks.md). On a
 synthetic truth with those three phases the default predictor recovers every partitioning;
 Listing 1.1 alone does not."""
 from __future__ import annotations

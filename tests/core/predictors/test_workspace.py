@@ -1,5 +1,5 @@
 """The ``workspace`` predictor: a library workspace a stage process pays once if it holds a
-layer of some kinds (cuBLAS on a GPU: BENCHMARKS.md "GPU predictors"), recovered from the
+layer of some kinds (cuBLAS on a GPU: bench/log/2026-11-26-gpu-predictors.md), recovered from the
 profile's own windows on a synthetic truth, and on the real H200 profile bundled in data/."""
 from __future__ import annotations
 
@@ -137,7 +137,7 @@ def test_on_the_h200_profile_the_linears_pay_cublas_once_per_stage(h200):
     assert 64 * 2**20 <= ws.details[LIBRARY] <= 66 * 2**20
     # at its step a stage holds 4x its parameters (SGD's foreach weight-decay copy on CUDA)
     assert ws.details[STEP] == 4
-    # measured on the 150 partitionings the fit never saw (BENCHMARKS.md "GPU predictors")
+    # measured on the 150 partitionings the fit never saw (bench/log/2026-11-26-gpu-predictors.md)
     assert percentile(_overall(ws, sweep), 90) < 0.03
     assert percentile(_per_stage(ws, sweep), 90) < 0.04
     # without the workspace term: 59.8% at p90 before issue 29, 34.3% since last stages are
@@ -267,8 +267,8 @@ def test_on_the_clean_h200_pair_the_step_holds_the_boundary_activations(alone):
                                                    for r in profile.runs))
     before = predictors.fit(bare, "workspace")
     assert BOUNDARY not in before.details
-    # the 150 partitionings the fit never saw (BENCHMARKS.md, "What the default
-    # predictor's remaining error ..."): per stage p90
+    # the 150 partitionings the fit never saw (bench/log/2026-11-26-h200-predictor-error.md):
+    # per stage p90
     # 2.89% -> 2.51%; the overall peak is not moved (2.38%: what remains is the allocator's
     # unsplit blocks, next test, which no profile-fitted term here predicts)
     assert percentile(_per_stage(ws, sweep), 90) < 0.026 < percentile(_per_stage(before, sweep), 90)
@@ -278,8 +278,8 @@ def test_on_the_clean_h200_pair_the_step_holds_the_boundary_activations(alone):
 
 
 def test_the_clean_h200_overall_peaks_are_the_step_to_the_byte(alone):
-    """The decomposition in BENCHMARKS.md, "What the default predictor's remaining
-    error ..." (a statement about the data, not a predictor): every partitioning's fullest stage peaks at its optimizer step, at
+    """The decomposition in bench/log/2026-11-26-h200-predictor-error.md (a statement about the
+    data, not a predictor): every partitioning's fullest stage peaks at its optimizer step, at
     4 x its parameters (each tensor one 512 B block) + 4 micro-batches of its boundary
     activations + 65 MiB of cuBLAS / cuBLASLt workspaces if it holds a Linear, + 1 MiB
     more if a Linear and the layer after it share the stage, + 896 KiB for each convolution

@@ -211,7 +211,8 @@ def test_plans_at_the_floor_and_between_fit_when_measured_for_real(gpt_press):
     """The target of issue 16: a plan made at a capacity is under it when run, and its
     per-stage peaks are predicted within 1%. Before the stage's iteration was modelled
     event by event, plans at the floor ran over (the peak moved into the backward, where
-    fewer micro-batches' activations had been freed than the model said, BENCHMARKS.md)."""
+    fewer micro-batches' activations had been freed than the model said,
+    bench/log/2026-11-25-mpress-event-model.md)."""
     from mcap.core import press
     from mcap.core.recommend import recommend
     from mcap.runner import open_runner

@@ -16,7 +16,8 @@ from mcap.core.types import Run
 
 CAP = 41_943_040  # 40 MiB
 # Parameter bytes of AmoebaNet-D(6, 96)'s 12 layers (amoebanet-d:layers=6,filters=96):
-# the heavy cells 8, 9, 10 sit at the end, as in BENCHMARKS.md "Scaling".
+# the heavy cells 8, 9, 10 sit at the end, as in
+# bench/log/2026-11-24-scaling-profiling-under-capacity.md.
 P = [2784, 43296, 196032, 384384, 476544, 1106304, 1598208, 1893120, 4406016, 6366720,
      7546368, 61480]
 
@@ -87,7 +88,8 @@ def test_pair_over_the_capacity_gives_the_lower_bound_of_mem_added():
 
 
 def test_replan_completes_profiling_where_the_plan_runs_out_of_the_capacity():
-    """The AmoebaNet-D(6, 96) case of BENCHMARKS.md: every run of the plan but one holds
+    """The AmoebaNet-D(6, 96) case of
+    bench/log/2026-11-24-scaling-profiling-under-capacity.md: every run of the plan but one holds
     an over window; replan alone must complete the statistics in few rounds, never
     planning a balance with a stage that holds a proven-over window."""
     runs = {b: measure(b) for b in profiling_plan(12, 4).runs}
@@ -140,7 +142,8 @@ def test_safefill_splits_the_rest_around_over_windows():
 
 
 def test_feasible_lists_every_partitioning_without_an_over_stage():
-    # AmoebaNet-D(6, 104) under 40 MiB (BENCHMARKS.md): 8..9 and 9..10 never fit, nor do
+    # AmoebaNet-D(6, 104) under 40 MiB
+    # (bench/log/2026-11-24-scaling-profiling-under-capacity.md): 8..9 and 9..10 never fit, nor do
     # 0..8 and 4..8; 4 of the 165 partitionings are left, (k, 9-k, 1, 2) for k = 5..8.
     over = {(8, 9), (9, 10), (0, 8), (4, 8)}
     assert safefill.feasible(12, 4, over, 16) == [(5, 4, 1, 2), (6, 3, 1, 2), (7, 2, 1, 2),

@@ -20,7 +20,8 @@ from tests.conftest import REPO
 
 def vgg512() -> CostTable:
     """The VGG11 h512 profile bo's tuned settings were checked on (measured 2026-11-22 on
-    the earlier VM; the re-made bundled one is a harder table: BENCHMARKS.md, Search)."""
+    the earlier VM; the re-made bundled one is a harder table:
+    bench/log/2026-11-23-truth-predictors-reuse-search.md, Search)."""
     return cost_table(load_profile(str(REPO / "tests" / "fixtures" /
                                        "vgg11-h512-b8-cpu4-2026-11-22.profile.json")).stats)
 

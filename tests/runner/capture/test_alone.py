@@ -13,7 +13,7 @@ gradients.
 Measured on this 2-core VM (torch 2.13.0+cpu): every device of every plan below, of the 56
 plans (344 devices) and 176 profiling runs of ``bench/bench_hybrid_eval.py``, and of GPT
 head-on-tp2 plans under every checkpoint mode read the concurrent run's bytes exactly
-(BENCHMARKS.md, "Hybrid ranks alone"). The one allocation gloo makes that the fake backend
+(bench/log/2026-11-26-hybrid-ranks-alone.md). The one allocation gloo makes that the fake backend
 does not, a flat copy of an all-gather's output while it runs, never shows: engine hybrid
 gathers column-parallel outputs along their last dimension, and DTensor then re-lays the
 dimension-0 result out into a tensor as big, at the same moment, alone or together.

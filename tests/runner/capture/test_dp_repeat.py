@@ -8,7 +8,8 @@ gloo's worker thread let go of those tensors (and of the old buckets, which the 
 all-reduce still held) only when the OS scheduled it again, so under load a dp device's
 peak sometimes held them: +4 to +216 bytes, or part of an old bucket (the stage's weight
 bytes), in 14 of 240 runs of this GPT's dp plans on the 2-core VM under load
-(BENCHMARKS.md, "Repeatability"). Engine hybrid now builds DDP without the init broadcast
+(bench/log/2026-11-24-hybrid-plans-measured.md, Repeatability). Engine hybrid now builds DDP
+without the init broadcast
 (the devices clone identical layers), sums gradients in a comm hook that returns once gloo
 has let go of the bucket, and starts each forward once gloo has freed what DDP's
 pre-forward used (``mcap.runner.capture.device.ddp_settles``).

@@ -5,7 +5,7 @@ gloo runs a collective on a worker thread whose Work keeps the collective's tens
 worker let go of them (and of the reference the C++ side holds on their Python objects)
 only when the OS scheduled it again, so a buffer the main thread had dropped was sometimes
 freed after the next tensors were allocated: a tp device holding the GPT head read up to
-+1.5 MiB in about one run in seven (BENCHMARKS.md, "Repeatability").
++1.5 MiB in about one run in seven (bench/log/2026-11-24-hybrid-plans-measured.md, Repeatability).
 ``mcap.runner.capture.device.synchronous_collectives`` makes every functional collective return
 only once the worker has let go. The first test checks that mechanism on two gloo
 processes; the second measures the same tp plans again and again, after themselves and

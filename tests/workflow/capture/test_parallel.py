@@ -74,7 +74,7 @@ def test_profile_keeps_tensor_parallel_statistics(tmp_path):
         assert len(store.run_records()) == before
     # Predicted == measured on plans the profile did not run: its pp stages and its tp2
     # stage both come from engine hybrid, the runtime that runs the plan (a pp profile from
-    # engine pipelining read 13-24% high here: BENCHMARKS.md, "Hybrid plans measured").
+    # engine pipelining read 13-24% high here: bench/log/2026-11-24-hybrid-plans-measured.md).
     from mcap.core.capture.predict import HybridCosts
     from mcap.runner import open_runner
     hc = HybridCosts(result.profile)
@@ -213,7 +213,7 @@ def test_parallel_with_batch_sizes_predicts_dp_tp_stages_on_the_line(tmp_path, c
                                        for a, b in zip(at[16], at[32]))
     # Measured at 64: a pp stage within 10% (the embedding alone, 1,4:tp2,1's first stage,
     # is 8% low: its peak is not yet linear in micro-batches of 8 and 16 samples, the pp
-    # line's own limit, BENCHMARKS.md "CAPTURE"); dp and tp devices: _close.
+    # line's own limit, bench/log/2026-11-23-capture-batch-scaling.md); dp and tp devices: _close.
     setup = Setup(stages=4, batch_size=64, chunks=2, engine="hybrid")
     with open_runner(GPT, setup, timeout=120) as runner:
         for text in plans:

@@ -27,7 +27,7 @@ from mcap.core.types import ModelInfo, Profile, Run, Setup
 from mcap.workflow.fallback import (  # noqa: F401  (SPACE_LIMIT, greedy_fallback: re-exported)
     SPACE_LIMIT, _fallback, _measure_space, _missing_message, greedy_fallback,
 )
-from mcap.core.schedules.predict import is_multi as multi_schedule
+from mcap.core.schedules.predict import is_multi as multi_schedule, split_backward
 from mcap.workflow.measuring import (  # noqa: F401  (DEFAULT_TIMEOUT, Tally: re-exported)
     DEFAULT_TIMEOUT, Measurer, Tally, check_stages, job_status, model_info, with_out_bytes,
 )
@@ -107,6 +107,10 @@ def profile(request: ProfileRequest, *, store: Store) -> ProfileResult:
     # mCAP's plan over the pipeline's stages: G of them, or G x V chunks under a
     # multi-stage schedule (every chunk's op bytes are read as a stage's peak is)
     plan = profiling_plan(info.num_layers, r.setup.num_chunks, r.scheme).runs
+    if multi_schedule(r.setup) and split_backward(r.setup):
+        from mcap.core.schedules.memory import split_plan
+        plan = split_plan(plan, profiling_plan(info.num_layers - 1, r.setup.num_chunks - 1,
+                                               r.scheme).runs)
     bar = ProgressBar(len(plan), "profile", stream=r.stream)
     m = Measurer(real.spec, real, r.setup, store, "profile", bar, r.job, r.timeout)
 

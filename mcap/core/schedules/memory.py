@@ -249,6 +249,38 @@ class WindowTable:
         return int(self.iso[a] + self.prefix[b + 1] - self.prefix[a + 1])
 
 
+class SplitTable:
+    """A quantity whose chunk 0 behaves differently throughout: under zero bubble the first
+    chunk's input needs no gradient, so its I does nothing and its W the whole backward
+    (``PipelineStage.backward_weight_one_chunk``), while every other chunk's I keeps the
+    graph for its W. Windows starting at layer 0 and the others are read apart, each with
+    mCAP's reading over its own windows (the split-backward profiling plan measures both
+    kinds: :func:`split_plan`)."""
+
+    def __init__(self, num_layers: int, measured: dict):
+        self.first = WindowTable(num_layers, {w: v for w, v in measured.items() if w[0] == 0})
+        self.rest = WindowTable(num_layers, {w: v for w, v in measured.items() if w[0] > 0})
+        self.measured = measured
+
+    def get(self, a: int, b: int) -> Optional[int]:
+        return (self.first if a == 0 else self.rest).get(a, b)
+
+
+def split_plan(runs: Sequence[Sequence[int]], inner: Sequence[Sequence[int]]) -> list:
+    """The profiling runs of a split-backward schedule: mCAP's plan over the G·V chunks
+    (``runs``) and mCAP's plan over layers 1..L-1 on G·V-1 chunks behind layer 0 alone
+    (``inner``), whose windows read the I and W bytes of chunks that do not start at layer
+    0 (:class:`SplitTable`): 2(L - G·V + 1) runs."""
+    out = [tuple(r) for r in runs]
+    out += [b for b in ((1, *r) for r in inner) if b not in out]
+    return out
+
+
+def _table(kind: str, num_layers: int, measured: dict):
+    return SplitTable(num_layers, measured) if kind in ("I", "W") else \
+        WindowTable(num_layers, measured)
+
+
 @dataclass
 class EventModel:
     """A profile's op bytes per window, static bytes per layer, and the runtime's release
@@ -371,8 +403,8 @@ def fit(observations: Sequence[RankObservation], num_layers: int, chunks: int,
     static = _static(np.array(rows), np.array(rhs, dtype=float), param_bytes, groups)
     release, *_ = np.linalg.lstsq(np.array(rel_rows), np.array(rel_rhs, dtype=float), rcond=None)
     return EventModel(L, chunks, tuple(out_bytes),
-                      {k: WindowTable(L, v) for k, v in d_meas.items()},
-                      {k: WindowTable(L, v) for k, v in t_meas.items()},
+                      {k: _table(k[0], L, v) for k, v in d_meas.items()},
+                      {k: _table(k[0], L, v) for k, v in t_meas.items()},
                       static, (float(release[0]), float(release[1])), rises, frozenset(kinds),
                       schedule)
 

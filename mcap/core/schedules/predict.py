@@ -47,6 +47,12 @@ def is_multi(setup) -> bool:
     return schedules.get(setup.schedule).multi or setup.virtual_stages > 1
 
 
+def split_backward(setup) -> bool:
+    """Whether ``setup``'s schedule splits the backward (its profile needs the split plan,
+    ``mcap.core.schedules.memory.split_plan``)."""
+    return schedules.get(setup.schedule).split_backward
+
+
 def event_model(profiles: Sequence[Profile], actions: Actions) -> memory.EventModel:
     """The op model of one or several profiles of one model and setup (module docstring).
     McapError when they differ in what changes an op's bytes, or record no timelines."""

@@ -196,12 +196,22 @@ def cmd_predict(args) -> int:
     return 0
 
 
+def argtypes_allow(args, profile):
+    argtypes.allow_model(profile, args.model)
+    return args
+
+
 def cmd_recommend(args) -> int:
     from mcap.core.recommend import recommend
     from mcap.cli.commands import capture
     from mcap.io.jsonio import load_profile
 
     from mcap.cli.target import refuse
+    from mcap.cli.commands import schedules as schedule_cmds
+    if not args.press and not capture.wants_mesh(args):
+        first = load_profile(args.profile)
+        if schedule_cmds.wanted(args, first):  # schedules' op model, --capacity: checkpointing
+            return schedule_cmds.cmd_recommend(argtypes_allow(args, first), first)
     if args.press or args.capacity is not None:  # MPress (mcap.cli.commands.press); --capacity alone: refused there
         refuse(args, "--capacity / --press (MPress)")
         from mcap.cli.commands.press import cmd_joint
@@ -211,9 +221,6 @@ def cmd_recommend(args) -> int:
         return capture.cmd_recommend_mesh(args)
     profile = load_profile(args.profile)
     profile = argtypes.allow_model(profile, args.model)
-    from mcap.cli.commands import schedules as schedule_cmds
-    if schedule_cmds.wanted(args, profile):  # multi-stage schedules: the op model
-        return schedule_cmds.cmd_recommend(args, profile)
     source, context = profile, search_context(profile, args.method)
     if args.for_target:
         source = _costs(profile, args)

@@ -31,6 +31,10 @@ def add_options(p, recommend: bool) -> None:
     p.add_argument("--virtual-stages", type=int, default=None, metavar="V",
                    help="pipeline stages per rank for interleaved-1f1b, looped-bfs and "
                         "interleaved-zb (default 2; zbv and dualpipev fix it at 2)")
+    if not recommend:
+        p.add_argument("--checkpoint", default=None, metavar="MODE[,MODE...]",
+                       help="predict with this checkpointing, one mode or one per stage "
+                            "(the profiles must have measured each mode: --add-profile)")
     p.add_argument("--add-profile", action="append", default=[], metavar="FILE",
                    help="another profile of the same model and setup under another schedule "
                         "(its op timelines are added; a zero-bubble profile measures the I and "
@@ -41,9 +45,12 @@ def wanted(args, profile) -> bool:
     """Whether this command goes through the schedules' memory model."""
     from mcap.core.schedules.predict import is_multi
     asked = getattr(args, "schedule", None)
+    if getattr(args, "capacity", None) is not None and getattr(args, "add_profile", None):
+        return True  # checkpointing chosen per stage, from profiles of two modes
     return is_multi(profile.setup) or bool(getattr(args, "add_profile", None)) \
         or (asked is not None and asked != profile.setup.schedule) \
-        or getattr(args, "virtual_stages", None) not in (None, profile.setup.virtual_stages)
+        or getattr(args, "virtual_stages", None) not in (None, profile.setup.virtual_stages) \
+        or getattr(args, "checkpoint", None) not in (None, profile.setup.checkpoint)
 
 
 def _profiles(args, profile):
@@ -57,30 +64,36 @@ def _model(args, profiles):
     return event_model(profiles, generate)
 
 
-def _target(args, profile):
-    """(schedule, G, V) asked, checked against the profile's model and micro-batches."""
+def _target(args, profile, entries=None):
+    """(schedule, G, V) asked, checked against the profile's model and micro-batches;
+    ``entries``: a balance's length, which gives G where --stages is not given."""
     name = args.schedule or profile.setup.schedule
     spec = schedules.get(name)
-    stages = getattr(args, "stages", None) or profile.setup.stages
     v = spec.virtual(args.virtual_stages if args.virtual_stages is not None
                      else (profile.setup.virtual_stages if name == profile.setup.schedule
                            else None))
+    stages = getattr(args, "stages", None) or \
+        (entries // v if entries and entries % v == 0 else profile.setup.stages)
     spec.check(stages, v, profile.setup.chunks, profile.model.num_layers)
     return name, stages, v
 
 
 def cmd_predict(args, profile) -> int:
     from mcap.cli.options import parse_balance
-    from mcap.core.schedules.predict import RankCosts, check_balance
+    from mcap.core.schedules.predict import check_balance
     from mcap.runner.orders import generate
     if not args.balance:
         raise McapError("predict needs --balance (one layer count per pipeline stage)")
-    name, stages, v = _target(args, profile)
+    asked = parse_balance(args.balance)
+    name, stages, v = _target(args, profile, len(asked))
     al = generate(name, stages, v, profile.setup.chunks)
-    balance = check_balance(parse_balance(args.balance), al.num_chunks,
-                            profile.model.num_layers)
+    balance = check_balance(asked, al.num_chunks, profile.model.num_layers)
     model = _model(args, _profiles(args, profile))
-    peaks = RankCosts(model, al).peaks(balance)
+    modes = None
+    if getattr(args, "checkpoint", None):
+        from mcap.core.setup import checkpoint_modes
+        modes = checkpoint_modes(args.checkpoint, al.num_chunks)
+    peaks = model.rank_peaks(balance, al, modes)
     if args.json:
         print(json.dumps({"predictor": "events", "schedule": name, "virtual_stages": v,
                           "balance": list(balance), "predicted_peaks": list(peaks),
@@ -115,6 +128,8 @@ def cmd_recommend(args, profile) -> int:
         return _print_any(args, choices, skipped, profile)
     name, stages, v = _target(args, profile)
     al = generate(name, stages, v, profile.setup.chunks)
+    if getattr(args, "capacity", None) is not None or len(model.modes) > 1:
+        return _print_checkpointed(args, model, al, name, v)
     found = search(RankCosts(model, al))
     how = "every partitioning" if found.exhaustive else "a local search (not exhaustive)"
     if args.json:
@@ -171,3 +186,25 @@ def advice(choices) -> str:
         text += (f"; {fastest.schedule} (V={fastest.virtual}) is {100 * slower:.0f}% faster "
                  f"per iteration but needs {100 * extra:.0f}% more memory on its fullest rank")
     return text
+
+
+def _print_checkpointed(args, model, al, name: str, v: int) -> int:
+    """``recommend --capacity C`` (or profiles of several checkpoint modes): the
+    partitioning and which stages checkpoint (``choose_checkpointing``)."""
+    from mcap.core.schedules.predict import choose_checkpointing
+    cap = getattr(args, "capacity", None)
+    got = choose_checkpointing(model, al, cap)
+    if args.json:
+        print(json.dumps({"schedule": name, "virtual_stages": v, "balance": list(got.balance),
+                          "checkpoint": list(got.modes), "predicted_peaks": list(got.peaks),
+                          "predicted_peak": got.peak, "recomputed_layer_forwards": got.recomputed,
+                          "capacity": cap, "exhaustive": got.exhaustive}))
+        return 0
+    goal = (f"under {fmt_bytes(cap)} per device, the fewest recomputed layers" if cap is not None
+            else "the lowest peak")
+    print(f"{name} (V={v}), {goal}: balance {','.join(map(str, got.balance))} with "
+          f"--checkpoint {','.join(got.modes)}: predicted peak {fmt_bytes(got.peak)}, "
+          f"{got.recomputed} layer forwards recomputed per step"
+          + ("" if got.exhaustive else " (local search, not exhaustive)"))
+    rank_table(al, got.balance, got.peaks)
+    return 0

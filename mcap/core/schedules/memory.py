@@ -56,6 +56,7 @@ from mcap.core.errors import McapError
 from mcap.core.partition import windows as balance_windows
 from mcap.core.profiling.stats import solve_windows
 from mcap.core.schedules.actions import ActionList
+from mcap.core.setup import checkpoint_modes
 
 OCCURRENCES = ("first", "mid", "last")
 OP_KINDS = ("F", "B", "I", "W")
@@ -66,17 +67,28 @@ OP_KINDS = ("F", "B", "I", "W")
 _FAMILY = {"F": "F", "I": "I", "B": "BW", "W": "BW"}
 
 
-def occurrences(kinds_chunks: Sequence[tuple[str, int]]) -> list[str]:
-    """For each (kind, chunk) in a rank's order: whether it is the chunk's first op of its
-    family (F; I; B and W together), its last, or one in between (``mid``)."""
-    keys = [(_FAMILY[k], c) for k, c in kinds_chunks]
+def occurrences(ops: Sequence[tuple], chunks: Optional[int] = None) -> list[str]:
+    """For each (kind, chunk[, micro-batch]) in a rank's order: whether it is the chunk's
+    first op of its family (F; I; B and W together), its last, or one in between (``mid``);
+    ``+`` when it is the step's last micro-batch (``chunks - 1``: the one checkpointing
+    ``except_last`` does not recompute, whatever place the schedule gives it)."""
+    keys = [(_FAMILY[op[0]], op[1]) for op in ops]
     total = collections.Counter(keys)
     seen: collections.Counter = collections.Counter()
     out = []
-    for key in keys:
+    for key, op in zip(keys, ops):
         seen[key] += 1
-        out.append("first" if seen[key] == 1 else "last" if seen[key] == total[key] else "mid")
+        o = "first" if seen[key] == 1 else "last" if seen[key] == total[key] else "mid"
+        out.append(o + "+" if chunks is not None and len(op) > 2 and op[2] == chunks - 1 else o)
     return out
+
+
+def lookups(occ: str) -> tuple[str, ...]:
+    """Where an op's bytes are looked for: its own occurrence, the same without the last
+    micro-batch's mark, then any other reading of that op (a mode whose micro-batches all
+    behave alike reads the same everywhere)."""
+    base = occ.rstrip("+")
+    return tuple(dict.fromkeys((occ, base, "mid", "last", "first", "mid+", "last+", "first+")))
 
 
 @dataclass(frozen=True)
@@ -166,7 +178,7 @@ class RankObservation:
     step_rise: int   # the optimizer step's rise above its start
     sends: int       # bytes of sends the end of the step lets go of
     recv: int        # receive buffers (recv_buffers summed)
-    ops: tuple       # (kind, window, occurrence, intrinsic d, t)
+    ops: tuple       # (kind, window, (checkpoint mode, occurrence), intrinsic d, t)
 
 
 def observe(run, setup, actions: ActionList, out_bytes: Sequence[int]) -> list[RankObservation]:
@@ -179,19 +191,21 @@ def observe(run, setup, actions: ActionList, out_bytes: Sequence[int]) -> list[R
     out = []
     for rank, times in enumerate(run.times):
         chunks = actions.placement[rank]
+        modes = checkpoint_modes(setup.checkpoint, n)
         last_it = max(e[1] for e in times.memory)
         ev = [e for e in times.memory if e[1] == last_it]
         ops, release, rise = _ops(ev, rank, n == setup.stages)
-        occ = occurrences([(k, c) for k, c, _, _ in ops])
-        if [(k, c) for k, c, _, _ in ops] != [(a.kind, a.stage) for a in actions.actions(rank)]:
+        acts = actions.actions(rank)
+        if [(k, c) for k, c, _, _ in ops] != [(a.kind, a.stage) for a in acts]:
             raise McapError(f"rank {rank} of {list(run.balance)} did not run the schedule's "
                             "action list")
+        occ = occurrences([(a.kind, a.stage, a.microbatch) for a in acts], M)
         extra, frees = runtime_holds(actions, rank, wins, out_bytes)
         read = []
         for k, ((kind, c, d, t), o) in enumerate(zip(ops, occ)):
             # the op's bytes less what the runtime held for it, plus what it let go after it
             after = frees[k + 1] if k + 1 < len(ops) else 0
-            read.append((kind, wins[c], o, d - extra[k] + after, t))
+            read.append((kind, wins[c], (modes[c], o), d - extra[k] + after, t))
         recv = sum(recv_buffers(M, *wins[c], L, out_bytes) for c in chunks)
         sends = frees[len(ops)]
         out.append(RankObservation(tuple(wins[c] for c in chunks), 0 in chunks, n - 1 in chunks,
@@ -295,23 +309,35 @@ class EventModel:
     step_rise: dict  # layer -> smallest optimizer rise of a rank holding it
     kinds: frozenset
     schedule: str
+    mode: str = "never"  # the checkpoint mode predicted where none is given per chunk
 
     def covers(self, al: ActionList) -> bool:
         """Whether this model has measured every op kind ``al`` runs."""
         return {a.kind for r in range(al.stages) for a in al.actions(r)} <= self.kinds
 
-    def _op(self, table: dict, kind: str, occ: str, a: int, b: int) -> int:
-        for o in (occ, "mid", "last", "first"):
-            tab = table.get((kind, o))
+    def _op(self, table: dict, kind: str, occ, a: int, b: int) -> int:
+        mode, occ = occ if isinstance(occ, tuple) else (self.mode, occ)
+        for o in lookups(occ):
+            tab = table.get((kind, (mode, o)))
             if tab is not None:
                 v = tab.get(a, b)
                 if v is not None:
                     return v
+        if mode not in self.modes:
+            raise McapError(f"the profiles measured checkpointing {', '.join(sorted(self.modes))}"
+                            f", not {mode}: profile with --checkpoint {mode} too")
         raise McapError(f"the profile measured no {kind} op over layers {a}..{b} or the layers "
                         "it would be read from")
 
-    def rank_peaks(self, balance: Sequence[int], al: ActionList) -> tuple[int, ...]:
-        """Every rank's predicted peak for ``balance`` (G·V chunks) under ``al``."""
+    @property
+    def modes(self) -> frozenset:
+        """The checkpoint modes the profiles measured ops under."""
+        return frozenset(m for _, (m, _) in self.d)
+
+    def rank_peaks(self, balance: Sequence[int], al: ActionList,
+                   modes: Optional[Sequence[str]] = None) -> tuple[int, ...]:
+        """Every rank's predicted peak for ``balance`` (G·V chunks) under ``al``, with each
+        chunk checkpointed as ``modes`` says (default: every chunk as ``self.mode``)."""
         wins = balance_windows(tuple(balance))
         if len(wins) != al.num_chunks:
             raise McapError(f"balance {list(balance)} has {len(wins)} chunks but the schedule "
@@ -321,9 +347,15 @@ class EventModel:
             raise McapError(f"schedule {al.schedule} runs {', '.join(missing)} ops, which this "
                             f"profile (measured under {self.schedule}) never measured: profile "
                             f"under a schedule that runs them")
-        return tuple(self._rank(wins, al, r) for r in range(al.stages))
+        modes = tuple(modes) if modes is not None else (self.mode,) * len(wins)
+        return tuple(self._rank(wins, al, r, modes) for r in range(al.stages))
 
-    def _rank(self, wins, al: ActionList, rank: int) -> int:
+    def rank_peak(self, balance: Sequence[int], al: ActionList, rank: int,
+                  modes: Sequence[str]) -> int:
+        """One rank's predicted peak (its chunks' ``modes``; the others are not read)."""
+        return self._rank(balance_windows(tuple(balance)), al, rank, tuple(modes))
+
+    def _rank(self, wins, al: ActionList, rank: int, modes) -> int:
         """Long because: one replay of the rank's action list, with the runtime's holds."""
         n, L, M, ob = len(wins), self.num_layers, self.chunks, self.out_bytes
         chunks = al.placement[rank]
@@ -333,10 +365,11 @@ class EventModel:
         first, last = 0 in chunks, n - 1 in chunks
         peak = level
         acts = al.actions(rank)
-        occ = occurrences([(a.kind, a.stage) for a in acts])
+        occ = occurrences([(a.kind, a.stage, a.microbatch) for a in acts], M)
         extra, frees = runtime_holds(al, rank, wins, ob)
         for k, (act, o) in enumerate(zip(acts, occ)):
             a, b = wins[act.stage]
+            o = (modes[act.stage], o)
             peak = max(peak, level + self._op(self.t, act.kind, o, a, b))
             # the op's own bytes, what the runtime holds for it, and what it lets go after
             level += self._op(self.d, act.kind, o, a, b) + extra[k] \
@@ -402,9 +435,10 @@ def fit(observations: Sequence[RankObservation], num_layers: int, chunks: int,
                 rises[l] = min(rises.get(l, ob.step_rise), ob.step_rise)
     static = _static(np.array(rows), np.array(rhs, dtype=float), param_bytes, groups)
     release, *_ = np.linalg.lstsq(np.array(rel_rows), np.array(rel_rhs, dtype=float), rcond=None)
+    seen_modes = collections.Counter(m for (_, (m, _)) in d_meas)
     return EventModel(L, chunks, tuple(out_bytes),
                       {k: _table(k[0], L, v) for k, v in d_meas.items()},
                       {k: _table(k[0], L, v) for k, v in t_meas.items()},
                       static, (float(release[0]), float(release[1])), rises, frozenset(kinds),
-                      schedule)
+                      schedule, mode=seen_modes.most_common(1)[0][0])
 

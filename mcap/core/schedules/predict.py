@@ -34,11 +34,18 @@ from mcap.core.schedules.actions import ActionList, makespan, replay
 from mcap.core.setup import COMPARED_FIELDS
 from mcap.core.types import Profile
 
+__all__ = ["Checkpointed", "Choice", "Found", "MAX_ENUMERATED", "OpTimes", "RankCosts",
+           "all_balances", "candidates", "check_balance", "choose_checkpointing", "compare",
+           "even", "event_model", "is_multi", "op_times", "recomputed", "search",
+           "space_size", "split_backward", "stats_of"]
+
 MAX_ENUMERATED = 200_000  # partitionings searched one by one; beyond: local search
 Actions = Callable[[str, int, int, int], ActionList]
 # the Setup fields that must agree between profiles combined into one model (all that
-# change an op's bytes; the schedule and the stage counts may differ)
-_SHARED = tuple(f for f in COMPARED_FIELDS if f not in ("schedule", "virtual_stages"))
+# change an op's bytes; the schedule, the stage counts and the checkpointing may differ:
+# the model keeps each checkpoint mode's ops apart)
+_SHARED = tuple(f for f in COMPARED_FIELDS if f not in ("schedule", "virtual_stages",
+                                                        "checkpoint"))
 
 
 def is_multi(setup) -> bool:
@@ -320,7 +327,7 @@ def stats_of(model: memory.EventModel):
         static = float(model.static[a:b + 1].sum()) + memory.recv_buffers(M, a, b, L,
                                                                            model.out_bytes)
         f = model._op(model.d, "F", "mid", a, b)
-        kind = "B" if ("B", "first") in model.t else "W"
+        kind = "B" if "B" in model.kinds else "W"
         t = model._op(model.t, kind, "first", a, b)
         return int(round(static + M * f + max(t, 0)))
 
@@ -341,7 +348,98 @@ def check_balance(balance: Sequence[int], chunks: int, num_layers: int) -> tuple
     return b
 
 
-__all__ = ["Choice", "Found", "MAX_ENUMERATED", "OpTimes", "RankCosts", "all_balances",
-           "candidates", "check_balance", "compare", "even", "event_model", "is_multi",
-           "op_times", "search", "space_size", "stats_of"]
 
+
+
+# --- checkpointing chosen per stage (issue 39, item 5) -------------------------------------
+
+def recomputed(balance: Sequence[int], modes: Sequence[str], chunks: int) -> int:
+    """Layer forwards recomputed per step: a chunk checkpointed ``always`` recomputes each
+    of its layers for every micro-batch, ``except_last`` for all but the last, ``never``
+    for none."""
+    per = {"never": 0, "except_last": chunks - 1, "always": chunks}
+    return sum(n * per[m] for n, m in zip(balance, modes))
+
+
+@dataclass(frozen=True)
+class Checkpointed:
+    """A partitioning with a checkpoint mode per chunk, its per-rank peaks and how many
+    layer forwards it recomputes per step."""
+    balance: tuple[int, ...]
+    modes: tuple[str, ...]
+    peaks: tuple[int, ...]
+    recomputed: int
+    evaluated: int
+    exhaustive: bool
+
+    @property
+    def peak(self) -> int:
+        return max(self.peaks)
+
+
+def choose_checkpointing(model: memory.EventModel, al: ActionList,
+                         capacity: Optional[int] = None,
+                         modes: Optional[Sequence[str]] = None,
+                         limit: int = MAX_ENUMERATED) -> Checkpointed:
+    """The partitioning and which chunks checkpoint (issue 39, item 5): without a capacity
+    the lowest peak (fewest recomputed layers among equals); under ``capacity`` bytes per
+    device the fewest recomputed layer forwards with every rank fitting (lowest peak among
+    equals). A rank's peak depends only on its own chunks and their modes, so each rank's
+    modes are chosen on their own (every combination of ``modes``, default: the modes the
+    profiles measured); the partitionings are enumerated up to ``limit``, else searched
+    locally. McapError when nothing fits, naming the lowest peak found."""
+    modes = tuple(sorted(modes or model.modes))
+    L, n, M = model.num_layers, al.num_chunks, al.chunks
+    evaluated = 0
+
+    def best_for(balance):
+        nonlocal evaluated
+        chosen, peaks = [None] * n, []
+        for r in range(al.stages):
+            held = al.placement[r]
+            options = []
+            for combo in itertools.product(modes, repeat=len(held)):
+                per = [modes[0]] * n
+                for c, m in zip(held, combo):
+                    per[c] = m
+                p = model.rank_peak(balance, al, r, per)
+                evaluated += 1
+                cost = sum(balance[c] * {"never": 0, "except_last": M - 1, "always": M}[m]
+                           for c, m in zip(held, combo))
+                options.append((capacity is not None and p > capacity, cost, p, combo)
+                               if capacity is not None else (p, cost, combo))
+            pick = min(options)
+            combo = pick[-1]
+            for c, m in zip(held, combo):
+                chosen[c] = m
+            peaks.append(pick[2] if capacity is not None else pick[0])
+        return tuple(chosen), tuple(peaks)
+
+    def key(balance):
+        chosen, peaks = best_for(balance)
+        fits = capacity is None or max(peaks) <= capacity
+        cost = recomputed(balance, chosen, M)
+        k = (not fits, cost, _key(peaks)) if capacity is not None else (_key(peaks), cost)
+        return k, chosen, peaks
+
+    exhaustive = space_size(L, n) <= limit
+    pool = all_balances(L, n) if exhaustive else None
+    if exhaustive:
+        best = min(((key(b), b) for b in pool), key=lambda x: x[0][0])
+    else:
+        start = search(RankCosts(model, al), limit=0).balance
+        best = min(((key(b), b) for b in {start, even(L, n)}), key=lambda x: x[0][0])
+    (k, chosen, peaks), balance = best
+    if capacity is not None and max(peaks) > capacity:
+        low = choose_checkpointing(model, al, None, modes, limit)
+        raise McapError(f"no partitioning fits {fmt(capacity)} per device with checkpointing "
+                        f"{' or '.join(modes)} per stage: the lowest peak is {fmt(low.peak)} "
+                        f"({','.join(map(str, low.balance))} with --checkpoint "
+                        f"{','.join(low.modes)})")
+    return Checkpointed(balance, chosen, peaks, recomputed(balance, chosen, M), evaluated,
+                        exhaustive)
+
+
+def fmt(n: int) -> str:
+    from mcap.core.units import fmt_bytes
+    return fmt_bytes(n)

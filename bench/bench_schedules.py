@@ -39,36 +39,39 @@ SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b", "looped-bfs", "interleaved-zb"
 RANKS = 2
 
 
-def mcap(out: Path, *argv: str) -> None:
+def mcap(out: Path, *argv: str, timeout: float = None) -> None:
     env = {**os.environ, "MCAP_STORE": str(out / "store.sqlite")}
     cmd = [sys.executable, "-m", "mcap", *argv]
-    done = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True)
+    done = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout)
     if done.returncode:
         raise SystemExit(f"failed: {' '.join(cmd)}\n{done.stderr[-2000:]}")
 
 
-def common(spec: str, batch: int, chunks: int, precision: str) -> list[str]:
+def common(spec: str, batch: int, chunks: int, precision: str, device: str = "cpu") -> list[str]:
     return ["--model", spec, "--batch-size", str(batch), "--chunks", str(chunks),
-            "--checkpoint", "never", "--precision", precision]
+            "--checkpoint", "never", "--precision", precision, "--device", device]
 
 
-def measure(out: Path, name: str, precision: str, sample: int, full: int) -> dict:
+def measure(out: Path, name: str, precision: str, sample: int, full: int, *,
+            models: dict = MODELS, schedules=SCHEDULES, device: str = "cpu",
+            timeout: float = None) -> dict:
     """Profiles and sweeps of one model at one precision (resumed from the store)."""
     from mcap.core.schedules.predict import space_size
     from mcap.workflow.measuring import model_info
-    spec, batch, chunks = MODELS[name]
+    spec, batch, chunks = models[name]
     tag = f"{name}-{precision}"
-    args = common(spec, batch, chunks, precision)
+    args = common(spec, batch, chunks, precision, device)
     files = {"gpipe": out / f"{tag}-gpipe.profile.json", "zb": out / f"{tag}-zb.profile.json"}
     if not files["gpipe"].exists():
         mcap(out, "profile", *args, "--stages", "4", "--schedule", "gpipe", "--out",
-             str(files["gpipe"]))
+             str(files["gpipe"]), timeout=timeout)
     if not files["zb"].exists():
         mcap(out, "profile", *args, "--stages", str(RANKS), "--schedule", "interleaved-zb",
-             "--virtual-stages", "2", "--out", str(files["zb"]))
+             "--virtual-stages", "2", "--out", str(files["zb"]), timeout=timeout)
     L = model_info(spec).num_layers
     sweeps = {}
-    for s in SCHEDULES:
+    for s in schedules:
         f = out / f"{tag}-{s}.sweep.json"
         v = 1 if s in ("gpipe", "1f1b") else 2
         n = RANKS * v
@@ -77,10 +80,10 @@ def measure(out: Path, name: str, precision: str, sample: int, full: int) -> dic
             mcap(out, "sweep", *args, "--stages", str(RANKS), "--schedule", s,
                  *(["--virtual-stages", "2"] if s in ("interleaved-1f1b", "looped-bfs",
                                                       "interleaved-zb") else []),
-                 *extra, "--out", str(f))
+                 *extra, "--out", str(f), timeout=timeout)
         sweeps[s] = f
     return {"profiles": files, "sweeps": sweeps, "full": {s: space_size(L, RANKS * (
-        1 if s in ("gpipe", "1f1b") else 2)) <= full for s in SCHEDULES}}
+        1 if s in ("gpipe", "1f1b") else 2)) <= full for s in schedules}}
 
 
 def evaluate(files: dict) -> list[dict]:

@@ -21,7 +21,11 @@ recorded as skipped, never cut half-way; one step's failure never stops the next
 4. ``throughput``: a dozen of the sample's partitionings run concurrently (the run whose
    time is real) against the throughput estimated from their stages' own times;
 5. ``tests``: ``pytest -m cuda`` over the files holding CUDA tests;
-6. ``press``: ``bench/gpu_press_check.py`` (MPress plans measured on the device).
+6. ``press``: ``bench/gpu_press_check.py`` (MPress plans measured on the device);
+7. ``schedules`` (issue 39): the small VGG11 and GPT-2 setups profiled under GPipe and
+   interleaved zero bubble (``bench/bench_schedules.py``), then interleaved-1f1b (V=2) and
+   zbv swept on 2 GPUs' worth of ranks, each run alone: every rank predicted from the two
+   profiles, per-rank error p90 (target <= 2%) and max.
 
 Everything lands in OUT: ``summary.json`` (every figure, each step's command, status and
 seconds, the machine, torch, CUDA, commit, date) and the data files with the same
@@ -59,8 +63,14 @@ PRESS = {"cuda": ("gpt:layers=8,hidden=1024,heads=16,vocab=8192,seq=256", 16),
 CPU_PROFILE = ROOT / "data" / "vgg11-h512-b8-cpu4.profile.json"
 # Seconds each step took on one H200 (2026-11-26): paper 71, small 102, hybrid ~45 (it
 # failed then), throughput 12, tests over 290, press 123.
-SHARES = {"paper": 0.14, "small": 0.26, "hybrid": 0.07, "throughput": 0.05, "tests": 0.30,
-          "press": 0.18}
+SHARES = {"paper": 0.12, "small": 0.22, "hybrid": 0.06, "throughput": 0.04, "tests": 0.26,
+          "press": 0.14, "schedules": 0.16}
+# issue 39's setups: (spec, batch, micro-batches); a sample of each sweep
+SCHEDULE_MODELS = {"cuda": {"vgg11": ("vgg11:image_size=32,hidden=512", 8, 4),
+                            "gpt2": ("hf:gpt2:n_layer=8,n_embd=256,n_head=4,seq=256", 4, 4)},
+                   "cpu": {"vgg11": ("vgg11:image_size=32,hidden=64", 8, 4),
+                           "gpt2": ("hf:gpt2:n_layer=4,n_embd=64,n_head=2,seq=32", 4, 4)}}
+SCHEDULE_SAMPLE = {"cuda": 40, "cpu": 6}
 
 
 class Log:
@@ -332,6 +342,35 @@ def step_hybrid(device: str, out: Path, log: Log, left: float, work: Path) -> di
     return result
 
 
+# --- 7. the schedules (issue 39) ------------------------------------------------------------
+
+def step_schedules(device: str, out: Path, log: Log, left: float, work: Path) -> dict:
+    """interleaved-1f1b (V=2) and zbv predicted per rank from a GPipe and a zero-bubble
+    profile (bench/bench_schedules.py), on the device; the profiles and sweeps come back."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import bench_schedules as bs
+    folder = work / "schedules"
+    folder.mkdir(exist_ok=True)
+    deadline = time.monotonic() + left
+    result: dict = {}
+    for name in SCHEDULE_MODELS[device]:
+        remaining = deadline - time.monotonic()
+        if remaining < 20:
+            result[name] = {"status": "skipped: out of time"}
+            continue
+        log(f"schedules: {name} ({remaining:.0f} s left)")
+        files = bs.measure(folder, name, "fp32", SCHEDULE_SAMPLE[device], 0,
+                           models=SCHEDULE_MODELS[device], device=device,
+                           schedules=("interleaved-1f1b", "zbv"), timeout=remaining)
+        rows = bs.evaluate(files)
+        result[name] = {r["schedule"]: {k: r[k] for k in ("partitionings", "ranks", "p50", "p90",
+                                                           "max", "exact")} for r in rows}
+        log(f"schedules {name}: " + "; ".join(f"{r['schedule']} p90 {r['p90']:.3f}% max "
+                                             f"{r['max']:.3f}%" for r in rows))
+    result["target_p90_percent"] = 2.0
+    return result
+
+
 # --- 6. MPress on the device ----------------------------------------------------------------
 
 def step_press(device: str, out: Path, log: Log, left: float, work: Path) -> dict:
@@ -422,6 +461,8 @@ def main(argv=None) -> int:
                 got = step_throughput(args.device, out, log, left, small)
             elif name == "hybrid":
                 got = step_hybrid(args.device, out, log, left, work)
+            elif name == "schedules":
+                got = step_schedules(args.device, out, log, left, work)
             else:
                 got = step_press(args.device, out, log, left, work)
             got.setdefault("status", "done")

@@ -41,6 +41,11 @@ def register(sub) -> None:
     p.add_argument("--strict", action="store_true",
                    help="refuse (exit 2) a profile and a sweep measured on different machines "
                         "instead of warning")
+    p.add_argument("--add-profile", action="append", default=[], metavar="FILE",
+                   help="another profile of the same model and setup under another schedule: "
+                        "a sweep of a multi-stage schedule, or of one the profile was not "
+                        "measured under, is evaluated rank by rank from the profiles' op "
+                        "timelines (mcap.core.schedules)")
     p.set_defaults(func=cmd_evaluate)
 
     from mcap.core.scaling import partitioners
@@ -151,6 +156,10 @@ def cmd_evaluate(args) -> int:
     from mcap.io.jsonio import load_profile, load_sweep
 
     profile, sweep = load_profile(args.profile), load_sweep(args.sweep)
+    from mcap.core.schedules.predict import is_multi
+    if args.add_profile or is_multi(sweep.setup) or is_multi(profile.setup) \
+            or sweep.setup.schedule != profile.setup.schedule:
+        return _evaluate_ranks(args, profile, sweep)
     check_compatible(profile, sweep)
     machines = _machines(profile, sweep, args.strict)
     check_measured(sweep)  # before any search: a sweep with nothing to compare exits 2 at once
@@ -255,4 +264,46 @@ def cmd_scale(args) -> int:
         print(json.dumps(scaling.to_dict(result)))
     else:
         print(scaling.report(result))
+    return 0
+
+
+def _evaluate_ranks(args, profile, sweep) -> int:
+    """A sweep of any schedule, rank by rank from the profiles' op model (issue 39)."""
+    from mcap.core.schedules.predict import evaluate as evaluate_ranks, event_model
+    from mcap.io.jsonio import load_profile
+    from mcap.runner.orders import generate
+    profiles = [profile] + [load_profile(p) for p in args.add_profile]
+    model = event_model(profiles, generate)
+    if sweep.model != profile.model:
+        raise McapError(f"the profile is of {profile.model.spec!r} but the sweep of "
+                        f"{sweep.model.spec!r}")
+    from mcap.core.schedules.predict import SHARED_FIELDS
+    bad = [f"{f} {getattr(profile.setup, f)!r} vs {getattr(sweep.setup, f)!r}"
+           for f in SHARED_FIELDS if getattr(profile.setup, f) != getattr(sweep.setup, f)]
+    if bad:
+        raise McapError("the profile and the sweep were measured under setups whose ops "
+                        "differ (profile vs sweep): " + "; ".join(bad))
+    machines = _machines(profile, sweep, args.strict)
+    ev = evaluate_ranks(model, sweep, generate)
+    row = {"schedule": ev.schedule, "virtual_stages": ev.virtual,
+           "partitionings": ev.partitionings, "ranks": ev.ranks,
+           "error": {"median": ev.median, "p90": ev.p90, "max": ev.max, "exact": ev.exact},
+           "pick": {"balance": list(ev.pick), "predicted_peak": ev.pick_predicted,
+                    "measured_peak": ev.pick_measured, "rank": ev.pick_rank, "ratio": ev.ratio,
+                    "exhaustive": ev.exhaustive},
+           "best": {"balance": list(ev.best), "peak": ev.best_peak}, "machines": machines}
+    if args.json:
+        print(json.dumps(row))
+        return 0
+    print(f"{sweep.model.spec}, {ev.schedule} (V={ev.virtual}), {sweep.setup.stages} ranks: "
+          f"{ev.partitionings} measured partitionings, {ev.ranks} ranks; predicted from the op "
+          f"model of {model.schedule}")
+    print(f"per-rank error |pred - meas| / meas: median {_pct(ev.median)}  p90 {_pct(ev.p90)}  "
+          f"max {_pct(ev.max)}; exact to the byte {ev.exact}/{ev.ranks}")
+    where = ("not in the sweep" if ev.pick_measured is None else
+             f"measured {_mib(ev.pick_measured)}, rank {ev.pick_rank}/{ev.partitionings}, "
+             f"{ev.ratio:.3f}x the best")
+    print(f"pick ({'every partitioning' if ev.exhaustive else 'local search'}): "
+          f"{'-'.join(map(str, ev.pick))}, predicted {_mib(ev.pick_predicted)}, {where}; best "
+          f"measured {'-'.join(map(str, ev.best))} at {_mib(ev.best_peak)}")
     return 0

@@ -263,6 +263,43 @@ class WindowTable:
         return int(self.iso[a] + self.prefix[b + 1] - self.prefix[a + 1])
 
 
+class RiseTable:
+    """An op's rise above its start (the ``t`` of a window), which is a *maximum* over the
+    op's layers, not a sum, so mCAP's ``iso + sum added`` cannot read it. The layers of a
+    chunk run one after another, forwards first to last, backwards last to first; while
+    layer l runs, the layers before it (in that order) have left their net bytes (``d``,
+    which adds up per layer: the window's ``d`` table) and layer l rises by what it rises
+    alone (``t(l..l)``, measured):
+
+        F:        t(a..b) = max over l of  d(a..l-1) + t(l..l)
+        B, I, W:  t(a..b) = max over l of  d(l+1..b) + t(l..l)
+
+    exact for forwards without checkpointing, mCAP-like for the rest. Measured windows are
+    read as measured; without a layer's own reading, the sum form is used."""
+
+    def __init__(self, kind: str, num_layers: int, measured: dict, d):
+        self.kind, self.measured, self.d = kind, dict(measured), d
+        self.sum = WindowTable(num_layers, measured)
+
+    def get(self, a: int, b: int) -> Optional[int]:
+        if (a, b) in self.measured:
+            return self.measured[(a, b)]
+        alone = [self.measured.get((l, l)) for l in range(a, b + 1)]
+        if any(v is None for v in alone):
+            return self.sum.get(a, b)
+        best = None
+        for l in range(a, b + 1):
+            if self.kind == "F":
+                below = 0 if l == a else self.d.get(a, l - 1)
+            else:
+                below = 0 if l == b else self.d.get(l + 1, b)
+            if below is None:
+                return self.sum.get(a, b)
+            v = below + alone[l - a]
+            best = v if best is None else max(best, v)
+        return best
+
+
 class SplitTable:
     """A quantity whose chunk 0 behaves differently throughout: under zero bubble the first
     chunk's input needs no gradient, so its I does nothing and its W the whole backward
@@ -271,9 +308,10 @@ class SplitTable:
     mCAP's reading over its own windows (the split-backward profiling plan measures both
     kinds: :func:`split_plan`)."""
 
-    def __init__(self, num_layers: int, measured: dict):
-        self.first = WindowTable(num_layers, {w: v for w, v in measured.items() if w[0] == 0})
-        self.rest = WindowTable(num_layers, {w: v for w, v in measured.items() if w[0] > 0})
+    def __init__(self, num_layers: int, measured: dict, make=None):
+        make = make or WindowTable
+        self.first = make(num_layers, {w: v for w, v in measured.items() if w[0] == 0})
+        self.rest = make(num_layers, {w: v for w, v in measured.items() if w[0] > 0})
         self.measured = measured
 
     def get(self, a: int, b: int) -> Optional[int]:
@@ -293,6 +331,14 @@ def split_plan(runs: Sequence[Sequence[int]], inner: Sequence[Sequence[int]]) ->
 def _table(kind: str, num_layers: int, measured: dict):
     return SplitTable(num_layers, measured) if kind in ("I", "W") else \
         WindowTable(num_layers, measured)
+
+
+def _rise_table(kind: str, num_layers: int, measured: dict, d):
+    """The rise table of an op kind, over its ``d`` table (split apart like it)."""
+    if isinstance(d, SplitTable):
+        return SplitTable(num_layers, measured, lambda n, m: RiseTable(
+            kind, n, m, d.first if all(w[0] == 0 for w in m) else d.rest))
+    return RiseTable(kind, num_layers, measured, d)
 
 
 @dataclass
@@ -436,9 +482,9 @@ def fit(observations: Sequence[RankObservation], num_layers: int, chunks: int,
     static = _static(np.array(rows), np.array(rhs, dtype=float), param_bytes, groups)
     release, *_ = np.linalg.lstsq(np.array(rel_rows), np.array(rel_rhs, dtype=float), rcond=None)
     seen_modes = collections.Counter(m for (_, (m, _)) in d_meas)
-    return EventModel(L, chunks, tuple(out_bytes),
-                      {k: _table(k[0], L, v) for k, v in d_meas.items()},
-                      {k: _table(k[0], L, v) for k, v in t_meas.items()},
+    d_tables = {k: _table(k[0], L, v) for k, v in d_meas.items()}
+    return EventModel(L, chunks, tuple(out_bytes), d_tables,
+                      {k: _rise_table(k[0], L, v, d_tables[k]) for k, v in t_meas.items()},
                       static, (float(release[0]), float(release[1])), rises, frozenset(kinds),
                       schedule, mode=seen_modes.most_common(1)[0][0])
 

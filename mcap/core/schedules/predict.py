@@ -44,8 +44,9 @@ Actions = Callable[[str, int, int, int], ActionList]
 # the Setup fields that must agree between profiles combined into one model (all that
 # change an op's bytes; the schedule, the stage counts and the checkpointing may differ:
 # the model keeps each checkpoint mode's ops apart)
-_SHARED = tuple(f for f in COMPARED_FIELDS if f not in ("schedule", "virtual_stages",
-                                                        "checkpoint"))
+SHARED_FIELDS = tuple(f for f in COMPARED_FIELDS if f not in ("schedule", "virtual_stages",
+                                                              "checkpoint"))
+_SHARED = SHARED_FIELDS
 
 
 def is_multi(setup) -> bool:
@@ -443,3 +444,57 @@ def choose_checkpointing(model: memory.EventModel, al: ActionList,
 def fmt(n: int) -> str:
     from mcap.core.units import fmt_bytes
     return fmt_bytes(n)
+
+
+# --- evaluation over a sweep ------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RankEvaluation:
+    """A sweep of one schedule against the op model: per-rank errors |pred - meas| / meas,
+    and where the model's pick lands among the measured partitionings (a sample may not
+    hold it: then rank and ratio are None)."""
+    schedule: str
+    virtual: int
+    partitionings: int
+    ranks: int
+    median: float
+    p90: float
+    max: float
+    exact: int
+    pick: tuple[int, ...]
+    pick_predicted: int
+    pick_measured: Optional[int]
+    pick_rank: Optional[int]
+    best: tuple[int, ...]
+    best_peak: int
+    exhaustive: bool
+
+    @property
+    def ratio(self) -> Optional[float]:
+        return None if self.pick_measured is None else self.pick_measured / self.best_peak
+
+
+def evaluate(model: memory.EventModel, sweep, actions: Actions) -> RankEvaluation:
+    from mcap.core.evaluate import percentile
+    s = sweep.setup
+    al = actions(s.schedule, s.stages, s.virtual_stages, s.chunks)
+    costs = RankCosts(model, al)
+    ok = [r for r in sweep.runs if r.status == "ok" and r.peaks]
+    if not ok:
+        raise McapError("the sweep has no ok run to compare with")
+    errs, exact = [], 0
+    for r in ok:
+        for p, m in zip(costs.peaks(r.balance), r.peaks):
+            errs.append(abs(p - m) / m)
+            exact += p == m
+    found = search(costs)
+    measured = {tuple(r.balance): max(r.peaks) for r in ok}
+    order = sorted(measured.values())
+    best = min(measured, key=lambda b: _key([p for r in ok if tuple(r.balance) == b
+                                             for p in r.peaks]))
+    got = measured.get(found.balance)
+    return RankEvaluation(s.schedule, s.virtual_stages, len(ok), len(errs),
+                          percentile(errs, 50), percentile(errs, 90), max(errs), exact,
+                          found.balance, max(found.peaks), got,
+                          None if got is None else 1 + sum(1 for v in order if v < got),
+                          best, measured[best], found.exhaustive)

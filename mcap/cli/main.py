@@ -15,7 +15,7 @@ from mcap.core.errors import McapError
 # Command modules, each with register(subparsers). Kept as names so `plan` does not pay
 # for importing torch.
 COMMAND_MODULES = tuple(f"mcap.cli.commands.{name}" for name in (
-    "predict", "measure", "profile", "evaluate", "export", "press"))
+    "predict", "measure", "profile", "evaluate", "export", "press", "schedules"))
 
 
 class _Parser(argparse.ArgumentParser):

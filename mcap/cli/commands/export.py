@@ -23,6 +23,10 @@ def register(sub) -> None:
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--profile", type=argtypes.positive_int, metavar="ID", help="stored profile id")
     which.add_argument("--sweep", type=argtypes.positive_int, metavar="ID", help="stored sweep id")
+    p.add_argument("--without-timelines", action="store_true",
+                   help="leave out the runs' memory timelines (every op's bytes, kept for the "
+                        "schedules' op model): a sweep compared with predictions needs only "
+                        "its peaks, in a tenth of the bytes")
     p.add_argument("--out", required=True, type=argtypes.out_path, metavar="FILE.json",
                    help="the file to write (never the store, a folder or a file of another "
                         "kind; an existing file of the same schema is replaced)")
@@ -46,6 +50,8 @@ def cmd_export(args) -> int:
     # Read-only: export changes nothing, and a store on a read-only mount can be exported.
     with Store(store_path, read_only=True) as store:
         obj = store.load_profile(stored_id) if kind == "profile" else store.load_sweep(stored_id)
+    if args.without_timelines:
+        obj = without_timelines(obj)
     try:
         write_checked(args.out, jsonio.dumps(obj), f"mcap.{kind}/1", store=store_path)
     except OSError as exc:
@@ -54,4 +60,12 @@ def cmd_export(args) -> int:
     return 0
 
 
-__all__ = ["register", "cmd_export"]
+def without_timelines(obj):
+    """A profile or sweep whose runs keep their peaks and seconds but no memory timeline."""
+    import dataclasses
+    runs = tuple(r if r.times is None else dataclasses.replace(
+        r, times=tuple(dataclasses.replace(t, memory=()) for t in r.times)) for r in obj.runs)
+    return dataclasses.replace(obj, runs=runs)
+
+
+__all__ = ["register", "cmd_export", "without_timelines"]

@@ -1,4 +1,7 @@
-"""``predict`` and ``recommend`` under any schedule (issue 39), from op timelines.
+"""``predict`` and ``recommend`` under any schedule (issue 39), from op timelines, and
+``actions``: the action list torch runs.
+
+    python -m mcap actions --schedule zbv --stages 2 --chunks 4 [--virtual-stages V] [--json]
 
     python -m mcap predict --profile P --balance 2,2,3,3,... [--schedule S] [--virtual-stages V]
                            [--stages G] [--add-profile Q ...]
@@ -19,6 +22,44 @@ import json
 from mcap.core import schedules
 from mcap.core.errors import McapError
 from mcap.core.units import fmt_bytes
+
+
+def register(sub) -> None:
+    p = sub.add_parser("actions", help="print the action list torch runs for a schedule: "
+                                       "each rank's forwards and backwards in order",
+                       description="The order torch.distributed.pipelining's schedule runs "
+                                   "each rank's ops in (read off torch's own class), with what "
+                                   "each rank holds at most and the bubble of a replay with "
+                                   "unit forwards. Imports torch.")
+    p.add_argument("--schedule", required=True, choices=schedules.names())
+    p.add_argument("--stages", type=int, required=True, metavar="G", help="ranks")
+    p.add_argument("--chunks", type=int, default=4, metavar="M", help="micro-batches")
+    p.add_argument("--virtual-stages", type=int, default=None, metavar="V")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_actions)
+
+
+def cmd_actions(args) -> int:
+    from mcap.core.schedules.actions import bubble, max_held, replay, to_dict
+    from mcap.runner.orders import generate
+    for flag, value in (("--stages", args.stages), ("--chunks", args.chunks)):
+        if value is None or value < 1:
+            raise McapError(f"{flag} must be a whole number of at least 1, got {value}")
+    al = generate(args.schedule, args.stages, args.virtual_stages, args.chunks)
+    timed = replay(al)
+    held = max_held(al)
+    if args.json:
+        print(json.dumps({**to_dict(al), "max_held": list(held),
+                          "bubble": bubble(timed, al.stages)}))
+        return 0
+    print(f"{schedules.get(al.schedule).label}: {al.stages} ranks x {al.virtual} stages, "
+          f"{al.chunks} micro-batches ({al.source}); F forward, B backward, I / W backward "
+          f"for inputs / weights, chunk before the kind, micro-batch after")
+    for r in range(al.stages):
+        print(f"rank {r} (chunks {','.join(map(str, al.placement[r]))}; holds at most "
+              f"{held[r]} micro-batches): {al.text(r)}")
+    print(f"bubble with unit forwards and two-unit backwards: {100 * bubble(timed, al.stages):.1f}%")
+    return 0
 
 
 def add_options(p, recommend: bool) -> None:

@@ -167,12 +167,18 @@ def search(costs: RankCosts, *, starts: Sequence[Sequence[int]] = (),
     if n > L:
         raise McapError(f"{n} chunks (ranks x virtual stages) but the model has {L} layers")
     if space_size(L, n) <= limit:
-        best, count = None, 0
+        best, count, why = None, 0, None
         for b in all_balances(L, n):
-            p = costs.peaks(b)
             count += 1
+            try:
+                p = costs.peaks(b)
+            except McapError as exc:  # a chunk the profiles could not measure (its run failed)
+                why = why or str(exc)
+                continue
             if best is None or _key(p) < _key(best[1]):
                 best = (b, p)
+        if best is None:
+            raise McapError(f"no partitioning can be predicted: {why}")
         return Found(best[0], best[1], count, True)
     return _local(costs, [even(L, n), *map(tuple, starts)])
 
@@ -183,7 +189,10 @@ def _local(costs: RankCosts, starts) -> Found:
 
     def value(b):
         if b not in seen:
-            seen[b] = costs.peaks(b)
+            try:
+                seen[b] = costs.peaks(b)
+            except McapError:  # not predictable (a chunk the profiles could not measure)
+                seen[b] = (float("inf"),)
         return seen[b]
 
     best = None
@@ -484,7 +493,12 @@ def evaluate(model: memory.EventModel, sweep, actions: Actions) -> RankEvaluatio
         raise McapError("the sweep has no ok run to compare with")
     errs, exact = [], 0
     for r in ok:
-        for p, m in zip(costs.peaks(r.balance), r.peaks):
+        try:
+            pred = costs.peaks(r.balance)
+        except McapError as exc:
+            raise McapError(f"partitioning {'-'.join(map(str, r.balance))} ran ok but cannot "
+                            f"be predicted: {exc}") from None
+        for p, m in zip(pred, r.peaks):
             errs.append(abs(p - m) / m)
             exact += p == m
     found = search(costs)

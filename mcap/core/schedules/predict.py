@@ -327,23 +327,32 @@ def op_times(profiles: Sequence[Profile], actions: Actions) -> Optional[OpTimes]
 
 def stats_of(model: memory.EventModel):
     """mCAP's per-layer statistics for a profile measured under a multi-stage schedule,
-    from its op model: ``mem_isolated(l)`` the bytes of a device holding only layer l with
-    all M micro-batches forwarded, then its first backward (what GPipe makes of it), and
-    ``mem_added(l)`` what layer l adds to the window 0..l-1 that way."""
+    from its op model: ``mem_isolated(l)`` the bytes a device holding only layer l keeps
+    with all M micro-batches forwarded (its static bytes, receive buffers and M forwards'
+    bytes: what GPipe holds before its first backward), ``mem_added(l)`` what layer l adds
+    to the window 0..l-1 that way. Exactly additive, so Listing 1.1 over them gives every
+    window's footprint; the peaks themselves come from the op model (``RankCosts``)."""
     from mcap.core.types import LayerStats
     L, M = model.num_layers, model.chunks
 
     def footprint(a: int, b: int) -> int:
         static = float(model.static[a:b + 1].sum()) + memory.recv_buffers(M, a, b, L,
                                                                            model.out_bytes)
-        f = model._op(model.d, "F", "mid", a, b)
-        kind = "B" if "B" in model.kinds else "W"
-        t = model._op(model.t, kind, "first", a, b)
-        return int(round(static + M * f + max(t, 0)))
+        f = _or_zero(lambda: model._op(model.d, "F", "mid", a, b))
+        return int(round(static + M * max(f, 0)))
 
     iso = tuple(max(1, footprint(l, l)) for l in range(L))
     added = (None,) + tuple(footprint(0, l) - footprint(0, l - 1) for l in range(1, L))
     return LayerStats(mem_isolated=iso, mem_added=added)
+
+
+def _or_zero(read) -> int:
+    """An op's bytes where the profile can tell them, else 0 (a window no chunk of the
+    profile's setup can be: the statistics stay defined, without that term)."""
+    try:
+        return read()
+    except McapError:
+        return 0
 
 
 def check_balance(balance: Sequence[int], chunks: int, num_layers: int) -> tuple[int, ...]:

@@ -45,7 +45,7 @@ def mcap(out: Path, *argv: str, timeout: float = None) -> None:
     done = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True,
                           timeout=timeout)
     if done.returncode:
-        raise SystemExit(f"failed: {' '.join(cmd)}\n{done.stderr[-2000:]}")
+        raise RuntimeError(f"failed: {' '.join(cmd)}\n{done.stderr[-2000:]}")
 
 
 def common(spec: str, batch: int, chunks: int, precision: str, device: str = "cpu") -> list[str]:

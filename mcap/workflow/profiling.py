@@ -99,6 +99,8 @@ def profile(request: ProfileRequest, *, store: Store) -> ProfileResult:
 
     r, started = request, time.monotonic()
     real = model_info(r.spec)
+    if r.groups is None:  # each layer's output bytes, kept with the study's layers
+        real = with_out_bytes(real, r.setup)
     info = real if r.groups is None else merging.merged_model(real, r.groups)
     check_stages(info, r.setup)
     if r.parallel:  # refused before any run, naming the values
@@ -124,8 +126,6 @@ def profile(request: ProfileRequest, *, store: Store) -> ProfileResult:
     made = None
     with job_status(store, r.job, m.study, bar.total), contextlib.closing(m):
         runs, fallback = _measure_plan(info, r.setup, plan, get, bar)
-        if r.groups is None:  # each layer's output bytes: the schedules' memory model's
-            real = info = with_out_bytes(real, r.setup)
         if multi_schedule(r.setup):
             stats = _multi_statistics(info, r.setup, runs, bar)
         else:

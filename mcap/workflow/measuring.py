@@ -260,6 +260,30 @@ def with_out_bytes(info: ModelInfo, setup: Setup) -> ModelInfo:
         for i, layer in enumerate(info.layers)))
 
 
+def view_outputs(spec: str, setup: Setup) -> tuple[int, ...]:
+    """The layers whose output is a view of their input (VGG11's ``flatten``), from one
+    forward on the meta device. torch's zero-bubble backward (``stage_backward_input``)
+    cannot detach a stage output that is a view, so under a split-backward schedule no
+    chunk may end after one (``mcap.core.schedules.memory.split_plan``)."""
+    import torch
+
+    from mcap.models import build_model
+    from mcap.runner import precision
+    built = build_model(spec, device="meta")
+    module = precision.cast_module(built.module, setup)
+    inputs, _ = built.example_batch(setup.batch_size)
+    x = precision.batch_on(inputs[: max(1, setup.batch_size // setup.chunks)], setup,
+                           torch.device("meta"))
+    out = []
+    with torch.enable_grad():
+        for i, layer in enumerate(module):
+            x = layer(x)
+            if any(isinstance(t, torch.Tensor) and t._is_view()
+                   for t in (x if isinstance(x, (tuple, list)) else (x,))):
+                out.append(i)
+    return tuple(out)
+
+
 def check_stages(info: ModelInfo, setup: Setup) -> None:
     if not 1 <= setup.stages <= info.num_layers:
         raise McapError(f"--stages {setup.stages}: the model {info.spec!r} has "

@@ -29,7 +29,8 @@ from mcap.workflow.fallback import (  # noqa: F401  (SPACE_LIMIT, greedy_fallbac
 )
 from mcap.core.schedules.predict import is_multi as multi_schedule, split_backward
 from mcap.workflow.measuring import (  # noqa: F401  (DEFAULT_TIMEOUT, Tally: re-exported)
-    DEFAULT_TIMEOUT, Measurer, Tally, check_stages, job_status, model_info, with_out_bytes,
+    DEFAULT_TIMEOUT, Measurer, Tally, check_stages, job_status, model_info, view_outputs,
+    with_out_bytes,
 )
 from mcap.workflow.sweeping import (  # noqa: F401  (re-exported: profiling.sweep as before)
     MAX_SWEEP_ALL, SweepResult, sweep, sweep_balances,
@@ -110,9 +111,7 @@ def profile(request: ProfileRequest, *, store: Store) -> ProfileResult:
     # multi-stage schedule (every chunk's op bytes are read as a stage's peak is)
     plan = profiling_plan(info.num_layers, r.setup.num_chunks, r.scheme).runs
     if multi_schedule(r.setup) and split_backward(r.setup):
-        from mcap.core.schedules.memory import split_plan
-        plan = split_plan(plan, profiling_plan(info.num_layers - 1, r.setup.num_chunks - 1,
-                                               r.scheme).runs)
+        plan = _split_plan(r, info)
     bar = ProgressBar(len(plan), "profile", stream=r.stream)
     m = Measurer(real.spec, real, r.setup, store, "profile", bar, r.job, r.timeout)
 
@@ -178,6 +177,29 @@ def _measure_plan(info: ModelInfo, setup: Setup, plan, get, bar) -> tuple[dict, 
         fallback.extend(queue)
         bar.grow(len(queue))
     return runs, fallback
+
+
+def _split_plan(r: ProfileRequest, info: ModelInfo) -> list:
+    """A split-backward schedule's plan (``mcap.core.schedules.memory.split_plan``), over
+    the layers with each one whose output is a view glued to the next (no chunk may end
+    there: ``view_outputs``)."""
+    from mcap.core.capture import merging
+    from mcap.core.profiling.schedule import profiling_plan
+    from mcap.core.schedules.memory import split_plan
+    glued = set(view_outputs(r.spec, r.setup))
+    sizes, l = [], 0
+    while l < info.num_layers:
+        n = 1
+        while l + n - 1 in glued and l + n < info.num_layers:
+            n += 1
+        sizes.append(n)
+        l += n
+    L, n = len(sizes), r.setup.num_chunks
+    first = [merging.expand(b, sizes) for b in profiling_plan(L, n, r.scheme).runs]
+    inner = [merging.expand((1, *b), sizes)[1:] for b in profiling_plan(L - 1, n - 1,
+                                                                        r.scheme).runs] \
+        if sizes[0] == 1 else []
+    return split_plan(first, inner)
 
 
 def _multi_statistics(info: ModelInfo, setup: Setup, runs: dict, bar):

@@ -330,19 +330,25 @@ def stats_of(model: memory.EventModel):
     from its op model: ``mem_isolated(l)`` the bytes a device holding only layer l keeps
     with all M micro-batches forwarded (its static bytes, receive buffers and M forwards'
     bytes: what GPipe holds before its first backward), ``mem_added(l)`` what layer l adds
-    to the window 0..l-1 that way. Exactly additive, so Listing 1.1 over them gives every
-    window's footprint; the peaks themselves come from the op model (``RankCosts``)."""
+    to a window before it that way. Exactly additive (the forward bytes as mCAP reads
+    them, ``iso + added``, a layer the profile cannot tell adding none), so Listing 1.1 over
+    them gives every window's footprint; the peaks come from the op model
+    (``RankCosts``)."""
     from mcap.core.types import LayerStats
-    L, M = model.num_layers, model.chunks
-
-    def footprint(a: int, b: int) -> int:
-        static = float(model.static[a:b + 1].sum()) + memory.recv_buffers(M, a, b, L,
-                                                                           model.out_bytes)
-        f = _or_zero(lambda: model._op(model.d, "F", "mid", a, b))
-        return int(round(static + M * max(f, 0)))
-
-    iso = tuple(max(1, footprint(l, l)) for l in range(L))
-    added = (None,) + tuple(footprint(0, l) - footprint(0, l - 1) for l in range(1, L))
+    L, M, ob = model.num_layers, model.chunks, model.out_bytes
+    table = next((model.d[k] for k in (("F", (model.mode, "mid")), ("F", (model.mode, "first")))
+                  if k in model.d), None)
+    tab = getattr(table, "rest", table)  # a split table: the chunks that do not start at 0
+    f_iso = [0] * L if tab is None else [v or 0 for v in tab.iso]
+    f_add = [0] * L if tab is None else list(tab.added)
+    s = [float(x) for x in model.static]
+    boundary = [ob[l] for l in range(L)]
+    iso = tuple(max(1, int(round(s[l] + M * f_iso[l] + M * (boundary[l - 1] if l else 0)
+                                 + M * (boundary[l] if l < L - 1 else 0)))) for l in range(L))
+    added = (None,) + tuple(int(round(s[l] + M * f_add[l]
+                                      + M * ((boundary[l] if l < L - 1 else 0)
+                                             - boundary[l - 1])))
+                            for l in range(1, L))
     return LayerStats(mem_isolated=iso, mem_added=added)
 
 

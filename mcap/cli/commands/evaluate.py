@@ -291,7 +291,8 @@ def _evaluate_ranks(args, profile, sweep) -> int:
            "pick": {"balance": list(ev.pick), "predicted_peak": ev.pick_predicted,
                     "measured_peak": ev.pick_measured, "rank": ev.pick_rank, "ratio": ev.ratio,
                     "exhaustive": ev.exhaustive},
-           "best": {"balance": list(ev.best), "peak": ev.best_peak}, "machines": machines}
+           "best": {"balance": list(ev.best), "peak": ev.best_peak}, "machines": machines,
+           "unpredicted": [list(b) for b in ev.unpredicted]}
     if args.json:
         print(json.dumps(row))
         return 0
@@ -300,6 +301,10 @@ def _evaluate_ranks(args, profile, sweep) -> int:
           f"model of {model.schedule}")
     print(f"per-rank error |pred - meas| / meas: median {_pct(ev.median)}  p90 {_pct(ev.p90)}  "
           f"max {_pct(ev.max)}; exact to the byte {ev.exact}/{ev.ranks}")
+    if ev.unpredicted:
+        print(f"not predicted ({len(ev.unpredicted)}): the profiles give no reading of a chunk "
+              f"of {', '.join('-'.join(map(str, b)) for b in ev.unpredicted[:5])}"
+              + (" ..." if len(ev.unpredicted) > 5 else ""))
     where = ("not in the sweep" if ev.pick_measured is None else
              f"measured {_mib(ev.pick_measured)}, rank {ev.pick_rank}/{ev.partitionings}, "
              f"{ev.ratio:.3f}x the best")

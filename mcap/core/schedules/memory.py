@@ -47,6 +47,7 @@ ones; DualPipeV runs both): :meth:`EventModel.covers`.
 from __future__ import annotations
 
 import collections
+import dataclasses
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -251,14 +252,28 @@ class WindowTable:
         self.iso = [None if v is None else v - offset for v in iso]
         self.added = [0 if v is None else v for v in added]
         self.added[0] = 0
-        self.missing = missing
+        # A layer no measured window ends at (a chunk may not end there: a view output
+        # under zero bubble) has no added of its own: it is read together with the next
+        # one, off n..l-1 and n..l+1, and no window may end at it.
+        self.no_end = set()
+        still = []
+        for l in missing.added:
+            pair = next((n for n in range(l - 1, -1, -1)
+                         if (n, l - 1) in measured and (n, l + 1) in measured), None)
+            if pair is None or l + 1 >= num_layers or (l + 1) in missing.added:
+                still.append(l)
+                continue
+            self.added[l] = measured[(pair, l + 1)] - measured[(pair, l - 1)]
+            self.added[l + 1] = 0
+            self.no_end.add(l)
+        self.missing = dataclasses.replace(missing, added=tuple(still))
         self.prefix = np.concatenate([[0], np.cumsum(self.added)])
 
     def get(self, a: int, b: int) -> Optional[int]:
         m = self.measured
         if (a, b) in m:
             return m[(a, b)]
-        if self.iso[a] is None:
+        if self.iso[a] is None or b in self.no_end:
             return None
         # what layers a+1..b add, read at once off two measured windows n..a and n..b
         # (mCAP's pair, wider): no layer in between needs its own reading, so a layer no
@@ -298,10 +313,36 @@ class RiseTable:
         if diffs:
             common, count = collections.Counter(diffs).most_common(1)[0]
             self.offset = common if count * 2 > len(diffs) else 0
+        self.form = self._choose_form(num_layers)
+
+    def _choose_form(self, num_layers: int) -> str:
+        """``composed`` or ``sum``: the form with the smaller error on the profile's own
+        windows of several layers that no statistic of the sum form is read from (windows
+        not starting at the first layer of the table's windows). The zero-bubble W computes
+        every layer's weight gradients in one pass, so its rise adds up across layers;
+        forwards and whole backwards run layer by layer."""
+        if self.kind == "F" or not self.measured:
+            return "composed"
+        start = min(a for a, _ in self.measured)
+        held = [(a, b, v) for (a, b), v in self.measured.items() if b > a and a > start]
+        errs = {"composed": 0.0, "sum": 0.0}
+        for a, b, v in held:
+            c = self._composed(a, b)
+            s = self.sum.iso[a] + self.sum.prefix[b + 1] - self.sum.prefix[a + 1] \
+                if self.sum.iso[a] is not None else None
+            if c is None or s is None:
+                continue
+            errs["composed"] += abs(c + self.offset - v)
+            errs["sum"] += abs(s - v)
+        return "sum" if errs["sum"] < errs["composed"] else "composed"
 
     def get(self, a: int, b: int) -> Optional[int]:
         if (a, b) in self.measured:
             return self.measured[(a, b)]
+        if self.form == "sum":
+            got = self.sum.get(a, b)
+            if got is not None:
+                return got
         composed = self._composed(a, b)
         if composed is None:
             return self.sum.get(a, b)

@@ -492,6 +492,7 @@ class RankEvaluation:
     best: tuple[int, ...]
     best_peak: int
     exhaustive: bool
+    unpredicted: tuple = ()  # ok partitionings the profiles give no reading of
 
     @property
     def ratio(self) -> Optional[float]:
@@ -506,13 +507,13 @@ def evaluate(model: memory.EventModel, sweep, actions: Actions) -> RankEvaluatio
     ok = [r for r in sweep.runs if r.status == "ok" and r.peaks]
     if not ok:
         raise McapError("the sweep has no ok run to compare with")
-    errs, exact = [], 0
+    errs, exact, unread = [], 0, []
     for r in ok:
         try:
             pred = costs.peaks(r.balance)
-        except McapError as exc:
-            raise McapError(f"partitioning {'-'.join(map(str, r.balance))} ran ok but cannot "
-                            f"be predicted: {exc}") from None
+        except McapError:  # reported, not hidden: the profiles give no reading of a chunk
+            unread.append(tuple(r.balance))
+            continue
         for p, m in zip(pred, r.peaks):
             errs.append(abs(p - m) / m)
             exact += p == m
@@ -522,8 +523,11 @@ def evaluate(model: memory.EventModel, sweep, actions: Actions) -> RankEvaluatio
     best = min(measured, key=lambda b: _key([p for r in ok if tuple(r.balance) == b
                                              for p in r.peaks]))
     got = measured.get(found.balance)
+    if not errs:
+        raise McapError(f"none of the sweep's {len(ok)} ok partitionings can be predicted "
+                        "from these profiles")
     return RankEvaluation(s.schedule, s.virtual_stages, len(ok), len(errs),
                           percentile(errs, 50), percentile(errs, 90), max(errs), exact,
                           found.balance, max(found.peaks), got,
                           None if got is None else 1 + sum(1 for v in order if v < got),
-                          best, measured[best], found.exhaustive)
+                          best, measured[best], found.exhaustive, tuple(unread))

@@ -38,7 +38,6 @@ import dataclasses
 import json
 import os
 import stat
-import tempfile
 from pathlib import Path
 from typing import Any, Optional, Union
 
@@ -46,6 +45,7 @@ from mcap.core import fields
 from mcap.core.capture import variantsjson
 from mcap.core.press import statsjson
 from mcap.core.errors import McapError, SchemaError
+from mcap.files import owned
 from mcap.core.machine import Machine
 from mcap.core.types import ModelInfo, Profile, Run, Setup, StageTimes, Sweep
 
@@ -318,23 +318,7 @@ def save(obj: Union[Profile, Sweep], path: Union[str, Path]) -> Path:
 
 def write_text_atomic(p: Path, text: str) -> Path:
     """``text`` to ``p`` atomically (temp file in the same folder, fsync, rename): a crash
-    or a full disk never leaves half a file, and an old file stays whole until replaced."""
+    or a full disk never leaves half a file, and an old file stays whole until replaced.
+    Never over a link or another user's file (``mcap.files.owned.replace``, issue 38)."""
     p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        # mkstemp creates 0600; a results file should be as readable as any other file
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, p)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    return p
+    return owned.replace(p, text, "the file")

@@ -39,7 +39,7 @@ def cmd_export(args) -> int:
     kind = "profile" if args.profile is not None else "sweep"
     stored_id = args.profile if kind == "profile" else args.sweep
     store_path = resolve_path(args.store)
-    if check_path(store_path):  # a folder, a FIFO, a device: named as what it is
+    if check_path(store_path, owner=False):  # a folder, a FIFO, a device, a link: named
         raise McapError(f"store {store_path} does not exist" if not store_path.exists()
                         else f"store {store_path} is empty: it holds no {kind}")
     check_out(args.out, f"mcap.{kind}/1", store=store_path)

@@ -37,7 +37,12 @@ def target_of(text: str, profile):
         return forcuda.parse_target(text)
     from mcap.core import predictors
     from mcap.core.predictors.workspace import LIBRARY, PAID_BY
+    from mcap.files import paths
     from mcap.io.jsonio import load_profile
+    try:
+        paths.checked(text, "--for")
+    except paths.BadPath as exc:
+        raise McapError(str(exc)) from None
     gpu = load_profile(text)
     if gpu.setup.device != "cuda":
         raise McapError(f"--for {text}: that profile was measured on {gpu.setup.device!r}, "

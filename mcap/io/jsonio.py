@@ -45,7 +45,7 @@ from mcap.core import fields
 from mcap.core.capture import variantsjson
 from mcap.core.press import statsjson
 from mcap.core.errors import McapError, SchemaError
-from mcap.files import owned
+from mcap.files import owned, paths
 from mcap.core.machine import Machine
 from mcap.core.types import ModelInfo, Profile, Run, Setup, StageTimes, Sweep
 
@@ -210,7 +210,10 @@ def read_json(path: Union[str, Path], limit: Optional[int] = None,
     """The JSON value in the file ``path``: size capped before reading
     (:func:`read_text_capped`), nesting checked before parsing; SchemaError naming the file
     otherwise. Every mcap JSON file is read here."""
-    p = Path(path)
+    try:  # empty, too long, a NUL: named, before the system sees it (issue 38)
+        p = paths.checked(path, "the file")
+    except paths.BadPath as exc:
+        raise SchemaError(str(exc)) from None
     text = read_text_capped(p, limit, what)
     if not text.strip():
         raise SchemaError(f"{p}: the file is empty, expected JSON")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mcap.core import numbers
 from mcap.core.errors import UnknownModel
 from mcap.models import hfspec
 
@@ -106,12 +107,11 @@ def _known() -> str:
 
 
 def _parse_value(raw: str, key: str, spec: str) -> int | float | str:
-    for conv in (int, float):
-        try:
-            return conv(raw)
-        except ValueError:
-            pass
-    return raw
+    """An int or a float in ASCII digits (``mcap.core.numbers``: "٣" is not 3), else the text."""
+    value = numbers.whole(raw, max_digits=4000)  # int() refuses 4,300 digits and more
+    if value is None:
+        value = numbers.real(raw)
+    return raw if value is None else value
 
 
 def is_user_spec(spec: str) -> bool:

@@ -29,7 +29,7 @@ _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 def default_store_path() -> Path:
     """``$MCAP_STORE`` if set, else ``.mcap/store.sqlite`` under the current directory."""
-    env = os.environ.get("MCAP_STORE")
+    env = os.environ.get("MCAP_STORE")  # checked as text where it is opened (check_path)
     return Path(env) if env else Path.cwd() / ".mcap" / "store.sqlite"
 
 

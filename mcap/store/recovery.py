@@ -33,7 +33,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
-from mcap.core import fields
+from mcap.core import fields, numbers
 from mcap.core.errors import McapError, StoreError
 from mcap.files import owned
 from mcap.store import records as rec
@@ -58,15 +58,23 @@ def wait_seconds() -> float:
     text = os.environ.get(WAIT_ENV)
     if text is None:
         return DEFAULT_WAIT_S
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value <= 7 * 86400:  # a run is at stake here: warn, never refuse
+    value = numbers.real(text)  # ASCII digits only
+    if value is None or not 0 <= value <= 7 * 86400:  # a run is at stake here: warn, never refuse
         print(f"mcap: warning: ${WAIT_ENV}={text[:40]!r} is not seconds between 0 and "
               f"604800; waiting {DEFAULT_WAIT_S:.0f} s", file=sys.stderr)
         return DEFAULT_WAIT_S
     return value
+
+
+def check_wait() -> None:
+    """McapError naming a bad ``$MCAP_STORE_WAIT`` (the command line asks before anything is
+    measured; once a run is measured, :func:`wait_seconds` warns instead)."""
+    text = os.environ.get(WAIT_ENV)
+    if text is None:
+        return
+    value = numbers.real(text)  # ASCII digits only
+    if value is None or not 0 <= value <= 7 * 86400:
+        raise McapError(f"${WAIT_ENV}={text[:40]!r} is not seconds between 0 and 604800")
 
 
 def busy(exc: BaseException) -> bool:

@@ -18,7 +18,7 @@ def register(sub) -> None:
                                       "mcap.sweep/1 JSON",
                        description="Write a profile or sweep saved in the store to a file "
                                    "(the ids are printed by profile and sweep).")
-    p.add_argument("--store", default=None, metavar="PATH",
+    p.add_argument("--store", default=None, metavar="PATH", type=argtypes.in_path,
                    help="results store (default $MCAP_STORE or .mcap/store.sqlite)")
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--profile", type=argtypes.positive_int, metavar="ID", help="stored profile id")

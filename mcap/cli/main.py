@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import sys
 
 from mcap.core.errors import McapError
@@ -23,6 +24,9 @@ COMMAND_MODULES = tuple(f"mcap.cli.commands.{name}" for name in (
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # argparse's own usage errors: exit 2, one line
+        # a 5,000-character argument is cut, its length named (issue 38)
+        message = re.sub(r"\S{200,}", lambda m: f"{m.group()[:80]}... ({len(m.group()):,} "
+                                                 "characters)", " ".join(message.split()))
         self.exit(2, f"mcap: error: {message}\n")
 
 
@@ -95,13 +99,19 @@ def unexpected(exc: Exception) -> int:
         where = f" ({shown(exc.filename)})" if exc.filename is not None else ""
         print(f"mcap: error: the system refused: {exc.strerror or text}{where}", file=sys.stderr)
         return 2
-    if _from_torch(exc):
+    if _from_torch(exc) or _allocation(text):
         print(f"mcap: error: torch refused it: {type(exc).__name__}: {text}", file=sys.stderr)
         return 2
     print(f"mcap: internal error: {type(exc).__name__}: {text}. This is a bug in mcap, not "
           f"in your input; run again with {TRACEBACK_ENV}=1 to see where, and report it",
           file=sys.stderr)
     return 1
+
+
+def _allocation(text: str) -> bool:
+    """Whether a message is an allocator's refusal (torch's C++ raises it from any call)."""
+    low = text.lower()
+    return "can't allocate memory" in low or "out of memory" in low or "tried to allocate" in low
 
 
 def _from_torch(exc: BaseException) -> bool:

@@ -173,10 +173,15 @@ def search_context(profile, method: str):
     if not search.get(method).needs_model:
         return context_of(profile)
     try:
-        from mcap.runner.timebalance import timer
+        from mcap.runner.timebalance import check_device, check_fits, timer
     except ImportError as exc:
         raise McapError(f"method {method!r} needs torch and torchgpipe, which cannot be "
                         f"imported here: {exc}") from None
+    from mcap.core.capture import merging
+    from mcap.core.setup import micro_batch
+    if merging.sizes_of(profile) is None:  # before any timing: the file's sizes fit, and agree
+        check_device(profile.setup.device)
+        check_fits(profile.model.spec, micro_batch(profile.setup), profile.model.num_layers)
     return context_of(profile, timer=timer(device=profile.setup.device))
 
 

@@ -21,7 +21,17 @@ HELP = ("predict for another device than the profile's: cuda (= cuda:sm90), cuda
 
 
 def add_option(p) -> None:
-    p.add_argument("--for", dest="for_target", metavar="TARGET", default=None, help=HELP)
+    p.add_argument("--for", dest="for_target", metavar="TARGET", default=None, help=HELP,
+                   type=_target_text)
+
+
+def _target_text(text: str) -> str:
+    """An empty ``--for`` was taken as no target at all, silently (issue 38)."""
+    import argparse
+    if not text.strip():
+        raise argparse.ArgumentTypeError("--for is empty; give cuda, cuda:smNN, cuda:SIZE or a "
+                                         "GPU profile (*.json)")
+    return text
 
 
 def refuse(args, what: str) -> None:

@@ -140,7 +140,7 @@ def test_every_path_option_names_a_path_no_file_can_have(capsys, tmp_path, monke
                                                          bad, needle):
     monkeypatch.chdir(tmp_path)
     flag, argv = path_cases(tmp_path)[case]
-    if flag == "--for" and not bad.endswith(".json"):
+    if flag == "--for" and bad and not bad.endswith(".json"):
         bad += ".json"
     code, out, err = cli(capsys, *[bad if a == "{}" else a for a in argv])
     assert code == 2 and needle in err, (flag, err)

@@ -221,7 +221,8 @@ def balance(items, r: Reader, where: str, num_layers: Optional[int]) -> tuple[in
     """A partitioning of ``num_layers`` layers (None: any number of layers)."""
     bal = tuple(r.int_(b, where, low=1, high=MAX_COUNT) for b in r.lst(items, where))
     if not bal or (num_layers is not None and sum(bal) != num_layers):
-        raise r.fail(where, f"balance {list(bal)} is not a partitioning of {num_layers} layers")
+        raise r.fail(where, f"inconsistent: balance {list(bal)[:20]} (sum {sum(bal):,}) is not "
+                            f"a partitioning of {num_layers} layers")
     return bal
 
 
@@ -238,7 +239,7 @@ def peaks(items, r: Reader, where: str, stages: int, per_device: bool = False
         return None
     out = tuple(r.bytes_(p, where) for p in r.lst(items, where))
     if len(out) != stages and not (per_device and len(out) > stages):
-        raise r.fail(where, f"{len(out)} peaks for {stages} stages")
+        raise r.fail(where, f"inconsistent: {len(out)} peaks for {stages} stages")
     return out
 
 
@@ -254,7 +255,7 @@ def breakdowns(items, r: Reader, where: str, stages: Optional[int] = None
         return None
     out = tuple(breakdown_item(b, r, f"{where}[{j}]") for j, b in enumerate(r.lst(items, where)))
     if stages is not None and len(out) != stages:
-        raise r.fail(where, f"a breakdown of {len(out)} stages for {stages} stages")
+        raise r.fail(where, f"inconsistent: a breakdown of {len(out)} stages for {stages} stages")
     return out
 
 
@@ -310,7 +311,7 @@ def times_list(items, r: Reader, where: str, stages: int) -> Optional[tuple[Stag
         return None
     out = tuple(stage_times(t, r, f"{where}[{j}]") for j, t in enumerate(r.lst(items, where)))
     if len(out) != stages:
-        raise r.fail(where, f"{len(out)} stages' times for {stages} stages")
+        raise r.fail(where, f"inconsistent: {len(out)} stages' times for {stages} stages")
     return out
 
 
@@ -349,13 +350,39 @@ def stats(iso_items, added_items, r: Reader, num_layers: int,
     added = [r.bytes_(v, f"{where[1]}[{i}]", nullable=True, signed=True)
              for i, v in enumerate(r.lst(added_items, where[1]))]
     if len(iso) != num_layers or len(added) != num_layers:
-        raise r.fail("top level", f"the model has {num_layers} layers but {where[0]} has "
-                                  f"{len(iso)} entries and {where[1]} has {len(added)}")
+        raise r.fail("top level", f"inconsistent: the model has {num_layers} layers but "
+                                  f"{where[0]} has {len(iso)} entries and {where[1]} has "
+                                  f"{len(added)}")
     if added[0] is not None:
         raise r.fail(f"{where[1]}[0]", f"layer 0 has no mem_added (expected null), found "
                                        f"{added[0]}")
     check_no_negative_stage(iso, added, r, where[1])
     return LayerStats(mem_isolated=tuple(iso), mem_added=tuple(added))
+
+
+def consistent(kind: str, model: ModelInfo, setup: Setup, runs: Iterable[Run],
+               r: Reader) -> None:
+    """A profile's or a sweep's parts agree with each other (issue 38, item 4: an upload with
+    ``setup.stages`` 100 over 30 layers loaded, then crashed the Recommend page). Each part
+    passed its own checks; here the file as a whole: at most one stage per layer, every run a
+    partitioning of the model's layers into ``setup.stages`` stages, and no run marked ok
+    above ``setup.capacity_bytes`` (a stage above the capacity is an oom run). Raises
+    ``r``'s error saying the file is inconsistent and why, naming the values."""
+    n, g = model.num_layers, setup.stages
+    if g > n:
+        raise r.error(f"{r.source}: the {kind} is inconsistent: setup.stages is {g:,} but its "
+                      f"model has {n} layers (a stage holds at least one layer)")
+    cap = setup.capacity_bytes
+    for i, run in enumerate(runs):
+        if len(run.balance) != g:
+            raise r.error(f"{r.source}: the {kind} is inconsistent: runs[{i}] has "
+                          f"{len(run.balance)} stages ({','.join(map(str, run.balance))}) but "
+                          f"setup.stages is {g}")
+        if cap is not None and run.status == "ok" and run.peaks and max(run.peaks) > cap:
+            raise r.error(f"{r.source}: the {kind} is inconsistent: runs[{i}] is marked ok "
+                          f"with a peak of {max(run.peaks):,} bytes, above its "
+                          f"setup.capacity_bytes of {cap:,} (a stage above the capacity is an "
+                          "oom run)")
 
 
 def check_no_negative_stage(iso: list, added: list, r: Reader, where: str = "mem_added") -> None:

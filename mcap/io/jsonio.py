@@ -186,8 +186,10 @@ def profile_from_dict(d: Any, source: str = "<profile>") -> Profile:
     stats = fields.stats(r.need(d, "mem_isolated", "top level"),
                          r.need(d, "mem_added", "top level"), r, n)
     extra = {k: v for k, v in d.items() if k not in _PROFILE_KEYS}
-    return Profile(model=model, setup=_setup(d, r), stats=stats,
-                   runs=_runs(d, r, n), extra=extra or None, machine=_machine(d, r),
+    setup, runs = _setup(d, r), _runs(d, r, n)
+    fields.consistent("profile", model, setup, runs, r)
+    return Profile(model=model, setup=setup, stats=stats,
+                   runs=runs, extra=extra or None, machine=_machine(d, r),
                    variants=variantsjson.variants_from_json(
                        d.get("variants", []), n, r.fail,
                        lambda items, where: fields.run_list(items, r, n, where, per_device=True)),
@@ -199,8 +201,10 @@ def sweep_from_dict(d: Any, source: str = "<sweep>") -> Sweep:
     d = _check_schema(d, SWEEP_SCHEMA, r)
     model = _model(d, r)
     extra = {k: v for k, v in d.items() if k not in _SWEEP_KEYS}
-    return Sweep(model=model, setup=_setup(d, r), runs=_runs(d, r, model.num_layers),
-                 extra=extra or None, machine=_machine(d, r))
+    setup, runs = _setup(d, r), _runs(d, r, model.num_layers)
+    fields.consistent("sweep", model, setup, runs, r)
+    return Sweep(model=model, setup=setup, runs=runs, extra=extra or None,
+                 machine=_machine(d, r))
 
 
 # --- files ---------------------------------------------------------------------------

@@ -360,31 +360,6 @@ def stats(iso_items, added_items, r: Reader, num_layers: int,
     return LayerStats(mem_isolated=tuple(iso), mem_added=tuple(added))
 
 
-def consistent(kind: str, model: ModelInfo, setup: Setup, runs: Iterable[Run],
-               r: Reader) -> None:
-    """A profile's or a sweep's parts agree with each other (issue 38, item 4: an upload with
-    ``setup.stages`` 100 over 30 layers loaded, then crashed the Recommend page). Each part
-    passed its own checks; here the file as a whole: at most one stage per layer, every run a
-    partitioning of the model's layers into ``setup.stages`` stages, and no run marked ok
-    above ``setup.capacity_bytes`` (a stage above the capacity is an oom run). Raises
-    ``r``'s error saying the file is inconsistent and why, naming the values."""
-    n, g = model.num_layers, setup.stages
-    if g > n:
-        raise r.error(f"{r.source}: the {kind} is inconsistent: setup.stages is {g:,} but its "
-                      f"model has {n} layers (a stage holds at least one layer)")
-    cap = setup.capacity_bytes
-    for i, run in enumerate(runs):
-        if len(run.balance) != g:
-            raise r.error(f"{r.source}: the {kind} is inconsistent: runs[{i}] has "
-                          f"{len(run.balance)} stages ({','.join(map(str, run.balance))}) but "
-                          f"setup.stages is {g}")
-        if cap is not None and run.status == "ok" and run.peaks and max(run.peaks) > cap:
-            raise r.error(f"{r.source}: the {kind} is inconsistent: runs[{i}] is marked ok "
-                          f"with a peak of {max(run.peaks):,} bytes, above its "
-                          f"setup.capacity_bytes of {cap:,} (a stage above the capacity is an "
-                          "oom run)")
-
-
 def check_no_negative_stage(iso: list, added: list, r: Reader, where: str = "mem_added") -> None:
     """No stage a..z may be predicted below 0 bytes: mem_isolated[a] + mem_added[a+1..z]
     (paper 3.3) is a stage's peak, which a real run never has negative. mem_added may be

@@ -41,7 +41,7 @@ import stat
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from mcap.core import fields
+from mcap.core import consistency, fields
 from mcap.core.capture import variantsjson
 from mcap.core.press import statsjson
 from mcap.core.errors import McapError, SchemaError
@@ -187,7 +187,7 @@ def profile_from_dict(d: Any, source: str = "<profile>") -> Profile:
                          r.need(d, "mem_added", "top level"), r, n)
     extra = {k: v for k, v in d.items() if k not in _PROFILE_KEYS}
     setup, runs = _setup(d, r), _runs(d, r, n)
-    fields.consistent("profile", model, setup, runs, r)
+    consistency.check("profile", model, setup, runs, r)
     return Profile(model=model, setup=setup, stats=stats,
                    runs=runs, extra=extra or None, machine=_machine(d, r),
                    variants=variantsjson.variants_from_json(
@@ -202,7 +202,7 @@ def sweep_from_dict(d: Any, source: str = "<sweep>") -> Sweep:
     model = _model(d, r)
     extra = {k: v for k, v in d.items() if k not in _SWEEP_KEYS}
     setup, runs = _setup(d, r), _runs(d, r, model.num_layers)
-    fields.consistent("sweep", model, setup, runs, r)
+    consistency.check("sweep", model, setup, runs, r)
     return Sweep(model=model, setup=setup, runs=runs, extra=extra or None,
                  machine=_machine(d, r))
 

@@ -52,6 +52,11 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # usage errors (2) and --help (0) return, for in-process callers
         return exc.code if isinstance(exc.code, int) else 2
+    except McapError as exc:  # an option's type that refused with the library's error
+        print(f"mcap: error: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # never a bare traceback, even from an option's type
+        return unexpected(exc)
     args.argv = tuple(sys.argv[1:] if argv is None else argv)  # as given (mcap.cli.nodes)
     try:
         from mcap.cli import environment

@@ -17,7 +17,7 @@ from mcap.core.errors import McapError
 
 MAX_PATH_BYTES = 4095  # PATH_MAX less its NUL (Linux)
 MAX_NAME_BYTES = 255   # NAME_MAX: one file or folder name
-SHOWN_CHARS = 100      # a path echoed in a message is cut to this, its length named
+SHOWN_CHARS = 240      # a longer path echoed in a message is cut, its length named
 
 
 class BadPath(McapError):
@@ -25,11 +25,12 @@ class BadPath(McapError):
 
 
 def shown(path) -> str:
-    """``path`` for a message: repr'd, cut to SHOWN_CHARS with its length named."""
+    """``path`` for a message: repr'd; one longer than SHOWN_CHARS as its start and its end
+    (the file's name) with its length named."""
     text = os.fsdecode(path) if isinstance(path, bytes) else str(path)
     if len(text) <= SHOWN_CHARS:
         return repr(text)
-    return f"{text[:SHOWN_CHARS - 20]!r}... ({len(text):,} characters)"
+    return f"{text[:80]!r}...{text[-80:]!r} ({len(text):,} characters)"
 
 
 def checked(path: Union[str, os.PathLike], what: str) -> Path:
@@ -52,7 +53,8 @@ def checked(path: Union[str, os.PathLike], what: str) -> Path:
                       f"limit of {MAX_PATH_BYTES:,} bytes for a path")
     for name in raw.split(b"/"):
         if len(name) > MAX_NAME_BYTES:
-            raise BadPath(f"{what} {shown(text)} has a name of {len(name):,} bytes "
-                          f"({shown(name)}), above the system's limit of {MAX_NAME_BYTES} "
-                          "bytes for one file or folder name")
+            which = "" if name == raw else f" ({os.fsdecode(name)[:40]!r}...)"
+            raise BadPath(f"{what} {shown(text)} has a name of {len(name):,} bytes{which}, "
+                          f"above the system's limit of {MAX_NAME_BYTES} bytes for one file "
+                          "or folder name")
     return Path(text)

@@ -118,7 +118,9 @@ def _probe(p: Path, base: Path, flag: str) -> None:
 
 def write_text(path: Union[str, Path], text: str, flag: str = "--out") -> Path:
     """Replace ``path`` with ``text`` atomically (``mcap.files.owned.replace``: temp file
-    beside it, fsync, rename; never over a link or another user's file)."""
+    beside it, fsync, rename; never over a link or another user's file); its folder is
+    created when missing (``--out out/p.json`` in a fresh checkout)."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     try:
         return owned.replace(path, text, flag)
     except owned.UnsafeFile as exc:

@@ -41,7 +41,8 @@ class UnsafeFile(McapError):
 
 
 def kind(mode: int) -> str:
-    for test, name in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a folder"),
+    for test, name in ((stat.S_ISREG, "a regular file"),
+                       (stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a folder"),
                        (stat.S_ISFIFO, "a FIFO (named pipe)"),
                        (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
                        (stat.S_ISSOCK, "a socket")):
@@ -183,12 +184,15 @@ def folder(path: PathLike, what: str, *, create: bool = True) -> Path:
     another user's or writable by every user (without the sticky bit)."""
     path = Path(path)
     try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        if not create:
-            raise UnsafeFile(f"{what} {shown(path)} does not exist") from None
-        os.makedirs(path, mode=0o775, exist_ok=True)  # the umask applies too
-        st = os.lstat(path)
+        try:
+            st = os.lstat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            if not create:
+                raise UnsafeFile(f"{what} {shown(path)} does not exist") from None
+            os.makedirs(path, mode=0o775, exist_ok=True)  # the umask applies too
+            st = os.lstat(path)
+    except OSError as exc:  # a file where a parent folder should be, no permission
+        raise UnsafeFile(f"cannot create {what} {shown(path)}: {exc.strerror or exc}") from None
     why = folder_problem(st)
     if why is not None:
         raise UnsafeFile(f"{what} {shown(path)} {why}; mcap creates files only in folders of "

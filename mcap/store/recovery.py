@@ -253,8 +253,8 @@ class _Blind(fields.Reader):
         head = msg.split(", found ")[0].split(" found ")[0]
         if " is out of range " in head:
             head = "out of range " + head.split(" is out of range ", 1)[1]
-        elif head.startswith(("balance ", "layers ")) or "{" in head or '"' in head:
-            head = "not valid"
+        elif not head.startswith("missing key ") and any(c in head for c in "{\"'"):
+            head = "not valid"  # a message quoting a value it found
         return self.error(f"field {where}: {head}")
 
 

@@ -250,3 +250,15 @@ def test_a_recovery_file_another_user_could_have_written_is_refused(store_path, 
     with pytest.raises(StoreError, match=needle):
         Store(store_path)
     assert kept.read_bytes() == SECRET
+
+
+def test_a_record_with_a_bad_field_is_named_by_the_field_not_its_value(store_path, capsys):
+    kept = recovery.path_of(store_path)
+    good = recovery.run_line(MODEL, SETUP, RUN, kind="measure", job=None, machine=None,
+                             created=time.time())
+    bad = dict(good, row=dict(good["row"], status="secret=hunter2"))
+    kept.write_text(json.dumps(bad) + "\n")
+    Store(store_path).close()
+    err = capsys.readouterr().err
+    assert "line 1 was not imported" in err and "field row.status" in err
+    assert "hunter2" not in err

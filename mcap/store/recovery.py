@@ -27,6 +27,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import sys
 import time
 from contextlib import contextmanager
@@ -245,17 +246,16 @@ def import_into(store, note: Callable[[str], None]) -> int:
     return done
 
 
-class _Blind(fields.Reader):
-    """A reader whose refusals name the field and the rule, never the value found: a line
-    of the recovery file is reported by number and reason, never by its content."""
+_QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'')
 
-    def fail(self, where: str, msg: str):
-        head = msg.split(", found ")[0].split(" found ")[0]
-        if " is out of range " in head:
-            head = "out of range " + head.split(" is out of range ", 1)[1]
-        elif not head.startswith("missing key ") and any(c in head for c in "{\"'"):
-            head = "not valid"  # a message quoting a value it found
-        return self.error(f"field {where}: {head}")
+
+def _blind(text: str) -> str:
+    """A refusal of a line without any value it found: cut at "found", quoted texts left out
+    (a line of the recovery file is reported by number and reason, never by its content)."""
+    head = text.split(", found ")[0].split(" found ")[0]
+    if " is out of range " in head:
+        head = head.rsplit(": ", 1)[0] + ": out of range " + head.split(" is out of range ", 1)[1]
+    return _QUOTED.sub("'...'", head)[:300]
 
 
 def _line_problem(text: bytes, n: int):
@@ -264,7 +264,7 @@ def _line_problem(text: bytes, n: int):
         line = text.decode("utf-8")
     except UnicodeDecodeError:
         return None, "it is not UTF-8 text"
-    r = _Blind(f"recovery line {n}", StoreError)
+    r = fields.Reader(f"recovery line {n}", StoreError)
     if fields.too_deep(line):
         return None, "it is not JSON (nested too deep)"
     try:
@@ -276,7 +276,7 @@ def _line_problem(text: bytes, n: int):
     try:
         return _decode(d, r), None
     except McapError as exc:
-        return None, f"it is an {SCHEMA} record whose {exc}"
+        return None, f"it is an {SCHEMA} record that fails a check: {_blind(str(exc))}"
 
 
 def _import_lines(store, lines: list[bytes]):

@@ -2,7 +2,8 @@
 every reader of the store with seeded mutations of its rows (issue 28).
 
     PYTHONPATH=. python bench/bench_fuzz.py [--count 500] [--seed 0] [--time-count 100]
-                                            [--store-count 500] [--only files|store]
+                                            [--store-count 500] [--recovery-count 300]
+                                            [--only files|store|recovery]
 
 Feeds ``--count`` mutated inputs (types, signs, sizes, nesting, truncation, byte noise,
 encodings; tests/io/fuzzing.py) to each reader: the JSON loader for profiles and sweeps, an
@@ -18,6 +19,14 @@ machines), then ``--store-count`` times changes one column of one row (the colum
 turn: every column of every table; CHECK constraints off, as another program could) and runs
 every reader: the Store API, the resume logic, the dashboard's listing and loading, and
 ``export`` (whose file must then load). Each reader must return or exit 2 (McapError).
+
+The recovery-file fuzzer (tests/store/recoveryfuzz.py, issue 38; ``--recovery-count``,
+default 300, ``--only recovery`` alone) lays out ``STORE.recovery.jsonl`` as mutated lines,
+a link to a victim file (also one holding valid lines), a dangling link, a hard link, a
+FIFO, a folder, a file another user could have written, a linked ``-wal`` / ``-shm`` /
+``-journal``, an oversized file, and opens the store read-write (the import) or appends a
+run to it. Each must return or exit 2; every victim keeps its bytes, no dangling target is
+created, the planted secret is never printed, and the lines not imported stay byte for byte.
 
 ``--figures [--quick]`` prints bench/run.py's row: the defaults above, seed 0 (``--quick``:
 100 inputs per reader, 5 for recommend --method time, 40 store-row mutations).
@@ -68,6 +77,23 @@ def fuzz(count: int, time_count: int, seed: int, store_count: int, only=None) ->
     return total, found, readers
 
 
+def fuzz_recovery(count: int, seed: int) -> tuple:
+    """The recovery-file fuzzer (module docstring), its tally printed: (cases, findings)."""
+    from tests.store import recoveryfuzz
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="mcap-fuzz-recovery-") as tmp:
+        tally, found, per_kind = recoveryfuzz.run(count, seed, Path(tmp))
+    other = sum(v for k, v in tally.items() if k not in (0, 2))
+    print(f"{'recovery file':<20} {count:>7} {tally.get(0, 0):>7} {tally.get(2, 0):>7} "
+          f"{other:>6} {time.monotonic() - started:>8.1f}")
+    print("  cases per kind: " + ", ".join(f"{k} {n}" for k, n in per_kind.items()))
+    print(f"recovery file: {count} cases, {len(found)} findings (tracebacks, victims changed, "
+          "secrets printed, lines changed)")
+    for f in found[:50]:
+        print("  " + f)
+    return count, found
+
+
 def figures(quick: bool = False) -> list:
     """bench/run.py's row (module docstring)."""
     from benchtable import Figure
@@ -89,7 +115,9 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--store-count", type=int, default=500,
                     help="store-row mutations, each read by every store reader (default 500)")
-    ap.add_argument("--only", choices=("files", "store"), default=None)
+    ap.add_argument("--recovery-count", type=int, default=300,
+                    help="recovery-file cases, links included (default 300)")
+    ap.add_argument("--only", choices=("files", "store", "recovery"), default=None)
     ap.add_argument("--figures", action="store_true", help="print bench/run.py's row only")
     ap.add_argument("--quick", action="store_true", help="with --figures: fewer inputs")
     args = ap.parse_args()
@@ -98,7 +126,11 @@ def main() -> int:
         from benchtable import show
         show(figures(args.quick))
         return 0
-    _, found, _ = fuzz(args.count, args.time_count, args.seed, args.store_count, args.only)
+    found = []
+    if args.only != "recovery":
+        _, found, _ = fuzz(args.count, args.time_count, args.seed, args.store_count, args.only)
+    if args.only in (None, "recovery"):
+        found = found + fuzz_recovery(args.recovery_count, args.seed)[1]
     return 1 if found else 0
 
 if __name__ == "__main__":

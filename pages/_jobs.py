@@ -79,7 +79,7 @@ def job_panel(s, job_id: int, key: str, every: float = 1.0) -> None:
         if job.status == "failed":
             error(f"Job {job.id} failed: {job.error}")
         elif job.status == "cancelled":
-            st.warning(f"Job {job.id} was cancelled; the runs it finished are kept in the store.")
+            st.warning(cancelled_note(job, p.runs))
         elif job.status == "done":
             st.success(f"Job {job.id} is done; its results are in the store. " + done_note(job, p.runs))
     panel()
@@ -87,6 +87,17 @@ def job_panel(s, job_id: int, key: str, every: float = 1.0) -> None:
 
 def balance_label(balance) -> str:
     return "-".join(str(int(n)) for n in balance)
+
+
+def cancelled_note(job, runs) -> str:
+    """What a cancelled job leaves (issue 38: "the runs it finished are kept" was said when
+    none had finished)."""
+    from mcap.core.teaching import plural
+    if not runs:
+        return (f"Job {job.id} was cancelled before any run finished; nothing of it was "
+                "stored.")
+    return (f"Job {job.id} was cancelled; the {plural(len(runs), 'run')} it finished "
+            f"{'is' if len(runs) == 1 else 'are'} kept in the store.")
 
 
 def done_note(job, runs) -> str:

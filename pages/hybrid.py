@@ -31,15 +31,16 @@ left, right = st.columns(2)
 mesh_text = left.text_input(
     "Mesh: N nodes x K devices per node", value=shared("mesh", f"1x{profile.setup.stages}"),
     key="hybrid-mesh", help="e.g. 1x4 or 2x4; a stage never spans two nodes and every device is used")
+tp_sizes = app_hybrid.tp_sizes(profile)  # a tp degree must divide heads, hidden, ffn
 try:
     mesh = parse_mesh(mesh_text)
     with st.spinner("searching the mesh…"):
-        rec = recommend_mesh(profile, mesh, "exact", predictor=predictor)
+        rec = recommend_mesh(profile, mesh, "exact", predictor=predictor, tp_sizes=tp_sizes)
 except McapError as exc:
     error(exc)
     st.stop()
 remember("mesh", mesh.text)
-costs = HybridCosts(profile, predictor)
+costs = HybridCosts(profile, predictor, tp_sizes=tp_sizes)
 
 if not rec.kinds and (why := app_hybrid.pipeline_only_why(profile, mesh)) is not None:
     st.info(why)
@@ -52,16 +53,16 @@ else:
         st.caption(f"Not searched: {why}")
 
 
-def fits(text) -> bool:
-    try:
-        check_plan(parse_plan(text), layers, mesh)
-        return True
-    except McapError:
-        return False
-
-
-# A plan kept from another mesh or model does not fit this one: start from the recommendation.
-start = shared("plan") if shared("plan") and fits(shared("plan")) else rec.plan.text
+# A plan kept in the link that this mesh, model or profile cannot show: said, then the
+# recommendation instead.
+start = rec.plan.text
+if shared("plan"):
+    why = app_hybrid.plan_problem(shared("plan"), layers, mesh, costs)
+    if why is None:
+        start = shared("plan")
+    else:
+        st.warning(f"The plan {str(shared('plan'))[:80]!r} of the link is not shown: "
+                   f"{message(why)}. Showing the recommended plan {rec.plan.text} instead.")
 typed = right.text_input(
     "Your plan", value=start, key=f"hybrid-plan-{mesh.text}-{shared('profile')}-{predictor}",
     help=f"comma-separated stages: N for N layers on one device, N:dpK or N:tpK for N layers on "
@@ -73,6 +74,8 @@ try:
     remember("plan", None if mine == rec.plan else mine.text)  # the URL keeps a typed plan only
 except McapError as exc:
     error(f"{message(exc)}. Showing the recommended plan {rec.plan.text} instead.")
+for why in costs.extrapolated(plan):  # degrees beyond the profiled ones: a fit, said so
+    st.warning(f"Plan {plan.text}: {why}.")
 
 c = st.columns([3, 2]) + st.columns([3, 2])  # plan texts are long: two metrics a row
 c[0].metric("recommended plan", rec.plan.text)

@@ -24,6 +24,27 @@ def measure_plan_args(profile: Profile, plan: HybridPlan) -> list[str]:
             "--plan", plan.text, "--json"]
 
 
+def tp_sizes(profile: Profile):
+    """What a tp stage of the profile's model splits (heads, hidden, ffn), for
+    ``HybridCosts(tp_sizes=)`` and ``recommend_mesh``: a degree must divide each."""
+    from mcap.core.capture.merging import real_spec
+    from mcap.models.spec import tensor_parallel_sizes
+    return tensor_parallel_sizes(real_spec(profile))
+
+
+def plan_problem(text: str, layers: int, mesh, costs) -> Optional[str]:
+    """Why the plan ``text`` cannot be shown on ``mesh`` (it does not parse, its layers or
+    degrees do not fit, or ``costs``, a ``HybridCosts``, cannot predict a stage: a tp degree
+    that does not divide what it splits), or None."""
+    from mcap.core.capture.plan import check_plan, parse_plan
+    from mcap.core.errors import McapError
+    try:
+        costs.peaks(check_plan(parse_plan(text), layers, mesh))
+    except McapError as exc:
+        return str(exc)
+    return None
+
+
 def pipeline_only_why(profile: Profile, mesh) -> Optional[str]:
     """Why a profile that has dp/tp statistics still gets pipeline-only plans on ``mesh``
     (a stage never spans two nodes, so one device per node leaves no room for a dp or tp

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from mcap.core.errors import McapError
+from mcap.files import owned
 from mcap.store import Job, Store
 from mcap.core.types import Run
 
@@ -66,7 +67,8 @@ def output_path(store: Store, kind: str) -> Path:
     import uuid
     stamp = time.strftime("%Y%m%d-%H%M%S")
     name = f"{Path(store.path).stem}-{kind}-{stamp}-{uuid.uuid4().hex[:8]}.{kind}.json"
-    return Path(store.path).parent / "out" / name
+    folder = owned.folder(Path(store.path).parent / "out", "the dashboard's output folder")
+    return folder / name
 
 
 def check_model_args(args: Sequence[str]) -> None:
@@ -92,15 +94,20 @@ def launch(store: Store, kind: str, args: Sequence[str], total: int = 0) -> Job:
     A ``--model`` naming user code must be a ``TrustedSpec`` (``check_model_args``).
     """
     check_model_args(args)
+    owned.folder(log_path(store, 0).parent, "the jobs folder")  # a link there: refused
     job_id = store.create_job(kind, [kind, *[str(a) for a in args]], total)
     argv = command(kind, args, job_id)
     log = log_path(store, job_id)
-    log.parent.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     env["MCAP_STORE"] = str(Path(store.path).resolve())
     env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["PYTHONUNBUFFERED"] = "1"
-    with open(log, "wb") as out:
+    try:  # never through a link planted where the log goes (issue 38)
+        fd = owned.open_fd(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, "the job's log")
+    except (OSError, McapError) as exc:
+        store.update_job(job_id, status="failed", error=f"cannot write its log: {exc}")
+        raise McapError(f"could not start job {job_id}: {exc}") from None
+    with os.fdopen(fd, "wb") as out:
         try:
             child = subprocess.Popen(argv, cwd=str(REPO_ROOT), env=env, stdin=subprocess.DEVNULL,
                                      stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
@@ -270,11 +277,14 @@ def wait(store: Store, job_id: int, timeout: float) -> Optional[int]:
 
 
 def tail_of(path: Path, limit: int = 2000) -> str:
+    """The last ``limit`` bytes of a job's log as text; "" for a log that is missing, a link
+    or has other names (a job record of a copied store must not show another file)."""
     try:
-        with open(path, "rb") as fh:
+        with os.fdopen(owned.open_fd(path, os.O_RDONLY, "the job's log", owner=False),
+                       "rb") as fh:
             fh.seek(0, os.SEEK_END)
             size = fh.tell()
             fh.seek(max(size - limit, 0))
             return fh.read().decode("utf-8", "replace")
-    except OSError:
+    except (OSError, McapError):
         return ""

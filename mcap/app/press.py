@@ -37,9 +37,7 @@ def write_plan(store: Store, plan: PressPlan) -> Path:
     (``mcap.app.jobs.output_path``: unique per store and job), written atomically."""
     from mcap.app.jobs import output_path
     from mcap.io.pressfile import save
-    path = output_path(store, "press")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return save(plan, path)
+    return save(plan, output_path(store, "press"))
 
 
 def measure_plan_args(measure_args: list, plan_path: Path, capacity: int) -> list:

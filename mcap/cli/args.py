@@ -23,6 +23,12 @@ def _int(text: str, what: str) -> int:
     return int(text)
 
 
+def integer(text: str) -> int:
+    """Any whole number in ASCII digits (``--low``, ``--node-rank``; ``mcap.core.numbers``:
+    ``int()`` would take "٣" as 3)."""
+    return _int(text, "the value")
+
+
 def positive_int(text: str) -> int:
     """An integer >= 1 (stages, batch size, chunks, iterations, sample size)."""
     v = _int(text, "expected an integer >= 1;")
@@ -45,11 +51,26 @@ def bounded_int(high: int, flag: str, why: str = ""):
 
 
 def out_path(text: str):
-    """``--out FILE``: a path, never empty (``Path("")`` would be ".", the current folder)."""
-    from pathlib import Path
+    """``--out FILE``: a path, never empty (``Path("")`` would be ".", the current folder),
+    nor one no file can have (too long, a NUL: ``mcap.files.paths``)."""
     if not str(text).strip():
         raise argparse.ArgumentTypeError("--out is empty; give a file name such as result.json")
-    return Path(text)
+    return _path(text)
+
+
+def _path(text: str):
+    from mcap.files import paths
+    try:
+        return paths.checked(text, "the path")
+    except paths.BadPath as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def in_path(text: str) -> str:
+    """A file the command reads or opens (``--profile``, ``--sweep``, ``--store``,
+    ``--press``): refused as text when no file can have it (empty, too long, a NUL; issue
+    38), before ``Path("")`` becomes the current folder or ``os.stat`` raises."""
+    return str(_path(text))
 
 
 def seed(text: str) -> int:
@@ -61,10 +82,10 @@ def seed(text: str) -> int:
 
 
 def _float(text: str, what: str) -> float:
-    try:
-        v = float(text)
-    except (TypeError, ValueError):
-        raise argparse.ArgumentTypeError(f"{what} must be a number, got {text!r}") from None
+    from mcap.core import numbers
+    v = numbers.real(text)  # ASCII digits only: float("٣") would be 3.0
+    if v is None:
+        raise argparse.ArgumentTypeError(f"{what} must be a number, got {str(text)[:40]!r}")
     if not math.isfinite(v):
         raise argparse.ArgumentTypeError(f"{what} must be a finite number, got {text!r}")
     return v

@@ -26,10 +26,13 @@ from mcap.core.errors import McapError
 
 
 def _endpoint(text) -> tuple[str, int]:
+    from mcap.core import numbers
     host, _, port = str(text or "").rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise McapError(f"--rdzv-endpoint {text!r}: expected HOST:PORT, e.g. node0:29500")
-    return host, int(port)
+    number = numbers.whole(port) if port.strip() == port else None  # ASCII digits only
+    if not host or number is None or not 0 < number < 65536:
+        raise McapError(f"--rdzv-endpoint {str(text)[:80]!r}: expected HOST:PORT, e.g. "
+                        "node0:29500")
+    return host, number
 
 
 def torchrun_argv(args, devices: int) -> list[str]:

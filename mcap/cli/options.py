@@ -12,6 +12,7 @@ import os
 
 from mcap.cli import args as argtypes
 from mcap.cli.args import parse_bytes
+from mcap.core import numbers
 from mcap.core.errors import InvalidPartitioning, McapError
 from mcap.core.partition import parse_balance as core_parse_balance
 from mcap.core import schedules
@@ -25,10 +26,7 @@ from mcap.runner import engines
 def _threads(text: str) -> int:
     """``--threads N``: 1 .. the cores this process may run on (issue 28: 100000 was taken,
     and the stage process died with signal 11 inside gloo)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
+    value = numbers.whole(text) or 0  # ASCII digits only (mcap.core.numbers)
     if value < 1:
         raise argparse.ArgumentTypeError(f"threads must be a whole number of at least 1, "
                                          f"got {text!r}")
@@ -80,7 +78,7 @@ def add_setup_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=_threads, default=1, metavar="N",
                    help="intra-op threads of each stage process (default 1): CPU peaks depend "
                         "on them, so they are fixed and recorded with the setup")
-    p.add_argument("--store", default=None, metavar="PATH",
+    p.add_argument("--store", default=None, metavar="PATH", type=argtypes.in_path,
                    help="results store (default $MCAP_STORE or .mcap/store.sqlite)")
     p.add_argument("--timeout", type=argtypes.timeout, default=300.0, metavar="S", help="seconds per run")
     p.add_argument("--isolation", choices=("stage", "pipeline"), default=None,
@@ -90,7 +88,7 @@ def add_setup_options(p: argparse.ArgumentParser) -> None:
                         "the stages run together and exchange their data, the run whose time "
                         "is real. Engine hybrid runs each device (dp/tp rank) alone the same way; "
                         "torchgpipe always runs its stages together")
-    p.add_argument("--job", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--job", type=argtypes.integer, default=None, help=argparse.SUPPRESS)
 
 
 def add_schedule_options(p: argparse.ArgumentParser, any_: bool = False) -> None:
@@ -216,10 +214,15 @@ def search_context(profile, method: str):
     if not search.get(method).needs_model:
         return context_of(profile)
     try:
-        from mcap.runner.timebalance import timer
+        from mcap.runner.timebalance import check_device, check_fits, timer
     except ImportError as exc:
         raise McapError(f"method {method!r} needs torch and torchgpipe, which cannot be "
                         f"imported here: {exc}") from None
+    from mcap.core.capture import merging
+    from mcap.core.setup import micro_batch
+    if merging.sizes_of(profile) is None:  # before any timing: the file's sizes fit, and agree
+        check_device(profile.setup.device)
+        check_fits(profile.model.spec, micro_batch(profile.setup), profile.model.num_layers)
     return context_of(profile, timer=timer(device=profile.setup.device))
 
 
@@ -229,7 +232,7 @@ def search_context(profile, method: str):
 def add_node_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nnodes", type=argtypes.positive_int, default=None, metavar="N",
                    help="run across N nodes through torchrun (the same command on each node)")
-    p.add_argument("--node-rank", type=int, default=None, metavar="R",
+    p.add_argument("--node-rank", type=argtypes.integer, default=None, metavar="R",
                    help="this node's rank, 0..N-1 (with --nnodes; default 0)")
     p.add_argument("--rdzv-endpoint", default=None, metavar="HOST:PORT",
                    help="node 0's address and a free port (with --nnodes)")

@@ -54,8 +54,10 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             leader.stop()
         path = os.environ.get("MCAP_SPMD_STATUS")
-        if path:
-            with open(path, "w") as f:
+        if path:  # a new file in mcap.cli.nodes' own temporary folder: never through a link
+            from mcap.files import owned
+            fd = owned.open_fd(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, "$MCAP_SPMD_STATUS")
+            with os.fdopen(fd, "w") as f:
                 f.write(str(status))
             return 0
         return status

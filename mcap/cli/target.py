@@ -21,7 +21,17 @@ HELP = ("predict for another device than the profile's: cuda (= cuda:sm90), cuda
 
 
 def add_option(p) -> None:
-    p.add_argument("--for", dest="for_target", metavar="TARGET", default=None, help=HELP)
+    p.add_argument("--for", dest="for_target", metavar="TARGET", default=None, help=HELP,
+                   type=_target_text)
+
+
+def _target_text(text: str) -> str:
+    """An empty ``--for`` was taken as no target at all, silently (issue 38)."""
+    import argparse
+    if not text.strip():
+        raise argparse.ArgumentTypeError("--for is empty; give cuda, cuda:smNN, cuda:SIZE or a "
+                                         "GPU profile (*.json)")
+    return text
 
 
 def refuse(args, what: str) -> None:
@@ -37,7 +47,12 @@ def target_of(text: str, profile):
         return forcuda.parse_target(text)
     from mcap.core import predictors
     from mcap.core.predictors.workspace import LIBRARY, PAID_BY
+    from mcap.files import paths
     from mcap.io.jsonio import load_profile
+    try:
+        paths.checked(text, "--for")
+    except paths.BadPath as exc:
+        raise McapError(str(exc)) from None
     gpu = load_profile(text)
     if gpu.setup.device != "cuda":
         raise McapError(f"--for {text}: that profile was measured on {gpu.setup.device!r}, "

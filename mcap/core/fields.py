@@ -225,7 +225,8 @@ def balance(items, r: Reader, where: str, num_layers: Optional[int]) -> tuple[in
     """A partitioning of ``num_layers`` layers (None: any number of layers)."""
     bal = tuple(r.int_(b, where, low=1, high=MAX_COUNT) for b in r.lst(items, where))
     if not bal or (num_layers is not None and sum(bal) != num_layers):
-        raise r.fail(where, f"balance {list(bal)} is not a partitioning of {num_layers} layers")
+        raise r.fail(where, f"inconsistent: balance {list(bal)[:20]} (sum {sum(bal):,}) is not "
+                            f"a partitioning of {num_layers} layers")
     return bal
 
 
@@ -242,7 +243,7 @@ def peaks(items, r: Reader, where: str, stages: int, per_device: bool = False
         return None
     out = tuple(r.bytes_(p, where) for p in r.lst(items, where))
     if len(out) != stages and not (per_device and len(out) > stages):
-        raise r.fail(where, f"{len(out)} peaks for {stages} stages")
+        raise r.fail(where, f"inconsistent: {len(out)} peaks for {stages} stages")
     return out
 
 
@@ -258,7 +259,7 @@ def breakdowns(items, r: Reader, where: str, stages: Optional[int] = None
         return None
     out = tuple(breakdown_item(b, r, f"{where}[{j}]") for j, b in enumerate(r.lst(items, where)))
     if stages is not None and len(out) != stages:
-        raise r.fail(where, f"a breakdown of {len(out)} stages for {stages} stages")
+        raise r.fail(where, f"inconsistent: a breakdown of {len(out)} stages for {stages} stages")
     return out
 
 
@@ -329,7 +330,7 @@ def times_list(items, r: Reader, where: str, stages: int) -> Optional[tuple[Stag
         return None
     out = tuple(stage_times(t, r, f"{where}[{j}]") for j, t in enumerate(r.lst(items, where)))
     if len(out) != stages:
-        raise r.fail(where, f"{len(out)} stages' times for {stages} stages")
+        raise r.fail(where, f"inconsistent: {len(out)} stages' times for {stages} stages")
     return out
 
 
@@ -373,8 +374,9 @@ def stats(iso_items, added_items, r: Reader, num_layers: int,
     added = [r.bytes_(v, f"{where[1]}[{i}]", nullable=True, signed=True)
              for i, v in enumerate(r.lst(added_items, where[1]))]
     if len(iso) != num_layers or len(added) != num_layers:
-        raise r.fail("top level", f"the model has {num_layers} layers but {where[0]} has "
-                                  f"{len(iso)} entries and {where[1]} has {len(added)}")
+        raise r.fail("top level", f"inconsistent: the model has {num_layers} layers but "
+                                  f"{where[0]} has {len(iso)} entries and {where[1]} has "
+                                  f"{len(added)}")
     if added[0] is not None:
         raise r.fail(f"{where[1]}[0]", f"layer 0 has no mem_added (expected null), found "
                                        f"{added[0]}")

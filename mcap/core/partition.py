@@ -11,6 +11,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
+from mcap.core import numbers
 from mcap.core.errors import InvalidPartitioning
 from mcap.core.types import Partitioning
 
@@ -67,15 +68,22 @@ def parse_balance(text: str) -> tuple[int, ...]:
     """Parse "3,3,5,19" (spaces allowed) into (3, 3, 5, 19); does not check the sum."""
     parts = [p.strip() for p in str(text).split(",")]
     if not parts or any(p == "" for p in parts):
-        raise InvalidPartitioning(f"balance {text!r} is not a comma-separated list of layer counts like 3,3,5,19")
-    try:
-        out = tuple(int(p) for p in parts)
-    except ValueError:
-        raise InvalidPartitioning(f"balance {text!r} is not a comma-separated list of layer counts like 3,3,5,19") from None
+        raise InvalidPartitioning(f"balance {_shown(text)} is not a comma-separated list of "
+                                  "layer counts like 3,3,5,19")
+    out = tuple(numbers.whole(p) for p in parts)  # ASCII digits only ("٣" is not 3)
+    if None in out:
+        raise InvalidPartitioning(f"balance {_shown(text)} is not a comma-separated list of "
+                                  "layer counts in ASCII digits like 3,3,5,19")
     for i, n in enumerate(out):
         if n <= 0:
-            raise InvalidPartitioning(f"balance {text!r} has {n} layers on stage {i}; every stage needs at least one")
+            raise InvalidPartitioning(f"balance {_shown(text)} has {n} layers on stage {i}; every "
+                                      "stage needs at least one")
     return out
+
+
+def _shown(text) -> str:
+    text = repr(str(text))
+    return text if len(text) <= 80 else f"{text[:60]}...' ({len(text):,} characters)"
 
 
 def count(num_layers: int, stages: int) -> int:

@@ -38,14 +38,14 @@ import dataclasses
 import json
 import os
 import stat
-import tempfile
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from mcap.core import fields
+from mcap.core import consistency, fields
 from mcap.core.capture import variantsjson
 from mcap.core.press import statsjson
 from mcap.core.errors import McapError, SchemaError
+from mcap.files import owned, paths
 from mcap.core.machine import Machine
 from mcap.core.types import ModelInfo, Profile, Run, Setup, StageTimes, Sweep
 
@@ -190,8 +190,10 @@ def profile_from_dict(d: Any, source: str = "<profile>") -> Profile:
                          r.need(d, "mem_added", "top level"), r, n)
     extra = {k: v for k, v in d.items() if k not in _PROFILE_KEYS}
     setup = _setup(d, r)
+    runs = _runs(d, r, n, setup)
+    consistency.check("profile", model, setup, runs, r)
     return Profile(model=model, setup=setup, stats=stats,
-                   runs=_runs(d, r, n, setup), extra=extra or None, machine=_machine(d, r),
+                   runs=runs, extra=extra or None, machine=_machine(d, r),
                    variants=variantsjson.variants_from_json(
                        d.get("variants", []), n, r.fail,
                        lambda items, where: fields.run_list(items, r, n, where, per_device=True)),
@@ -204,8 +206,10 @@ def sweep_from_dict(d: Any, source: str = "<sweep>") -> Sweep:
     model = _model(d, r)
     extra = {k: v for k, v in d.items() if k not in _SWEEP_KEYS}
     setup = _setup(d, r)
-    return Sweep(model=model, setup=setup, runs=_runs(d, r, model.num_layers, setup),
-                 extra=extra or None, machine=_machine(d, r))
+    runs = _runs(d, r, model.num_layers, setup)
+    consistency.check("sweep", model, setup, runs, r)
+    return Sweep(model=model, setup=setup, runs=runs, extra=extra or None,
+                 machine=_machine(d, r))
 
 
 # --- files ---------------------------------------------------------------------------
@@ -215,7 +219,10 @@ def read_json(path: Union[str, Path], limit: Optional[int] = None,
     """The JSON value in the file ``path``: size capped before reading
     (:func:`read_text_capped`), nesting checked before parsing; SchemaError naming the file
     otherwise. Every mcap JSON file is read here."""
-    p = Path(path)
+    try:  # empty, too long, a NUL: named, before the system sees it (issue 38)
+        p = paths.checked(path, "the file")
+    except paths.BadPath as exc:
+        raise SchemaError(str(exc)) from None
     text = read_text_capped(p, limit, what)
     if not text.strip():
         raise SchemaError(f"{p}: the file is empty, expected JSON")
@@ -323,23 +330,7 @@ def save(obj: Union[Profile, Sweep], path: Union[str, Path]) -> Path:
 
 def write_text_atomic(p: Path, text: str) -> Path:
     """``text`` to ``p`` atomically (temp file in the same folder, fsync, rename): a crash
-    or a full disk never leaves half a file, and an old file stays whole until replaced."""
+    or a full disk never leaves half a file, and an old file stays whole until replaced.
+    Never over a link or another user's file (``mcap.files.owned.replace``, issue 38)."""
     p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        # mkstemp creates 0600; a results file should be as readable as any other file
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, p)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    return p
+    return owned.replace(p, text, "the file")

@@ -22,8 +22,10 @@ from pathlib import Path
 from typing import Iterable, Optional, Union
 
 from mcap.core.errors import McapError
+from mcap.files import owned, paths
+from mcap.store.opening import NEIGHBOURS
 
-STORE_SIDECARS = ("", "-wal", "-shm", "-journal", ".recovery.jsonl")
+STORE_SIDECARS = ("", *NEIGHBOURS)  # the store and the files beside it
 # An existing file larger than this is not read to learn its schema: no mcap JSON is.
 MAX_SCHEMA_PROBE_BYTES = 256 * 2**20
 
@@ -66,7 +68,10 @@ def check_out(out: Union[str, Path], schema: str, *, store: Union[str, Path, Non
     module docstring. Creates nothing (the write probe is removed)."""
     if str(out).strip() == "":  # argparse's --out type refuses it before Path("") is "."
         raise OutputError(f"{flag} is empty; give a file name such as result.json")
-    p = Path(out)
+    try:  # too long, a NUL: os.stat would raise (issue 38)
+        p = paths.checked(out, flag)
+    except paths.BadPath as exc:
+        raise OutputError(str(exc)) from None
     if store is not None:
         for suffix in STORE_SIDECARS:
             if _same(p, Path(f"{store}{suffix}")):
@@ -79,9 +84,11 @@ def check_out(out: Union[str, Path], schema: str, *, store: Union[str, Path, Non
                               f"choose another file")
     if p.is_dir():
         raise OutputError(f"{flag} {p} is a folder; give a file name inside it")
-    if p.exists() or p.is_symlink():
-        if not p.is_file():
-            raise OutputError(f"{flag} {p} exists and is not a regular file")
+    try:  # a link (never written through or over), a FIFO, another user's file (issue 38)
+        exists = owned.check(p, flag)
+    except owned.UnsafeFile as exc:
+        raise OutputError(str(exc)) from None
+    if exists:
         found = _schema_of(p)
         if found != schema:
             what = f"an mcap file of schema {found!r}" if found else "not an mcap JSON file"
@@ -109,11 +116,15 @@ def _probe(p: Path, base: Path, flag: str) -> None:
     os.unlink(tmp)
 
 
-def write_text(path: Union[str, Path], text: str) -> Path:
-    """Replace ``path`` with ``text`` atomically (``mcap.io.jsonio.write_text_atomic``: temp
-    file beside it, fsync, rename)."""
-    from mcap.io.jsonio import write_text_atomic
-    return write_text_atomic(Path(path), text)
+def write_text(path: Union[str, Path], text: str, flag: str = "--out") -> Path:
+    """Replace ``path`` with ``text`` atomically (``mcap.files.owned.replace``: temp file
+    beside it, fsync, rename; never over a link or another user's file); its folder is
+    created when missing (``--out out/p.json`` in a fresh checkout)."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        return owned.replace(path, text, flag)
+    except owned.UnsafeFile as exc:
+        raise OutputError(str(exc)) from None
 
 
 def rescue_hint(kind: str, stored_id: int, store: Union[str, Path], out: Union[str, Path]) -> str:

@@ -25,6 +25,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from mcap.core import numbers
 from mcap.core.errors import UnknownModel
 
 PREFIX = "hf"
@@ -112,12 +113,11 @@ def parse_value(raw: str, key: str, spec: str):
         return None
     if "/" in raw:
         return [parse_value(part, key, spec) for part in raw.split("/")]
-    for conv in (int, float):
-        try:
-            value = conv(raw)
-        except ValueError:
+    for conv in (lambda t: numbers.whole(t, max_digits=4000), numbers.real):  # ASCII only
+        value = conv(raw)
+        if value is None:
             continue
-        if conv is float and value != value or value in (float("inf"), float("-inf")):
+        if value != value or value in (float("inf"), float("-inf")):
             raise UnknownModel(f"spec {spec!r}: {key}={raw} is not a finite number")
         return value
     if not re.fullmatch(r"[A-Za-z0-9_.\-]+", raw):

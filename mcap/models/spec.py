@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mcap.core import numbers
 from mcap.core.errors import UnknownModel
 from mcap.models import hfspec
 
@@ -106,12 +107,11 @@ def _known() -> str:
 
 
 def _parse_value(raw: str, key: str, spec: str) -> int | float | str:
-    for conv in (int, float):
-        try:
-            return conv(raw)
-        except ValueError:
-            pass
-    return raw
+    """An int or a float in ASCII digits (``mcap.core.numbers``: "٣" is not 3), else the text."""
+    value = numbers.whole(raw, max_digits=4000)  # int() refuses 4,300 digits and more
+    if value is None:
+        value = numbers.real(raw)
+    return raw if value is None else value
 
 
 def is_user_spec(spec: str) -> bool:
@@ -262,3 +262,42 @@ def trusted_model_arg(text: str) -> TrustedSpec:
     except UnknownModel as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return TrustedSpec(text.strip())
+
+
+# --- what tensor parallelism splits (issue 38, item 5) ------------------------------------
+
+# Configuration keys of a Hugging Face family that tensor parallelism splits (heads, the
+# model width, the MLP's inner width), by the names the families use.
+_HF_TP_KEYS = {"heads": ("num_attention_heads", "n_head", "num_heads"),
+               "hidden": ("hidden_size", "n_embd", "d_model"),
+               "ffn": ("intermediate_size", "n_inner", "d_ff")}
+
+
+def tensor_parallel_sizes(spec: str) -> tuple[tuple[str, int], ...] | None:
+    """The sizes a tp stage of this model splits, by name (a degree must divide each):
+    GPT's heads, width and MLP width (4 x width), VGG11's classifier width, a Hugging Face
+    architecture's heads, hidden and intermediate sizes where its spec or named
+    configuration gives them. None where mcap cannot say (AmoebaNet, whose only Linear is
+    its classifier; a user model; a spec that does not parse)."""
+    try:
+        name, params = parse_spec(spec)
+    except UnknownModel:
+        return None
+    if name == "gpt":
+        return (("heads", params["heads"]), ("hidden", params["hidden"]),
+                ("ffn", 4 * params["hidden"]))
+    if name == "vgg11":
+        return (("hidden", params["hidden"]),)
+    if hfspec.is_hf_spec(name):
+        named = hfspec.named_configs().get(name.partition(":")[2])
+        values = {**(named.config if named else {}), **params}
+        found = tuple((what, values[k]) for what, keys in _HF_TP_KEYS.items()
+                      for k in keys if isinstance(values.get(k), int)
+                      and not isinstance(values.get(k), bool))
+        seen, out = set(), []
+        for what, size in found:  # the first key of each kind that the spec gives
+            if what not in seen:
+                seen.add(what)
+                out.append((what, size))
+        return tuple(out) or None
+    return None

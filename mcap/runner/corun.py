@@ -55,8 +55,7 @@ def factors_for(spec: str, setup: Setup, num_layers: int,
     ``param_bytes``) under ``setup`` (module docstring): kept in the process, else read from
     the machine cache, else measured. ``()`` on CUDA, with one stage, with
     ``MCAP_CORUN=off``, or when the k processes would not fit in host memory."""
-    if setup.device != "cpu" or setup.stages < 2 or num_layers < 2 \
-            or os.environ.get(ENV, "").strip().lower() == "off":
+    if setup.device != "cpu" or setup.stages < 2 or num_layers < 2 or not enabled():
         return ()
     k = min(setup.stages, MAX_PROCESSES)
     micro = max(1, setup.batch_size // setup.chunks)
@@ -75,6 +74,16 @@ def factors_for(spec: str, setup: Setup, num_layers: int,
                 machinecache.write(SECTION, key, found, _valid)
         _cache[key] = tuple(float(x) for x in found["factors"])
     return _cache[key]
+
+
+def enabled() -> bool:
+    """``$MCAP_CORUN``: on (the default, also when empty) or off; McapError naming any
+    other value (issue 38: ``MCAP_CORUN=bogus`` was taken as on, silently)."""
+    text = os.environ.get(ENV, "").strip().lower()
+    if text not in ("", "on", "off"):
+        raise McapError(f"{ENV}={os.environ.get(ENV, '')!r:.40} is not on or off (off leaves "
+                        "the co-run slowdown out of throughput estimates)")
+    return text != "off"
 
 
 def _valid(value: dict) -> bool:

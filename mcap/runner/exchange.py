@@ -56,7 +56,7 @@ from typing import Optional, Sequence
 import torch
 from torch import nn
 
-MODES = ("auto", "ipc", "host", "store")
+from mcap.runner.isolation import EXCHANGES as MODES, asked_exchange
 ACK_SECONDS = 300.0  # how long a stage waits, at the end of a run, for its peer's copies
 
 _run_id = 0  # the pool's id of the run in progress (set_run); keys are unique per run
@@ -73,9 +73,7 @@ def mode(shares_gpu: bool) -> Optional[str]:
     """How this run's stages exchange (``$MCAP_EXCHANGE``): None for the process group
     itself (stages on their own devices, or CPU), ``host`` for gloo through host memory,
     ``ipc`` / ``store`` for a :class:`Link`. Default: ``ipc`` when stages share a GPU."""
-    asked = os.environ.get("MCAP_EXCHANGE", "auto")
-    if asked not in MODES:
-        raise ValueError(f"MCAP_EXCHANGE={asked!r}: expected one of {', '.join(MODES)}")
+    asked = asked_exchange()  # McapError naming a bad value
     if asked == "auto":
         return "ipc" if shares_gpu else None
     if asked == "host":

@@ -7,12 +7,43 @@ from __future__ import annotations
 import os
 from typing import Optional
 
+from mcap.core import numbers
 from mcap.core.errors import McapError
 from mcap.core.types import Setup
 
 ISOLATIONS = ("stage", "pipeline")
 ISOLATION_ENV = "MCAP_ISOLATION"
 SLOTS_ENV = "MCAP_STAGE_SLOTS"
+EXCHANGE_ENV = "MCAP_EXCHANGE"
+EXCHANGES = ("auto", "ipc", "host", "store")  # mcap.runner.exchange says what each does
+
+
+def asked_isolation() -> Optional[str]:
+    """``$MCAP_ISOLATION`` (None when unset or empty); McapError naming a bad value."""
+    asked = os.environ.get(ISOLATION_ENV) or None
+    if asked is not None and asked not in ISOLATIONS:
+        raise McapError(f"{ISOLATION_ENV}={asked!r:.40} is not one of {', '.join(ISOLATIONS)}")
+    return asked
+
+
+def asked_slots() -> Optional[int]:
+    """``$MCAP_STAGE_SLOTS`` (None when unset or empty); McapError naming a bad value."""
+    text = os.environ.get(SLOTS_ENV, "").strip()
+    if not text:
+        return None
+    value = numbers.whole(text)  # ASCII digits only ("²".isdigit() is True)
+    if value is None or not 1 <= value <= 1024:
+        raise McapError(f"{SLOTS_ENV}={text!r:.40} is not a whole number of processes "
+                        "from 1 to 1024")
+    return value
+
+
+def asked_exchange() -> str:
+    """``$MCAP_EXCHANGE`` (default auto); McapError naming a bad value."""
+    asked = os.environ.get(EXCHANGE_ENV, "auto")
+    if asked not in EXCHANGES:
+        raise McapError(f"{EXCHANGE_ENV}={asked!r:.40}: expected one of {', '.join(EXCHANGES)}")
+    return asked
 
 
 def resolve_isolation(isolation: Optional[str], engine) -> str:
@@ -23,7 +54,7 @@ def resolve_isolation(isolation: Optional[str], engine) -> str:
     ``$MCAP_ISOLATION``. Engines that cannot run stages alone run them together: torchgpipe
     (one process, every stage on its own GPU already). Engine hybrid runs each device (a
     dp/tp rank or a pipeline stage) alone."""
-    asked = isolation if isolation is not None else (os.environ.get(ISOLATION_ENV) or "stage")
+    asked = isolation if isolation is not None else (asked_isolation() or "stage")
     if asked not in ISOLATIONS:
         raise McapError(f"isolation {asked!r} is not one of {', '.join(ISOLATIONS)}")
     if asked == "stage" and not engine.alone:
@@ -36,12 +67,9 @@ def stage_slots(setup: Setup) -> int:
     times are its own only when it has the GPU to itself; its peak is its own either way),
     on the CPU one per ``Setup.threads`` cores, at most one per stage;
     ``$MCAP_STAGE_SLOTS`` overrides."""
-    text = os.environ.get(SLOTS_ENV, "").strip()
-    if text:
-        if not text.isdigit() or not 1 <= int(text) <= 1024:
-            raise McapError(f"{SLOTS_ENV}={text!r:.40} is not a whole number of processes "
-                            "from 1 to 1024")
-        return min(int(text), setup.stages)
+    asked = asked_slots()
+    if asked is not None:
+        return min(asked, setup.stages)
     if setup.device == "cuda":
         import torch
         return max(1, min(torch.cuda.device_count(), setup.stages))

@@ -12,7 +12,14 @@ build, and whatever the caller adds) and measured at most :data:`MAX_AGE_S` ago.
 The file is data: it is read as JSON, each entry is checked by its caller's ``valid`` (so
 only numbers and texts of the expected shape are used), an entry that is not well formed is
 skipped, and the file is replaced whole (written beside and renamed). A broken, foreign or
-unwritable file costs one measurement, never a failed run.
+unwritable file costs one measurement, never a failed run. A file that is a link, or that
+another user could have written, is not read (``mcap.files.owned``).
+
+The folder is the cache's own (issue 38: ``MCAP_CACHE_DIR=/`` wrote ``/machine.json``
+without a word): a folder of the user's, not a link, holding nothing but mcap's files
+(:data:`OWN_NAMES`), created when missing. Any other folder is refused: :func:`check_folder`
+raises (the command line checks it before a command runs, ``mcap.cli.environment``), and a
+measurement under it keeps nothing and says why once.
 """
 from __future__ import annotations
 
@@ -22,12 +29,12 @@ import os
 import platform
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from mcap.core.errors import McapError
+from mcap.files import owned, paths
 from mcap.runner.heap import MALLOC_ENV
 
 CACHE_ENV = "MCAP_CACHE_DIR"
@@ -35,6 +42,10 @@ CACHE_FILE = "machine.json"
 MAX_AGE_S = 24 * 3600.0  # measured longer ago: measured again
 MAX_ENTRIES = 64  # per section; the oldest go first
 MAX_BYTES = 1 << 20  # a larger file is not ours: ignored, then replaced
+# What mcap keeps in its cache folder: this file (and its temporaries, ``.machine*``) and,
+# for an installed mcap, memtrack's compiled extension (``mcap.runner.memtrack``).
+OWN_NAMES = (CACHE_FILE, "torch_extensions")
+_warned: set = set()
 
 
 def cache_file() -> Optional[Path]:
@@ -44,6 +55,65 @@ def cache_file() -> Optional[Path]:
         return None
     base = Path(text).expanduser() if text else Path.home() / ".cache" / "mcap"
     return base / CACHE_FILE
+
+
+def problem() -> Optional[str]:
+    """Why the cache's folder cannot be used (module docstring), or None (also for off)."""
+    text = os.environ.get(CACHE_ENV, "").strip()
+    if text.lower() == "off":
+        return None
+    try:
+        if text:
+            paths.checked(text, f"${CACHE_ENV}")
+        path = cache_file()
+        st = os.lstat(path.parent)
+    except paths.BadPath as exc:
+        return str(exc)
+    except (FileNotFoundError, NotADirectoryError):
+        return None  # created when first written (a file in the way: the write says so)
+    except OSError as exc:
+        return f"{path.parent} cannot be used: {exc.strerror or exc}"
+    why = owned.folder_problem(st)
+    if why is not None:
+        return f"{path.parent} {why}"
+    foreign = []
+    try:
+        with os.scandir(path.parent) as entries:
+            for e in entries:
+                if e.name not in OWN_NAMES and not e.name.startswith(".machine"):
+                    foreign.append(e.name)
+                    if len(foreign) > 5:
+                        break
+    except OSError as exc:
+        return f"{path.parent} cannot be listed: {exc.strerror or exc}"
+    if foreign:
+        shown = ", ".join(sorted(foreign)[:5]) + (", ..." if len(foreign) > 5 else "")
+        return (f"{path.parent} holds files that are not mcap's ({shown}); the machine cache "
+                f"keeps {CACHE_FILE} only in a folder of its own")
+    return None
+
+
+def check_folder() -> None:
+    """McapError naming ``$MCAP_CACHE_DIR`` when the cache's folder cannot be used."""
+    why = problem()
+    if why is not None:
+        raise McapError(f"${CACHE_ENV}={os.environ.get(CACHE_ENV, '')[:200]!r}: {why}. Give a "
+                        "new or empty folder of yours, or off to keep nothing")
+
+
+def _usable() -> Optional[Path]:
+    """The cache file, or None when off or refused (said once per process and reason)."""
+    path = cache_file()
+    if path is None:
+        return None
+    why = problem()
+    if why is not None:
+        if why not in _warned:
+            _warned.add(why)
+            print(f"mcap: warning: ${CACHE_ENV}: {why}; the machine's measurements are not "
+                  "kept (give a new or empty folder of yours, or off)", file=sys.stderr)
+        return None
+    return path
 
 
 def machine_key(**more) -> str:
@@ -71,14 +141,15 @@ def finite(x) -> bool:
 def _doc(path: Path) -> dict:
     """The file's document; {} for anything but a regular file of at most MAX_BYTES of JSON."""
     try:
-        if not path.is_file():
+        if not owned.check(path, "the machine cache"):  # a link, another user's: not read
             return {}
-        with open(path, encoding="utf-8") as fh:
+        fd = owned.open_fd(path, os.O_RDONLY, "the machine cache")
+        with os.fdopen(fd, encoding="utf-8") as fh:
             text = fh.read(MAX_BYTES + 1)
         if len(text) > MAX_BYTES:
             return {}
         doc = json.loads(text)
-    except (OSError, ValueError, RecursionError):
+    except (OSError, ValueError, RecursionError, owned.UnsafeFile):
         return {}
     return doc if isinstance(doc, dict) and doc.get("version") == 1 else {}
 
@@ -104,7 +175,7 @@ def read(section: str, key: str, valid: Callable[[dict], bool],
          now: Optional[float] = None) -> Optional[dict]:
     """The value kept under ``section`` for ``key`` if ``valid`` and measured within
     :data:`MAX_AGE_S` of ``now``, else None."""
-    path = cache_file()
+    path = _usable()
     if path is None:
         return None
     now = time.time() if now is None else now
@@ -117,7 +188,7 @@ def read(section: str, key: str, valid: Callable[[dict], bool],
 def write(section: str, key: str, value: dict, valid: Callable[[dict], bool]) -> None:
     """Keep ``value`` under ``section`` for ``key`` (replacing its older entry, keeping the
     other sections' well-formed entries); skipped when the file cannot be written."""
-    path = cache_file()
+    path = _usable()
     if path is None:
         return
     doc = _doc(path)
@@ -129,17 +200,10 @@ def write(section: str, key: str, value: dict, valid: Callable[[dict], bool]) ->
             kept.append({"key": key, "measured_at": time.time(), "value": value,
                          "load": os.getloadavg()[0] if hasattr(os, "getloadavg") else None})
         out[name] = kept[-MAX_ENTRIES:]
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".machine-", suffix=".json", dir=str(path.parent))
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(out, fh, indent=1)
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-    except OSError:
+    try:  # the folder is mcap's own (checked above): a link there is replaced, never followed
+        owned.folder(path.parent, f"${CACHE_ENV}")
+        owned.replace(path, json.dumps(out, indent=1), "the machine cache", over_link=True)
+    except (OSError, owned.UnsafeFile):
         pass
 
 

@@ -39,6 +39,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Iterator, Optional
 
+from mcap.files import owned
+
 OTHER, WEIGHTS, GRADIENTS, OPTIMIZER = 0, 1, 2, 3
 CATEGORIES = ("other", "weights", "gradients", "optimizer")
 
@@ -70,7 +72,11 @@ def _load() -> ModuleType:
     build = _extensions_dir() / name
     build.mkdir(parents=True, exist_ok=True)
     built = build / f"{name}.so"
-    with open(build / ".mcap.lock", "w") as lock:
+    # Never through a link planted there (mcap.files.owned, issue 38); its bytes are never
+    # read or written, so whose it is does not matter.
+    lock = owned.open_fd(build / ".mcap.lock", os.O_RDWR | os.O_CREAT, "memtrack's build lock",
+                         owner=False)
+    with os.fdopen(lock, "r+b"):
         # torch's own build lock is a polled file left behind by a killed compiler; an
         # flock dies with its holder.
         fcntl.flock(lock, fcntl.LOCK_EX)

@@ -38,6 +38,17 @@ from mcap.runner.zygote import Zygote
 # "spawn": start every worker as its own process even where a zygote could fork it (for
 # comparison, and a way out should forking ever misbehave somewhere).
 START_ENV = "MCAP_STAGE_START"
+START_METHODS = ("fork", "spawn")  # fork: from the zygote (the default on the CPU)
+
+
+def start_method() -> str:
+    """``$MCAP_STAGE_START`` (default fork); McapError naming a bad value."""
+    asked = os.environ.get(START_ENV, "").strip() or "fork"
+    if asked not in START_METHODS:
+        raise McapError(f"{START_ENV}={asked!r:.40} is not one of {', '.join(START_METHODS)}")
+    return asked
+
+
 # numpy's OpenBLAS would start a thread pool at import; the zygote must stay single-threaded
 # to fork safely (torch does not use numpy's BLAS).
 ZYGOTE_ENV = {"OPENBLAS_NUM_THREADS": "1"}
@@ -133,7 +144,7 @@ class WorkerPool:
     def _zygote_for(self, env: dict) -> Optional[Zygote]:
         """The pool's zygote (started once, kept across restarts), or None to spawn."""
         if (self.setup.device != "cpu" or not hasattr(os, "fork")
-                or os.environ.get(START_ENV) == "spawn" or self._spawn_only):
+                or start_method() == "spawn" or self._spawn_only):
             return None
         if self._zygote is not None and (self._zygote.dead or self._zygote.refused):
             self._spawn_only = self._spawn_only or bool(self._zygote.refused)

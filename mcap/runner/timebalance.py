@@ -9,6 +9,7 @@ the predictor's peaks like every other method's.
 from __future__ import annotations
 
 import copy
+from typing import Optional
 
 from mcap.core.errors import McapError
 
@@ -42,15 +43,40 @@ def check_device(device: str) -> None:
         raise McapError(f"time: device {device!r} is not one mcap times on (cpu, cuda)")
 
 
+def check_fits(spec: str, micro_batch: int, layers: Optional[int] = None) -> None:
+    """Refuse (``TooLarge``, an McapError naming the sizes) timing ``spec`` on a micro-batch
+    whose parameters and activations, counted on the meta device before anything is
+    allocated (``mcap.models.footprint``), exceed the memory available now (issue 38: a
+    profile of batch size 2^20 asked torch for 64 GiB); with ``layers``, refuse a spec that
+    builds another number of layers than the file that names it lists."""
+    from mcap.models.footprint import timing_bytes
+    from mcap.models.limits import check_allocation
+    from mcap.models.spec import shown
+    counted = timing_bytes(spec, micro_batch)
+    if counted is None:
+        return
+    need, built = counted
+    if layers is not None and built != layers:
+        raise McapError(f"the profile is inconsistent: its model spec {shown(spec)} builds "
+                        f"{built} layers but its layer list has {layers}; it cannot be timed")
+    check_allocation(f"timing {shown(spec)} on a micro-batch of {micro_batch:,} (its "
+                     "parameters and its largest layer's activations, forward and backward, "
+                     "counted on the meta device)", need)
+
+
 def time_balance(spec: str, stages: int, micro_batch: int, *, timeout: float = DEFAULT_TIMEOUT,
                  device: str = "cpu", seed: int = 0) -> tuple[int, ...]:
-    """torchgpipe's ``balance_by_time`` for a model spec, on a sample micro-batch."""
+    """torchgpipe's ``balance_by_time`` for a model spec, on a sample micro-batch; refused
+    before anything is allocated when it cannot fit (:func:`check_fits`)."""
     import torch
     from torchgpipe.balance import balance_by_time
 
     from mcap.models import build_model
 
     check_device(device)
+    if micro_batch < 1:
+        raise McapError(f"time: micro-batch size must be >= 1, got {micro_batch}")
+    check_fits(spec, micro_batch)
     built = build_model(spec, seed=seed)
     if not 1 <= stages <= built.info.num_layers:
         raise McapError(f"time: cannot split {built.info.num_layers} layers into {stages} stages")
@@ -86,6 +112,7 @@ def layer_times(spec: str, micro_batch: int, *, timeout: float = DEFAULT_TIMEOUT
     if micro_batch < 1:
         raise McapError(f"layer times: micro-batch size must be >= 1, got {micro_batch}")
     check_device(device)
+    check_fits(spec, micro_batch)
     built = build_model(spec, seed=seed)
     module = _without_inplace(built.module).to(device)
     inputs, _ = built.example_batch(micro_batch, seed=seed)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Union
 
 from mcap.core.errors import StoreError
+from mcap.files import owned, paths
 from mcap.store.schema import (  # noqa: F401  (_SCHEMA, SCHEMA_VERSION: importable here)
     _SCHEMA, APPLICATION_ID, SCHEMA_VERSION, _check_version, _create, _foreign_message,
     _migrate, _table_names)
@@ -28,7 +29,7 @@ _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 def default_store_path() -> Path:
     """``$MCAP_STORE`` if set, else ``.mcap/store.sqlite`` under the current directory."""
-    env = os.environ.get("MCAP_STORE")
+    env = os.environ.get("MCAP_STORE")  # checked as text where it is opened (check_path)
     return Path(env) if env else Path.cwd() / ".mcap" / "store.sqlite"
 
 
@@ -36,22 +37,59 @@ def resolve_path(path: Union[str, os.PathLike, None]) -> Path:
     return default_store_path() if path is None else Path(path)
 
 
-def check_path(path: Path) -> bool:
+# Files SQLite and mcap keep beside a store: its write-ahead log and shared memory (WAL
+# mode), a rollback journal (an older store, or SQLite's fallback), the recovery file
+# (``mcap.store.recovery``). Each is written through whatever the path names, so each passes
+# the store's own test (``mcap.files.owned``) before any connection is made.
+NEIGHBOURS = {"-wal": "write-ahead log", "-shm": "shared-memory file",
+              "-journal": "rollback journal", ".recovery.jsonl": "recovery file"}
+
+
+def check_path(path: Path, *, owner: bool = True) -> bool:
     """Whether ``path`` is a new store (missing, or a zero-byte regular file); StoreError
-    for anything that is not a regular file: a folder, a FIFO, a device such as /dev/null
-    (SQLite would put its -journal beside it, in /dev), a socket. Follows symlinks."""
+    for anything mcap must not write (issue 38, ``mcap.files.owned``): a folder, a FIFO, a
+    device such as /dev/null (SQLite would put its -journal beside it, in /dev), a socket, a
+    symbolic link (never followed), a file with other names (hard links), another user's
+    file or one every user may write (``owner=False``, for reading only, leaves these two
+    out). Its neighbours (:data:`NEIGHBOURS`) pass the same test, missing or not."""
+    path = _checked_text(path)
     try:
-        st = os.stat(path)
+        st = os.lstat(path)
     except FileNotFoundError:
-        return True
+        st = None
     except OSError as exc:  # under a file, in /proc, no permission: say so, no traceback
         raise StoreError(f"cannot use {path} as the store: {exc.strerror or exc}") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise StoreError(f"store path {path} is a directory (a folder), not a file")
-    if not stat.S_ISREG(st.st_mode):
-        raise StoreError(f"store path {path} is {file_kind(st.st_mode)}, not a regular file; "
-                         f"a store is a regular file or a path that does not exist yet")
-    return st.st_size == 0
+    if st is not None:
+        if stat.S_ISDIR(st.st_mode):
+            raise StoreError(f"store path {path} is a directory (a folder), not a file")
+        if not stat.S_ISREG(st.st_mode) and not stat.S_ISLNK(st.st_mode):
+            raise StoreError(f"store path {path} is {file_kind(st.st_mode)}, not a regular "
+                             f"file; a store is a regular file or a path that does not exist yet")
+    check_neighbours(path, owner=owner)
+    _owned(path, "the store", owner)
+    return st is None or st.st_size == 0
+
+
+def _checked_text(path) -> Path:
+    try:
+        return paths.checked(path, "the store path")
+    except paths.BadPath as exc:
+        raise StoreError(str(exc)) from None
+
+
+def _owned(path: Path, what: str, owner: bool) -> None:
+    try:
+        owned.check(path, what, owner=owner)
+    except owned.UnsafeFile as exc:
+        raise StoreError(str(exc)) from None
+
+
+def check_neighbours(path: Path, *, owner: bool = True) -> None:
+    """StoreError unless each of the store's neighbour files (:data:`NEIGHBOURS`) is missing
+    or a regular file of this user's (``mcap.files.owned``): a ``-wal`` linked to another
+    file would have SQLite write its log into that file."""
+    for suffix, name in NEIGHBOURS.items():
+        _owned(Path(f"{path}{suffix}"), f"the store's {name}", owner)
 
 
 def file_kind(mode: int) -> str:
@@ -78,7 +116,7 @@ def connect(path: Path, read_only: bool = False) -> sqlite3.Connection:
     A read-write connection is in autocommit mode (``isolation_level=None``): the store
     opens its own ``BEGIN IMMEDIATE`` transactions, see ``Store._write``.
     """
-    new = check_path(path)
+    new = check_path(path, owner=not read_only)
     if read_only:
         if new:
             raise StoreError(f"store {path} does not exist" if not path.exists()

@@ -7,7 +7,7 @@ import dataclasses
 import time
 from typing import Optional
 
-from mcap.core import fields
+from mcap.core import consistency, fields
 from mcap.core.capture import merging
 from mcap.core.errors import McapError, StoreError
 from mcap.core.types import Profile, Run, Sweep
@@ -30,6 +30,8 @@ class Saved:
         the real layers, not copied into the merged study (:meth:`_merged_runs_home`)."""
         stats = profile.stats
         n = profile.model.num_layers
+        consistency.check("profile", profile.model, profile.setup, profile.runs,
+                          fields.Reader(f"profile of {profile.model.spec[:200]!r}", McapError))
         if len(stats.mem_isolated) != n or len(stats.mem_added) != n:
             raise McapError(f"profile of {profile.model.spec!r} has {len(stats.mem_isolated)} "
                             f"mem_isolated and {len(stats.mem_added)} mem_added values but "
@@ -77,6 +79,7 @@ class Saved:
                 raise StoreError(f"store {self.path}: profile {profile_id}'s runs do not fit "
                                  f"its merged layers: {exc}") from None
             profile = dataclasses.replace(profile, runs=runs)
+        consistency.check("profile", profile.model, profile.setup, profile.runs, r)
         return profile
 
     def _merged_runs_home(self, conn, profile: Profile) -> Optional[tuple[Study, tuple[Run, ...]]]:
@@ -111,6 +114,8 @@ class Saved:
 
     def save_sweep(self, sweep: Sweep, name: Optional[str] = None) -> int:
         """Store a sweep (many measured partitionings) in one transaction; returns its id."""
+        consistency.check("sweep", sweep.model, sweep.setup, sweep.runs,
+                          fields.Reader(f"sweep of {sweep.model.spec[:200]!r}", McapError))
         with self._write() as conn:
             study = self._get_or_create_study(conn, sweep.model, sweep.setup)
             machine = self._machine_key(conn, sweep.machine)
@@ -134,6 +139,8 @@ class Saved:
                 row[0], rec.reader(self.path, "sweeps", int(sweep_id)), "study_id"))
             runs = self._linked_runs(conn, "sweep_runs", "sweep_id", sweep_id)
             machine = self._machine_row(conn, row[2])
+        consistency.check("sweep", study.model, study.setup, runs,
+                          rec.reader(self.path, "sweeps", int(sweep_id)))
         return Sweep(study.model, study.setup, runs,
                      rec.extra_from_json(row[1], rec.reader(self.path, "sweeps", int(sweep_id))),
                      machine=machine)

@@ -77,3 +77,40 @@ def test_cancel_stops_the_child_and_keeps_finished_runs(tmp_path):
     assert p.job.status == "cancelled" and not p.alive
     assert len(p.runs) < 5  # gpt with 4 blocks has 6 layers: 5 two-stage partitionings
     assert jobs.cancel(store, job.id).status == "cancelled"  # a second cancel changes nothing
+
+
+# --- the files a job writes: never through a link (issue 38, item 1) ----------------------
+
+VICTIM = b"secret=hunter2\n"
+
+
+def test_a_log_linked_to_another_file_is_refused_and_never_shown(tmp_path):
+    """A copied store whose ``jobs/`` holds a link where job 1's log goes: the launch is
+    refused before the child starts (the victim is not truncated), and a job record of the
+    store never shows the linked file's tail on a page."""
+    store = open_store(tmp_path / "s.sqlite")
+    victim = tmp_path / "victim.txt"
+    victim.write_bytes(VICTIM)
+    log = jobs.log_path(store, 1)
+    log.parent.mkdir()
+    log.symlink_to(victim)
+    with pytest.raises(McapError, match="job's log .* is a symbolic link"):
+        jobs.launch(store, "profile", ["--model", "nosuchmodel", "--stages", "2",
+                                       "--out", str(tmp_path / "p.json")])
+    assert victim.read_bytes() == VICTIM
+    assert store.job(1).status == "failed" and "symbolic link" in store.job(1).error
+    assert jobs.tail_of(log) == "" and jobs.progress(store, 1).log_tail == ""
+
+
+@pytest.mark.parametrize("folder", ["jobs", "out"])
+def test_a_linked_jobs_or_out_folder_is_refused(tmp_path, folder):
+    store = open_store(tmp_path / "s.sqlite")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / folder).symlink_to(elsewhere, target_is_directory=True)
+    with pytest.raises(McapError, match="symbolic link"):
+        if folder == "out":
+            jobs.output_path(store, "sweep")
+        else:
+            jobs.launch(store, "profile", ["--model", "nosuchmodel", "--stages", "2"])
+    assert list(elsewhere.iterdir()) == [] and store.list_jobs() == ()

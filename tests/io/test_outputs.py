@@ -122,3 +122,17 @@ def test_export_refuses_a_bad_out_and_missing_ids(capsys, tmp_path, store):
     assert code == 2 and "does not exist" in err
     code, out, _ = cli(capsys, "export", "--store", store, "--profile", "1", "--out", tmp_path / "p.json")
     assert code == 0 and json.loads((tmp_path / "p.json").read_text())["schema"] == "mcap.profile/1"
+
+
+def test_an_out_in_a_new_folder_is_written_and_a_linked_out_is_refused(tmp_path):
+    """``--out out/p.json`` in a fresh checkout creates out/ (README's first session); an
+    ``--out`` that is a link is refused, its target left as it was (issue 38)."""
+    written = outputs.write_checked(tmp_path / "out" / "p.json", '{"schema": "mcap.profile/1"}',
+                                    "mcap.profile/1")
+    assert written.read_text() == '{"schema": "mcap.profile/1"}'
+    victim = tmp_path / "victim.json"
+    victim.write_text('{"schema": "mcap.profile/1"}')
+    (tmp_path / "link.json").symlink_to(victim)
+    with pytest.raises(outputs.OutputError, match="symbolic link"):
+        outputs.check_out(tmp_path / "link.json", "mcap.profile/1")
+    assert victim.read_text() == '{"schema": "mcap.profile/1"}'

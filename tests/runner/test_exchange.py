@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch import nn
 
+from mcap.core.errors import McapError
 from mcap.runner import exchange
 
 
@@ -81,7 +82,7 @@ def test_mode_defaults_to_ipc_only_where_stages_share_a_gpu(monkeypatch):
     monkeypatch.setenv("MCAP_EXCHANGE", "store")
     assert exchange.mode(False) == "store"
     monkeypatch.setenv("MCAP_EXCHANGE", "nvlink")
-    with pytest.raises(ValueError, match="MCAP_EXCHANGE='nvlink'"):
+    with pytest.raises(McapError, match="MCAP_EXCHANGE='nvlink'"):
         exchange.mode(True)
 
 

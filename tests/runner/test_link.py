@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from mcap.core.errors import McapError
 from mcap.core.types import Setup
 from mcap.runner import link, machinecache
 
@@ -122,3 +123,53 @@ def test_a_cache_path_that_is_not_a_regular_file_is_never_read(cache_dir, monkey
     got = link.link_for(Setup(stages=4, batch_size=8, chunks=2, device="cpu"))
     assert calls == [("cpu", "gloo")] and got.bytes_per_second == 2e9
     assert (cache_dir / machinecache.CACHE_FILE).is_file()  # the link replaced, /dev/zero untouched
+
+
+# --- the cache's folder is its own (issue 38: MCAP_CACHE_DIR=/ wrote /machine.json) --------
+
+def test_a_folder_holding_other_files_is_refused_and_nothing_is_written_there(
+        tmp_path, monkeypatch, capsys):
+    home = tmp_path / "home"
+    (home / "notes").mkdir(parents=True)
+    (home / ".bashrc").write_text("x")
+    monkeypatch.setenv(machinecache.CACHE_ENV, str(home))
+    monkeypatch.setattr(machinecache, "_warned", set())
+    with pytest.raises(McapError, match=r"\$MCAP_CACHE_DIR=.* holds files that are not "
+                                        r"mcap's \(\.bashrc, notes\)"):
+        machinecache.check_folder()
+    for _ in range(2):
+        machinecache.write("links", "k", {"x": 1}, lambda v: True)
+    assert sorted(p.name for p in home.iterdir()) == [".bashrc", "notes"]
+    warned = capsys.readouterr().err
+    assert warned.count("not kept") == 1 and "holds files that are not mcap's" in warned
+    monkeypatch.setenv(machinecache.CACHE_ENV, "/")
+    assert "/ holds files that are not mcap's" in machinecache.problem()
+
+
+def test_a_linked_or_shared_cache_folder_is_refused(tmp_path, monkeypatch):
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real, target_is_directory=True)
+    monkeypatch.setenv(machinecache.CACHE_ENV, str(tmp_path / "link"))
+    assert "symbolic link" in machinecache.problem()
+    real.chmod(0o777)
+    monkeypatch.setenv(machinecache.CACHE_ENV, str(real))
+    assert "every user" in machinecache.problem()
+    monkeypatch.setenv(machinecache.CACHE_ENV, "x" * 5000)
+    assert "above the system's limit" in machinecache.problem()
+    monkeypatch.setenv(machinecache.CACHE_ENV, str(tmp_path / "new" / "cache"))
+    assert machinecache.problem() is None  # created when first written
+
+
+def test_a_cache_file_another_user_could_have_written_is_not_read(cache_dir, monkeypatch):
+    cache_dir.mkdir()
+    mine = link.machine_key("cpu", "gloo")
+    path = cache_dir / machinecache.CACHE_FILE
+    path.write_text(json.dumps({"version": 1, "links": [{"key": mine, "measured_at": time.time(),
+                                "value": {"how": "gloo", "latency": 1.0,
+                                          "bytes_per_second": 1.0}}]}))
+    path.chmod(0o666)
+    calls = _count_measures(monkeypatch, link.Link(4e-5, 2e9, "gloo"))
+    got = link.link_for(Setup(stages=4, batch_size=8, chunks=2, device="cpu"))
+    assert calls == [("cpu", "gloo")] and got.latency == 4e-5  # measured, not the planted 1 s
+    assert not path.stat().st_mode & 0o002  # replaced by a file of mcap's own

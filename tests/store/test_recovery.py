@@ -177,3 +177,88 @@ def test_measure_under_a_real_exclusive_lock_prints_keeps_and_the_next_command_i
         (record,) = s.run_records()
     assert record.run.peaks == tuple(printed["peaks"]) and record.kind == "measure"
     assert record.machine is not None and not kept.exists()
+
+
+# --- the recovery file is one of the store's own files (issue 38, item 1) ------------------
+
+SECRET = b"line1\r\n\n  \nsecret=hunter2\n\xff\xfe bad bytes\r\n{\"schema\": \"other\"}\nno newline"
+
+
+def test_a_linked_recovery_file_is_refused_and_its_target_neither_written_nor_printed(
+        store_path, tmp_path, capsys):
+    victim = tmp_path / "victim.txt"
+    victim.write_bytes(SECRET)
+    recovery.path_of(store_path).symlink_to(victim)
+    for read_only in (False, None, True):  # commands, the dashboard, export
+        with pytest.raises(StoreError, match="recovery file .* is a symbolic link .*victim.txt"):
+            Store(store_path, read_only=read_only)
+    line = recovery.run_line(MODEL, SETUP, RUN, kind="measure", job=None, machine=None,
+                             created=time.time())
+    with pytest.raises(StoreError, match="could not be kept.*symbolic link"):
+        raise recovery.kept_or_explain(store_path, line, "the store was busy")
+    assert victim.read_bytes() == SECRET
+    assert "hunter2" not in capsys.readouterr().err
+
+
+def test_lines_not_imported_stay_byte_for_byte_and_are_named_without_their_content(
+        store_path, capsys):
+    kept = recovery.path_of(store_path)
+    good = recovery.run_line(MODEL, SETUP, RUN, kind="measure", job=None, machine=None,
+                             created=time.time())
+    kept.write_bytes(SECRET[:-len(b"no newline")] + json.dumps(good).encode() + b"\n"
+                     + b"no newline")
+    with Store(store_path) as s:
+        assert s.runs(1) == (RUN,)
+    err = capsys.readouterr().err
+    assert kept.read_bytes() == SECRET  # CRs, blank lines, bad bytes and the last line kept
+    for secret in ("hunter2", "line1", "bad bytes", "no newline", "other"):
+        assert secret not in err, err
+    assert "line 4 was not imported" in err and "it is not JSON" in err
+    assert "line 5 " in err and "not UTF-8" in err
+    assert "line 6 " in err and "not an mcap.recovery/1 record" in err
+    assert "line 2 " not in err and "line 3 " not in err  # blank lines are not problems
+
+
+def test_a_file_nothing_is_imported_from_is_not_written(store_path):
+    kept = recovery.path_of(store_path)
+    kept.write_bytes(SECRET)
+    os.utime(kept, (1_000_000, 1_000_000))
+    Store(store_path).close()
+    assert kept.read_bytes() == SECRET and kept.stat().st_mtime == 1_000_000
+
+
+def test_a_kept_run_never_joins_a_last_line_without_a_newline(store_path):
+    kept = recovery.path_of(store_path)
+    kept.write_bytes(b"a note without a newline")
+    line = recovery.run_line(MODEL, SETUP, RUN, kind="measure", job=None, machine=None,
+                             created=time.time())
+    recovery.keep(store_path, line)
+    assert kept.read_bytes().split(b"\n")[0] == b"a note without a newline"
+    with Store(store_path) as s:
+        assert s.runs(1) == (RUN,)
+    assert kept.read_bytes() == b"a note without a newline\n"
+
+
+@pytest.mark.parametrize("mutate,needle", [
+    (lambda p: p.chmod(0o666), "written by every user"),
+    (lambda p: os.link(p, p.with_name("other-name")), "2 hard links"),
+])
+def test_a_recovery_file_another_user_could_have_written_is_refused(store_path, mutate, needle):
+    kept = recovery.path_of(store_path)
+    kept.write_bytes(SECRET)
+    mutate(kept)
+    with pytest.raises(StoreError, match=needle):
+        Store(store_path)
+    assert kept.read_bytes() == SECRET
+
+
+def test_a_record_with_a_bad_field_is_named_by_the_field_not_its_value(store_path, capsys):
+    kept = recovery.path_of(store_path)
+    good = recovery.run_line(MODEL, SETUP, RUN, kind="measure", job=None, machine=None,
+                             created=time.time())
+    bad = dict(good, row=dict(good["row"], status="secret=hunter2"))
+    kept.write_text(json.dumps(bad) + "\n")
+    Store(store_path).close()
+    err = capsys.readouterr().err
+    assert "line 1 was not imported" in err and "status" in err and "fails a check" in err
+    assert "hunter2" not in err

@@ -111,9 +111,11 @@ def cmd_recommend_mesh(args) -> int:
         raise McapError(f"--no-prune applies to --method "
                         f"{' or '.join(m for m in methods if meshsearch.get(m).prunes)} "
                         f"({method} does not prune)")
-    rec = recommend_mesh(_profile(args), mesh, method, prune=not args.no_prune,
+    from mcap.app.capture import tp_sizes
+    profile = _profile(args)
+    rec = recommend_mesh(profile, mesh, method, prune=not args.no_prune,
                          predictor=args.predictor, degree_fit=args.degree_fit or "inverse",
-                         batch_size=args.batch_size)
+                         batch_size=args.batch_size, tp_sizes=tp_sizes(profile))
     if args.json:
         print(json.dumps(rec.as_json()))
         return 0
@@ -124,6 +126,10 @@ def cmd_recommend_mesh(args) -> int:
           f"evaluated in {rec.seconds:.3f} s")
     for why in rec.missing:
         print(f"note: {why}")
+    from mcap.core.capture.hybridcosts import HybridCosts
+    for why in HybridCosts(profile, args.predictor, args.degree_fit or "inverse",
+                           batch_size=args.batch_size).extrapolated(rec.plan):
+        print(f"note: {why}")
     _device_table(rec.plan, rec.peaks)
     return 0
 
@@ -132,20 +138,26 @@ def cmd_predict_plan(args) -> int:
     from mcap.core.capture.plan import check_plan, parse_mesh, parse_plan
     from mcap.core.capture.hybridcosts import HybridCosts
 
+    from mcap.app.capture import tp_sizes
+
     plan = parse_plan(args.plan)
     profile = _profile(args)
     hc = HybridCosts(profile, args.predictor, args.degree_fit or "inverse",
-                     batch_size=args.batch_size)  # as predict --balance --batch-size
+                     batch_size=args.batch_size,  # as predict --balance --batch-size
+                     tp_sizes=tp_sizes(profile))  # a tp degree must divide heads, hidden, ffn
     # In the model's real layers, also for a merged profile (HybridCosts.peaks maps them).
     check_plan(plan, hc.layers, parse_mesh(args.mesh) if args.mesh else None)
     peaks = hc.peaks(plan)
+    notes = hc.extrapolated(plan)  # degrees beyond the profiled ones: said, not hidden
     if args.json:
         print(json.dumps({"predictor": hc.pp_costs().predictor, "plan_text": plan.text,
                           "plan": plan.as_json(), "predicted_peaks": list(peaks),
-                          "predicted_peak": max(peaks)}))
+                          "predicted_peak": max(peaks), "notes": list(notes)}))
         return 0
     print(f"plan {plan.text}: predicted peak {fmt_bytes(max(peaks))} ({max(peaks)} bytes; "
           f"predictor {hc.pp_costs().predictor}{line_note(hc.pp_costs().details)})")
+    for why in notes:
+        print(f"note: {why}")
     _device_table(plan, peaks)
     return 0
 

@@ -25,8 +25,8 @@ def register(sub) -> None:
                                    "(median, p90, p99, max), and for each method (exact, bf, bo, "
                                    "time, uniform, params) its pick, measured peak, rank and ratio "
                                    "to the measured best (paper 4.2).")
-    p.add_argument("--profile", required=True, help="a mcap.profile/1 JSON file")
-    p.add_argument("--sweep", required=True, help="a mcap.sweep/1 JSON file of the same model and setup")
+    p.add_argument("--profile", required=True, type=argtypes.in_path, help="a mcap.profile/1 JSON file")
+    p.add_argument("--sweep", required=True, type=argtypes.in_path, help="a mcap.sweep/1 JSON file of the same model and setup")
     add_predictor_option(p)
     p.add_argument("--no-time", action="store_true",
                    help="skip the time method (it imports torch and times the model)")
@@ -59,9 +59,9 @@ def register(sub) -> None:
     s.add_argument("--vary", default="filters", help="the model parameter to grow (default filters)")
     s.add_argument("--partitioner", action="append", choices=partitioners(), default=None,
                    help="repeatable; default: all of " + ", ".join(partitioners()))
-    s.add_argument("--low", type=int, required=True, help="smallest value of --vary to try")
-    s.add_argument("--high", type=int, required=True, help="largest value of --vary to try")
-    s.add_argument("--step", type=int, default=None,
+    s.add_argument("--low", type=argtypes.integer, required=True, help="smallest value of --vary to try")
+    s.add_argument("--high", type=argtypes.integer, required=True, help="largest value of --vary to try")
+    s.add_argument("--step", type=argtypes.integer, default=None,
                    help="values are low + k*step (default: the model's granularity, 4 for filters)")
     s.add_argument("--profile-capacity", choices=("same", "none"), default="same",
                    help="mcap's profiling runs: under the same capacity (default, as on real "
@@ -205,11 +205,12 @@ def _machines(profile, sweep, strict: bool) -> dict:
 def _sizes(text):
     if text is None:
         return None
-    try:
-        return tuple(int(t) for t in text.split(","))
-    except ValueError:
-        raise McapError(f"--profile-batch-sizes {text!r}: expected batch sizes separated by "
-                        "commas, e.g. 8,12") from None
+    from mcap.core import numbers
+    sizes = tuple(numbers.whole(t) for t in text.split(","))  # ASCII digits only
+    if None in sizes:
+        raise McapError(f"--profile-batch-sizes {text[:80]!r}: expected batch sizes separated "
+                        "by commas, e.g. 8,12")
+    return sizes
 
 
 def cmd_scale(args) -> int:

@@ -18,7 +18,7 @@ def register(sub) -> None:
                                       "mcap.sweep/1 JSON",
                        description="Write a profile or sweep saved in the store to a file "
                                    "(the ids are printed by profile and sweep).")
-    p.add_argument("--store", default=None, metavar="PATH",
+    p.add_argument("--store", default=None, metavar="PATH", type=argtypes.in_path,
                    help="results store (default $MCAP_STORE or .mcap/store.sqlite)")
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--profile", type=argtypes.positive_int, metavar="ID", help="stored profile id")
@@ -43,7 +43,7 @@ def cmd_export(args) -> int:
     kind = "profile" if args.profile is not None else "sweep"
     stored_id = args.profile if kind == "profile" else args.sweep
     store_path = resolve_path(args.store)
-    if check_path(store_path):  # a folder, a FIFO, a device: named as what it is
+    if check_path(store_path, owner=False):  # a folder, a FIFO, a device, a link: named
         raise McapError(f"store {store_path} does not exist" if not store_path.exists()
                         else f"store {store_path} is empty: it holds no {kind}")
     check_out(args.out, f"mcap.{kind}/1", store=store_path)

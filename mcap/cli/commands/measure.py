@@ -24,8 +24,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
-from pathlib import Path
-
+from mcap.cli import args as argtypes
 from mcap.cli.options import (
     add_node_options, add_setup_options, isolation_env, parse_balance, parse_plan_arg,
     plan_setup, setup_from_args,
@@ -47,7 +46,7 @@ def register(sub) -> None:
                        help="a hybrid plan, e.g. 3,3,10:tp2 (N layers on one device, N:dpK / "
                             "N:tpK on K devices with data / tensor parallelism), run on engine "
                             "hybrid with one process per device")
-    p.add_argument("--press", type=Path, default=None, metavar="PLAN.json",
+    p.add_argument("--press", type=argtypes.in_path, default=None, metavar="PLAN.json",
                    help="apply an MPress plan (mcap.press/1, from python -m mcap press --out) of this "
                         "model and balance: per layer keep, recompute, host swap or d2d swap; "
                         "needs --checkpoint never. The run is stored apart from plain runs")

@@ -61,7 +61,7 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser("predict", help="predict a partitioning's per-stage peaks from a profile")
-    p.add_argument("--profile", required=True, help="a mcap.profile/1 JSON file")
+    p.add_argument("--profile", required=True, type=argtypes.in_path, help="a mcap.profile/1 JSON file")
     p.add_argument("--balance", help="layer counts per stage, e.g. 3,3,5,19")
     add_predictor_option(p)
     add_batch_size_option(p)
@@ -75,7 +75,7 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_predict)
 
     p = sub.add_parser("recommend", help="recommend the partitioning with the lowest predicted peak")
-    p.add_argument("--profile", required=True, help="a mcap.profile/1 JSON file")
+    p.add_argument("--profile", required=True, type=argtypes.in_path, help="a mcap.profile/1 JSON file")
     p.add_argument("--stages", type=_positive_int, help="number of devices G")
     p.add_argument("--method", choices=(*search.names(), *capture.only_mesh_methods()), default=None,
                    help="; ".join(f"{m.name}: {m.help}" for m in map(search.get, search.names())))

@@ -25,7 +25,7 @@ def register(sub) -> None:
     from mcap.core.press import get, names
     p = sub.add_parser("press", help="plan recompute / host swap / device-to-device swap so "
                                      "every stage fits a capacity (MPress)")
-    p.add_argument("--profile", required=True, help="a mcap.profile/1 JSON file with MPress "
+    p.add_argument("--profile", required=True, type=argtypes.in_path, help="a mcap.profile/1 JSON file with MPress "
                    "statistics (profile --checkpoint never --press)")
     p.add_argument("--balance", required=True, help="layer counts per stage, e.g. 3,3,5,19")
     p.add_argument("--capacity", type=argtypes.parse_bytes, required=True, metavar="BYTES",

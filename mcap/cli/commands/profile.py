@@ -111,13 +111,11 @@ def _write(obj, out, kind: str, stored_id: int, store) -> None:
 
 
 def _batch_sizes(text: str) -> tuple[int, ...]:
-    try:
-        sizes = tuple(int(t) for t in text.split(","))
-    except ValueError:
-        sizes = ()
-    if len(sizes) < 2 or any(b < 1 for b in sizes):
+    from mcap.core import numbers
+    sizes = tuple(numbers.whole(t) for t in text.split(","))  # ASCII digits only
+    if len(sizes) < 2 or any(b is None or b < 1 for b in sizes):
         raise argparse.ArgumentTypeError(f"expected two or more batch sizes >= 1 separated by "
-                                         f"commas (e.g. 8,16), got {text!r}")
+                                         f"commas (e.g. 8,16), got {text[:80]!r}")
     return sizes
 
 

@@ -144,6 +144,9 @@ class HybridCosts:
     # --batch-size`` does: pp stages through ``recommend.costs_at`` (the profile's batch
     # line, III-B2), dp/tp stages from their variants at it or the line through two.
     batch_size: Optional[int] = None
+    # What a tp stage splits, by name (``mcap.models.spec.tensor_parallel_sizes``: heads,
+    # hidden, ffn): a tp degree must divide each (None: not known, not checked).
+    tp_sizes: Optional[tuple[tuple[str, int], ...]] = None
 
     def __post_init__(self):
         if self.batch_size is not None:  # also for plans without a pp stage
@@ -188,6 +191,13 @@ class HybridCosts:
             return None if degree == 1 else f"a pp stage has degree 1, not {degree}"
         if kind not in KINDS:
             raise McapError(f"parallelism {kind!r} is not one of pp, {', '.join(KINDS)}")
+        if kind == "tp" and self.tp_sizes:
+            split = ", ".join(f"{name} ({size:,})" for name, size in self.tp_sizes)
+            bad = [f"{name} ({size:,})" for name, size in self.tp_sizes if size % degree]
+            if bad:
+                return (f"a tp{degree:,} stage cannot exist: tensor parallelism splits the "
+                        f"model's {split} over its devices, and {degree:,} does not divide "
+                        f"its {', '.join(bad)}")
         engine = self.profile.setup.engine
         if engine != STORE_ENGINE and any(v.parallel == kind for v in self.profile.variants):
             # pp stages would come from another runtime than the dp/tp ones and the plan
@@ -224,6 +234,19 @@ class HybridCosts:
                 f"degree {degree}, or at two smaller degrees for the degree fit (III-B3); "
                 f"the profile has {said}{where}. Add the 2- and 4-way dp and tp runs with: "
                 f"{profile_command(self.profile, degree)}")
+
+    def extrapolated(self, plan: HybridPlan) -> tuple[str, ...]:
+        """A sentence for each dp/tp degree of ``plan`` beyond those the profile measured:
+        its peak is a fit (III-B3), not a reading, and says so with the measured degrees."""
+        out = []
+        for kind, degree in dict.fromkeys((s.parallel, s.degree) for s in plan.stages
+                                          if s.parallel in KINDS):
+            have = sorted(self.profiled(kind))
+            if have and degree not in have and self.why_not(kind, degree) is None:
+                out.append(f"{kind}{degree:,} is beyond the {kind} degrees the profile "
+                           f"measured ({', '.join(map(str, have))}): its peak is extrapolated "
+                           f"by the {self.degree_fit} degree fit (III-B3), not read from a run")
+        return tuple(out)
 
     def available(self, kind: str, degree: int) -> bool:
         return self.why_not(kind, degree) is None

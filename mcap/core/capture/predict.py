@@ -70,16 +70,19 @@ def recommend_mesh(profile: Profile, mesh: Mesh, method: str = "exact", prune: b
                    predictor: Optional[str] = None,
                    kinds: Optional[Sequence[str]] = None,
                    degree_fit: str = "inverse",
-                   batch_size: Optional[int] = None) -> MeshRecommendation:
+                   batch_size: Optional[int] = None,
+                   tp_sizes: Optional[tuple[tuple[str, int], ...]] = None) -> MeshRecommendation:
     """The plan of the profile's layers on ``mesh`` with the lowest predicted per-device peak
     (III-C, Algorithm 4 or the exact DP; both give the same plan). Configs (kind, degree) the
     profile cannot predict are left out, and ``missing`` says why; with no dp/tp config left
     the plans are pipeline-only (one layer group per device). ``batch_size``: predict there
-    (``HybridCosts.batch_size``), as ``recommend --stages --batch-size`` does."""
+    (``HybridCosts.batch_size``), as ``recommend --stages --batch-size`` does. ``tp_sizes``:
+    what a tp stage splits (``HybridCosts.tp_sizes``); a degree that does not divide them
+    is left out, and ``missing`` says why."""
     if method not in meshsearch.names():
         raise McapError(f"mesh method {method!r} is not one of {', '.join(meshsearch.names())}")
     searcher = meshsearch.get(method)
-    hc = HybridCosts(profile, predictor, degree_fit, batch_size=batch_size)
+    hc = HybridCosts(profile, predictor, degree_fit, batch_size=batch_size, tp_sizes=tp_sizes)
     pp = hc.pp_costs()  # refuses a batch size the profile cannot predict, before searching
     found, missing = searchable(hc, mesh)
     if kinds is not None:

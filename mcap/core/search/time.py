@@ -41,4 +41,8 @@ class Time(Method):
             raise McapError("method 'time' times the real model: it needs torch, torchgpipe and "
                             "a model spec mcap may build, and none was given here")
         balance = tuple(int(n) for n in context.timer(context.spec, stages, context.micro_batch))
+        if sum(balance) != costs.num_layers:  # the file's spec builds another model
+            raise McapError(f"the profile is inconsistent: its model spec {context.spec[:200]!r} "
+                            f"builds {sum(balance)} layers but its layer list has "
+                            f"{costs.num_layers}; it cannot be timed")
         return Found(balance, 1)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from typing import ClassVar, Optional
 
+from mcap.core import numbers
 from mcap.core.errors import McapError
 from mcap.core.registry import Registry
 from mcap.core.types import Setup
@@ -29,10 +30,11 @@ def max_cpu_processes() -> int:
     text = os.environ.get(CPU_PROCESSES_ENV)
     if text is None or not text.strip():
         return MAX_CPU_PROCESSES
-    if not text.strip().isdigit() or len(text.strip()) > 7 or int(text) < 1:
+    value = numbers.whole(text)  # ASCII digits only ("²".isdigit() is True)
+    if value is None or not 1 <= value <= 10**7:
         raise McapError(f"{CPU_PROCESSES_ENV}={text!r:.40} is not a whole number of processes "
                         ">= 1")
-    return int(text)
+    return value
 
 
 def check_processes(processes: int, device: str, gpus: Optional[int] = None,

@@ -77,3 +77,27 @@ def test_cancel_stops_the_child_and_keeps_finished_runs(tmp_path):
     assert p.job.status == "cancelled" and not p.alive
     assert len(p.runs) < 5  # gpt with 4 blocks has 6 layers: 5 two-stage partitionings
     assert jobs.cancel(store, job.id).status == "cancelled"  # a second cancel changes nothing
+
+
+def _state(pid: int):
+    """A process's state letter from /proc ("Z" for a zombie), None once it is gone."""
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None
+
+
+@pytest.mark.integration
+def test_a_cancelled_job_is_reaped_without_anyone_polling_it(tmp_path):
+    """Issue 38, item 8: a cancelled profiling job stayed a <defunct> child of the server for
+    minutes, because once its status is cancelled no page asks about it again. The child is
+    reaped as it ends, whoever looks."""
+    store = open_store(tmp_path / "s.sqlite")
+    job = jobs.launch(store, "sweep", ["--model", "gpt:layers=4,hidden=32,vocab=64,seq=16",
+                                       "--batch-size", "4", "--chunks", "2", "--stages", "2",
+                                       "--out", str(tmp_path / "s.json")])
+    wait_until(lambda: store.job(job.id).status == "running", 120)
+    jobs.cancel(store, job.id)
+    # no poll(), wait() or progress() from here on: only /proc is read
+    wait_until(lambda: _state(job.pid) is None, 60)
+    assert jobs._CHILDREN[job.pid].returncode is not None

@@ -15,6 +15,15 @@ first browser session arrives, so that session is not the one paying for them:
   app.py, so the first visit ran twice. Streamlit's own ``st.navigation`` sets the same flag
   on its first call. If a Streamlit release moves it, nothing breaks: restore_url's rerun
   still applies and only the first visit is slower.
+
+It also makes the server stop (issue 38, item 8). After SIGTERM or SIGINT Streamlit logs
+"Stopping..." and closes its port, but the interpreter then joins the worker threads of the
+``poll`` file watcher (.streamlit/config.toml): one ThreadPoolExecutor whose queue holds a
+0.2-s task per watched source file, each of which runs before the threads end (about 7 s on
+this VM after a visit to one page, 35 s seen with every page visited), and SIGINT during
+that join is swallowed by Streamlit's handler. :func:`stop_watchers` cancels that queue as
+the server returns; children the pages started are reaped as they end
+(``mcap.app.jobs``), so none stays ``<defunct>``.
 """
 from __future__ import annotations
 
@@ -68,6 +77,21 @@ def warm() -> list[str]:
     return failed
 
 
+def stop_watchers() -> None:
+    """Let the interpreter end at once after the server stopped: cancel the queued polls of
+    Streamlit's ``poll`` file watcher (its threads finish the one 0.2-s task each runs and
+    end; a poll that reschedules itself after this is refused by the executor). Nothing to
+    do when another watcher, or none, ran; a Streamlit release without this class is left
+    as it is."""
+    try:
+        from streamlit.watcher.polling_path_watcher import PollingPathWatcher
+    except ImportError:
+        return
+    executor = getattr(PollingPathWatcher, "_executor", None)
+    if executor is not None:
+        executor.shutdown(wait=False, cancel_futures=True)
+
+
 def main(argv: list[str]) -> int:
     sys.path.insert(0, str(ROOT))
     warm()
@@ -77,7 +101,10 @@ def main(argv: list[str]) -> int:
     except (ImportError, AttributeError):
         pass
     from streamlit.web import cli
-    return cli.main(args=["run", str(ROOT / "app.py"), *argv], prog_name="streamlit")
+    try:  # click ends with sys.exit: the watchers are stopped on the way out
+        return cli.main(args=["run", str(ROOT / "app.py"), *argv], prog_name="streamlit")
+    finally:
+        stop_watchers()
 
 
 if __name__ == "__main__":

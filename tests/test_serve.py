@@ -45,3 +45,57 @@ def test_the_poll_watcher_no_longer_holds_the_server_after_it_stopped():
     stopped = _exit_seconds(60, stop=True)
     assert held > 2.5, held  # the cause, still there in Streamlit
     assert stopped < held - 2.0, (stopped, held)
+
+
+def _serve():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("mcap_serve", ROOT / "bin" / "serve.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_served_page_names_the_servers_base_url():
+    """Issue 40 item 5: a deep link logged /<page>/_stcore/health and host-config 404s,
+    because the frontend tried the page's path as the server's base URL first."""
+    serve = _serve()
+    html = "<html><head><title>x</title></head></html>"
+    for base, want in (("", '"/"'), ("mcap", '"/mcap/"'), ("/a/b/", '"/a/b/"')):
+        out = serve.with_base_url(html, base)
+        assert out.startswith("<html><head><script>window.__streamlit = ")
+        assert f"BACKEND_BASE_URL: window.location.origin + {want}" in out, out
+        assert out.endswith("<title>x</title></head></html>")
+
+
+@pytest.mark.integration
+def test_every_page_is_served_with_the_base_url(tmp_path):
+    import os
+    import socket
+    import urllib.request
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, MCAP_STORE=str(tmp_path / "store.sqlite"), PYTHONPATH=str(ROOT))
+    server = subprocess.Popen([sys.executable, "bin/serve.py", "--server.port", str(port),
+                               "--server.fileWatcherType", "none"], cwd=ROOT, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/_stcore/health", timeout=2)
+                break
+            except OSError:
+                assert time.monotonic() < deadline and server.poll() is None, "no server"
+                time.sleep(0.3)
+        for path in ("", "space", "predict?profile=x"):
+            with urllib.request.urlopen(f"{url}/{path}", timeout=10) as r:
+                page = r.read().decode()
+            assert 'BACKEND_BASE_URL: window.location.origin + "/"' in page, path
+        # the health check itself is untouched
+        with urllib.request.urlopen(f"{url}/_stcore/health", timeout=10) as r:
+            assert r.read() == b"ok"
+    finally:
+        server.terminate()
+        server.wait(30)

@@ -17,13 +17,14 @@ import streamlit as st
 
 from mcap.figures._style import EXPORT
 from pages._datasets import (  # noqa: F401  (what pages import from here)
-    DEFAULTS, EXAMPLES, add_upload, caption_of, choices, current, dataset_name, example_rank,
-    open_dataset, press_profiles, profile_for, profile_param, revision_of, sweep_for,
+    DEFAULTS, EXAMPLES, add_upload, caption_of, choices, choose_profile, chosen_param, current,
+    dataset_label, dataset_name, example_rank, matching_sweep, mismatch_said, open_dataset,
+    press_profiles, profile_for, profile_param, revision_of, sweep_for,
 )
 from pages._state import (  # noqa: F401  (what pages import from here)
     PAGES, SHARED_KEYS, error, message, navigation, not_usable, open_store_or_raise,
-    remember, restore_url, shared, shared_choice, shared_float, shared_int, store,
-    store_revision,
+    remember, restore_url, shared, shared_balance, shared_choice, shared_float, shared_int,
+    store, store_revision,
 )
 
 PLOT_CONFIG = {"displaylogo": False, "toImageButtonOptions": dict(EXPORT)}

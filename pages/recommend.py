@@ -15,8 +15,8 @@ from pages._search import (
     start_time, time_left_out, time_pick, time_state,
 )
 from pages._shared import (
-    caption_of, chart, current, dataset_name, downloads, error, remember, restore_url, shared,
-    shared_choice, shared_int, sweep_for)
+    caption_of, chart, current, dataset_name, downloads, error, not_usable, remember,
+    restore_url, shared_choice, shared_int, sweep_for)
 
 restore_url()
 st.title("Recommend")
@@ -29,7 +29,10 @@ SEARCHES = names(needs_model=False)
 
 a, b, c, d = st.columns(4)
 method = shared_choice("method", methods(), DEFAULT)  # said once if it names no method at all
-method = method if method in SEARCHES else DEFAULT  # time: a baseline, timed below
+if method not in SEARCHES:  # time: a baseline, timed below; said once like any other value
+    not_usable("method", method, f"{method} times the real model: it is a baseline, timed "
+               "below in the table of all methods, not a search to run here", DEFAULT)
+    method = DEFAULT
 method = a.selectbox("Method", SEARCHES, index=SEARCHES.index(method),
                      key="rec-method", format_func=method_label,
                      help=" ".join(f"**{m}**: {get(m).help}." for m in SEARCHES))

@@ -16,8 +16,8 @@ from pages._jobs import job_panel, measure_args
 from pages._search import predictor_choice, recommendation
 from mcap.core.teaching import state_copies
 from pages._shared import (
-    caption_of, chart, current, dataset_name, downloads, error, message, not_usable,
-    press_profiles, remember, restore_url, shared, shared_choice, shared_float, store)
+    caption_of, chart, current, dataset_name, downloads, error, message, press_profiles,
+    remember, restore_url, shared_balance, shared_choice, shared_float, store)
 
 restore_url()
 st.title("Memory savers")
@@ -36,15 +36,9 @@ if profile.press is None:
     st.stop()
 
 layers, setup = profile.model.num_layers, profile.setup
-default = shared("balance")
-try:
-    usable = default is not None and sum(parse_balance(default)) == layers
-except McapError:  # not layer counts at all: said once (a balance of another model is not)
-    not_usable("balance", default, "expected layer counts such as 3,3,5,19",
-               "mCAP's pick")
-    usable = False
-if not usable:  # start from mCAP's pick: the partitioning MPress starts from
-    default = ",".join(map(str, recommendation(profile, setup.stages, "exact").balance))
+shared_bal = shared_balance(layers, "mCAP's pick")  # one that cannot be used is said once
+# else start from mCAP's pick: the partitioning MPress starts from
+default = ",".join(map(str, shared_bal or recommendation(profile, setup.stages, "exact").balance))
 left, mid, right = st.columns(3)
 text = left.text_input("Layers per device", value=default, key="savers-balance",
                        help=f"comma-separated layer counts summing to {layers}")

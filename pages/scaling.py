@@ -8,7 +8,7 @@ from mcap.core.scaling import reference
 from mcap.figures import scaling as fig_scaling
 from mcap.figures._style import fmt_bytes, table_view
 from mcap.io.scalefile import compared_first, load
-from pages._shared import chart, downloads, error, remember, restore_url, shared
+from pages._shared import chart, downloads, error, remember, restore_url, shared_choice
 
 restore_url()
 st.title("Scaling")
@@ -24,9 +24,7 @@ if not files:
     st.info("No scaling result in data/: run `python -m mcap scale ... --out data/NAME.scale.json` "
             "(README, Scaling).")
     st.stop()
-chosen = shared("scale", files[0])
-if chosen not in files:
-    chosen = files[0]
+chosen = shared_choice("scale", files, files[0])  # another name is said once, not replaced silently
 chosen = st.selectbox("Scaling result", files, index=files.index(chosen), key="scale-file")
 remember("scale", chosen)
 

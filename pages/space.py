@@ -19,7 +19,7 @@ from pages._search import (
 )
 from pages._shared import (
     caption_of, chart, current, dataset_name, downloads, error, profile_for, remember,
-    restore_url, shared)
+    restore_url, shared, shared_balance)
 
 
 
@@ -102,7 +102,12 @@ for note in fig_space.throughput_notes(sweep, points, estimate, show_estimates):
 # same rerun, never one rerun late. The chart's identity follows its figure, so a redrawn
 # chart starts with no selection: an empty one re-arms the click.
 options = list(points["balance"])
-selected = (shared("balance") or "").replace(",", "-")
+# a link's balance that is no partitioning of this model is said once, naming the key
+usable = shared_balance(sweep.model.num_layers, f"the partitioning {options[0]}" if options else
+                        "no partitioning")
+selected = balance_str(usable) if usable else ""
+if usable is None and shared("balance") is not None and options:
+    remember("balance", options[0].replace("-", ","))
 # a partitioning of this sweep chosen elsewhere but drawn as no point (no throughput) is
 # still the selected one below: its bars are the numbers every other page shows for it
 ok_runs = {balance_str(r.balance) for r in sweep.runs if r.status == "ok" and r.peaks}

@@ -412,12 +412,13 @@ def _other_setup_profile(sweep):
 
 
 def test_partition_space_switches_to_the_profile_of_the_sweeps_setup(bundled):
-    pref, profile, _, sweep = bundled
+    pref, profile, sref, sweep = bundled
     other = _other_setup_profile(sweep)
-    at = page("space", profile=other.param)
+    at = page("space", profile=other.param, sweep=sref.param)  # a link that pairs them so
     assert not errors(at)
-    # the matching profile is used on this page only, and the page says so
-    assert any("This page uses the profile" in i.value for i in at.info)
+    # the matching profile is used on this page only, and the page says so once, naming both
+    said = [i.value for i in at.info if "This page predicts its partitionings with" in i.value]
+    assert len(said) == 1 and other.key in said[0] and sref.key in said[0], said
     assert at.query_params["profile"] == other.param
     # the picks shown are the matching profile's, not the other one's
     exact = recommend(profile, sweep.setup.stages, "exact")
@@ -427,12 +428,30 @@ def test_partition_space_switches_to_the_profile_of_the_sweeps_setup(bundled):
     assert at.query_params["profile"] == pref.param
 
 
+def test_partition_space_offers_the_sweep_the_chosen_profile_brings(bundled):
+    """Issue 40, item 1: its only button switched the profile back; it offers the matching
+    sweep of the chosen profile too."""
+    _, _, sref, _ = bundled
+    gpt2 = "bundled:gpt2-l12-h256-s256-cpu4.profile.json"
+    at = page("space", profile=gpt2, sweep=sref.param)
+    button = at.button(key="use-matching-sweep")
+    assert "gpt2-l12-h256-s256-cpu4-full.sweep.json" in button.label
+    button.click().run()
+    assert at.query_params["sweep"] == "bundled:gpt2-l12-h256-s256-cpu4-full.sweep.json"
+    assert not at.info or not any("This page predicts" in i.value for i in at.info)
+    assert metric(at, "measured partitionings") == str(len(datasets.load(
+        datasets.parse_ref(at.query_params["sweep"])).runs))
+
+
 def test_predict_hides_measurements_of_another_setup(bundled):
-    _, _, _, sweep = bundled
+    _, _, sref, sweep = bundled
     other = _other_setup_profile(sweep)
-    at = page("predict", profile=other.param, balance="3,3,5,19")
+    at = page("predict", profile=other.param, sweep=sref.param, balance="3,3,5,19")
     assert not errors(at)
-    assert any("are not shown" in c.value for c in at.caption)
+    said = [c.value for c in at.caption if "are not shown" in c.value]
+    assert len(said) == 1 and other.key in said[0] and sref.key in said[0], said
+    # said once: the accuracy caption does not say it again in other words
+    assert not any("How far off these predictions are is not known" in c.value for c in at.caption)
 
 
 def test_predictor_selector_drives_the_numbers_and_is_kept_in_the_url(bundled):

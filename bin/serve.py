@@ -23,6 +23,11 @@ after a 100-ms back-off. :func:`quiet_deep_links` puts the base URL in the page 
 (``window.__streamlit.BACKEND_BASE_URL``, the frontend's setting for an embedded app), so
 it asks the right one at once.
 
+A link whose query string Streamlit drops whole (over 512 Ki characters or 1,000 fields:
+``?balance=`` with 10^6 layer counts) reached no page, so none could say so (issue 38,
+item 6); :func:`note_dropped_links` hands the pages a short note in its place
+(``mcap.app.links``), which every page turns into one warning naming the keys.
+
 It also makes the server stop (issue 38, item 8). After SIGTERM or SIGINT Streamlit logs
 "Stopping..." and closes its port, but the interpreter then joins the worker threads of the
 ``poll`` file watcher (.streamlit/config.toml): one ThreadPoolExecutor whose queue holds a
@@ -135,6 +140,32 @@ def quiet_deep_links() -> bool:
     return True
 
 
+def note_dropped_links() -> bool:
+    """Where Streamlit drops a link's query string whole, give the pages
+    ``mcap.app.links.note`` in its place (False, nothing changed, on a Streamlit without
+    ``sanitize_query_string``: such a link then opens the defaults unsaid, as before)."""
+    try:
+        from streamlit.runtime import app_session
+        from streamlit.runtime.state import query_params
+    except ImportError:
+        return False
+    sanitize = getattr(query_params, "sanitize_query_string", None)
+    if sanitize is None or getattr(sanitize, "mcap_note", False):
+        return sanitize is not None
+    from mcap.app.links import note
+    limits = (getattr(query_params, "CLIENT_STATE_QUERY_STRING_MAX_LENGTH", 0),
+              getattr(query_params, "CLIENT_STATE_QUERY_STRING_MAX_FIELDS", 0))
+
+    def sanitized(query_string: str) -> str:
+        kept = sanitize(query_string)
+        return note(query_string, *limits) if query_string and not kept else kept
+    sanitized.mcap_note = True
+    query_params.sanitize_query_string = sanitized
+    if getattr(app_session, "sanitize_query_string", None) is sanitize:
+        app_session.sanitize_query_string = sanitized
+    return True
+
+
 def stop_watchers() -> None:
     """Let the interpreter end at once after the server stopped: cancel the queued polls of
     Streamlit's ``poll`` file watcher (its threads finish the one 0.2-s task each runs and
@@ -159,6 +190,7 @@ def main(argv: list[str]) -> int:
     except (ImportError, AttributeError):
         pass
     quiet_deep_links()
+    note_dropped_links()
     from streamlit.web import cli
     try:  # click ends with sys.exit: the watchers are stopped on the way out
         return cli.main(args=["run", str(ROOT / "app.py"), *argv], prog_name="streamlit")

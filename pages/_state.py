@@ -8,6 +8,7 @@ from typing import Optional
 
 import streamlit as st
 
+from mcap.app import links
 from mcap.core.errors import McapError
 from mcap.io import datasets
 
@@ -87,6 +88,13 @@ def restore_url() -> None:
     if not st.session_state.get(_VIA_APP):
         navigation(position="hidden")
         st.rerun()
+    if links.DROPPED in st.query_params:  # a link the server dropped whole (bin/serve.py)
+        text = st.query_params[links.DROPPED]
+        del st.query_params[links.DROPPED]
+        said = st.session_state.setdefault("_said_bad_values", set())
+        if (links.DROPPED, text) not in said:
+            said.add((links.DROPPED, text))
+            st.warning(links.sentence(text))
     st.session_state.pop(_PAGE_PROFILE, None)  # a page-only profile (profile_for) ends here
     st.session_state.pop("_mismatch_said", None)  # said once per page run (sweep_for)
     for name, value in st.session_state.get("_shared", {}).items():

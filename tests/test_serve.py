@@ -99,3 +99,25 @@ def test_every_page_is_served_with_the_base_url(tmp_path):
     finally:
         server.terminate()
         server.wait(30)
+
+
+def test_a_link_the_server_drops_whole_is_said_on_the_page(tmp_store, monkeypatch):
+    """Issue 38, item 6: ``balance=`` with 10^6 layer counts is over Streamlit's 512 Ki
+    characters, so Streamlit dropped the whole query string and the page opened the
+    defaults without a word. bin/serve.py leaves a note in its place; the page says it."""
+    from streamlit.runtime import app_session
+    from streamlit.runtime.state import query_params
+    from streamlit.testing.v1 import AppTest
+    for module in (query_params, app_session):
+        monkeypatch.setattr(module, "sanitize_query_string", module.sanitize_query_string)
+    assert _serve().note_dropped_links()
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=30)
+    at.query_params["balance"] = ",".join(["1"] * 10**6)
+    at.switch_page("pages/predict.py")
+    at.run()
+    assert not at.exception
+    said = [w.value for w in at.warning if "This link was not used" in w.value]
+    assert len(said) == 1 and "balance= (3,999,997 characters)" in said[0], said  # 1,%2C1,...
+    assert "_mcap_link_dropped" not in at.query_params
+    at.run()
+    assert not [w for w in at.warning if "This link was not used" in w.value]  # said once

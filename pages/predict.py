@@ -35,8 +35,13 @@ predictor = predictor_choice(st.sidebar, key="predict-predictor")
 layers = profile.model.num_layers
 setup = profile.setup
 
-mode = st.radio("Pick a partitioning", ("type it", "per stage", "from a recommendation"),
-                horizontal=True, key="pick-mode")
+# The pick mode is kept in the session's shared state (and this page's URL), so a visit to
+# another page does not reset it (issue 40, item 4); a link's value it does not know is said.
+MODES = {"typed": "type it", "per-stage": "per stage", "recommended": "from a recommendation"}
+code = shared_choice("pick", tuple(MODES), "typed")
+mode = st.radio("Pick a partitioning", tuple(MODES.values()), horizontal=True, key="pick-mode",
+                index=list(MODES).index(code))
+remember("pick", next(k for k, v in MODES.items() if v == mode))
 balance_text = shared("balance") or ",".join(map(str, uniform_balance(layers, setup.stages)))
 try:
     if mode == "type it":

@@ -130,3 +130,22 @@ def test_an_uploaded_profile_brings_its_sweep():
     at.get("file_uploader")[0].upload("mine.profile.json", data, "application/json").run()
     assert at.query_params["profile"].startswith("upload:mine.profile.json@")
     assert at.query_params["sweep"] == GPT2_SWEEP
+
+
+# --- Predict keeps its pick mode (issue 40, item 4) ----------------------------------------
+
+def test_predict_keeps_its_pick_mode_after_a_visit_to_another_page():
+    at = opened("predict")
+    at.radio(key="pick-mode").set_value("per stage").run()
+    assert at.query_params["pick"] == "per-stage"
+    at.switch_page("pages/layers.py").run()
+    at.switch_page("pages/predict.py").run()
+    assert at.radio(key="pick-mode").value == "per stage"
+    assert at.number_input(key="pick-stages").value == 4
+
+
+def test_a_link_opens_predict_in_its_pick_mode_and_a_bad_one_is_said():
+    at = opened("predict", pick="recommended")
+    assert at.radio(key="pick-mode").value == "from a recommendation"
+    at = opened("predict", pick="sideways")
+    assert len(said(at, "pick")) == 1 and at.radio(key="pick-mode").value == "type it"

@@ -15,14 +15,15 @@ from mcap.core.capture.predict import (
 from mcap.figures import capture as fig_h
 from mcap.figures._style import fmt_bytes, table_view
 from pages._jobs import job_panel
-from pages._search import predictor_choice
+from pages._search import measured_runs, predictor_choice
 from pages._shared import (
     caption_of, chart, current, dataset_name, downloads, error, message, remember, restore_url,
-    shared, store)
+    shared, store, sweep_for)
 
 restore_url()
 st.title("Hybrid plans")
 profile = current("profile")
+sweep = sweep_for(profile, current("sweep", required=False))
 st.caption(caption_of(profile))
 predictor = predictor_choice(st.sidebar, key="hybrid-predictor")
 layers = real_layers(profile)  # plans are in the model's real layers, merged profile or not
@@ -85,9 +86,11 @@ st.caption(f"Exact search (dynamic programme over layers and devices) of {rec.ev
            f"stage placements in {rec.seconds:.3f} s; parallelisms searched: "
            f"pp{''.join(', ' + k for k in rec.kinds)}; predictor {rec.predictor}.")
 
-# The measured peaks of this plan, once a measure job of it has printed them.
+# The measured peaks of this plan: a pipeline-only one's from the runs every page reads
+# (the chosen sweep, the store), a measure job's once it has printed them.
 s = store()
-measured, result = None, None
+measured = app_hybrid.pipeline_measured(profile, plan, measured_runs(profile, sweep))
+from_runs, result = measured is not None, None
 job_state = st.session_state.get("hybrid-job")
 if s is not None and job_state is not None and job_state[1] == plan.text:
     try:
@@ -95,7 +98,11 @@ if s is not None and job_state is not None and job_state[1] == plan.text:
     except McapError:
         result = None
     if result and result.get("peaks") and len(result["peaks"]) == plan.devices:
-        measured = result["peaks"]
+        measured, from_runs = result["peaks"], False
+if from_runs:
+    st.caption(f"Measured: plan {plan.text} is pipeline-only, so its measured peaks are the "
+               f"ones every page shows for partitioning {plan.text.replace(',', '-')}"
+               + (f" (the sweep {dataset_name('sweep')})." if sweep is not None else "."))
 
 frame = fig_h.mesh_frame(plan, mesh, peaks, measured)
 chart(fig_h.draw_mesh(frame, mesh, f"Plan {plan.text} on mesh {mesh.text}",
@@ -118,10 +125,10 @@ if s is not None:
     if job_state is not None:
         st.caption(f"Job {job_state[0]} measures plan {job_state[1]}.")
         job_panel(s, job_state[0], key="hybrid")
-        if measured is not None:
+        if measured is not None and not from_runs:
             st.success(f"Measured peak {fmt_bytes(max(measured))} vs predicted "
                        f"{fmt_bytes(max(peaks))}; the diamonds above are the measured peaks.")
-        elif result is not None:
+        elif result is not None and not from_runs:
             st.warning(f"The measurement of {job_state[1]} ended {result.get('status')}"
                        + (f": {result['error']}" if result.get("error") else "."))
 

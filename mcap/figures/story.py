@@ -151,10 +151,14 @@ def draw_picks(s: Story, dataset: str = "") -> go.Figure:
     fig = go.Figure()
     # whiskers: the sweep's p90 error, so a predicted bar says how far to trust it
     p90 = s.errors.p90 if s.errors.count else None
+    # At a p90 of 0.1% a whisker is shorter than its line is thick (issue 40, item 10): wide
+    # caps mark where it is, and each bar says its ± above it.
     fig.add_bar(x=names, y=scaled([p.predicted_peak for p in s.picks], unit),
-                name="predicted" if p90 is None else f"predicted (± p90 error {100 * p90:.1f}%)",
+                name="predicted" if p90 is None else f"predicted (± p90 error {100 * p90:.2g}%)",
                 error_y=None if p90 is None else dict(type="percent", value=100 * p90,
-                                                      color="black", thickness=1.5),
+                                                      color="black", thickness=2, width=18),
+                text=None if p90 is None else [f"±{100 * p90:.2g}%"] * len(s.picks),
+                textposition="outside", cliponaxis=False,
                 marker_color=[method_color(p.method, "#888") for p in s.picks])
     fig.add_scatter(x=names, y=scaled(s.measured, unit), mode="markers", name="measured",
                     marker=dict(symbol="diamond", size=14, color="black"))

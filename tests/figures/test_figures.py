@@ -105,6 +105,40 @@ def test_error_stats_p90_and_paper_share():
     assert space.error_stats((), ()).p90 is None
 
 
+def test_the_error_histogram_zooms_to_the_errors_and_writes_the_papers_14_percent():
+    """Issue 40, item 10: errors of about 0.1% were one hairline bar on an axis fixed at
+    ±14% by the paper's lines."""
+    runs = tuple(run((i, 40 - i), (1000, 1000)) for i in range(1, 40))
+    preds = tuple(Prediction((i, 40 - i), (1000 + (i % 3) - 1, 1)) for i in range(1, 40))
+    e = space.error_stats(runs, preds)  # errors -0.1%, 0, +0.1%
+    view = space.error_view(e)
+    assert -0.2 < view.low < -0.1 and 0.1 < view.high < 0.2 and not view.paper_drawn
+    assert view.bin_size == pytest.approx((view.high - view.low) / space.BINS)
+    fig = space.draw_errors(e)
+    assert tuple(fig.layout.xaxis.range) == (view.low, view.high)
+    texts = [a.text for a in fig.layout.annotations]
+    assert any("paper: 90% within ±14% (off this scale)" in t for t in texts), texts
+    assert any(t.startswith("90% within ±0.1") for t in texts), texts
+    assert not any(abs(sh.x0) == pytest.approx(14) for sh in fig.layout.shapes)
+    # errors as wide as the paper's: its lines are drawn
+    wide = space.error_stats(runs, tuple(Prediction(p.balance, (int(p.peaks[0] * 1.2),))
+                                         for p in preds))
+    assert space.error_view(wide).paper_drawn
+    assert any(sh.x0 == pytest.approx(14) for sh in space.draw_errors(wide).layout.shapes)
+
+
+def test_the_picks_whiskers_show_at_a_tenth_of_a_percent():
+    from mcap.figures import story
+    from mcap.io import datasets
+    profile = datasets.load(datasets.parse_ref("bundled:vgg11-h512-b8-cpu4.profile.json"))
+    sweep = datasets.load(datasets.parse_ref("bundled:vgg11-h512-b8-cpu4-full.sweep.json"))
+    s = story.story(profile, sweep)
+    assert s.errors.p90 < 0.002
+    bars = story.draw_picks(s).data[0]
+    assert bars.error_y.width >= 12 and bars.error_y.thickness >= 2
+    assert list(bars.text) == [f"±{100 * s.errors.p90:.2g}%"] * 3
+
+
 def test_comparison_table_and_curve():
     recs = (Recommendation("exact", (2, 2), (5, 6), 0.01, 3),
             Recommendation("bo", (1, 3), (4, 8), 1.5, 20, (9, 8, 8)))

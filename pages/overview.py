@@ -99,8 +99,9 @@ except McapError as exc:
 c = st.columns(3)
 c[0].metric("mCAP's partitioning", balance_str(best.balance))
 c[1].metric("its predicted peak", fmt_bytes(best.predicted_peak))
+gain = fig_over.split_gain(best, even)  # Present's headline is the same computation
 c[2].metric("vs. an even split", fmt_bytes(even.predicted_peak),
-            delta=f"{100 * (even.predicted_peak / best.predicted_peak - 1):+.1f}%", delta_color="inverse")
+            delta=f"{100 * gain.higher:+.1f}%", delta_color="inverse")
 show_accuracy(profile, sweep)
 bars = fig_over.split_bars((("uniform", prediction_of(even)), ("exact", prediction_of(best))))
 st.markdown("**One picture:** the per-device peaks mCAP predicts for an even split of the layers "

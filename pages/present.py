@@ -32,6 +32,7 @@ try:
 except McapError as exc:
     error(exc)
     st.stop()
+st.subheader(s.headline())  # the sentence a room reads first, from the data
 figures = fig_story.draw_story(s, name)
 # Built when clicked (a deferred download): the report inlines plotly.js (about 5 MB).
 show_accuracy(profile, sweep)

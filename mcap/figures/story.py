@@ -41,6 +41,13 @@ class Story:
     worst: Optional[float]                     # largest |relative error|
     setup: tuple[tuple[str, str], ...] = ()    # what was measured where (setup_rows)
     accuracy: Optional[Accuracy] = None        # the dataset's error, its warning and term
+    runs: tuple = ()                           # the sweep's ok runs of the profile's setup
+
+    def headline(self) -> str:
+        """The sentence a room reads first (issue 40, item 11): what mCAP's split does to
+        the fullest device against an even split, measured where the sweep has both, the
+        Overview's computation (``mcap.figures.overview.split_gain``)."""
+        return overview.split_gain(self.picks[0], self.picks[1], self.runs).sentence()
 
     @property
     def title(self) -> str:
@@ -123,7 +130,8 @@ def story(profile: Profile, sweep: Optional[Sweep], predictor: Optional[str] = N
     absolute = [abs(e) for e in errors.errors]
     return Story(profile.model.spec, g, picks, measured, ranks, pairs, errors,
                  percentile(absolute, 50) if absolute else None, max(absolute, default=None),
-                 setup_rows(profile, sweep if runs else None, costs.predictor, names, today), acc)
+                 setup_rows(profile, sweep if runs else None, costs.predictor, names, today), acc,
+                 runs)
 
 
 def draw_predicted_vs_measured(s: Story, dataset: str = "") -> go.Figure:
@@ -195,6 +203,7 @@ def report_html(s: Story, figures: tuple[go.Figure, ...], title: Optional[str] =
             + "</title><style>body{font-family:sans-serif;max-width:1100px;margin:auto}"
               "td,th{padding:2px 12px;text-align:left;vertical-align:top}"
               "th{font-weight:normal;color:#555}</style></head><body><h1>" + html.escape(title)
-            + "</h1><h2>Setup</h2><table class='setup'>" + setup + "</table>"
+            + "</h1><p class='headline'><b>" + html.escape(s.headline()) + "</b></p>"
+            + "<h2>Setup</h2><table class='setup'>" + setup + "</table>"
             + "<h2>Numbers</h2><table class='numbers'>" + rows + "</table>" + "".join(parts)
             + "</body></html>")

@@ -390,3 +390,31 @@ def test_throughput_notes_say_what_each_composed_and_estimated_point_rests_on():
     assert notes[1].startswith("1 of the 2 points drawn have a throughput **estimated**")
     assert space.throughput_notes(sweep(measured), space.space_points((measured,)), None,
                                   False) == []
+
+
+def test_the_headline_is_the_overviews_gain_measured_where_the_sweep_has_both():
+    """Issue 40, item 11: Present's headline sentence, computed from the data by the
+    Overview's own computation."""
+    from mcap.figures import overview, story
+    from mcap.io import datasets
+    profile = datasets.load(datasets.parse_ref("bundled:vgg11-h512-b8-cpu4.profile.json"))
+    sweep = datasets.load(datasets.parse_ref("bundled:vgg11-h512-b8-cpu4-full.sweep.json"))
+    s = story.story(profile, sweep)
+    best, even = s.picks[0], s.picks[1]
+    peaks = {tuple(r.balance): r.peak for r in sweep.runs if r.status == "ok"}
+    gain = overview.split_gain(best, even, sweep.runs)
+    assert gain.measured and gain.best == peaks[tuple(best.balance)]
+    assert gain.even == peaks[tuple(even.balance)]
+    pct = 100 * (1 - gain.best / gain.even)
+    assert s.headline() == gain.sentence()
+    assert s.headline().startswith(f"mCAP's split {balance_str(best.balance)} lowers the fullest "
+                                   f"device by {pct:.0f}% against an even split "
+                                   f"({balance_str(even.balance)}), measured: ")
+    # without a sweep: the same computation on the predicted peaks, said so
+    alone = story.story(profile, None)
+    predicted = overview.split_gain(best, even)
+    assert not predicted.measured and alone.headline().endswith(
+        f"predicted: {fmt_bytes(best.predicted_peak)} instead of {fmt_bytes(even.predicted_peak)}.")
+    assert predicted.higher == pytest.approx(even.predicted_peak / best.predicted_peak - 1)
+    import html
+    assert html.escape(s.headline()) in story.report_html(s, ())

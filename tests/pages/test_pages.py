@@ -301,6 +301,9 @@ def test_present_page_tells_the_story_and_exports_one_html(bundled):
     s = story.story(profile, sweep)
     table = at.table[0].value
     assert dict(zip(table["what"], table["value"])) == dict(s.numbers())
+    # the headline sentence, from the data: measured, the Overview's computation
+    assert [h.value for h in at.subheader][0] == s.headline()
+    assert ", measured: " in s.headline() and "lowers the fullest device by" in s.headline()
     html = story.report_html(s, story.draw_story(s, "x"), "t")
     assert '<script src="http' not in html and html.count("Plotly.newPlot") == 4
 

@@ -47,7 +47,9 @@ if not rec.kinds and (why := app_hybrid.pipeline_only_why(profile, mesh)) is not
 elif not rec.kinds:
     st.info("This profile has no data- or tensor-parallel statistics, so the plans here are "
             "pipeline-only (one layer group per device). Profile the 2- and 4-way dp and tp "
-            f"stages to search hybrid plans:\n\n`{profile_command(profile)}`")
+            "stages (the Profile page's CAPTURE options, or the command line) to search hybrid "
+            "plans:")
+    st.code(profile_command(profile), language="bash")
 else:
     for why in rec.missing:
         st.caption(f"Not searched: {why}")
@@ -137,8 +139,8 @@ sizes = pp_batch_sizes(profile)
 if len(sizes) < 2:
     st.caption(f"This profile has pipeline-only statistics at batch size "
                f"{profile.setup.batch_size}" + (f" and {', '.join(map(str, sizes))}" if sizes else "")
-               + ": the batch-size line (III-B2) needs two more. Profile with `--capture` "
-               "(a quarter and a half of the batch size).")
+               + ": the batch-size line (III-B2) needs two more. Profile with CAPTURE's batch "
+               "sizes (a quarter and a half of the batch size; an option on the Profile page).")
 else:
     bounds = frame.drop_duplicates("stage")[["stage", "layers"]].values.tolist()
     pick = st.selectbox("Stage", bounds, format_func=lambda b: f"stage {b[0]} (layers {b[1]})",

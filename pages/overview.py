@@ -23,8 +23,8 @@ st.markdown(
 st.subheader("Dataset")
 # The pickers are drawn after the upload is read, so they show what was just uploaded.
 pickers = st.container()
-upload = st.file_uploader("…or upload an `mcap.profile/1` or `mcap.sweep/1` JSON file", type=["json"],
-                          key="upload")
+upload = st.file_uploader("…or upload a profile or a sweep (a JSON file mcap wrote)",
+                          type=["json"], key="upload")
 # A file stays in the uploader across reruns: read it once, so a later pick in the pickers
 # is not undone by the same file on the next rerun.
 if upload is not None and st.session_state.get("upload-read") != upload.file_id:

@@ -18,7 +18,8 @@ from mcap.runner.engines import get as get_engine
 from pages._accuracy import show_accuracy
 from pages._jobs import gpu_count, job_panel, measure_args
 from pages._search import (
-    done_elsewhere, measured_for, measured_runs, methods, predictor_choice, recommendation,
+    done_elsewhere, measured_for, measured_runs, method_label, methods, predictor_choice,
+    recommendation,
     slow, stage_peaks, uniform_balance,
 )
 from pages._shared import (
@@ -68,7 +69,7 @@ try:
         method = shared_choice("method", names, DEFAULT)
         left, right = st.columns(2)
         method = left.selectbox("Method", names, index=names.index(method),
-                                key="pick-method")
+                                key="pick-method", format_func=method_label)
         stages = right.number_input("Stages", 1, layers, value=shared_int("stages", setup.stages, 1, layers),
                                     key="pick-rec-stages")
         remember("method", method)
@@ -80,9 +81,9 @@ try:
                 st.stop()
             balance = done.balance
         else:
-            with st.spinner(f"{method} is searching…"):
+            with st.spinner(f"{method_label(method)} is searching…"):
                 balance = recommendation(profile, int(stages), method).balance
-        st.write(f"{method} recommends **{balance_str(balance)}**.")
+        st.write(f"{method_label(method)} recommends **{balance_str(balance)}**.")
 except McapError as exc:
     error(exc)
     st.stop()

@@ -26,9 +26,11 @@ st.caption(caption_of(profile))
 predictor = predictor_choice(st.sidebar, key="savers-predictor")
 if profile.press is None:
     st.info("This profile has no MPress statistics (activation bytes saved for backward, "
-            "forward times, host and device-to-device bandwidth). Add them by profiling with "
-            f"`python -m mcap profile --model {profile.model.spec} --stages "
-            f"{profile.setup.stages} --checkpoint never --press --out FILE`, then open FILE here.")
+            "forward times, host and device-to-device bandwidth). Profile the model without "
+            "checkpointing and with the savers' statistics, from the command line (the MPress "
+            "guide in the docs), then open the profile here:")
+    st.code(f"python -m mcap profile --model {profile.model.spec} --stages "
+            f"{profile.setup.stages} --checkpoint never --press --out FILE", language="bash")
     for ref in press_profiles():
         if st.button(f"Open {ref}, a profile with them", key=f"savers-open-{ref.param}"):
             remember("profile", ref.param)

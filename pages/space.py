@@ -4,6 +4,7 @@ bars of a selected point, and the prediction-error histogram (Fig. 9)."""
 import streamlit as st
 
 from mcap.app.forcuda import bundled_checks, sentence as for_cuda_sentence
+from mcap.app.wording import plain
 from mcap.core import throughput
 from mcap.core.errors import McapError
 from mcap.io import agreement
@@ -49,8 +50,9 @@ stages = sweep.setup.stages
 with st.expander("Highlighted methods", expanded=False):
     chosen = st.multiselect("Show the picks of", methods(), default=list(methods()),
                             key="space-marks", format_func=method_label,
-                            help="bo's pick appears once bo has run on the Recommend page, "
-                                 "time's once the model was timed there")
+                            help="the picks of "
+                                 + ", ".join(method_label(m) for m in methods() if slow(m))
+                                 + " appear once they have run on the Recommend page")
 marks, recs = [], []
 for method in chosen:
     if slow(method):  # minutes of search, or timing the real model: shown once done elsewhere
@@ -78,7 +80,7 @@ show_estimates = estimate is not None and st.sidebar.checkbox(
     "Estimated throughput for every composed partitioning", key="space-estimates",
     value=shared("estimates", "0") == "1",
     help="Stage reuse composes peaks exactly but never times a composed partitioning; its "
-         "throughput is then estimated from per-layer times (mcap.core.throughput). The "
+         "throughput is then estimated from per-layer times. The "
          "picks and the lowest peak are drawn so in any case.")
 if estimate is not None:
     remember("estimates", "1" if show_estimates else "0")
@@ -183,16 +185,17 @@ for a in stand_ins:
         f"partitioning ranks {r.best_ranks[0]:,} on the GPU ({r.best_ratios[0]:.3f}x its "
         f"best); the GPU's best ranks {lo:,}–{hi:,} on the CPU ({rev.best_ratios[0]:.2f}x); "
         f"the two top-{r.top} lists share {r.top_shared}.")
-    st.caption(f"A: {a['a']}. B: {a['b']}. {a['note']} (`{a['command']}`)")
+    st.caption(f"A: {plain(a['a'])}. B: {plain(a['b'])}. {plain(a['note'])}")
 if not stand_ins:
-    st.caption("No rank-agreement figures are bundled (`bench/bench_cpu_vs_gpu.py --out`).")
+    st.caption("No rank-agreement figures are bundled (the benchmarks measure them: see the "
+               "docs).")
 else:
     st.caption("Use CPU runs to learn and teach how pipeline memory behaves and to check "
                "the predictor; before committing a GPU plan, measure its top picks on the GPU.")
 planned = _for_cuda(str(datasets_dir()))
 if planned:
-    st.markdown("**Planning for a GPU from a CPU profile** (`predict` / `recommend --for cuda`: "
-                "the same bytes, plus the GPU's library workspaces once per stage, its "
+    st.markdown("**Planning for a GPU from a CPU profile** (the command line's planning for "
+                "CUDA: the same bytes, plus the GPU's library workspaces once per stage, its "
                 "optimizer step's copies and the allocator's 512-byte blocks):")
     for check in planned:
         st.markdown("- " + for_cuda_sentence(check))

@@ -165,10 +165,10 @@ def test_every_page_renders_cleanly_and_fast(browser, server):
     # Recommend: run bo with a few evaluations; the curve and the result appear.
     page.goto(f"{server}/recommend?method=bo&iterations=6")
     _idle(page)
-    page.get_by_role("button", name="Run bo").click()
+    page.get_by_role("button", name="Run Bayesian search").click()
     # .first: while the progress fragment reruns, the finished line can be drawn twice for a
     # moment (the stale element and its replacement; seen once in a CI-like run)
-    page.get_by_text("bo: 6 of 6 evaluations").first.wait_for(timeout=120_000)
+    page.get_by_text("Bayesian search: 6 of 6 evaluations").first.wait_for(timeout=120_000)
     _idle(page)
     page.locator('[data-testid="stMetric"]', has_text="recommended").first.wait_for(timeout=60_000)
     _idle(page)

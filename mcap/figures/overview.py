@@ -8,7 +8,9 @@ from typing import Optional, Union
 import pandas as pd
 import plotly.graph_objects as go
 
-from mcap.figures._style import balance_str, finish, fmt_bytes, method_color, scaled, unit_for
+from mcap.figures._style import (
+    balance_str, finish, fmt_bytes, method_color, method_label, scaled, unit_for,
+)
 from mcap.core.types import Prediction, Profile, Sweep
 
 
@@ -111,9 +113,12 @@ def draw_split_bars(frame: pd.DataFrame, dataset: str = "") -> go.Figure:
     unit = unit_for(frame["predicted"])
     fig = go.Figure()
     for label, rows in frame.groupby("label", sort=False):
+        # the plain name in the legend, the method's name in the tooltip (issue 40 item 12)
         fig.add_bar(x=[f"device {d}" for d in rows["device"]], y=scaled(rows["predicted"], unit),
-                    name=f"{label} {rows['balance'].iloc[0]}",
-                    marker_color=method_color(label, None))
+                    name=f"{method_label(label)} {rows['balance'].iloc[0]}",
+                    marker_color=method_color(label, None),
+                    hovertemplate=f"{label} {rows['balance'].iloc[0]}<br>%{{x}}: %{{y:.2f}} "
+                                  f"{unit[0]}<extra></extra>")
     fig.update_layout(barmode="group", yaxis_title=f"predicted peak ({unit[0]})")
-    return finish(fig, "Predicted per-device peaks: " + " vs ".join(frame["label"].unique()),
-                  dataset)
+    return finish(fig, "Predicted per-device peaks: "
+                  + " vs ".join(method_label(x) for x in frame["label"].unique()), dataset)

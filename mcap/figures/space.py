@@ -10,7 +10,7 @@ from typing import Optional
 import pandas as pd
 import plotly.graph_objects as go
 
-from mcap.figures._style import method_color, balance_str, finish, scaled, unit_for
+from mcap.figures._style import balance_str, finish, method_color, method_label, scaled, unit_for
 from mcap.core.evaluate import percentile
 from mcap.core.types import Prediction, Run
 
@@ -217,18 +217,24 @@ def draw_space(points: pd.DataFrame, selected: Optional[str] = None, dataset: st
         # a star shared with picks drawn before it at the same point is smaller, on top
         order = [sorted(cell.split(", ")).index(label) for cell in rows["marks"]]
         fig.add_scatter(x=scaled(rows["peak"], unit), y=rows["samples_per_second"],
-                        mode="markers", name=label, customdata=rows[["balance", "marks"]],
+                        mode="markers", name=method_label(label),
+                        customdata=rows[["balance", "marks"]],
                         cliponaxis=False,
                         marker=dict(size=[max(26 - 8 * i, 10) for i in order], symbol="star",
                                     color=method_color(label, "#000"),
                                     line=dict(width=1.5, color="black")),
                         hovertemplate="%{customdata[0]}: picked by %{customdata[1]}<extra></extra>")
     starred = points[points["marks"] != ""]
-    if len(starred):  # every pick named beside its star, so none hides under another
-        fig.add_scatter(x=scaled(starred["peak"], unit), y=starred["samples_per_second"],
-                        mode="markers+text", text=starred["marks"], textposition="top right",
-                        marker=dict(size=30, opacity=0), textfont=dict(size=12),
-                        showlegend=False, hoverinfo="skip", cliponaxis=False, name="picks")
+    # every pick named beside its star, so none hides under another: a label on an arrow,
+    # raised a row above any label close to it (side by side they ran into each other,
+    # issue 40 item 13)
+    sx, sy = scaled(starred["peak"], unit), list(starred["samples_per_second"])
+    span = (max(x) - min(x)) if x else 1.0
+    for px, py, cell, level in zip(sx, sy, starred["marks"], label_levels(sx, span)):
+        fig.add_annotation(x=px, y=py, text=", ".join(method_label(m) for m in cell.split(", ")),
+                           showarrow=True, arrowhead=0, arrowwidth=1, arrowcolor="#666",
+                           ax=18, ay=-26 - 20 * level, xanchor="left", font=dict(size=12),
+                           bgcolor="rgba(255,255,255,0.8)")
     if selected is not None:
         rows = points[points["balance"] == selected]
         fig.add_scatter(x=scaled(rows["peak"], unit), y=rows["samples_per_second"],
@@ -245,6 +251,23 @@ def draw_space(points: pd.DataFrame, selected: Optional[str] = None, dataset: st
     fig.update_layout(legend=dict(orientation="h", x=0, xanchor="left", y=-0.26, yanchor="top"),
                       margin=dict(b=70))
     return fig
+
+
+# How close two picks' labels may be before one goes a row up: a label of about 20
+# characters is about this share of a chart's width.
+LABEL_WIDTH = 0.22
+
+
+def label_levels(xs: list, span: float) -> list[int]:
+    """A row for each pick's label, 0 next to the star: a label whose star is within
+    LABEL_WIDTH x ``span`` of an earlier one's (left to right) takes the lowest row none of
+    those uses, so no two labels share a row where they would overlap."""
+    order = sorted(range(len(xs)), key=lambda i: xs[i])
+    levels = [0] * len(xs)
+    for n, i in enumerate(order):
+        near = {levels[j] for j in order[:n] if abs(xs[i] - xs[j]) < LABEL_WIDTH * (span or 1.0)}
+        levels[i] = next(k for k in range(len(xs) + 1) if k not in near)
+    return levels
 
 
 def _pad(fig: go.Figure, x: list, y: list) -> None:

@@ -23,7 +23,7 @@ from mcap.core.setup import mismatch
 from mcap.core.types import Prediction, Profile, Recommendation, Sweep
 from mcap.core.units import fmt_bytes
 from mcap.figures import overview, space
-from mcap.figures._style import method_color, balance_str, finish, scaled, unit_for
+from mcap.figures._style import balance_str, finish, method_color, method_label, scaled, unit_for
 
 BASELINES = ("exact", "uniform", "params")  # mCAP's pick and the cheap baselines (paper 4.3)
 
@@ -66,7 +66,7 @@ class Story:
                 text += f", measured {fmt_bytes(meas)} (rank {rank} of {len(self.pairs)})"
             else:
                 text += ", not in this sample"
-            rows.append((f"{rec.method} {balance_str(rec.balance)}", text))
+            rows.append((f"{method_label(rec.method)} {balance_str(rec.balance)}", text))
         if self.accuracy is not None and self.accuracy.warning():
             rows.append(("warning", self.accuracy.warning()))
             if self.accuracy.term_sentence():
@@ -155,7 +155,7 @@ def draw_picks(s: Story, dataset: str = "") -> go.Figure:
     """The fullest device's peak of mCAP's pick and the baselines: predicted bars, measured
     diamonds where the sweep measured the pick."""
     unit = unit_for([*(p.predicted_peak for p in s.picks), *s.measured])
-    names = [f"{p.method}<br>{balance_str(p.balance)}" for p in s.picks]
+    names = [f"{method_label(p.method)}<br>{balance_str(p.balance)}" for p in s.picks]
     fig = go.Figure()
     # whiskers: the sweep's p90 error, so a predicted bar says how far to trust it
     p90 = s.errors.p90 if s.errors.count else None
@@ -166,7 +166,8 @@ def draw_picks(s: Story, dataset: str = "") -> go.Figure:
                 error_y=None if p90 is None else dict(type="percent", value=100 * p90,
                                                       color="black", thickness=2, width=18),
                 text=None if p90 is None else [f"±{100 * p90:.2g}%"] * len(s.picks),
-                textposition="outside", cliponaxis=False,
+                textposition="outside", cliponaxis=False, customdata=[p.method for p in s.picks],
+                hovertemplate="%{customdata}: predicted %{y:.2f} " + unit[0] + "<extra></extra>",
                 marker_color=[method_color(p.method, "#888") for p in s.picks])
     fig.add_scatter(x=names, y=scaled(s.measured, unit), mode="markers", name="measured",
                     marker=dict(symbol="diamond", size=14, color="black"))

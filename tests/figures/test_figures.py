@@ -74,8 +74,8 @@ def test_space_points_marks_and_front():
                                    ["1-3", 9, 10.0, False, "", False, "measured"]]
     fig = space.draw_space(pts, selected="3-1")
     names = [tr.name for tr in fig.data]
-    assert names == ["measured partitionings", "Pareto front", "bf", "exact", "uniform", "picks",
-                     "selected 3-1"]
+    assert names == ["measured partitionings", "Pareto front", "mCAP (brute force)",
+                     "mCAP (exact)", "even split", "selected 3-1"]
     assert [c[0] for c in fig.data[0].customdata] == ["2-2", "3-1", "1-3"]
     assert space.clicked_balance({"selection": {"points": [
         {"customdata": list(fig.data[0].customdata[1])}]}}) == "3-1"
@@ -236,9 +236,9 @@ def test_space_names_every_pick_beside_its_star():
                               space.Mark("uniform", (2, 2))))
     fig = space.draw_space(pts)
     stars = {t.name: list(t.marker.size) for t in fig.data if t.marker and t.marker.symbol == "star"}
-    assert stars == {"bf": [26], "exact": [18], "uniform": [26]}
-    names = [t for t in fig.data if t.name == "picks"][0]
-    assert sorted(names.text) == ["bf, exact", "uniform"]
+    assert stars == {"mCAP (brute force)": [26], "mCAP (exact)": [18], "even split": [26]}
+    names = [a.text for a in fig.layout.annotations]
+    assert sorted(names) == ["even split", "mCAP (brute force), mCAP (exact)"]
 
 
 def test_timeline_draws_measured_peaks_and_devices_in_one_colour_set():
@@ -418,3 +418,27 @@ def test_the_headline_is_the_overviews_gain_measured_where_the_sweep_has_both():
     assert predicted.higher == pytest.approx(even.predicted_peak / best.predicted_peak - 1)
     import html
     assert html.escape(s.headline()) in story.report_html(s, ())
+
+
+def test_plain_names_on_charts_code_names_in_tooltips():
+    """Issue 40, item 12: a room reads "mCAP (exact)", "even split", "balanced by
+    parameters"; the code names stay in the tooltips and the exports."""
+    from mcap.figures._style import method_label, table_view
+    assert [method_label(m) for m in ("exact", "uniform", "params", "time", "bo", "mcap")] == \
+        ["mCAP (exact)", "even split", "balanced by parameters", "balanced by time",
+         "Bayesian search", "mCAP"]
+    assert method_label("nosuch") == "nosuch"
+    frame = overview.split_bars((("uniform", Prediction((2, 2), (5, 6))),
+                                 ("exact", Prediction((1, 3), (4, 4)))))
+    fig = overview.draw_split_bars(frame)
+    assert [t.name for t in fig.data] == ["even split 2-2", "mCAP (exact) 1-3"]
+    assert fig.data[0].hovertemplate.startswith("uniform 2-2")
+    assert "even split vs mCAP (exact)" in fig.layout.title.text
+    shown = table_view(pd.DataFrame({"method": ["exact", "params"], "peak": [1, 2]}), ("peak",))
+    assert shown["method"].tolist() == ["mCAP (exact)", "balanced by parameters"]
+
+
+def test_pick_labels_close_together_take_different_rows():
+    levels = space.label_levels([10.0, 10.5, 11.0, 50.0], span=40.0)
+    assert levels[0] != levels[1] != levels[2] != levels[0] and levels[3] == 0
+    assert space.label_levels([1.0], 0.0) == [0]

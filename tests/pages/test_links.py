@@ -149,3 +149,20 @@ def test_a_link_opens_predict_in_its_pick_mode_and_a_bad_one_is_said():
     assert at.radio(key="pick-mode").value == "from a recommendation"
     at = opened("predict", pick="sideways")
     assert len(said(at, "pick")) == 1 and at.radio(key="pick-mode").value == "type it"
+
+
+# --- plain words in the prose a room reads (issue 40, item 12) ------------------------------
+
+import re  # noqa: E402
+
+_NOT_PROSE = (re.compile(r"\bmcap\.[a-z_]+\.[a-z_]+"), re.compile(r"python -m"),
+              re.compile(r"(?<![\w-])--[a-z][a-z-]+"), re.compile(r"\b[\w-]+\.py\b"))
+
+
+@pytest.mark.parametrize("name", PAGES + ("scaling",))
+def test_no_module_names_flags_or_scripts_in_the_prose_of_a_page(name):
+    at = opened(name, **({"profile": PRESS} if name == "savers" else {}))
+    prose = [e.value for kind in ("markdown", "caption", "info", "warning", "success", "title",
+                                  "subheader", "error") for e in at.get(kind)]
+    found = [(p.pattern, text[:160]) for text in prose for p in _NOT_PROSE if p.search(text)]
+    assert not found, found

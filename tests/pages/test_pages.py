@@ -167,7 +167,7 @@ def test_partition_space_points_marks_and_errors(bundled):
     assert metric(at, "ok with measured throughput") == str(len(ok))
     exact = recommend(profile, sweep.setup.stages, "exact")
     marks = frame(at, "method", "rank")
-    row = marks[marks["method"] == "exact"].iloc[0]
+    row = marks[marks["method"] == "mCAP (exact)"].iloc[0]  # the plain name on screen
     assert row["balance"] == balance_str(exact.balance) and row["predicted_peak (MiB)"] == mib([exact.predicted_peak])[0]
     # the scatter's data: every ok run, by balance
     chart = at.get("plotly_chart")[0].proto.spec
@@ -194,9 +194,11 @@ def test_recommend_table_snippet_and_bo_curve(bundled):
     at = page("recommend")
     exact = recommend(profile, G, "exact")
     table = frame(at, "method", "search_seconds")
-    assert table["method"].tolist() == ["exact", "bf", "uniform", "params"]
-    assert table.set_index("method").loc["exact", "balance"] == balance_str(exact.balance)
-    assert table.set_index("method").loc["bf", "predicted_peak (MiB)"] == mib([exact.predicted_peak])[0]
+    assert table["method"].tolist() == ["mCAP (exact)", "mCAP (brute force)", "even split",
+                                        "balanced by parameters"]  # plain names (issue 40 item 12)
+    assert table.set_index("method").loc["mCAP (exact)", "balance"] == balance_str(exact.balance)
+    assert table.set_index("method").loc["mCAP (brute force)", "predicted_peak (MiB)"] == \
+        mib([exact.predicted_peak])[0]
     code = [c.value for c in at.code]
     assert any(f"GPipe(model, balance={list(exact.balance)}" in c for c in code)
     assert any("SplitPoint.BEGINNING" in c for c in code)
@@ -210,9 +212,9 @@ def test_recommend_table_snippet_and_bo_curve(bundled):
         at.run()
     ref = recommend(profile, G, "bo", iterations=5)
     assert metric(at, "recommended") == balance_str(ref.balance)
-    curve = [c for c in at.get("plotly_chart") if '"bo best so far"' in c.proto.spec]
+    curve = [c for c in at.get("plotly_chart") if '"Bayesian search best so far"' in c.proto.spec]
     assert curve, "bo's best-so-far curve is not drawn"
-    assert frame(at, "method", "search_seconds")["method"].tolist()[2] == "bo"
+    assert frame(at, "method", "search_seconds")["method"].tolist()[2] == "Bayesian search"
 
 
 def _highest_in_chart(at) -> tuple[int, float]:
@@ -425,7 +427,7 @@ def test_partition_space_switches_to_the_profile_of_the_sweeps_setup(bundled):
     assert at.query_params["profile"] == other.param
     # the picks shown are the matching profile's, not the other one's
     exact = recommend(profile, sweep.setup.stages, "exact")
-    row = frame(at, "method", "rank").query("method == 'exact'").iloc[0]
+    row = frame(at, "method", "rank").query("method == 'mCAP (exact)'").iloc[0]
     assert row["predicted_peak (MiB)"] == mib([exact.predicted_peak])[0]
     at.button(key="switch-profile").click().run()
     assert at.query_params["profile"] == pref.param
@@ -643,7 +645,7 @@ def test_recommend_leaves_a_minutes_long_bf_out_of_the_table(bundled):
     at.number_input(key="rec-stages").set_value(stages).run()
     assert not at.exception and not errors(at)
     table = frame(at, "method", "search_seconds")
-    assert table["method"].tolist() == ["exact", "uniform", "params"]
+    assert table["method"].tolist() == ["mCAP (exact)", "even split", "balanced by parameters"]
     assert any("bf is left out" in c.value and f"{count(layers, stages):,}" in c.value
                for c in at.caption)
     exact = recommend(profile, stages, "exact")
@@ -783,7 +785,7 @@ def test_one_number_per_fact_on_every_page(bundled):
     assert metric(hybrid, "shown plan's predicted peak") == fmt_bytes(max(peaks))
     present = page("present")
     numbers = dict(zip(present.table[0].value["what"], present.table[0].value["value"]))
-    assert numbers[f"exact {balance_str(best.balance)}"].startswith(f"predicted {fmt_bytes(max(peaks))}, measured {fmt_bytes(measured.peak)}")
+    assert numbers[f"mCAP (exact) {balance_str(best.balance)}"].startswith(f"predicted {fmt_bytes(max(peaks))}, measured {fmt_bytes(measured.peak)}")
 
 
 PRESS = "bundled:vgg11-b8-never-cpu4-press.profile.json"
@@ -870,7 +872,7 @@ def test_partition_space_draws_every_pick_and_the_headlines_lowest_point(bundled
     at = page("space")
     spec = json.loads(at.get("plotly_chart")[0].proto.spec)
     stars = {t["name"] for t in spec["data"] if t.get("marker", {}).get("symbol") == "star"}
-    assert {"exact", "bf", "uniform", "params"} <= stars, stars
+    assert {"mCAP (exact)", "mCAP (brute force)", "even split", "balanced by parameters"} <= stars, stars
     lowest = min(v for v in spec["data"][0]["x"])
     assert f"{lowest:.2f} MiB" == metric(at, "lowest measured peak")
 
@@ -936,12 +938,12 @@ def test_scaling_opens_on_the_comparison_its_text_cites():
     at = page("scaling")
     chosen = at.selectbox(key="scale-file").value
     assert "time" in {r.partitioner for r in load(datasets.datasets_dir() / chosen).results}
-    assert any("x time" in (m.delta or "") for m in at.metric)
+    assert any("x balanced by time" in (m.delta or "") for m in at.metric)
     only = [f for f in at.selectbox(key="scale-file").options
             if "time" not in {r.partitioner for r in load(datasets.datasets_dir() / f).results}]
     if only:
         at.selectbox(key="scale-file").set_value(only[0]).run()
-        assert any("no `time` run" in i.value for i in at.info)
+        assert any("no run balanced by time" in i.value for i in at.info)
 
 
 def test_tables_show_a_dash_where_a_value_is_missing():

@@ -5,7 +5,8 @@ import streamlit as st
 
 from mcap.app import jobs
 from mcap.app.press import (
-    below_least, capacity_input_mib, measure_plan_args, measured_keep_all, room, write_plan,
+    below_least, best_room, capacity_input_mib, measure_plan_args, measured_keep_all, room,
+    write_plan,
 )
 from mcap.core.errors import McapError
 from mcap.core.partition import parse_balance, validate
@@ -16,12 +17,14 @@ from pages._jobs import job_panel, measure_args
 from pages._search import predictor_choice, recommendation
 from mcap.core.teaching import state_copies
 from pages._shared import (
-    caption_of, chart, current, dataset_name, downloads, error, message, press_profiles,
-    remember, restore_url, shared_balance, shared_choice, shared_float, store)
+    caption_of, chart, choose_profile, current, dataset_label, dataset_name, downloads, error,
+    message, open_dataset, press_profiles, remember, restore_url, shared, shared_balance,
+    shared_choice, shared_float, store)
 
 restore_url()
 st.title("Memory savers")
 profile = current("profile")
+previous = shared("profile")
 st.caption(caption_of(profile))
 predictor = predictor_choice(st.sidebar, key="savers-predictor")
 if profile.press is None:
@@ -33,9 +36,19 @@ if profile.press is None:
             f"{profile.setup.stages} --checkpoint never --press --out FILE", language="bash")
     for ref in press_profiles():
         if st.button(f"Open {ref}, a profile with them", key=f"savers-open-{ref.param}"):
-            remember("profile", ref.param)
+            # Open it where a plan lowers the fullest device (issue 40, item 14: mCAP's pick
+            # 16-10-1-3 is one no plan lowers), computed from its data.
+            spot = best_room(open_dataset(ref.param), predictor)
+            choose_profile(ref.param)  # the chosen profile of every page, with its sweep
+            remember("balance", ",".join(map(str, spot.balance)))
+            remember("plan_capacity", capacity_input_mib(spot.default_capacity()))
+            st.session_state["savers-opened"] = (ref.param, previous)
             st.rerun()
     st.stop()
+opened = st.session_state.pop("savers-opened", None)
+if opened is not None and opened[0] == shared("profile"):
+    st.success(f"The chosen profile is now {dataset_label(opened[0])} on every page (it was "
+               f"{dataset_label(opened[1])}); it opens where a plan lowers the fullest device.")
 
 layers, setup = profile.model.num_layers, profile.setup
 shared_bal = shared_balance(layers, "mCAP's pick")  # one that cannot be used is said once

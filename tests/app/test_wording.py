@@ -22,3 +22,4 @@ def test_the_bundled_agreement_texts_come_out_plain():
             text = plain(record[key])
             assert "/" not in text.replace("CPU/GPU", "") and ".py" not in text, text
             assert len(text) > 10
+

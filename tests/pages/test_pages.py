@@ -817,9 +817,22 @@ def test_memory_savers_on_the_default_data_offers_the_bundled_press_profile():
     at = page("savers")
     buttons = [b for b in at.button if PRESS in b.key]
     assert buttons and "vgg11-b8-never-cpu4-press.profile.json" in buttons[0].label
+    default = at.query_params["profile"]
     buttons[0].click().run()
     assert at.query_params["profile"] == PRESS
     assert not errors(at) and metric(at, "peak before")
+    # it opens where a plan lowers the fullest device, computed from the data (issue 40,
+    # item 14: it landed on 16-10-1-3, which no plan lowers), and says the profile changed
+    from mcap.app.press import best_room
+    spot = best_room(datasets.load(datasets.parse_ref(PRESS)))
+    assert spot.worth and spot.least < spot.top
+    assert at.text_input(key="savers-balance").value == ",".join(map(str, spot.balance))
+    assert metric(at, "peak before") == fmt_bytes(spot.top)
+    after = float(metric(at, "peak after").split()[0]) * 2**20
+    assert after < spot.top and not any("No plan lowers" in i.value for i in at.info)
+    said = [m.value for m in at.success if "The chosen profile is now" in m.value]
+    assert len(said) == 1 and "on every page" in said[0] and \
+        datasets.parse_ref(default).key in said[0]
 
 
 def test_links_carry_micro_batches_and_capacity():

@@ -138,7 +138,7 @@ def prediction_of(rec):
     return Prediction(tuple(rec.balance), tuple(rec.predicted_peaks))
 
 
-@st.cache_data(show_spinner=False, max_entries=16)
+@st.cache_resource(show_spinner=False, max_entries=16)  # a tuple nothing changes: no copy
 def _sweep_predictions(profile_param: str, sweep_param: str, predictor: str, revisions: tuple):
     return searches.sweep_predictions(open_dataset(profile_param), open_dataset(sweep_param),
                                       predictor)

@@ -20,7 +20,7 @@ st.caption(caption_of(profile))
 name = dataset_name("profile") + ("" if sweep is None else " · " + dataset_name("sweep"))
 
 
-@st.cache_data(show_spinner=False, max_entries=8)
+@st.cache_resource(show_spinner=False, max_entries=8)  # read only: no copy of its runs
 def _story(profile_ref: str, sweep_ref, predictor: str, today, _profile, _sweep):
     return fig_story.story(_profile, _sweep, predictor,
                            (dataset_name("profile"), sweep_ref or ""), today)

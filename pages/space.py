@@ -14,14 +14,31 @@ from mcap.figures import overview as fig_over
 from mcap.figures import space as fig_space
 from mcap.figures._style import balance_str, fmt_bytes, table_view
 from mcap.core.types import Prediction
+from mcap.io.datasets import parse_ref
 from pages._search import (
-    done_elsewhere, measured_for, method_label, methods, predictor_choice, recommendation,
+    current_predictor, done_elsewhere, measured_for, method_label, methods, predictor_choice, recommendation,
     slow, stage_peaks, sweep_predictions,
 )
 from pages._shared import (
-    caption_of, chart, current, dataset_name, downloads, error, profile_for, remember,
-    restore_url, shared, shared_balance)
+    caption_of, chart, current, dataset_name, downloads, error, profile_for, profile_param,
+    remember, restore_url, revision_of, shared, shared_balance)
 
+
+
+@st.cache_resource(show_spinner=False, max_entries=8)
+def _points(key: tuple, marks: tuple, all_composed: bool, _runs, _estimate):
+    return fig_space.space_points(_runs, marks, _estimate,
+                                  composed="all" if all_composed else "marks")
+
+
+@st.cache_resource(show_spinner=False, max_entries=32)
+def _scatter(key: tuple, marks: tuple, all_composed: bool, selected, name: str, _points):
+    return fig_space.draw_space(_points, selected, dataset=name)
+
+
+@st.cache_resource(show_spinner=False, max_entries=8)
+def _errors_figure(key: tuple, name: str, _errors):
+    return fig_space.draw_errors(_errors, dataset=name)
 
 
 @st.cache_data(show_spinner=False)
@@ -84,8 +101,12 @@ show_estimates = estimate is not None and st.sidebar.checkbox(
          "picks and the lowest peak are drawn so in any case.")
 if estimate is not None:
     remember("estimates", "1" if show_estimates else "0")
-points = fig_space.space_points(sweep.runs, marks, estimate,
-                                composed="all" if show_estimates else "marks")
+# The points, the scatter and the error histogram of a sweep are built once per dataset
+# content, predictor and view (st.cache_resource: plotly figures nothing changes), not on
+# every click: a click redrew 3,654 points twice over (issue 40, item 3).
+view_key = (profile_param(), shared("sweep"), current_predictor(),
+            tuple(revision_of(parse_ref(p)) for p in (profile_param(), shared("sweep")) if p))
+points = _points(view_key, marks, show_estimates, sweep.runs, estimate)
 c = st.columns(4)
 c[0].metric("measured partitionings", len(sweep.runs))
 c[1].metric("ok with measured throughput", int((points["basis"] == fig_space.MEASURED).sum()),
@@ -127,7 +148,7 @@ if selected in options:  # chosen here or elsewhere: the URL and the other pages
     remember("balance", selected.replace("-", ","))
 else:  # a partitioning from another page that is not a point here stays the shared one
     selected = options[0] if options else None
-chart(fig_space.draw_space(points, selected, dataset=name),
+chart(_scatter(view_key, marks, show_estimates, selected, name, points),
       key="space-chart", name="partition-space", on_select="rerun", selection_mode="points")
 
 table = fig_space.marks_table(marks, sweep.runs, predictions + tuple(
@@ -162,7 +183,7 @@ else:
     c[0].metric("partitionings compared", errors.count)
     c[1].metric("90% within", f"±{100 * errors.p90:.1f}%", help="90th percentile of |relative error|")
     c[2].metric("within the paper's ±14%", f"{100 * errors.within_paper:.0f}%")
-    chart(fig_space.draw_errors(errors, dataset=name), key="space-errors", name="prediction-error")
+    chart(_errors_figure(view_key, name, errors), key="space-errors", name="prediction-error")
     st.caption("Relative error = (predicted − measured) / measured peak of the fullest device. "
                "The paper reports 90% of VGG11's partitionings within 14% (section 4.2).")
 downloads(points, "mcap-partition-space", "space-points")

@@ -9,7 +9,7 @@ from mcap.app.devices import measure_devices
 from mcap.core.accuracy import stage_measurements, stage_terms, terms_sentence
 from mcap.core.errors import McapError
 from mcap.figures import devices as fig_dev
-from mcap.figures._style import balance_str, fmt_bytes, table_view
+from mcap.figures._style import MISSING, balance_str, fmt_bytes, table_view
 from mcap.core.partition import parse_balance, validate
 from mcap.core.recommend import costs_of
 from mcap.core.search import DEFAULT
@@ -109,7 +109,10 @@ if data.measured is not None:
                 delta=f"{100 * (prediction.peak - max(data.measured)) / max(data.measured):+.1f}% predicted",
                 delta_color="off")
 else:
-    c[2].metric("measured peak", run.status if run is not None else "not measured")
+    # "–" with a tooltip: "not measured" was cut to "not measur…" at 1280 px (issue 40 item 13)
+    c[2].metric("measured peak", run.status if run is not None else MISSING,
+                help=None if run is not None else "not measured: this partitioning is in no "
+                     "measured sweep or store run of this model and setup")
 c[3].metric("over capacity", ", ".join(f"device {d}" for d in data.over_capacity) or "none")
 show_accuracy(profile, sweep)
 if len(balance) == setup.stages:

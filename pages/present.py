@@ -39,8 +39,8 @@ show_accuracy(profile, sweep)
 st.download_button("⬇️ All figures as one HTML report (works offline)",
                    lambda: fig_story.report_html(s, figures),
                    file_name="mcap-report.html", mime="text/html", key="present-report")
-left, right = st.columns(2)
+# One a row, as wide as the page: in two columns at 1280 px their titles were cut off
+# ("…every measured partitionin", issue 40 item 13), and a room sees them larger.
 for i, fig in enumerate(figures):
-    with (left if i % 2 == 0 else right):
-        chart(fig, key=f"present-{i}", name=f"story-{i + 1}")
+    chart(fig, key=f"present-{i}", name=f"story-{i + 1}")
 st.table({"what": [k for k, _ in s.numbers()], "value": [v for _, v in s.numbers()]})

@@ -110,12 +110,13 @@ if top <= capacity and space.worth:
 table = fig_press.savers_table(p, plan)
 chart(fig_press.draw_savers(table, capacity, balance, dataset_name("profile")),
       key="savers-bars", name=f"savers-{balance_str(balance)}")
-st.dataframe(table_view(table, ("before", "after", "lower then", "recompute", "swap", "d2d",
-                                "received", "transient", "segment")), hide_index=True,
-             key="savers-table")
+st.dataframe(table_view(fig_press.screen_table(table), (
+    "before", "after", "lower then", "recompute", "swap", "d2d", "received", "transient",
+    "segment")), hide_index=True, key="savers-table")
 st.caption("Each device at the moment its peak falls under the plan (MPress's live intervals: "
            "the stage's iteration is followed event by event). A plan can move the peak: "
            "*lower then* is how far below its own peak keep-all stood at that moment. "
+           "Columns that are zero on every device are left out; the downloads have them all. "
            + ("Before: measured now with every layer kept." if use_measured else
               "Before: predicted. Measure the partitioning with every layer kept (below) to "
               "plan from measured peaks."))

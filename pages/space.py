@@ -109,7 +109,7 @@ view_key = (profile_param(), shared("sweep"), current_predictor(),
 points = _points(view_key, marks, show_estimates, sweep.runs, estimate)
 c = st.columns(4)
 c[0].metric("measured partitionings", len(sweep.runs))
-c[1].metric("ok with measured throughput", int((points["basis"] == fig_space.MEASURED).sum()),
+c[1].metric("with measured throughput", int((points["basis"] == fig_space.MEASURED).sum()),
             help="timed on a run of the partitioning with its stages together; hollow points' "
                  "throughput is estimated and not counted here")
 c[2].metric("on the Pareto front", int(points["pareto"].sum()))

@@ -442,3 +442,18 @@ def test_pick_labels_close_together_take_different_rows():
     levels = space.label_levels([10.0, 10.5, 11.0, 50.0], span=40.0)
     assert levels[0] != levels[1] != levels[2] != levels[0] and levels[3] == 0
     assert space.label_levels([1.0], 0.0) == [0]
+
+
+def test_savers_screen_table_leaves_out_columns_zero_everywhere_and_the_capacity_reads():
+    """Issue 40, item 13: the savers table ran past the right edge at 1280 px, and the
+    capacity line's grey label sat unreadable on a red bar."""
+    from mcap.figures import press
+    table = pd.DataFrame({"device": [0, 1], "layers": ["0-1", "2-3"], "before": [5, 6],
+                          "after": [4, 6], "recompute": [1, 0], "swap": [0, 0], "d2d": [0, 0],
+                          "received": [0, 0], "transient": [0, 0], "segment": [0, 0],
+                          "lower then": [0, 0]})
+    assert list(press.screen_table(table).columns) == ["device", "layers", "before", "after",
+                                                       "recompute"]
+    fig = press.draw_savers(table, 5, (2, 2))
+    label = [a for a in fig.layout.annotations if a.text.startswith("capacity")][0]
+    assert label.bgcolor == "white" and label.font.color == "#b71c1c"

@@ -2,6 +2,8 @@
 N nodes x K devices (III-C), or a plan you type (``3,3,10:tp2``), drawn as the mesh's devices
 coloured by stage; per-device predicted bars; a button that measures the plan for real; and
 one stage's batch-size line (III-B2) when the profile has two batch sizes."""
+from typing import Optional
+
 import streamlit as st
 
 from mcap.app import capture as app_hybrid
@@ -17,8 +19,8 @@ from mcap.figures._style import fmt_bytes, table_view
 from pages._jobs import job_panel
 from pages._search import measured_runs, predictor_choice
 from pages._shared import (
-    caption_of, chart, current, dataset_name, downloads, error, message, remember, restore_url,
-    shared, store, sweep_for)
+    caption_of, chart, current, dataset_name, downloads, error, message, not_usable, remember,
+    restore_url, shared, store, sweep_for)
 
 restore_url()
 st.title("Hybrid plans")
@@ -55,16 +57,24 @@ else:
         st.caption(f"Not searched: {why}")
 
 
-def fits(text) -> bool:
+def misfit(text) -> Optional[str]:
+    """Why a plan does not fit this model and mesh, or None."""
     try:
         check_plan(parse_plan(text), layers, mesh)
-        return True
-    except McapError:
-        return False
+        return None
+    except McapError as exc:
+        return message(exc)
 
 
-# A plan kept from another mesh or model does not fit this one: start from the recommendation.
-start = shared("plan") if shared("plan") and fits(shared("plan")) else rec.plan.text
+# A plan of another mesh or model (a link's, or one kept from before) does not fit this one:
+# said once, naming the key and why (issue 38 item 6), and the page starts from the
+# recommendation.
+start = shared("plan")
+if start is not None and (why := misfit(start)) is not None:
+    not_usable("plan", start, why, f"the recommended plan {rec.plan.text}")
+    remember("plan", None)
+    start = None
+start = start or rec.plan.text
 typed = right.text_input(
     "Your plan", value=start, key=f"hybrid-plan-{mesh.text}-{shared('profile')}-{predictor}",
     help=f"comma-separated stages: N for N layers on one device, N:dpK or N:tpK for N layers on "

@@ -21,7 +21,7 @@ from pages._search import (
 )
 from pages._shared import (
     caption_of, chart, current, dataset_name, downloads, error, profile_for, profile_param,
-    remember, restore_url, revision_of, shared, shared_balance)
+    remember, restore_url, revision_of, shared, shared_balance, shared_choice)
 
 
 
@@ -95,7 +95,7 @@ estimate = throughput.from_json((sweep.extra or {}).get("throughput_estimate"))
 # lowest peak); every other composed partitioning only when asked (thousands of points).
 show_estimates = estimate is not None and st.sidebar.checkbox(
     "Estimated throughput for every composed partitioning", key="space-estimates",
-    value=shared("estimates", "0") == "1",
+    value=shared_choice("estimates", ("0", "1"), "0") == "1",  # another value is said once
     help="Stage reuse composes peaks exactly but never times a composed partitioning; its "
          "throughput is then estimated from per-layer times. The "
          "picks and the lowest peak are drawn so in any case.")

@@ -193,6 +193,9 @@ def test_a_shared_url_reopens_the_typed_plan_and_a_stale_one_falls_back(data):
     at = page("hybrid", profile="bundled:hybrid.profile.json", mesh="1x4",
               plan="2,2,2:tp2,1,2:dp2,1")  # 8 devices on a 1x4 mesh: the recommendation instead
     assert metric(at, "shown plan") == metric(at, "recommended plan") and not at.error
+    # and it says so, once, naming the key and why (issue 38 item 6)
+    said = [w.value for w in at.warning if "link's plan=" in w.value]
+    assert len(said) == 1 and "recommended plan" in said[0], [w.value for w in at.warning]
 
 
 def test_the_bundled_dp_tp_profile_searches_real_hybrid_plans(tmp_store):

@@ -260,21 +260,35 @@ def interactions(browser, port: int, rounds: int) -> dict:
             _idle(page)
             page.wait_for_timeout(1000)  # the chart wires its click handlers after drawing
             before = combo.input_value()
-            point = page.locator(".js-plotly-plot .scatterlayer .trace").first \
-                .locator("path.point").nth(7 + len(out["Partition space: scatter click"]))
-            box_ = point.bounding_box()
-            x, y = box_["x"] + box_["width"] / 2, box_["y"] + box_["height"] / 2
-            page.mouse.move(x - 20, y - 20)
-            page.mouse.move(x, y, steps=5)
-            page.wait_for_timeout(300)
-            t = time.perf_counter()
-            page.mouse.click(x, y, delay=20)
-            page.wait_for_function("([sel, before]) => { const c = document.querySelector(sel); "
-                                   "return c && c.value && c.value !== before; }",
-                                   arg=['input[aria-label="Partitioning (or click a point above)"]',
-                                        before], timeout=120_000)
-            _idle(page)
-            out["Partition space: scatter click"].append(time.perf_counter() - t)
+            took = None
+            for attempt in range(6):  # a point other than the selected one, hovered first
+                point = page.locator(".js-plotly-plot .scatterlayer .trace").first \
+                    .locator("path.point").nth(7 + 3 * attempt + len(out["Partition space: scatter click"]))
+                box_ = point.bounding_box()
+                x, y = box_["x"] + box_["width"] / 2, box_["y"] + box_["height"] / 2
+                page.mouse.move(x - 20, y - 20)
+                page.mouse.move(x, y, steps=5)
+                page.wait_for_timeout(300)
+                hover = page.locator(".hoverlayer .hovertext tspan.line")
+                hovered = hover.first.text_content().strip() if hover.count() else ""
+                if not hovered or hovered == before:
+                    continue
+                t = time.perf_counter()
+                page.mouse.click(x, y, delay=20)
+                try:
+                    page.wait_for_function(
+                        "([sel, want]) => { const c = document.querySelector(sel); "
+                        "return c && c.value === want; }",
+                        arg=['input[aria-label="Partitioning (or click a point above)"]', hovered],
+                        timeout=15_000)
+                except Exception:  # the chart was not listening yet: hover and click again
+                    continue
+                _idle(page)
+                took = time.perf_counter() - t
+                break
+            if took is None:
+                raise SystemExit("no click on the scatter selected a point")
+            out["Partition space: scatter click"].append(took)
             page.close()
     finally:
         server.terminate()

@@ -224,17 +224,7 @@ def draw_space(points: pd.DataFrame, selected: Optional[str] = None, dataset: st
                                     color=method_color(label, "#000"),
                                     line=dict(width=1.5, color="black")),
                         hovertemplate="%{customdata[0]}: picked by %{customdata[1]}<extra></extra>")
-    starred = points[points["marks"] != ""]
-    # every pick named beside its star, so none hides under another: a label on an arrow,
-    # raised a row above any label close to it (side by side they ran into each other,
-    # issue 40 item 13)
-    sx, sy = scaled(starred["peak"], unit), list(starred["samples_per_second"])
-    span = (max(x) - min(x)) if x else 1.0
-    for px, py, cell, level in zip(sx, sy, starred["marks"], label_levels(sx, span)):
-        fig.add_annotation(x=px, y=py, text=", ".join(method_label(m) for m in cell.split(", ")),
-                           showarrow=True, arrowhead=0, arrowwidth=1, arrowcolor="#666",
-                           ax=18, ay=-26 - 20 * level, xanchor="left", font=dict(size=12),
-                           bgcolor="rgba(255,255,255,0.8)")
+    _name_picks(fig, points[points["marks"] != ""], unit, (max(x) - min(x)) if x else 1.0)
     if selected is not None:
         rows = points[points["balance"] == selected]
         fig.add_scatter(x=scaled(rows["peak"], unit), y=rows["samples_per_second"],
@@ -251,6 +241,18 @@ def draw_space(points: pd.DataFrame, selected: Optional[str] = None, dataset: st
     fig.update_layout(legend=dict(orientation="h", x=0, xanchor="left", y=-0.26, yanchor="top"),
                       margin=dict(b=70))
     return fig
+
+
+def _name_picks(fig: go.Figure, starred: pd.DataFrame, unit, span: float) -> None:
+    """Every pick named beside its star, so none hides under another: a label on an arrow,
+    raised a row above any label close to it (side by side they ran into each other, issue
+    40 item 13)."""
+    sx, sy = scaled(starred["peak"], unit), list(starred["samples_per_second"])
+    for px, py, cell, level in zip(sx, sy, starred["marks"], label_levels(sx, span)):
+        fig.add_annotation(x=px, y=py, text=", ".join(method_label(m) for m in cell.split(", ")),
+                           showarrow=True, arrowhead=0, arrowwidth=1, arrowcolor="#666",
+                           ax=18, ay=-26 - 20 * level, xanchor="left", font=dict(size=12),
+                           bgcolor="rgba(255,255,255,0.8)")
 
 
 # How close two picks' labels may be before one goes a row up: a label of about 20

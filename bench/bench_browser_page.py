@@ -3,6 +3,13 @@
     python bench/bench_browser_page.py [--path "space?sweep=bundled:vgg11-h512-b8-cpu4-full.sweep.json"]
         [--heading "Partition space"] [--visits 3]
     python bench/bench_browser_page.py --all [--visits 2]
+    python bench/bench_browser_page.py --interactions [--visits 5]
+
+``--interactions`` times what a user waits for after a click (issue 40, item 3), on one
+server whose caches a first round warmed: switching the profile on the Overview (to the
+GPT-2 profile and back), the first partitioning typed on Predict in a new session, and a
+click on a point of the Partition space scatter (until the box, the ring and the URL follow).
+Each is the median of ``--visits`` rounds after the warm-up; the target is 1 s.
 
 ``--all`` times every page of the menu, each on its own fresh server (issue 13, item 4:
 "every page's first visit on a fresh server"), and prints one line per page and the largest
@@ -41,6 +48,8 @@ def main() -> int:
     ap.add_argument("--heading", default="Partition space")
     ap.add_argument("--visits", type=int, default=3)
     ap.add_argument("--all", action="store_true", help="every page, each on a fresh server")
+    ap.add_argument("--interactions", action="store_true",
+                    help="time a profile switch, a typed partitioning and a scatter click")
     ap.add_argument("--cold-browser", action="store_true",
                     help="with --all: a new browser process (empty cache) for every page")
     ap.add_argument("--warm-browser", action="store_true",
@@ -60,6 +69,13 @@ def main() -> int:
     port = _free_port()
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=chromium, args=FLAGS, headless=True)
+        if args.interactions:
+            rounds = interactions(browser, port, args.visits)
+            for name, ts in rounds.items():
+                later = ts[1:] or ts
+                print(f"{name:<34} warm-up {ts[0]:.2f} s; then {', '.join(f'{x:.2f}' for x in later)}"
+                      f" s; median {statistics.median(later):.2f} s", flush=True)
+            return 0
         if not args.all:
             times = visit(browser, port, args.path, args.heading, args.visits, chart=True)
             print(f"/{args.path}: visits {', '.join(f'{x:.2f}' for x in times)} s; "
@@ -174,6 +190,110 @@ def visit(browser, port: int, path: str, heading: str, visits: int, chart: bool)
     if STAGES is not None:
         STAGES.append(stages)
     return times
+
+
+IDLE = ("() => !document.querySelector('[data-testid=stStatusWidget]') && "
+        "!document.querySelector('[data-testid=stSkeleton]') && "
+        "[...document.querySelectorAll('[data-testid=stPlotlyChart]')]"
+        ".every(c => c.querySelector('.js-plotly-plot'))")
+GPT2 = "gpt2-l12-h256-s256-cpu4.profile.json"
+VGG = "vgg11-h512-b8-cpu4.profile.json"
+
+
+def _idle(page) -> None:
+    page.wait_for_function(IDLE, timeout=120_000)
+
+
+def _pick(page, label: str, option_text: str) -> None:
+    """Choose the option of a selectbox (by its label) whose text contains ``option_text``."""
+    page.get_by_role("combobox", name=label).click()
+    page.get_by_role("option").filter(has_text=option_text).first.click()
+
+
+def interactions(browser, port: int, rounds: int) -> dict:
+    """Seconds per round of each interaction (module docstring); round 0 warms the caches."""
+    env = dict(os.environ, MCAP_STORE=str(Path(tempfile.mkdtemp()) / "store.sqlite"))
+    server = subprocess.Popen(LAUNCH + ["--server.port", str(port)], cwd=ROOT, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    out: dict = {"Overview: profile to GPT-2": [], "Overview: profile back to VGG11": [],
+                 "Predict: first typed partitioning": [], "Partition space: scatter click": []}
+    try:
+        for _ in range(120):
+            try:
+                urllib.request.urlopen(f"{url}/_stcore/health", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.5)
+        for _ in range(rounds + 1):
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page.goto(url)
+            page.get_by_role("heading", name="Model").first.wait_for(timeout=120_000)
+            _idle(page)
+            for target, key, heading in ((GPT2, "Overview: profile to GPT-2", "hf:gpt2"),
+                                         (VGG, "Overview: profile back to VGG11", "vgg11")):
+                t = time.perf_counter()
+                _pick(page, "Profile (layer statistics)", target)
+                page.locator("h3", has_text=heading).first.wait_for(timeout=120_000)
+                _idle(page)
+                out[key].append(time.perf_counter() - t)
+            page.close()
+
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page.goto(f"{url}/predict")
+            box = page.get_by_role("textbox", name="Layers per device")
+            box.wait_for(timeout=120_000)
+            _idle(page)
+            t = time.perf_counter()
+            box.fill("3,3,5,19")
+            box.press("Enter")
+            page.locator('[data-testid="stMetric"]', has_text="3-3-5-19").first.wait_for(
+                timeout=120_000)
+            _idle(page)
+            out["Predict: first typed partitioning"].append(time.perf_counter() - t)
+            page.close()
+
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page.goto(f"{url}/space")
+            combo = page.get_by_role("combobox", name="Partitioning (or click a point above)")
+            combo.wait_for(timeout=120_000)
+            _idle(page)
+            page.wait_for_timeout(1000)  # the chart wires its click handlers after drawing
+            before = combo.input_value()
+            took = None
+            for attempt in range(6):  # a point other than the selected one, hovered first
+                point = page.locator(".js-plotly-plot .scatterlayer .trace").first \
+                    .locator("path.point").nth(7 + 3 * attempt + len(out["Partition space: scatter click"]))
+                box_ = point.bounding_box()
+                x, y = box_["x"] + box_["width"] / 2, box_["y"] + box_["height"] / 2
+                page.mouse.move(x - 20, y - 20)
+                page.mouse.move(x, y, steps=5)
+                page.wait_for_timeout(300)
+                hover = page.locator(".hoverlayer .hovertext tspan.line")
+                hovered = hover.first.text_content().strip() if hover.count() else ""
+                if not hovered or hovered == before:
+                    continue
+                t = time.perf_counter()
+                page.mouse.click(x, y, delay=20)
+                try:
+                    page.wait_for_function(
+                        "([sel, want]) => { const c = document.querySelector(sel); "
+                        "return c && c.value === want; }",
+                        arg=['input[aria-label="Partitioning (or click a point above)"]', hovered],
+                        timeout=15_000)
+                except Exception:  # the chart was not listening yet: hover and click again
+                    continue
+                _idle(page)
+                took = time.perf_counter() - t
+                break
+            if took is None:
+                raise SystemExit("no click on the scatter selected a point")
+            out["Partition space: scatter click"].append(took)
+            page.close()
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    return out
 
 
 if __name__ == "__main__":

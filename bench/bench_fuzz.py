@@ -3,7 +3,8 @@ every reader of the store with seeded mutations of its rows (issue 28).
 
     PYTHONPATH=. python bench/bench_fuzz.py [--count 500] [--seed 0] [--time-count 100]
                                             [--store-count 500] [--recovery-count 300]
-                                            [--only files|store|recovery]
+                                            [--link-count 540]
+                                            [--only files|store|recovery|links]
 
 Feeds ``--count`` mutated inputs (types, signs, sizes, nesting, truncation, byte noise,
 encodings; tests/io/fuzzing.py) to each reader: the JSON loader for profiles and sweeps, an
@@ -27,6 +28,11 @@ FIFO, a folder, a file another user could have written, a linked ``-wal`` / ``-s
 ``-journal``, an oversized file, and opens the store read-write (the import) or appends a
 run to it. Each must return or exit 2; every victim keeps its bytes, no dangling target is
 created, the planted secret is never printed, and the lines not imported stay byte for byte.
+The dashboard-link fuzzer (tests/pages/linkfuzz.py, ``--only links``; issue 38 item 6)
+opens a page by a link whose one shared key (every key of ``pages._state.SHARED_KEYS``, in
+turn, each on the pages that read it) holds a mutated value: ``--link-count`` links in
+all, AppTest. A finding is an exception box, or a value the page does not use as given
+without a warning naming the key (a silent replacement). Target: 0 of each.
 
 ``--figures [--quick]`` prints bench/run.py's row: the defaults above, seed 0 (``--quick``:
 100 inputs per reader, 5 for recommend --method time, 40 store-row mutations).
@@ -92,6 +98,33 @@ def fuzz_recovery(count: int, seed: int) -> tuple:
     for f in found[:50]:
         print("  " + f)
     return count, found
+# --- dashboard links (issue 38, item 6): a self-contained section ------------------------
+
+def fuzz_links(count: int, seed: int) -> tuple[int, list[str]]:
+    """Every shared key of a dashboard link fuzzed (module docstring): prints the tally per
+    key and every finding; (links tried, findings)."""
+    import os
+    from tests.pages import linkfuzz
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="mcap-fuzz-links-") as tmp:
+        saved = os.environ.get("MCAP_STORE")
+        os.environ["MCAP_STORE"] = str(Path(tmp) / "store.sqlite")  # an empty store of its own
+        try:
+            tally, found = linkfuzz.run(count, seed)
+        finally:
+            if saved is None:
+                os.environ.pop("MCAP_STORE", None)
+            else:
+                os.environ["MCAP_STORE"] = saved
+    boxes = sum(1 for f in found if "exception box" in f or "Error" in f.split(":", 2)[1])
+    total = sum(tally.values())
+    print(f"{'dashboard links':<20} {total:>7} links over {len(tally)} keys "
+          f"({', '.join(f'{k} {n}' for k, n in tally.items())}); "
+          f"{boxes} exception boxes, {len(found) - boxes} silent replacements; "
+          f"{time.monotonic() - started:.0f} s", flush=True)
+    for f in found[:50]:
+        print("  " + f)
+    return total, found
 
 
 def figures(quick: bool = False) -> list:
@@ -117,7 +150,9 @@ def main() -> int:
                     help="store-row mutations, each read by every store reader (default 500)")
     ap.add_argument("--recovery-count", type=int, default=300,
                     help="recovery-file cases, links included (default 300)")
-    ap.add_argument("--only", choices=("files", "store", "recovery"), default=None)
+    ap.add_argument("--only", choices=("files", "store", "recovery", "links"), default=None)
+    ap.add_argument("--link-count", type=int, default=540,
+                    help="dashboard links, spread over every shared key (default 540)")
     ap.add_argument("--figures", action="store_true", help="print bench/run.py's row only")
     ap.add_argument("--quick", action="store_true", help="with --figures: fewer inputs")
     args = ap.parse_args()
@@ -126,6 +161,9 @@ def main() -> int:
         from benchtable import show
         show(figures(args.quick))
         return 0
+    if args.only == "links":
+        _, found = fuzz_links(args.link_count, args.seed)
+        return 1 if found else 0
     found = []
     if args.only != "recovery":
         _, found, _ = fuzz(args.count, args.time_count, args.seed, args.store_count, args.only)

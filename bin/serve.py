@@ -15,6 +15,27 @@ first browser session arrives, so that session is not the one paying for them:
   app.py, so the first visit ran twice. Streamlit's own ``st.navigation`` sets the same flag
   on its first call. If a Streamlit release moves it, nothing breaks: restore_url's rerun
   still applies and only the first visit is slower.
+
+A deep link (``/space``) made the browser log two 404s, ``/space/_stcore/health`` and
+``/space/_stcore/host-config`` (streamlit/streamlit#7074): Streamlit's frontend does not
+know the server's base URL, so it tries the page's own path as one first, then its parent,
+after a 100-ms back-off. :func:`quiet_deep_links` puts the base URL in the page it serves
+(``window.__streamlit.BACKEND_BASE_URL``, the frontend's setting for an embedded app), so
+it asks the right one at once.
+
+A link whose query string Streamlit drops whole (over 512 Ki characters or 1,000 fields:
+``?balance=`` with 10^6 layer counts) reached no page, so none could say so (issue 38,
+item 6); :func:`note_dropped_links` hands the pages a short note in its place
+(``mcap.app.links``), which every page turns into one warning naming the keys.
+
+It also makes the server stop (issue 38, item 8). After SIGTERM or SIGINT Streamlit logs
+"Stopping..." and closes its port, but the interpreter then joins the worker threads of the
+``poll`` file watcher (.streamlit/config.toml): one ThreadPoolExecutor whose queue holds a
+0.2-s task per watched source file, each of which runs before the threads end (about 7 s on
+this VM after a visit to one page, 35 s seen with every page visited), and SIGINT during
+that join is swallowed by Streamlit's handler. :func:`stop_watchers` cancels that queue as
+the server returns; children the pages started are reaped as they end
+(``mcap.app.jobs``), so none stays ``<defunct>``.
 """
 from __future__ import annotations
 
@@ -68,6 +89,98 @@ def warm() -> list[str]:
     return failed
 
 
+# Before the frontend's bundle runs: the server's base URL (/ or server.baseUrlPath), so a
+# deep link's first health check goes to the server, not to /<page>/_stcore/health.
+_BASE_SCRIPT = ("<script>window.__streamlit = Object.assign({{BACKEND_BASE_URL: "
+                "window.location.origin + {base}}}, window.__streamlit || {{}});</script>")
+
+
+def with_base_url(html: str, base_url: str) -> str:
+    """Streamlit's index.html with :data:`_BASE_SCRIPT` first in its head."""
+    import json
+    base = "/" + "/".join(p for p in (base_url or "").split("/") if p)
+    script = _BASE_SCRIPT.format(base=json.dumps(base.rstrip("/") + "/"))
+    return html.replace("<head>", "<head>" + script, 1)
+
+
+def quiet_deep_links() -> bool:
+    """Serve Streamlit's index.html with the base URL in it (:func:`with_base_url`), by
+    wrapping the static-file handler Streamlit builds for its frontend. False, and nothing
+    changed, when this Streamlit has no such handler (the 404s come back, nothing else)."""
+    try:
+        from starlette.responses import FileResponse, HTMLResponse
+        from streamlit.web.server.starlette import starlette_static_routes as routes
+    except ImportError:
+        return False
+    make = getattr(routes, "create_streamlit_static_handler", None)
+    if make is None:
+        return False
+    if getattr(make, "mcap_base_url", False):
+        return True
+
+    def create(directory: str, base_url):
+        handler = make(directory, base_url)
+        index = Path(directory, "index.html").resolve()
+        try:
+            page = with_base_url(index.read_text(encoding="utf-8"), base_url or "")
+        except OSError:
+            return handler
+        served = handler.get_response
+
+        async def get_response(path, scope):
+            response = await served(path, scope)
+            if isinstance(response, FileResponse) and Path(response.path).resolve() == index:
+                return HTMLResponse(page, status_code=response.status_code, headers={
+                    "Cache-Control": response.headers.get("cache-control", "no-cache")})
+            return response
+        handler.get_response = get_response
+        return handler
+    create.mcap_base_url = True
+    routes.create_streamlit_static_handler = create
+    return True
+
+
+def note_dropped_links() -> bool:
+    """Where Streamlit drops a link's query string whole, give the pages
+    ``mcap.app.links.note`` in its place (False, nothing changed, on a Streamlit without
+    ``sanitize_query_string``: such a link then opens the defaults unsaid, as before)."""
+    try:
+        from streamlit.runtime import app_session
+        from streamlit.runtime.state import query_params
+    except ImportError:
+        return False
+    sanitize = getattr(query_params, "sanitize_query_string", None)
+    if sanitize is None or getattr(sanitize, "mcap_note", False):
+        return sanitize is not None
+    from mcap.app.links import note
+    limits = (getattr(query_params, "CLIENT_STATE_QUERY_STRING_MAX_LENGTH", 0),
+              getattr(query_params, "CLIENT_STATE_QUERY_STRING_MAX_FIELDS", 0))
+
+    def sanitized(query_string: str) -> str:
+        kept = sanitize(query_string)
+        return note(query_string, *limits) if query_string and not kept else kept
+    sanitized.mcap_note = True
+    query_params.sanitize_query_string = sanitized
+    if getattr(app_session, "sanitize_query_string", None) is sanitize:
+        app_session.sanitize_query_string = sanitized
+    return True
+
+
+def stop_watchers() -> None:
+    """Let the interpreter end at once after the server stopped: cancel the queued polls of
+    Streamlit's ``poll`` file watcher (its threads finish the one 0.2-s task each runs and
+    end; a poll that reschedules itself after this is refused by the executor). Nothing to
+    do when another watcher, or none, ran; a Streamlit release without this class is left
+    as it is."""
+    try:
+        from streamlit.watcher.polling_path_watcher import PollingPathWatcher
+    except ImportError:
+        return
+    executor = getattr(PollingPathWatcher, "_executor", None)
+    if executor is not None:
+        executor.shutdown(wait=False, cancel_futures=True)
+
+
 def main(argv: list[str]) -> int:
     sys.path.insert(0, str(ROOT))
     warm()
@@ -76,8 +189,13 @@ def main(argv: list[str]) -> int:
         PagesManager.uses_pages_directory = False  # what st.navigation's first call sets
     except (ImportError, AttributeError):
         pass
+    quiet_deep_links()
+    note_dropped_links()
     from streamlit.web import cli
-    return cli.main(args=["run", str(ROOT / "app.py"), *argv], prog_name="streamlit")
+    try:  # click ends with sys.exit: the watchers are stopped on the way out
+        return cli.main(args=["run", str(ROOT / "app.py"), *argv], prog_name="streamlit")
+    finally:
+        stop_watchers()
 
 
 if __name__ == "__main__":

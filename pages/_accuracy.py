@@ -10,7 +10,7 @@ from mcap.core.accuracy import Accuracy, accuracy
 from mcap.core.errors import McapError
 from mcap.io import datasets
 from pages._search import current_predictor
-from pages._shared import open_dataset, profile_param, revision_of, shared
+from pages._shared import mismatch_said, open_dataset, profile_param, revision_of, shared
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
@@ -37,6 +37,8 @@ def show_accuracy(profile, sweep, container=st) -> Optional[Accuracy]:
     """A caption with the dataset's p50/p90 error, a warning above the goal (with the term it
     comes from where the data tells), or a caption saying it is not known here."""
     acc = dataset_accuracy(profile, sweep)
+    if acc is None and mismatch_said():  # the mismatch caption said so, naming both
+        return None
     if acc is None:
         container.caption("How far off these predictions are is not known here: no measured "
                           "sweep of this model and setup is open (choose one on the Overview page).")

@@ -10,11 +10,12 @@ from typing import Optional
 import streamlit as st
 
 from mcap.core.errors import McapError
-from mcap.core.setup import mismatch
+from mcap.core.setup import matching, mismatch
 from mcap.core.types import Profile, Sweep
 from mcap.io import datasets
 from pages._state import (
-    _PAGE_PROFILE, error, message, open_store_or_raise, remember, shared, store, store_revision,
+    _PAGE_PROFILE, error, message, not_usable, open_store_or_raise, remember, shared, store,
+    store_revision,
 )
 
 # What a fresh visit opens: the bundled profile and the full sweep of the same model and
@@ -34,7 +35,11 @@ def example_rank(kind: str, ref: datasets.DatasetRef) -> int:
     return order.index(ref.param) if ref.param in order else len(order)
 
 
-@st.cache_data(show_spinner=False, max_entries=32)
+# Datasets are frozen dataclasses that nothing changes: the cache hands out the object
+# itself (st.cache_resource) rather than a copy (st.cache_data unpickled the full VGG11
+# sweep, 3,654 runs, on every call: 0.6 s of a 0.9-s profile switch, issue 40 item 3).
+# The key is the content revision all the same.
+@st.cache_resource(show_spinner=False, max_entries=32)
 def _load(param: str, revision: tuple, where: str, _store):
     """A bundled or stored dataset; ``revision`` keys the cache on its content and ``where``
     on the store file. The store is opened by the caller: an st.error shown in here would be
@@ -42,7 +47,7 @@ def _load(param: str, revision: tuple, where: str, _store):
     return datasets.load(datasets.parse_ref(param), _store)
 
 
-@st.cache_data(show_spinner=False, max_entries=8)
+@st.cache_resource(show_spinner=False, max_entries=8)
 def _load_upload(name: str, digest: str, _data: bytes):
     return datasets.load_upload(name, _data)
 
@@ -133,11 +138,104 @@ def press_profiles() -> list[datasets.DatasetRef]:
     return out
 
 
-def current(kind: str, required: bool = True):
-    """The chosen profile or sweep (query param ``profile``/``sweep``, else the first
-    bundled one). Shows st.error and stops the page when it cannot be opened."""
+def _opened(kind: str, param: str):
+    """The dataset ``param`` names, which must be of ``kind``; McapError otherwise."""
+    data = open_dataset(param)
+    if not isinstance(data, Profile if kind == "profile" else Sweep):
+        other = "profile" if isinstance(data, Profile) else "sweep"
+        raise McapError(f"{message(param)} is a {other}, not a {kind}")
+    return data
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _matching_sweep(profile_param: str, revision: tuple, sweeps: tuple, revisions: tuple):
+    """The param of the sweep ``profile_param``'s profile brings (``mcap.core.setup.matching``),
+    or None; cached on the content of the profile and of every sweep on offer."""
+    loaded, params = [], []
+    for param in sweeps:
+        try:
+            loaded.append(_opened("sweep", param))
+            params.append(param)
+        except McapError:
+            continue  # a stored sweep that cannot be read is not a match
+    i = matching(_opened("profile", profile_param), loaded)
+    return None if i is None else params[i]
+
+
+def matching_sweep(profile_param: Optional[str]) -> Optional[str]:
+    """The sweep a profile brings with it: the one of its model, setup and machine that
+    every page then compares its predictions with (issue 40, item 1); None when none is on
+    offer or the profile cannot be opened."""
+    if profile_param is None:
+        return None
+    refs = choices("sweep")
+    try:
+        return _matching_sweep(profile_param, revision_of(datasets.parse_ref(profile_param)),
+                               tuple(r.param for r in refs),
+                               tuple(revision_of(r) for r in refs))
+    except McapError:
+        return None
+
+
+def default_param(kind: str) -> Optional[str]:
+    """What is shown when nothing (usable) is chosen: the first profile on offer; for a
+    sweep, the one the chosen profile brings, else the first on offer."""
+    if kind == "sweep":
+        match = matching_sweep(chosen_param("profile"))
+        if match is not None:
+            return match
     refs = choices(kind)
-    param = shared(kind, refs[0].param if refs else None)
+    return refs[0].param if refs else None
+
+
+def chosen_param(kind: str) -> Optional[str]:
+    """The chosen profile or sweep: the link's (or this session's) when it opens as one,
+    else :func:`default_param`. A link that names a dataset which cannot be used (no such
+    file or id, outside the data folder, an upload this server does not have, a profile
+    where a sweep is meant) is said once, naming the key and why, and replaced in the URL
+    (issue 38, item 6: they were replaced by the defaults without a word)."""
+    raw = shared(kind, None)
+    if raw is not None:
+        try:
+            _opened(kind, raw)
+            return raw
+        except McapError as exc:
+            used = default_param(kind)
+            not_usable(kind, raw, message(exc), dataset_label(used) if used else f"no {kind}")
+            remember(kind, used)
+            return used
+    return default_param(kind)
+
+
+def dataset_label(param: str) -> str:
+    """A dataset's name for a sentence: its file name, upload name or store id."""
+    name = str(param).split(":", 1)[-1]
+    return _upload_name(name) if str(param).startswith("upload:") else name
+
+
+def choose_profile(param: str) -> Optional[str]:
+    """Make ``param`` the chosen profile for every page, with the sweep it brings when there
+    is one (issue 40, item 1); returns that sweep's param, or None (the chosen sweep stays:
+    pages then say once that its measurements are of another model or setup)."""
+    old = shared("profile")
+    if old is not None and old != param:
+        try:  # a partitioning or plan of another model would be refused on every page
+            if _opened("profile", old).model.num_layers != _opened("profile", param).model.num_layers:
+                remember("balance", None)
+                remember("plan", None)
+        except McapError:
+            pass
+    remember("profile", param)
+    match = matching_sweep(param)
+    if match is not None:
+        remember("sweep", match)
+    return match
+
+
+def current(kind: str, required: bool = True):
+    """The chosen profile or sweep (:func:`chosen_param`). Shows st.error and stops the page
+    when there is none, or it cannot be opened (a store that became unreadable)."""
+    param = chosen_param(kind)
     if param is None:
         if required:
             st.error(f"No {kind} to show: data/ has no *.{kind}.json and the store has none. "
@@ -145,14 +243,9 @@ def current(kind: str, required: bool = True):
             st.stop()
         return None
     try:
-        data = open_dataset(param)
+        data = _opened(kind, param)
     except McapError as exc:
         error(exc, f"Cannot open {kind} {message(param)!r}: ")
-        if required:
-            st.stop()
-        return None
-    if not isinstance(data, Profile if kind == "profile" else Sweep):
-        st.error(f"{param!r} is not a {kind}.")
         if required:
             st.stop()
         return None
@@ -168,9 +261,7 @@ def profile_param() -> Optional[str]:
 
 def dataset_name(kind: str) -> str:
     """The chosen dataset's name for figure subtitles: "vgg11-h512-b8-cpu4-full.sweep.json"."""
-    param = shared(kind) or ""
-    name = param.split(":", 1)[-1]
-    return _upload_name(name) if param.startswith("upload:") else name
+    return dataset_label(shared(kind) or "")
 
 
 def caption_of(data) -> str:
@@ -180,25 +271,46 @@ def caption_of(data) -> str:
             f"{s.schedule}, checkpoint {s.checkpoint} · {s.device}/{s.engine}")
 
 
+# The mismatch this page run has said (sweep_for), so the accuracy caption does not say it
+# again in other words (issue 40, item 1: a mismatch is said once, with both names).
+_MISMATCH_SAID = "_mismatch_said"
+
+
+def mismatch_sentence(why: str) -> str:
+    """One sentence naming the chosen profile and sweep and why they cannot be compared."""
+    return (f"Measured peaks are not shown: the chosen sweep {dataset_name('sweep')} cannot be "
+            f"compared with the chosen profile {dataset_name('profile')} ({why}), so how far off "
+            f"the predictions are is not known here either.")
+
+
 def sweep_for(profile: Profile, sweep: Optional[Sweep]) -> Optional[Sweep]:
-    """The sweep if its measurements belong to ``profile``'s model and setup; else a
-    caption saying why its measured peaks are left out, and None."""
+    """The sweep if its measurements belong to ``profile``'s model and setup; else one
+    caption naming both and why its measured peaks are left out, and None."""
     if sweep is None:
         return None
     why = mismatch(profile, sweep)
     if why is None:
         return sweep
-    st.caption(f"Measured peaks from the chosen sweep are not shown: {why}.")
+    st.caption(mismatch_sentence(why))
+    st.session_state[_MISMATCH_SAID] = True
     return None
+
+
+def mismatch_said() -> bool:
+    """Whether this page run has said that the chosen profile and sweep do not match."""
+    return bool(st.session_state.get(_MISMATCH_SAID))
 
 
 def profile_for(sweep: Sweep, profile: Profile) -> Profile:
     """A profile whose predictions can be compared with ``sweep``: the chosen one if it
-    matches, else the first matching one on offer, used on this page only: the chosen
-    profile stays chosen, a note says so and offers the switch. Stops the page with
-    st.error when none matches."""
+    matches, else the first matching one on offer, used on this page only. One note names
+    both datasets and offers the two ways out: the sweep the chosen profile brings (when
+    there is one) and making the matching profile the chosen one. Stops the page with
+    st.error when no profile matches."""
     if mismatch(profile, sweep) is None:
         return profile
+    why = mismatch(profile, sweep)
+    own = matching_sweep(shared("profile"))
     for ref in choices("profile"):
         try:
             other = open_dataset(ref.param)
@@ -206,13 +318,26 @@ def profile_for(sweep: Sweep, profile: Profile) -> Profile:
             continue
         if isinstance(other, Profile) and mismatch(other, sweep) is None:
             st.session_state[_PAGE_PROFILE] = ref.param
-            st.info(f"This page uses the profile {ref}, measured on this sweep's model and setup: "
-                    f"the chosen profile {shared('profile')} was not ({mismatch(profile, sweep)}). "
-                    f"The chosen profile stays chosen on the other pages.")
-            if st.button(f"Make {ref.key} the chosen profile", key="switch-profile"):
+            st.session_state[_MISMATCH_SAID] = True
+            st.info(f"The chosen sweep {dataset_name('sweep')} was not measured on the chosen "
+                    f"profile {dataset_name('profile')}'s model and setup ({why}). This page "
+                    f"predicts its partitionings with {ref.key}, which was; the chosen profile "
+                    f"stays chosen on the other pages.")
+            left, right = st.columns(2)
+            if own is not None and left.button(f"Use the matching sweep {dataset_label(own)}",
+                                               key="use-matching-sweep",
+                                               help="the sweep of the chosen profile's model, "
+                                                    "setup and machine"):
+                remember("sweep", own)
+                st.rerun()
+            if right.button(f"Make {ref.key} the chosen profile", key="switch-profile"):
                 remember("profile", ref.param)
                 st.rerun()
             return other
-    st.error(f"No profile matches this sweep: {mismatch(profile, sweep)}. "
+    st.error(f"No profile matches the chosen sweep {dataset_name('sweep')}: {why}. "
              f"Profile the sweep's model with the same setup, or choose another sweep.")
+    if own is not None and st.button(f"Use the matching sweep {dataset_label(own)}",
+                                     key="use-matching-sweep"):
+        remember("sweep", own)
+        st.rerun()
     st.stop()

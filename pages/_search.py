@@ -32,7 +32,9 @@ def slow(method: str) -> bool:
 
 
 def method_label(name: str) -> str:
-    return get(name).label
+    """The plain name a room reads (``mcap.figures._style.method_label``)."""
+    from mcap.figures._style import method_label as label
+    return label(name)
 
 
 def predictor_choice(container=st, key: str = "predictor") -> str:
@@ -122,13 +124,13 @@ def done_elsewhere(profile, stages: int, method: str):
     it, one that times the model once this server timed it (the Recommend page)."""
     if get(method).on_demand:
         return finished_bo(stages, method), (
-            f"{method} has not run for this profile and stage count yet: run it on the "
-            "Recommend page and its pick appears here.")
+            f"{method_label(method)} has not run for this profile and stage count yet: run it "
+            "on the Recommend page and its pick appears here.")
     missing = time_left_out(profile)  # a CUDA profile on a machine without a GPU
     return time_pick(profile, stages), (
-        f"{method} is left out: {missing}." if missing else
+        f"{method_label(method)} is left out: {missing}." if missing else
         "The model has not been timed for this stage count: press **Time the model** on the "
-        f"Recommend page and {method}'s pick appears here.")
+        f"Recommend page and the pick of {method_label(method)} appears here.")
 
 
 def prediction_of(rec):
@@ -136,7 +138,7 @@ def prediction_of(rec):
     return Prediction(tuple(rec.balance), tuple(rec.predicted_peaks))
 
 
-@st.cache_data(show_spinner=False, max_entries=16)
+@st.cache_resource(show_spinner=False, max_entries=16)  # a tuple nothing changes: no copy
 def _sweep_predictions(profile_param: str, sweep_param: str, predictor: str, revisions: tuple):
     return searches.sweep_predictions(open_dataset(profile_param), open_dataset(sweep_param),
                                       predictor)

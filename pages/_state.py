@@ -3,10 +3,12 @@ it), the page navigation, the results store opened once per server, and errors s
 the server's paths left out. Not a page; ``pages/_shared.py`` re-exports all of it."""
 from __future__ import annotations
 
+import re
 from typing import Optional
 
 import streamlit as st
 
+from mcap.app import links
 from mcap.core.errors import McapError
 from mcap.io import datasets
 
@@ -86,7 +88,15 @@ def restore_url() -> None:
     if not st.session_state.get(_VIA_APP):
         navigation(position="hidden")
         st.rerun()
+    if links.DROPPED in st.query_params:  # a link the server dropped whole (bin/serve.py)
+        text = st.query_params[links.DROPPED]
+        del st.query_params[links.DROPPED]
+        said = st.session_state.setdefault("_said_bad_values", set())
+        if (links.DROPPED, text) not in said:
+            said.add((links.DROPPED, text))
+            st.warning(links.sentence(text))
     st.session_state.pop(_PAGE_PROFILE, None)  # a page-only profile (profile_for) ends here
+    st.session_state.pop("_mismatch_said", None)  # said once per page run (sweep_for)
     for name, value in st.session_state.get("_shared", {}).items():
         if name in SHARED_KEYS and st.query_params.get(name) != value:
             st.query_params[name] = value
@@ -141,6 +151,27 @@ def shared_float(name: str, default: float, low: float, high: float) -> float:
         not_usable(name, raw, f"expected {low:g}..{high:g}", used)
         return used
     return value
+
+
+def shared_balance(layers: int, used: str) -> Optional[tuple[int, ...]]:
+    """The shared partitioning as layer counts of a model of ``layers`` layers, or None when
+    there is none. One that is no list of layer counts, or whose counts sum to another
+    model's layers, is said once (``not_usable``) naming what ``used`` is shown instead
+    (issue 38, item 6: Partition space and Memory savers replaced it without a word)."""
+    from mcap.core.partition import parse_balance
+    raw = shared("balance", None)
+    if raw is None:
+        return None
+    try:
+        balance = parse_balance(raw)
+    except McapError:
+        not_usable("balance", raw, "expected layer counts such as 3,3,5,19", used)
+        return None
+    if sum(balance) != layers:
+        not_usable("balance", raw, f"its {len(balance):,} layer counts sum to {sum(balance):,} "
+                                   f"but this model has {layers} layers", used)
+        return None
+    return balance
 
 
 def shared_choice(name: str, options, default):
@@ -200,7 +231,17 @@ def message(exc) -> str:
         text = text.replace(form.rstrip("/") + "/", "")
         if name:
             text = text.replace(form, name)
-    return text
+    return _LONG.sub(_cut, text)
+
+
+# A run of more than 120 characters without a space in a message is a value a link or a box
+# carried (a balance of 10^5 layer counts): shown by its start and its length, not whole.
+_LONG = re.compile(r"\S{121,}")
+
+
+def _cut(match) -> str:
+    word = match.group(0)
+    return f"{word[:60]}… ({len(word):,} characters)"
 
 
 def error(exc, prefix: str = "") -> None:

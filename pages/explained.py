@@ -101,7 +101,7 @@ st.subheader("Measured, op by op")
 measured_events = memtimeline.events(run)
 if measured_events is None:
     st.info(f"No measured timeline for {balance_str(balance)} in this dataset: a run records one "
-            "when its stages run alone (the default since its files carry `\"memory\"`). "
+            "when its stages run alone (the default). "
             "Measure this partitioning on the Predict page and come back.")
 else:
     chart(fig_tl.draw_measured(measured_events, dataset=dataset_name("profile"),
@@ -128,9 +128,9 @@ if les.levels:
 
 st.subheader("A memory-saving plan over this iteration")
 if profile.press is None:
-    st.info("With MPress statistics (`python -m mcap profile ... --checkpoint never --press`) this "
-            "section shows what a plan moves out of a device and brings back, and when. The "
-            "Memory savers page opens a bundled profile that has them.")
+    st.info("With MPress statistics (a profile measured without checkpointing, with the memory "
+            "savers' statistics) this section shows what a plan moves out of a device and brings "
+            "back, and when. The Memory savers page opens a bundled profile that has them.")
     st.stop()
 if not les.levels:
     st.info(f"The plan is drawn over the levels, which need the profile's {setup.chunks} "

@@ -15,14 +15,15 @@ from mcap.core.capture.predict import (
 from mcap.figures import capture as fig_h
 from mcap.figures._style import fmt_bytes, table_view
 from pages._jobs import job_panel
-from pages._search import predictor_choice
+from pages._search import measured_runs, predictor_choice
 from pages._shared import (
-    caption_of, chart, current, dataset_name, downloads, error, message, remember, restore_url,
-    shared, store)
+    caption_of, chart, current, dataset_name, downloads, error, message, not_usable, remember,
+    restore_url, shared, store, sweep_for)
 
 restore_url()
 st.title("Hybrid plans")
 profile = current("profile")
+sweep = sweep_for(profile, current("sweep", required=False))
 st.caption(caption_of(profile))
 predictor = predictor_choice(st.sidebar, key="hybrid-predictor")
 layers = real_layers(profile)  # plans are in the model's real layers, merged profile or not
@@ -47,22 +48,24 @@ if not rec.kinds and (why := app_hybrid.pipeline_only_why(profile, mesh)) is not
 elif not rec.kinds:
     st.info("This profile has no data- or tensor-parallel statistics, so the plans here are "
             "pipeline-only (one layer group per device). Profile the 2- and 4-way dp and tp "
-            f"stages to search hybrid plans:\n\n`{profile_command(profile)}`")
+            "stages (the Profile page's CAPTURE options, or the command line) to search hybrid "
+            "plans:")
+    st.code(profile_command(profile), language="bash")
 else:
     for why in rec.missing:
         st.caption(f"Not searched: {why}")
 
 
-# A plan kept in the link that this mesh, model or profile cannot show: said, then the
-# recommendation instead.
-start = rec.plan.text
-if shared("plan"):
-    why = app_hybrid.plan_problem(shared("plan"), layers, mesh, costs)
-    if why is None:
-        start = shared("plan")
-    else:
-        st.warning(f"The plan {str(shared('plan'))[:80]!r} of the link is not shown: "
-                   f"{message(why)}. Showing the recommended plan {rec.plan.text} instead.")
+# A plan of another mesh or model (a link's, or one kept from before) that this mesh, model
+# or profile cannot show (it does not parse, does not fit, or a tp degree does not divide
+# what it splits): said once, naming the key and why (issue 38 item 6), and the page starts
+# from the recommendation.
+start = shared("plan")
+if start is not None and (why := app_hybrid.plan_problem(str(start), layers, mesh, costs)):
+    not_usable("plan", start, message(why), f"the recommended plan {rec.plan.text}")
+    remember("plan", None)
+    start = None
+start = start or rec.plan.text
 typed = right.text_input(
     "Your plan", value=start, key=f"hybrid-plan-{mesh.text}-{shared('profile')}-{predictor}",
     help=f"comma-separated stages: N for N layers on one device, N:dpK or N:tpK for N layers on "
@@ -88,9 +91,11 @@ st.caption(f"Exact search (dynamic programme over layers and devices) of {rec.ev
            f"stage placements in {rec.seconds:.3f} s; parallelisms searched: "
            f"pp{''.join(', ' + k for k in rec.kinds)}; predictor {rec.predictor}.")
 
-# The measured peaks of this plan, once a measure job of it has printed them.
+# The measured peaks of this plan: a pipeline-only one's from the runs every page reads
+# (the chosen sweep, the store), a measure job's once it has printed them.
 s = store()
-measured, result = None, None
+measured = app_hybrid.pipeline_measured(profile, plan, measured_runs(profile, sweep))
+from_runs, result = measured is not None, None
 job_state = st.session_state.get("hybrid-job")
 if s is not None and job_state is not None and job_state[1] == plan.text:
     try:
@@ -98,7 +103,11 @@ if s is not None and job_state is not None and job_state[1] == plan.text:
     except McapError:
         result = None
     if result and result.get("peaks") and len(result["peaks"]) == plan.devices:
-        measured = result["peaks"]
+        measured, from_runs = result["peaks"], False
+if from_runs:
+    st.caption(f"Measured: plan {plan.text} is pipeline-only, so its measured peaks are the "
+               f"ones every page shows for partitioning {plan.text.replace(',', '-')}"
+               + (f" (the sweep {dataset_name('sweep')})." if sweep is not None else "."))
 
 frame = fig_h.mesh_frame(plan, mesh, peaks, measured)
 chart(fig_h.draw_mesh(frame, mesh, f"Plan {plan.text} on mesh {mesh.text}",
@@ -121,10 +130,10 @@ if s is not None:
     if job_state is not None:
         st.caption(f"Job {job_state[0]} measures plan {job_state[1]}.")
         job_panel(s, job_state[0], key="hybrid")
-        if measured is not None:
+        if measured is not None and not from_runs:
             st.success(f"Measured peak {fmt_bytes(max(measured))} vs predicted "
                        f"{fmt_bytes(max(peaks))}; the diamonds above are the measured peaks.")
-        elif result is not None:
+        elif result is not None and not from_runs:
             st.warning(f"The measurement of {job_state[1]} ended {result.get('status')}"
                        + (f": {result['error']}" if result.get("error") else "."))
 
@@ -133,8 +142,8 @@ sizes = pp_batch_sizes(profile)
 if len(sizes) < 2:
     st.caption(f"This profile has pipeline-only statistics at batch size "
                f"{profile.setup.batch_size}" + (f" and {', '.join(map(str, sizes))}" if sizes else "")
-               + ": the batch-size line (III-B2) needs two more. Profile with `--capture` "
-               "(a quarter and a half of the batch size).")
+               + ": the batch-size line (III-B2) needs two more. Profile with CAPTURE's batch "
+               "sizes (a quarter and a half of the batch size; an option on the Profile page).")
 else:
     bounds = frame.drop_duplicates("stage")[["stage", "layers"]].values.tolist()
     pick = st.selectbox("Stage", bounds, format_func=lambda b: f"stage {b[0]} (layers {b[1]})",

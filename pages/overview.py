@@ -7,8 +7,8 @@ from mcap.figures._style import balance_str, fmt_bytes
 from pages._accuracy import show_accuracy
 from pages._search import prediction_of, recommendations
 from pages._shared import (
-    add_upload, chart, choices, current, dataset_name, error, json_download, remember,
-    restore_url, shared, sweep_for)
+    add_upload, chart, choices, choose_profile, chosen_param, current, dataset_label,
+    dataset_name, error, json_download, remember, restore_url, shared, sweep_for)
 
 restore_url()
 st.title("mcap: memory-centric partitioning")
@@ -23,16 +23,21 @@ st.markdown(
 st.subheader("Dataset")
 # The pickers are drawn after the upload is read, so they show what was just uploaded.
 pickers = st.container()
-upload = st.file_uploader("…or upload an `mcap.profile/1` or `mcap.sweep/1` JSON file", type=["json"],
-                          key="upload")
+upload = st.file_uploader("…or upload a profile or a sweep (a JSON file mcap wrote)",
+                          type=["json"], key="upload")
 # A file stays in the uploader across reruns: read it once, so a later pick in the pickers
 # is not undone by the same file on the next rerun.
 if upload is not None and st.session_state.get("upload-read") != upload.file_id:
     st.session_state["upload-read"] = upload.file_id
     try:
         kind, param = add_upload(upload.name, upload.getvalue())
-        remember(kind, param)
         st.session_state[f"choose-{kind}"] = param  # the picker follows the upload
+        if kind == "profile":  # an uploaded profile brings its sweep too (issue 40 item 1)
+            brought = choose_profile(param)
+            if brought is not None:
+                st.session_state["choose-sweep"] = brought
+        else:
+            remember(kind, param)
         st.session_state["upload-note"] = (kind, upload.name, param)
     except McapError as exc:
         st.session_state.pop("upload-note", None)
@@ -40,16 +45,16 @@ if upload is not None and st.session_state.get("upload-read") != upload.file_id:
 note = st.session_state.get("upload-note")
 if upload is not None and note is not None and note[1] == upload.name:
     st.success(f"Loaded {note[1]} as a {note[0]}. A link to this page opens it on this server "
-               f"as long as it runs (`{note[0]}={note[2]}`).")
+               f"as long as it runs.")
 left, right = pickers.columns(2)
 for kind, col, what in (("profile", left, "Profile (layer statistics)"),
                         ("sweep", right, "Sweep (measured partition space)")):
+    chosen = chosen_param(kind)  # a link's dataset that cannot be used is said here, once
     refs = choices(kind)
     if not refs:
         col.warning(f"No {kind} available yet: data/ and the store have none.")
         continue
     params = [r.param for r in refs]
-    chosen = shared(kind, params[0])
     if st.session_state.get(f"choose-{kind}") not in params:
         st.session_state.pop(f"choose-{kind}", None)
     # set by an upload (above) or a previous run: the widget's own state, no second default
@@ -57,14 +62,28 @@ for kind, col, what in (("profile", left, "Profile (layer statistics)"),
         "index": params.index(chosen) if chosen in params else 0}
     pick = col.selectbox(what, params, format_func={r.param: str(r) for r in refs}.get,
                          key=f"choose-{kind}", **start)
-    remember(kind, pick)
+    if kind == "profile" and pick != chosen:
+        # Choosing a profile chooses the sweep of its model, setup and machine (issue 40,
+        # item 1); without one the chosen sweep stays, and the pages say once why their
+        # measured peaks are left out.
+        brought = choose_profile(pick)
+        if brought is not None:
+            st.session_state["choose-sweep"] = brought
+            st.session_state["sweep-note"] = (pick, brought)
+    else:
+        remember(kind, pick)
+brought = st.session_state.get("sweep-note")
+if brought is not None and brought == (shared("profile"), shared("sweep")):
+    pickers.caption(f"The sweep follows the profile: {dataset_label(brought[1])} was measured on "
+                    f"the same model, setup and machine as {dataset_label(brought[0])}.")
 
 profile = current("profile")
 sweep = sweep_for(profile, current("sweep", required=False))
 
 h = fig_over.headline(profile)
 st.subheader(f"Model `{h.spec}`")
-c = st.columns(5)
+# Three a row: five in a row cut "27 ok of 27" and "135.31 MiB" at 1280 px (issue 40, 13)
+c = st.columns(3) + st.columns(3)
 c[0].metric("layers", h.layers)
 c[1].metric("parameters", fmt_bytes(h.param_bytes))
 c[2].metric("stages", h.stages)
@@ -81,8 +100,9 @@ except McapError as exc:
 c = st.columns(3)
 c[0].metric("mCAP's partitioning", balance_str(best.balance))
 c[1].metric("its predicted peak", fmt_bytes(best.predicted_peak))
+gain = fig_over.split_gain(best, even)  # Present's headline is the same computation
 c[2].metric("vs. an even split", fmt_bytes(even.predicted_peak),
-            delta=f"{100 * (even.predicted_peak / best.predicted_peak - 1):+.1f}%", delta_color="inverse")
+            delta=f"{100 * gain.higher:+.1f}%", delta_color="inverse")
 show_accuracy(profile, sweep)
 bars = fig_over.split_bars((("uniform", prediction_of(even)), ("exact", prediction_of(best))))
 st.markdown("**One picture:** the per-device peaks mCAP predicts for an even split of the layers "
@@ -97,9 +117,6 @@ if sweep is not None:
     c[1].metric("ok / oom / failed", f"{hs.ok} / {hs.oom} / {hs.failed}")
     c[2].metric("lowest measured peak", fmt_bytes(hs.lowest_peak))
     c[3].metric("at", balance_str(hs.lowest_balance) if hs.lowest_balance else "-")
-    if sweep.model.layers != profile.model.layers:
-        st.warning(f"The sweep's model ({sweep.model.spec}) is not the profile's "
-                   f"({profile.model.spec}); predictions cannot be compared with it.")
 
 json_download({"profile": fig_over.headline(profile).__dict__,
                "sweep": None if sweep is None else fig_over.headline(sweep).__dict__,

@@ -9,7 +9,7 @@ from mcap.app.devices import measure_devices
 from mcap.core.accuracy import stage_measurements, stage_terms, terms_sentence
 from mcap.core.errors import McapError
 from mcap.figures import devices as fig_dev
-from mcap.figures._style import balance_str, fmt_bytes, table_view
+from mcap.figures._style import MISSING, balance_str, fmt_bytes, table_view
 from mcap.core.partition import parse_balance, validate
 from mcap.core.recommend import costs_of
 from mcap.core.search import DEFAULT
@@ -18,7 +18,8 @@ from mcap.runner.engines import get as get_engine
 from pages._accuracy import show_accuracy
 from pages._jobs import gpu_count, job_panel, measure_args
 from pages._search import (
-    done_elsewhere, measured_for, measured_runs, methods, predictor_choice, recommendation,
+    done_elsewhere, measured_for, measured_runs, method_label, methods, predictor_choice,
+    recommendation,
     slow, stage_peaks, uniform_balance,
 )
 from pages._shared import (
@@ -35,8 +36,13 @@ predictor = predictor_choice(st.sidebar, key="predict-predictor")
 layers = profile.model.num_layers
 setup = profile.setup
 
-mode = st.radio("Pick a partitioning", ("type it", "per stage", "from a recommendation"),
-                horizontal=True, key="pick-mode")
+# The pick mode is kept in the session's shared state (and this page's URL), so a visit to
+# another page does not reset it (issue 40, item 4); a link's value it does not know is said.
+MODES = {"typed": "type it", "per-stage": "per stage", "recommended": "from a recommendation"}
+code = shared_choice("pick", tuple(MODES), "typed")
+mode = st.radio("Pick a partitioning", tuple(MODES.values()), horizontal=True, key="pick-mode",
+                index=list(MODES).index(code))
+remember("pick", next(k for k, v in MODES.items() if v == mode))
 balance_text = shared("balance") or ",".join(map(str, uniform_balance(layers, setup.stages)))
 try:
     if mode == "type it":
@@ -63,7 +69,7 @@ try:
         method = shared_choice("method", names, DEFAULT)
         left, right = st.columns(2)
         method = left.selectbox("Method", names, index=names.index(method),
-                                key="pick-method")
+                                key="pick-method", format_func=method_label)
         stages = right.number_input("Stages", 1, layers, value=shared_int("stages", setup.stages, 1, layers),
                                     key="pick-rec-stages")
         remember("method", method)
@@ -75,9 +81,9 @@ try:
                 st.stop()
             balance = done.balance
         else:
-            with st.spinner(f"{method} is searching…"):
+            with st.spinner(f"{method_label(method)} is searching…"):
                 balance = recommendation(profile, int(stages), method).balance
-        st.write(f"{method} recommends **{balance_str(balance)}**.")
+        st.write(f"{method_label(method)} recommends **{balance_str(balance)}**.")
 except McapError as exc:
     error(exc)
     st.stop()
@@ -103,7 +109,10 @@ if data.measured is not None:
                 delta=f"{100 * (prediction.peak - max(data.measured)) / max(data.measured):+.1f}% predicted",
                 delta_color="off")
 else:
-    c[2].metric("measured peak", run.status if run is not None else "not measured")
+    # "–" with a tooltip: "not measured" was cut to "not measur…" at 1280 px (issue 40 item 13)
+    c[2].metric("measured peak", run.status if run is not None else MISSING,
+                help=None if run is not None else "not measured: this partitioning is in no "
+                     "measured sweep or store run of this model and setup")
 c[3].metric("over capacity", ", ".join(f"device {d}" for d in data.over_capacity) or "none")
 show_accuracy(profile, sweep)
 if len(balance) == setup.stages:

@@ -20,7 +20,7 @@ st.caption(caption_of(profile))
 name = dataset_name("profile") + ("" if sweep is None else " · " + dataset_name("sweep"))
 
 
-@st.cache_data(show_spinner=False, max_entries=8)
+@st.cache_resource(show_spinner=False, max_entries=8)  # read only: no copy of its runs
 def _story(profile_ref: str, sweep_ref, predictor: str, today, _profile, _sweep):
     return fig_story.story(_profile, _sweep, predictor,
                            (dataset_name("profile"), sweep_ref or ""), today)
@@ -32,14 +32,15 @@ try:
 except McapError as exc:
     error(exc)
     st.stop()
+st.subheader(s.headline())  # the sentence a room reads first, from the data
 figures = fig_story.draw_story(s, name)
 # Built when clicked (a deferred download): the report inlines plotly.js (about 5 MB).
 show_accuracy(profile, sweep)
 st.download_button("⬇️ All figures as one HTML report (works offline)",
                    lambda: fig_story.report_html(s, figures),
                    file_name="mcap-report.html", mime="text/html", key="present-report")
-left, right = st.columns(2)
+# One a row, as wide as the page: in two columns at 1280 px their titles were cut off
+# ("…every measured partitionin", issue 40 item 13), and a room sees them larger.
 for i, fig in enumerate(figures):
-    with (left if i % 2 == 0 else right):
-        chart(fig, key=f"present-{i}", name=f"story-{i + 1}")
+    chart(fig, key=f"present-{i}", name=f"story-{i + 1}")
 st.table({"what": [k for k, _ in s.numbers()], "value": [v for _, v in s.numbers()]})

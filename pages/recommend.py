@@ -15,8 +15,8 @@ from pages._search import (
     start_time, time_left_out, time_pick, time_state,
 )
 from pages._shared import (
-    caption_of, chart, current, dataset_name, downloads, error, remember, restore_url, shared,
-    shared_choice, shared_int, sweep_for)
+    caption_of, chart, current, dataset_name, downloads, error, not_usable, remember,
+    restore_url, shared_choice, shared_int, sweep_for)
 
 restore_url()
 st.title("Recommend")
@@ -29,11 +29,16 @@ SEARCHES = names(needs_model=False)
 
 a, b, c, d = st.columns(4)
 method = shared_choice("method", methods(), DEFAULT)  # said once if it names no method at all
-method = method if method in SEARCHES else DEFAULT  # time: a baseline, timed below
+if method not in SEARCHES:  # time: a baseline, timed below; said once like any other value
+    not_usable("method", method, f"{method_label(method)} times the real model: it is a "
+               "baseline, timed below in the table of all methods, not a search to run here",
+               DEFAULT)
+    method = DEFAULT
 method = a.selectbox("Method", SEARCHES, index=SEARCHES.index(method),
                      key="rec-method", format_func=method_label,
                      help=" ".join(f"**{m}**: {get(m).help}." for m in SEARCHES))
 on_demand = get(method).on_demand  # minutes of search: run in the background when asked
+label = method_label(method)  # what the page says; the URL and the exports keep the name
 predictor_choice(d, key="rec-predictor")
 stages = int(b.number_input("Stages", 1, layers, value=shared_int("stages", profile.setup.stages, 1, layers),
                             key="rec-stages"))
@@ -49,7 +54,7 @@ tol = {"tie_tolerance": tolerance / 100} if tolerance else {}
 rec = None
 if on_demand:
     a, b = st.columns(2)
-    iterations = int(a.number_input(f"{method} iterations", 2, 500,
+    iterations = int(a.number_input(f"{label}: evaluations", 2, 500,
                                     value=shared_int("iterations", 75, 2, 500),
                                     key="rec-iters", help="the paper uses 75 (section 4.1); each "
                                     "one refits a Gaussian process, so later ones are slower"))
@@ -58,11 +63,11 @@ if on_demand:
     remember("seed", seed)
     remember("iterations", iterations)
     run = bo_run(profile, stages, seed, iterations, method=method)
-    if run is None and st.button(f"🔎 Run {method} ({iterations} evaluations)", type="primary",
+    if run is None and st.button(f"🔎 Run {label} ({iterations} evaluations)", type="primary",
                                  key="rec-run"):
         run = bo_run(profile, stages, seed, iterations, start=True, method=method)
     if run is None:
-        st.info(f"{method} runs only when asked: press **Run {method}**. Its best-so-far curve "
+        st.info(f"{label} runs only when asked: press **Run {label}**. Its best-so-far curve "
                 "grows here as it runs, and the search goes on if you visit other pages.")
     else:
         try:
@@ -73,13 +78,13 @@ if on_demand:
         @st.fragment(run_every=None if run.finished else 0.5)
         def bo_curve():
             done = len(run.curve)
-            st.progress(done / run.iterations, text=f"{method}: {done} of {run.iterations} evaluations"
+            st.progress(done / run.iterations, text=f"{label}: {done} of {run.iterations} evaluations"
                         + ("" if run.finished else " (running)"))
             st.caption(f"{run.elapsed:.1f} s elapsed · {run.rate:.2f} evaluations/s · each "
                        "evaluation refits a Gaussian process, so later ones are slower"
                        + ("" if optimum is None else f" · exact optimum {fmt_bytes(optimum)} "
                           f"({optimum:,} bytes)"))
-            if not run.finished and st.button(f"⏹️ Stop {method}", key="rec-stop"):
+            if not run.finished and st.button(f"⏹️ Stop {label}", key="rec-stop"):
                 run.stop()
             if run.curve and get(method).draws_curve:
                 chart(fig_rec.draw_curve(fig_rec.curve_frame(tuple(run.curve)), optimum,
@@ -94,7 +99,7 @@ if on_demand:
         rec = run.result
 else:
     try:
-        with st.spinner(f"{method} is searching…"):
+        with st.spinner(f"{label} is searching…"):
             rec = recommendation(profile, stages, method, **tol)
     except McapError as exc:
         error(exc)
@@ -107,7 +112,8 @@ if rec is not None:
     c[1].metric("predicted peak", fmt_bytes(rec.predicted_peak))
     c[2].metric("search time", f"{rec.seconds:.3f} s")
     c[3].metric("evaluated", f"{rec.evaluated:,}",
-                help="bf: partitionings; exact: DP transitions; bo: objective evaluations")
+                help="brute force: partitionings; exact: steps of the dynamic programme; "
+                     "Bayesian search: evaluations of the objective")
 acc = show_accuracy(profile, sweep)
 
 st.subheader("All methods and baselines")
@@ -121,7 +127,7 @@ for name in quick():
     try:
         rows.append(recommendation(profile, stages, name, **(tol if get(name).tolerance else {})))
     except McapError as exc:
-        st.warning(f"{name}: {exc}")
+        st.warning(f"{method_label(name)}: {exc}")
 if on_demand and rec is not None:
     rows.insert(2, rec)  # on demand only when asked for: it takes minutes, not milliseconds
 timed = time_pick(profile, stages)

@@ -5,7 +5,8 @@ import streamlit as st
 
 from mcap.app import jobs
 from mcap.app.press import (
-    below_least, capacity_input_mib, measure_plan_args, measured_keep_all, room, write_plan,
+    below_least, best_room, capacity_input_mib, measure_plan_args, measured_keep_all, room,
+    write_plan,
 )
 from mcap.core.errors import McapError
 from mcap.core.partition import parse_balance, validate
@@ -16,35 +17,43 @@ from pages._jobs import job_panel, measure_args
 from pages._search import predictor_choice, recommendation
 from mcap.core.teaching import state_copies
 from pages._shared import (
-    caption_of, chart, current, dataset_name, downloads, error, message, not_usable,
-    press_profiles, remember, restore_url, shared, shared_choice, shared_float, store)
+    caption_of, chart, choose_profile, current, dataset_label, dataset_name, downloads, error,
+    message, open_dataset, press_profiles, remember, restore_url, shared, shared_balance,
+    shared_choice, shared_float, store)
 
 restore_url()
 st.title("Memory savers")
 profile = current("profile")
+previous = shared("profile")
 st.caption(caption_of(profile))
 predictor = predictor_choice(st.sidebar, key="savers-predictor")
 if profile.press is None:
     st.info("This profile has no MPress statistics (activation bytes saved for backward, "
-            "forward times, host and device-to-device bandwidth). Add them by profiling with "
-            f"`python -m mcap profile --model {profile.model.spec} --stages "
-            f"{profile.setup.stages} --checkpoint never --press --out FILE`, then open FILE here.")
+            "forward times, host and device-to-device bandwidth). Profile the model without "
+            "checkpointing and with the savers' statistics, from the command line (the MPress "
+            "guide in the docs), then open the profile here:")
+    st.code(f"python -m mcap profile --model {profile.model.spec} --stages "
+            f"{profile.setup.stages} --checkpoint never --press --out FILE", language="bash")
     for ref in press_profiles():
         if st.button(f"Open {ref}, a profile with them", key=f"savers-open-{ref.param}"):
-            remember("profile", ref.param)
+            # Open it where a plan lowers the fullest device (issue 40, item 14: mCAP's pick
+            # 16-10-1-3 is one no plan lowers), computed from its data.
+            spot = best_room(open_dataset(ref.param), predictor)
+            choose_profile(ref.param)  # the chosen profile of every page, with its sweep
+            remember("balance", ",".join(map(str, spot.balance)))
+            remember("plan_capacity", capacity_input_mib(spot.default_capacity()))
+            st.session_state["savers-opened"] = (ref.param, previous)
             st.rerun()
     st.stop()
+opened = st.session_state.pop("savers-opened", None)
+if opened is not None and opened[0] == shared("profile"):
+    st.success(f"The chosen profile is now {dataset_label(opened[0])} on every page (it was "
+               f"{dataset_label(opened[1])}); it opens where a plan lowers the fullest device.")
 
 layers, setup = profile.model.num_layers, profile.setup
-default = shared("balance")
-try:
-    usable = default is not None and sum(parse_balance(default)) == layers
-except McapError:  # not layer counts at all: said once (a balance of another model is not)
-    not_usable("balance", default, "expected layer counts such as 3,3,5,19",
-               "mCAP's pick")
-    usable = False
-if not usable:  # start from mCAP's pick: the partitioning MPress starts from
-    default = ",".join(map(str, recommendation(profile, setup.stages, "exact").balance))
+shared_bal = shared_balance(layers, "mCAP's pick")  # one that cannot be used is said once
+# else start from mCAP's pick: the partitioning MPress starts from
+default = ",".join(map(str, shared_bal or recommendation(profile, setup.stages, "exact").balance))
 left, mid, right = st.columns(3)
 text = left.text_input("Layers per device", value=default, key="savers-balance",
                        help=f"comma-separated layer counts summing to {layers}")
@@ -101,12 +110,13 @@ if top <= capacity and space.worth:
 table = fig_press.savers_table(p, plan)
 chart(fig_press.draw_savers(table, capacity, balance, dataset_name("profile")),
       key="savers-bars", name=f"savers-{balance_str(balance)}")
-st.dataframe(table_view(table, ("before", "after", "lower then", "recompute", "swap", "d2d",
-                                "received", "transient", "segment")), hide_index=True,
-             key="savers-table")
+st.dataframe(table_view(fig_press.screen_table(table), (
+    "before", "after", "lower then", "recompute", "swap", "d2d", "received", "transient",
+    "segment")), hide_index=True, key="savers-table")
 st.caption("Each device at the moment its peak falls under the plan (MPress's live intervals: "
            "the stage's iteration is followed event by event). A plan can move the peak: "
            "*lower then* is how far below its own peak keep-all stood at that moment. "
+           "Columns that are zero on every device are left out; the downloads have them all. "
            + ("Before: measured now with every layer kept." if use_measured else
               "Before: predicted. Measure the partitioning with every layer kept (below) to "
               "plan from measured peaks."))

@@ -6,9 +6,9 @@ from mcap.io.datasets import datasets_dir
 from mcap.core.errors import McapError
 from mcap.core.scaling import reference
 from mcap.figures import scaling as fig_scaling
-from mcap.figures._style import fmt_bytes, table_view
+from mcap.figures._style import fmt_bytes, method_label, table_view
 from mcap.io.scalefile import compared_first, load
-from pages._shared import chart, downloads, error, remember, restore_url, shared
+from pages._shared import chart, downloads, error, remember, restore_url, shared_choice
 
 restore_url()
 st.title("Scaling")
@@ -17,16 +17,15 @@ st.markdown(
     "model is grown and the largest size whose partitioning trains is found by binary search; "
     "at each size the partitioner's pick is measured for real under the capacity. The paper "
     "reports **1.55x** more parameters for mCAP than for torchgpipe's throughput-balanced "
-    "split (`time`).")
+    "split (" + method_label(reference()) + ").")
 
 files = [p.name for p in compared_first(datasets_dir().glob("*.scale.json"))]
 if not files:
-    st.info("No scaling result in data/: run `python -m mcap scale ... --out data/NAME.scale.json` "
-            "(docs/prediction.md, scale).")
+    st.info("No scaling result is bundled: run a scaling experiment from the command line (the "
+            "Scaling section of the docs) and put its result beside the bundled data:")
+    st.code("python -m mcap scale ... --out data/NAME.scale.json", language="bash")
     st.stop()
-chosen = shared("scale", files[0])
-if chosen not in files:
-    chosen = files[0]
+chosen = shared_choice("scale", files, files[0])  # another name is said once, not replaced silently
 chosen = st.selectbox("Scaling result", files, index=files.index(chosen), key="scale-file")
 remember("scale", chosen)
 
@@ -52,17 +51,19 @@ st.caption(f"{result.model} · vary {result.vary} over {result.grid[0]}..{result
 REFERENCE = reference()  # the baseline the paper compares with (time: 1.55x)
 if REFERENCE not in {r.partitioner for r in result.results}:
     st.info(f"This file scales {', '.join(r.partitioner for r in result.results)} only: it has "
-            f"no `{REFERENCE}` run to compare with the paper's 1.55x; choose a file that has one.")
+            f"no run {method_label(REFERENCE)} to compare with the paper's 1.55x; choose a file "
+            "that has one.")
 summary = fig_scaling.scaling_summary(result)
-cols = st.columns(max(len(summary), 1))
+# Two a row: four or five in a row cut "9.39M params" at 1280 px (issue 40, item 13)
+cols = [col for _ in range(0, max(len(summary), 1), 2) for col in st.columns(2)]
 for col, row in zip(cols, summary.itertuples()):
     if row.largest_params is None or str(row.largest_params) == "<NA>":
-        col.metric(row.partitioner, "none trains")
+        col.metric(method_label(row.partitioner), "none trains")
         continue
     ratio = row.ratio_to_time
     delta = (None if ratio is None or ratio != ratio or row.partitioner == REFERENCE
-             else f"{ratio:.2f}x {REFERENCE}")
-    col.metric(row.partitioner, f"{int(row.largest_params) / 1e6:.2f}M params", delta=delta,
+             else f"{ratio:.2f}x {method_label(REFERENCE)}")
+    col.metric(method_label(row.partitioner), f"{int(row.largest_params) / 1e6:.2f}M params", delta=delta,
                help=f"{result.vary}={row.largest_value}" + (" (highest tried)" if row.at_high else ""))
 
 points = fig_scaling.scaling_points(result)

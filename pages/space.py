@@ -4,6 +4,7 @@ bars of a selected point, and the prediction-error histogram (Fig. 9)."""
 import streamlit as st
 
 from mcap.app.forcuda import bundled_checks, sentence as for_cuda_sentence
+from mcap.app.wording import plain
 from mcap.core import throughput
 from mcap.core.errors import McapError
 from mcap.io import agreement
@@ -13,14 +14,31 @@ from mcap.figures import overview as fig_over
 from mcap.figures import space as fig_space
 from mcap.figures._style import balance_str, fmt_bytes, table_view
 from mcap.core.types import Prediction
+from mcap.io.datasets import parse_ref
 from pages._search import (
-    done_elsewhere, measured_for, method_label, methods, predictor_choice, recommendation,
+    current_predictor, done_elsewhere, measured_for, method_label, methods, predictor_choice, recommendation,
     slow, stage_peaks, sweep_predictions,
 )
 from pages._shared import (
-    caption_of, chart, current, dataset_name, downloads, error, profile_for, remember,
-    restore_url, shared)
+    caption_of, chart, current, dataset_name, downloads, error, profile_for, profile_param,
+    remember, restore_url, revision_of, shared, shared_balance, shared_choice)
 
+
+
+@st.cache_resource(show_spinner=False, max_entries=8)
+def _points(key: tuple, marks: tuple, all_composed: bool, _runs, _estimate):
+    return fig_space.space_points(_runs, marks, _estimate,
+                                  composed="all" if all_composed else "marks")
+
+
+@st.cache_resource(show_spinner=False, max_entries=32)
+def _scatter(key: tuple, marks: tuple, all_composed: bool, selected, name: str, _points):
+    return fig_space.draw_space(_points, selected, dataset=name)
+
+
+@st.cache_resource(show_spinner=False, max_entries=8)
+def _errors_figure(key: tuple, name: str, _errors):
+    return fig_space.draw_errors(_errors, dataset=name)
 
 
 @st.cache_data(show_spinner=False)
@@ -49,8 +67,9 @@ stages = sweep.setup.stages
 with st.expander("Highlighted methods", expanded=False):
     chosen = st.multiselect("Show the picks of", methods(), default=list(methods()),
                             key="space-marks", format_func=method_label,
-                            help="bo's pick appears once bo has run on the Recommend page, "
-                                 "time's once the model was timed there")
+                            help="the picks of "
+                                 + ", ".join(method_label(m) for m in methods() if slow(m))
+                                 + " appear once they have run on the Recommend page")
 marks, recs = [], []
 for method in chosen:
     if slow(method):  # minutes of search, or timing the real model: shown once done elsewhere
@@ -76,17 +95,21 @@ estimate = throughput.from_json((sweep.extra or {}).get("throughput_estimate"))
 # lowest peak); every other composed partitioning only when asked (thousands of points).
 show_estimates = estimate is not None and st.sidebar.checkbox(
     "Estimated throughput for every composed partitioning", key="space-estimates",
-    value=shared("estimates", "0") == "1",
+    value=shared_choice("estimates", ("0", "1"), "0") == "1",  # another value is said once
     help="Stage reuse composes peaks exactly but never times a composed partitioning; its "
-         "throughput is then estimated from per-layer times (mcap.core.throughput). The "
+         "throughput is then estimated from per-layer times. The "
          "picks and the lowest peak are drawn so in any case.")
 if estimate is not None:
     remember("estimates", "1" if show_estimates else "0")
-points = fig_space.space_points(sweep.runs, marks, estimate,
-                                composed="all" if show_estimates else "marks")
+# The points, the scatter and the error histogram of a sweep are built once per dataset
+# content, predictor and view (st.cache_resource: plotly figures nothing changes), not on
+# every click: a click redrew 3,654 points twice over (issue 40, item 3).
+view_key = (profile_param(), shared("sweep"), current_predictor(),
+            tuple(revision_of(parse_ref(p)) for p in (profile_param(), shared("sweep")) if p))
+points = _points(view_key, marks, show_estimates, sweep.runs, estimate)
 c = st.columns(4)
 c[0].metric("measured partitionings", len(sweep.runs))
-c[1].metric("ok with measured throughput", int((points["basis"] == fig_space.MEASURED).sum()),
+c[1].metric("with measured throughput", int((points["basis"] == fig_space.MEASURED).sum()),
             help="timed on a run of the partitioning with its stages together; hollow points' "
                  "throughput is estimated and not counted here")
 c[2].metric("on the Pareto front", int(points["pareto"].sum()))
@@ -102,7 +125,12 @@ for note in fig_space.throughput_notes(sweep, points, estimate, show_estimates):
 # same rerun, never one rerun late. The chart's identity follows its figure, so a redrawn
 # chart starts with no selection: an empty one re-arms the click.
 options = list(points["balance"])
-selected = (shared("balance") or "").replace(",", "-")
+# a link's balance that is no partitioning of this model is said once, naming the key
+usable = shared_balance(sweep.model.num_layers, f"the partitioning {options[0]}" if options else
+                        "no partitioning")
+selected = balance_str(usable) if usable else ""
+if usable is None and shared("balance") is not None and options:
+    remember("balance", options[0].replace("-", ","))
 # a partitioning of this sweep chosen elsewhere but drawn as no point (no throughput) is
 # still the selected one below: its bars are the numbers every other page shows for it
 ok_runs = {balance_str(r.balance) for r in sweep.runs if r.status == "ok" and r.peaks}
@@ -120,7 +148,7 @@ if selected in options:  # chosen here or elsewhere: the URL and the other pages
     remember("balance", selected.replace("-", ","))
 else:  # a partitioning from another page that is not a point here stays the shared one
     selected = options[0] if options else None
-chart(fig_space.draw_space(points, selected, dataset=name),
+chart(_scatter(view_key, marks, show_estimates, selected, name, points),
       key="space-chart", name="partition-space", on_select="rerun", selection_mode="points")
 
 table = fig_space.marks_table(marks, sweep.runs, predictions + tuple(
@@ -155,7 +183,7 @@ else:
     c[0].metric("partitionings compared", errors.count)
     c[1].metric("90% within", f"±{100 * errors.p90:.1f}%", help="90th percentile of |relative error|")
     c[2].metric("within the paper's ±14%", f"{100 * errors.within_paper:.0f}%")
-    chart(fig_space.draw_errors(errors, dataset=name), key="space-errors", name="prediction-error")
+    chart(_errors_figure(view_key, name, errors), key="space-errors", name="prediction-error")
     st.caption("Relative error = (predicted − measured) / measured peak of the fullest device. "
                "The paper reports 90% of VGG11's partitionings within 14% (section 4.2).")
 downloads(points, "mcap-partition-space", "space-points")
@@ -178,16 +206,17 @@ for a in stand_ins:
         f"partitioning ranks {r.best_ranks[0]:,} on the GPU ({r.best_ratios[0]:.3f}x its "
         f"best); the GPU's best ranks {lo:,}–{hi:,} on the CPU ({rev.best_ratios[0]:.2f}x); "
         f"the two top-{r.top} lists share {r.top_shared}.")
-    st.caption(f"A: {a['a']}. B: {a['b']}. {a['note']} (`{a['command']}`)")
+    st.caption(f"A: {plain(a['a'])}. B: {plain(a['b'])}. {plain(a['note'])}")
 if not stand_ins:
-    st.caption("No rank-agreement figures are bundled (`bench/bench_cpu_vs_gpu.py --out`).")
+    st.caption("No rank-agreement figures are bundled (the benchmarks measure them: see the "
+               "docs).")
 else:
     st.caption("Use CPU runs to learn and teach how pipeline memory behaves and to check "
                "the predictor; before committing a GPU plan, measure its top picks on the GPU.")
 planned = _for_cuda(str(datasets_dir()))
 if planned:
-    st.markdown("**Planning for a GPU from a CPU profile** (`predict` / `recommend --for cuda`: "
-                "the same bytes, plus the GPU's library workspaces once per stage, its "
+    st.markdown("**Planning for a GPU from a CPU profile** (the command line's planning for "
+                "CUDA: the same bytes, plus the GPU's library workspaces once per stage, its "
                 "optimizer step's copies and the allocator's 512-byte blocks):")
     for check in planned:
         st.markdown("- " + for_cuda_sentence(check))

@@ -43,6 +43,30 @@ def plan_problem(text: str, layers: int, mesh, costs) -> Optional[str]:
     except McapError as exc:
         return str(exc)
     return None
+def pipeline_measured(profile: Profile, plan: HybridPlan, runs) -> Optional[tuple[int, ...]]:
+    """The measured per-device peaks of a pipeline-only ``plan`` (one layer group per
+    device) from ``runs`` of the profile's model and setup (``mcap.app.searches
+    .measured_runs``: the profile's own, the chosen sweep's, the store's), as every other
+    page takes them (issue 40, item 2: Hybrid plans showed "–" for 16,1,5,8 where Pipeline
+    memory, explained showed the measured peaks). None for a dp/tp plan, or when the
+    partitioning was not measured ok. A merged profile's plans are in the real layers;
+    its runs in the merged ones."""
+    from mcap.app.searches import measured_for
+    from mcap.core.capture.merging import contract, sizes_of
+    from mcap.core.errors import McapError
+    if not plan.pipeline_only:
+        return None
+    balance = plan.balance
+    sizes = sizes_of(profile)
+    if sizes is not None:
+        try:
+            balance = contract(balance, sizes)
+        except McapError:  # a boundary inside a merged layer: no run can be of it
+            return None
+    run = measured_for(runs, balance)
+    if run is None or run.status != "ok" or not run.peaks or len(run.peaks) != plan.devices:
+        return None
+    return tuple(int(p) for p in run.peaks)
 
 
 def pipeline_only_why(profile: Profile, mesh) -> Optional[str]:

@@ -78,7 +78,8 @@ def bundled_checks(data_dir: Path) -> list[ForCuda]:
 
 def sentence(check: ForCuda) -> str:
     """One line for the page."""
-    return (f"**{check.profile}** planned for {check.gpu} with `--for cuda`, against "
+    return (f"**{check.profile}** planned for {check.gpu} (its CPU bytes translated for the "
+            f"GPU), against "
             f"{check.n:,} partitionings measured there ({check.sweep}): Spearman "
             f"**{check.spearman:.3f}**, overall error p90 **{100 * check.p90:.1f}%** (the CPU "
             f"prediction as it is: Spearman {check.spearman_cpu:.2f}, p90 "

@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
@@ -25,9 +26,17 @@ from mcap.core.types import Run
 JOB_KINDS = ("profile", "sweep", "measure")
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
-# Children this server process started, so it can reap them (no zombies) and read their
-# exit codes. Jobs started by another process are followed through their pid alone.
+# Children this server process started, so it can read their exit codes. Each is reaped
+# the moment it ends by a daemon thread of its own (``_reap``): a cancelled job is no longer
+# polled by any page, and stayed ``<defunct>`` under the server until it stopped (issue 38,
+# item 8). Jobs started by another process are followed through their pid alone.
 _CHILDREN: dict[int, subprocess.Popen] = {}
+
+
+def _reap(child: subprocess.Popen) -> None:
+    """Wait for ``child`` in a daemon thread (never blocks the server's exit), so its exit
+    status is collected as it ends: no zombie, and ``returncode`` is there for reconcile."""
+    threading.Thread(target=child.wait, daemon=True, name=f"mcap-reap-{child.pid}").start()
 
 
 @dataclass(frozen=True)
@@ -115,6 +124,7 @@ def launch(store: Store, kind: str, args: Sequence[str], total: int = 0) -> Job:
             store.update_job(job_id, status="failed", error=f"could not start {argv[:4]}: {exc}")
             raise McapError(f"could not start job {job_id} ({' '.join(argv[3:5])}): {exc}") from exc
     _CHILDREN[child.pid] = child
+    _reap(child)
     return store.update_job(job_id, pid=child.pid)
 
 

@@ -111,3 +111,61 @@ def room(p, param_bytes: Sequence[int], state_copies: int = 3) -> Room:
     a, z = windows(p.balance)[device]
     state = state_copies * sum(int(x) for x in param_bytes[a:z + 1])
     return Room(tuple(p.balance), int(top), int(smallest_capacity(p)), device, min(state, int(top)))
+
+
+def candidates(num_layers: int, stages: int, picks: Sequence[Sequence[int]] = ()) -> list:
+    """The partitionings :func:`showcase` tries: the given picks (the quick methods'), then
+    for every device the split that gives it all the layers it can take (one per other
+    device), and the same with one layer moved to each neighbour: a plan has the most to
+    move where one device holds many layers' activations."""
+    out = [tuple(int(n) for n in b) for b in picks]
+    if stages < 1 or num_layers < stages:
+        return out
+    for d in range(stages):
+        heavy = [1] * stages
+        heavy[d] = num_layers - stages + 1
+        out.append(tuple(heavy))
+        for n in (d - 1, d + 1):
+            if 0 <= n < stages and heavy[d] > 1:
+                moved = list(heavy)
+                moved[d] -= 1
+                moved[n] += 1
+                out.append(tuple(moved))
+    return list(dict.fromkeys(out))
+
+
+def showcase(rooms: Sequence[Room]) -> Room:
+    """Of several partitionings' rooms, the one where a plan lowers the fullest device the
+    most (bytes), among those where it is worth showing if any is (issue 40, item 14: the
+    Memory savers page's "open the press profile" landed on mCAP's pick, which no plan
+    lowers); the first on a tie."""
+    if not rooms:
+        raise ValueError("no partitioning to choose from")
+    worth = [r for r in rooms if r.worth] or list(rooms)
+    return max(worth, key=lambda r: (r.top - r.least, -worth.index(r)))
+
+
+def best_room(profile, predictor: Optional[str] = None) -> Room:
+    """Where the Memory savers page opens a profile with MPress statistics: the
+    :func:`showcase` of the quick methods' picks and the :func:`candidates` around them,
+    under ``predictor``. Its ``default_capacity()`` is the capacity to open at."""
+    from mcap.app.searches import quick_methods, run_method
+    from mcap.core.errors import McapError
+    from mcap.core.press import problem
+    from mcap.core.teaching import state_copies
+    stages, layers = profile.setup.stages, profile.model.num_layers
+    picks = []
+    for method in quick_methods():
+        try:
+            picks.append(run_method(profile, stages, method, predictor).balance)
+        except McapError:
+            continue
+    params = [layer.param_bytes for layer in profile.model.layers]
+    rooms = []
+    for balance in candidates(layers, stages, picks):
+        try:
+            rooms.append(room(problem(profile, balance, None, predictor), params,
+                              state_copies(profile.setup)))
+        except McapError:
+            continue
+    return showcase(rooms)

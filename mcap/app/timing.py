@@ -9,6 +9,7 @@ process starts (``mcap.models.spec.check_trusted``), and the child runs built-in
 only (a spec crosses the pipe as plain text, which is never trusted: data is data)."""
 from __future__ import annotations
 
+import atexit
 import json
 import subprocess
 import sys
@@ -64,6 +65,22 @@ class _TimingChild:
 
 
 CHILD = _TimingChild()
+
+
+def _end_child() -> None:
+    """At the server's exit: end the timing child rather than leave it to finish a timing as
+    an orphan (issue 38, item 8). Without the lock: a daemon thread may hold it, blocked on
+    the child's answer."""
+    proc = CHILD.proc
+    if proc is not None and proc.poll() is None:
+        proc.kill()
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+atexit.register(_end_child)
 
 
 def time_balance_isolated(spec: str, stages: int, micro_batch: int, *, device: str = "cpu",

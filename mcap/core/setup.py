@@ -7,6 +7,8 @@
   under the same setup. The capacity may differ (a sweep under a capacity has oom runs,
   which are skipped); every other field changes the peaks, so comparing across it would be
   meaningless. Every caller (``evaluate``, the dashboard, the store's reuse) asks here.
+* :func:`matching` — which of several sweeps a profile brings with it (issue 40, item 1):
+  one that :func:`mismatch` accepts, measured on the profile's machine if one was.
 """
 from __future__ import annotations
 
@@ -135,6 +137,22 @@ def mismatch(profile: Dataset, sweep: Dataset,
         return (f"the {what[0]} and the {what[1]} were measured under different setups "
                 f"({what[0]} vs {what[1]}): {'; '.join(diff)}")
     return None
+
+
+def matching(profile: Dataset, sweeps) -> Optional[int]:
+    """The index of the sweep in ``sweeps`` that ``profile``'s predictions are compared with,
+    or None when :func:`mismatch` refuses every one: the one measured on the profile's own
+    machine (the same fingerprint, ``Machine.key``) first, then the one with the most ok
+    runs (a full sweep before a sample), then the first listed."""
+    def machine(data) -> Optional[str]:
+        m = getattr(data, "machine", None)
+        return None if m is None else m.key()
+
+    mine = machine(profile)
+    ranked = [(mine is not None and machine(s) == mine,
+               sum(1 for r in s.runs if r.status == "ok"), -i)
+              for i, s in enumerate(sweeps) if mismatch(profile, s) is None]
+    return -max(ranked)[2] if ranked else None
 
 
 def check_compatible(profile: Dataset, sweep: Dataset) -> None:

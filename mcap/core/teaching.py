@@ -201,7 +201,7 @@ def explain(l: Lesson) -> tuple[str, ...]:
                      f"{plural(m, 'micro-batch')} of {_samples(s.batch_size, m)} it cannot tell "
                      "(part of a micro-batch's memory follows its samples, part does not), so "
                      f"the chart shows the schedule only. Set Micro-batches to {s.chunks} for the "
-                     f"memory, or measure with --chunks {m}.")
+                     f"memory, or measure it with {plural(m, 'micro-batch')}.")
         return tuple(lines)
     lines.append(_checkpointing(t))
     parts = [peak_parts(t, d) for d in range(g)]
@@ -300,12 +300,12 @@ def unknowns(l: Lesson) -> tuple[str, ...]:
     """What the profile cannot tell about the view drawn, in sentences for the page."""
     t, s = l.timeline, l.setup
     out = ["The profile measures each stage's peak, not its level at every step: the curves "
-           "between the peaks are the model's (module mcap.core.teaching)."]
+           "between the peaks are the model's."]
     if t.schedule != s.schedule:
         out.append(f"The profile was measured under {SCHEDULE_NAMES.get(s.schedule, s.schedule)}, "
                    f"not {SCHEDULE_NAMES[t.schedule]}: these levels move the same activations "
                    "through another order of forwards and backwards, an estimate the profile "
-                   f"cannot check (measure with --schedule {t.schedule}).")
+                   f"cannot check (measure it under {SCHEDULE_NAMES[t.schedule]}).")
     if not l.levels:
         return ()  # no level is drawn, and the explanation says why
     if any(t.checkpointed(m) for m in range(t.chunks)):

@@ -27,6 +27,28 @@ def method_color(name: str, default: str = "#1f77b4") -> str:
     return default
 
 
+def method_label(name: str) -> str:
+    """The plain name a chart or a table shows for a registered method (its ``label``:
+    "mCAP (exact)", "even split", "balanced by parameters", "Bayesian search"; mesh searches
+    and MPress planners too), the name itself otherwise. ``mcap``, the scaling experiment's
+    partitioner, is "mCAP". Tooltips and exports keep the name (issue 40, item 12)."""
+    from mcap.core import search
+    from mcap.core.capture import meshsearch
+    from mcap.core.press import base as planners
+    from mcap.core.scaling import MCAP
+    if name == MCAP:
+        return "mCAP"
+    for registry in (search.REGISTRY, planners.REGISTRY, meshsearch.REGISTRY):
+        found = registry.find(name)
+        if found is not None and found.label:
+            return found.label
+    return str(name)
+
+
+# Columns whose values are method names: tables on screen show their labels.
+METHOD_COLUMNS = ("method", "partitioner", "planner")
+
+
 # One colour per device (stage), the same on every figure that separates devices.
 DEVICE_COLORS = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2",
                  "#ff9da6", "#9d755d", "#bab0ac", "#eeca3b")
@@ -66,12 +88,16 @@ MISSING = "–"  # what a table shows for a value that is not there (not measure
 
 def table_view(frame: pd.DataFrame, columns: Iterable[str]) -> pd.DataFrame:
     """A table for the screen: the byte ``columns`` in the auto unit (one unit for the whole
-    table), renamed ``"name (MiB)"``; a column with missing values shows them as
+    table), renamed ``"name (MiB)"``; method names as their labels (:data:`METHOD_COLUMNS`);
+    a column with missing values shows them as
     :data:`MISSING` (the dashboard's tables drew Python's ``None``). Downloads keep the raw
     frame, in bytes."""
     columns = [c for c in columns if c in frame.columns]
     unit = unit_for(v for c in columns for v in frame[c])
     out = frame.copy()
+    for c in METHOD_COLUMNS:  # plain names on screen; the download keeps the code names
+        if c in out.columns:
+            out[c] = [method_label(v) for v in out[c]]
     for c in columns:
         out[c] = pd.array([None if v is None else round(v, 2) for v in scaled(frame[c], unit)],
                           dtype="Float64")

@@ -75,11 +75,27 @@ def draw_savers(table: pd.DataFrame, capacity: Optional[int], balance, dataset: 
         fig.add_bar(x=x, y=pair(zero, table["segment"]), name="kept as a recompute input",
                     marker_color="#9d755d")
     if capacity is not None:
+        # red on white: where a bar reaches the line, a grey label on it could not be read
         fig.add_hline(y=capacity / unit[1], line_dash="dash", line_color="red",
-                      annotation_text=f"capacity {capacity / unit[1]:.1f} {unit[0]}")
+                      annotation_text=f"capacity {capacity / unit[1]:.1f} {unit[0]}",
+                      annotation_position="top left",
+                      annotation=dict(font=dict(color="#b71c1c"), bgcolor="white",
+                                      bordercolor="#b71c1c", borderwidth=1, borderpad=2))
     fig.update_layout(barmode="stack", yaxis_title=f"predicted peak ({unit[0]})")
     return finish(fig, f"Per-device peak before and after the plan, partitioning "
                        f"{balance_str(balance)}", dataset)
+
+
+# The columns every device's row has something to say in; the others are shown only when
+# some device has bytes there (the download has them all).
+_ALWAYS = ("device", "layers", "before", "after")
+
+
+def screen_table(table: pd.DataFrame) -> pd.DataFrame:
+    """:func:`savers_table` for the page: its columns that are zero on every device left
+    out (eleven columns ran past the right edge at 1280 px, issue 40 item 13)."""
+    keep = [c for c in table.columns if c in _ALWAYS or bool(table[c].astype(bool).any())]
+    return table[keep]
 
 
 def plan_grid(plan: PressPlan) -> pd.DataFrame:

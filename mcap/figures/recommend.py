@@ -4,7 +4,7 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from mcap.figures._style import balance_str, finish, method_color, scaled, unit_for
+from mcap.figures._style import balance_str, finish, method_color, method_label, scaled, unit_for
 from mcap.core.types import Recommendation, Run
 
 COMPARE_COLUMNS = ["method", "balance", "predicted_peak", "measured_peak", "search_seconds",
@@ -38,7 +38,7 @@ def draw_curve(frame: pd.DataFrame, optimum: int | None = None, dataset: str = "
     unit = unit_for([*frame["best_peak"], optimum])
     fig = go.Figure()
     fig.add_scatter(x=frame["evaluation"], y=scaled(frame["best_peak"], unit),
-                    customdata=frame["best_peak"], mode="lines+markers", name=f"{method} best so far",
+                    customdata=frame["best_peak"], mode="lines+markers", name=f"{method_label(method)} best so far",
                     line=dict(color=method_color(method)), line_shape="hv", hovertemplate="evaluation %{x}: %{customdata:,} bytes"
                                                    "<extra></extra>")
     if optimum is not None:
@@ -47,5 +47,6 @@ def draw_curve(frame: pd.DataFrame, optimum: int | None = None, dataset: str = "
                                       f"({optimum:,} bytes)")
     fig.update_layout(xaxis_title="evaluation", yaxis_title=f"best predicted peak ({unit[0]})",
                       showlegend=False)
-    return finish(fig, f"{method}: best predicted peak found so far vs the exact optimum", dataset,
+    return finish(fig, f"{method_label(method)}: best predicted peak found so far vs the "
+                       "exact optimum", dataset,
                   legend=False)

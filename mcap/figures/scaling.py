@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from mcap.figures._style import method_color, balance_str, finish, scaled, unit_for
+from mcap.figures._style import balance_str, finish, method_color, method_label, scaled, unit_for
 from mcap.core.scaling import Scaling
 
 POINT_COLUMNS = ["partitioner", "value", "params", "balance", "status", "peak",
@@ -50,20 +50,21 @@ def draw_scaling(points: pd.DataFrame, capacity: int | None = None, dataset: str
         color = method_color(name)
         ok = group[group["status"] == "ok"]
         fig.add_scatter(x=ok["params"] / 1e6, y=scaled(ok["peak"], unit),
-                        mode="lines+markers", name=name, line=dict(color=color),
+                        mode="lines+markers", name=method_label(name), line=dict(color=color),
                         customdata=ok["balance"],
-                        hovertemplate="%{x:.2f}M params<br>%{y:.1f} " + unit[0] + "<br>%{customdata}")
+                        hovertemplate=name + ": %{x:.2f}M params<br>%{y:.1f} " + unit[0]
+                                      + "<br>%{customdata}<extra></extra>")
         bad = group[group["status"] != "ok"]
         if len(bad) and capacity:
             fig.add_scatter(x=bad["params"] / 1e6, y=[capacity / unit[1]] * len(bad), mode="markers",
-                            name=f"{name}: does not train", showlegend=False,
+                            name=f"{method_label(name)}: does not train", showlegend=False,
                             marker=dict(symbol="x", size=10, color=color),
                             customdata=bad["status"],
                             hovertemplate="%{x:.2f}M params: %{customdata}")
         top = group[group["largest"]]
         if len(top):
             fig.add_scatter(x=top["params"] / 1e6, y=scaled(top["peak"], unit),
-                            mode="markers", name=f"{name}: largest trainable",
+                            mode="markers", name=f"{method_label(name)}: largest trainable",
                             marker=dict(symbol="star", size=16, color=color,
                                         line=dict(width=1, color="black")))
     if capacity:

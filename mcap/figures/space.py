@@ -10,7 +10,7 @@ from typing import Optional
 import pandas as pd
 import plotly.graph_objects as go
 
-from mcap.figures._style import method_color, balance_str, finish, scaled, unit_for
+from mcap.figures._style import balance_str, finish, method_color, method_label, scaled, unit_for
 from mcap.core.evaluate import percentile
 from mcap.core.types import Prediction, Run
 
@@ -217,18 +217,14 @@ def draw_space(points: pd.DataFrame, selected: Optional[str] = None, dataset: st
         # a star shared with picks drawn before it at the same point is smaller, on top
         order = [sorted(cell.split(", ")).index(label) for cell in rows["marks"]]
         fig.add_scatter(x=scaled(rows["peak"], unit), y=rows["samples_per_second"],
-                        mode="markers", name=label, customdata=rows[["balance", "marks"]],
+                        mode="markers", name=method_label(label),
+                        customdata=rows[["balance", "marks"]],
                         cliponaxis=False,
                         marker=dict(size=[max(26 - 8 * i, 10) for i in order], symbol="star",
                                     color=method_color(label, "#000"),
                                     line=dict(width=1.5, color="black")),
                         hovertemplate="%{customdata[0]}: picked by %{customdata[1]}<extra></extra>")
-    starred = points[points["marks"] != ""]
-    if len(starred):  # every pick named beside its star, so none hides under another
-        fig.add_scatter(x=scaled(starred["peak"], unit), y=starred["samples_per_second"],
-                        mode="markers+text", text=starred["marks"], textposition="top right",
-                        marker=dict(size=30, opacity=0), textfont=dict(size=12),
-                        showlegend=False, hoverinfo="skip", cliponaxis=False, name="picks")
+    _name_picks(fig, points[points["marks"] != ""], unit, (max(x) - min(x)) if x else 1.0)
     if selected is not None:
         rows = points[points["balance"] == selected]
         fig.add_scatter(x=scaled(rows["peak"], unit), y=rows["samples_per_second"],
@@ -245,6 +241,35 @@ def draw_space(points: pd.DataFrame, selected: Optional[str] = None, dataset: st
     fig.update_layout(legend=dict(orientation="h", x=0, xanchor="left", y=-0.26, yanchor="top"),
                       margin=dict(b=70))
     return fig
+
+
+def _name_picks(fig: go.Figure, starred: pd.DataFrame, unit, span: float) -> None:
+    """Every pick named beside its star, so none hides under another: a label on an arrow,
+    raised a row above any label close to it (side by side they ran into each other, issue
+    40 item 13)."""
+    sx, sy = scaled(starred["peak"], unit), list(starred["samples_per_second"])
+    for px, py, cell, level in zip(sx, sy, starred["marks"], label_levels(sx, span)):
+        fig.add_annotation(x=px, y=py, text=", ".join(method_label(m) for m in cell.split(", ")),
+                           showarrow=True, arrowhead=0, arrowwidth=1, arrowcolor="#666",
+                           ax=18, ay=-26 - 20 * level, xanchor="left", font=dict(size=12),
+                           bgcolor="rgba(255,255,255,0.8)")
+
+
+# How close two picks' labels may be before one goes a row up: a label of about 20
+# characters is about this share of a chart's width.
+LABEL_WIDTH = 0.22
+
+
+def label_levels(xs: list, span: float) -> list[int]:
+    """A row for each pick's label, 0 next to the star: a label whose star is within
+    LABEL_WIDTH x ``span`` of an earlier one's (left to right) takes the lowest row none of
+    those uses, so no two labels share a row where they would overlap."""
+    order = sorted(range(len(xs)), key=lambda i: xs[i])
+    levels = [0] * len(xs)
+    for n, i in enumerate(order):
+        near = {levels[j] for j in order[:n] if abs(xs[i] - xs[j]) < LABEL_WIDTH * (span or 1.0)}
+        levels[i] = next(k for k in range(len(xs) + 1) if k not in near)
+    return levels
 
 
 def _pad(fig: go.Figure, x: list, y: list) -> None:
@@ -286,21 +311,59 @@ def error_stats(runs: tuple[Run, ...], predictions: tuple[Prediction, ...]) -> E
     return ErrorStats(tuple(balances), tuple(errors), p90, within)
 
 
+@dataclass(frozen=True)
+class ErrorView:
+    """Where the error histogram looks (issue 40, item 10): its x range (percent) zoomed to
+    the errors and their ±p90, the width of a bin, and whether the paper's ±14% lies in
+    that range (else it is written, not drawn: drawn, it set a ±14% axis on which errors of
+    0.1% were one hairline bar)."""
+    low: float
+    high: float
+    bin_size: float
+    paper_drawn: bool
+
+
+BINS = 30  # about this many bins over the zoomed range
+
+
+def error_view(stats: ErrorStats) -> ErrorView:
+    """The zoomed range of :func:`draw_errors` (percent), from the errors themselves."""
+    values = [100 * e for e in stats.errors]
+    p90 = 100 * (stats.p90 or 0.0)
+    low, high = min(values + [-p90]), max(values + [p90])
+    span = (high - low) or max(abs(high), 0.01)
+    low, high = low - 0.08 * span, high + 0.08 * span
+    paper = 100 * stats.paper
+    return ErrorView(low, high, (high - low) / BINS, -paper >= low and paper <= high)
+
+
 def draw_errors(stats: ErrorStats, dataset: str = "") -> go.Figure:
+    """The relative errors as a histogram zoomed to them, ±p90 as dashed lines, and the
+    paper's ±14% drawn when it falls in view, else written in the corner."""
+    view = error_view(stats)
     fig = go.Figure()
-    fig.add_histogram(x=[100 * e for e in stats.errors], nbinsx=40, name="partitionings",
+    fig.add_histogram(x=[100 * e for e in stats.errors], name="partitionings",
+                      xbins=dict(start=view.low, end=view.high, size=view.bin_size),
+                      marker=dict(color="#4c78a8", line=dict(color="white", width=0.5)),
                       hovertemplate="%{x}%: %{y} partitionings<extra></extra>")
     # Label only the right-hand line of each pair: a vline given annotation_text=None
     # draws plotly's "new text" placeholder.
     if stats.p90 is not None:
         fig.add_vline(x=-100 * stats.p90, line_color="black", line_dash="dash")
         fig.add_vline(x=100 * stats.p90, line_color="black", line_dash="dash",
-                      annotation_text=f"90% within ±{100 * stats.p90:.1f}%")
-    fig.add_vline(x=-100 * stats.paper, line_color="red", line_dash="dot")
-    fig.add_vline(x=100 * stats.paper, line_color="red", line_dash="dot",
-                  annotation_text=f"paper: ±{100 * stats.paper:.0f}%",
-                  annotation_position="bottom right")
+                      annotation_text=f"90% within ±{100 * stats.p90:.2g}%",
+                      annotation_position="top left")
+    paper = 100 * stats.paper
+    if view.paper_drawn:
+        fig.add_vline(x=-paper, line_color="red", line_dash="dot")
+        fig.add_vline(x=paper, line_color="red", line_dash="dot",
+                      annotation_text=f"paper: 90% within ±{paper:.0f}%",
+                      annotation_position="bottom right")
+    else:
+        fig.add_annotation(text=f"paper: 90% within ±{paper:.0f}% (off this scale)",
+                           xref="paper", yref="paper", x=1, y=1, xanchor="right",
+                           yanchor="bottom", showarrow=False, font=dict(color="#c0392b"))
     fig.update_layout(xaxis_title="relative error of predicted peak (%)", yaxis_title="partitionings",
-                      showlegend=False)
+                      showlegend=False, xaxis_range=[view.low, view.high], bargap=0.05)
     return finish(fig, "Prediction error of the fullest device's peak",
                   dataset, legend=False)

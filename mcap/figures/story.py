@@ -23,7 +23,7 @@ from mcap.core.setup import mismatch
 from mcap.core.types import Prediction, Profile, Recommendation, Sweep
 from mcap.core.units import fmt_bytes
 from mcap.figures import overview, space
-from mcap.figures._style import method_color, balance_str, finish, scaled, unit_for
+from mcap.figures._style import balance_str, finish, method_color, method_label, scaled, unit_for
 
 BASELINES = ("exact", "uniform", "params")  # mCAP's pick and the cheap baselines (paper 4.3)
 
@@ -41,6 +41,13 @@ class Story:
     worst: Optional[float]                     # largest |relative error|
     setup: tuple[tuple[str, str], ...] = ()    # what was measured where (setup_rows)
     accuracy: Optional[Accuracy] = None        # the dataset's error, its warning and term
+    runs: tuple = ()                           # the sweep's ok runs of the profile's setup
+
+    def headline(self) -> str:
+        """The sentence a room reads first (issue 40, item 11): what mCAP's split does to
+        the fullest device against an even split, measured where the sweep has both, the
+        Overview's computation (``mcap.figures.overview.split_gain``)."""
+        return overview.split_gain(self.picks[0], self.picks[1], self.runs).sentence()
 
     @property
     def title(self) -> str:
@@ -59,7 +66,7 @@ class Story:
                 text += f", measured {fmt_bytes(meas)} (rank {rank} of {len(self.pairs)})"
             else:
                 text += ", not in this sample"
-            rows.append((f"{rec.method} {balance_str(rec.balance)}", text))
+            rows.append((f"{method_label(rec.method)} {balance_str(rec.balance)}", text))
         if self.accuracy is not None and self.accuracy.warning():
             rows.append(("warning", self.accuracy.warning()))
             if self.accuracy.term_sentence():
@@ -123,7 +130,8 @@ def story(profile: Profile, sweep: Optional[Sweep], predictor: Optional[str] = N
     absolute = [abs(e) for e in errors.errors]
     return Story(profile.model.spec, g, picks, measured, ranks, pairs, errors,
                  percentile(absolute, 50) if absolute else None, max(absolute, default=None),
-                 setup_rows(profile, sweep if runs else None, costs.predictor, names, today), acc)
+                 setup_rows(profile, sweep if runs else None, costs.predictor, names, today), acc,
+                 runs)
 
 
 def draw_predicted_vs_measured(s: Story, dataset: str = "") -> go.Figure:
@@ -147,14 +155,19 @@ def draw_picks(s: Story, dataset: str = "") -> go.Figure:
     """The fullest device's peak of mCAP's pick and the baselines: predicted bars, measured
     diamonds where the sweep measured the pick."""
     unit = unit_for([*(p.predicted_peak for p in s.picks), *s.measured])
-    names = [f"{p.method}<br>{balance_str(p.balance)}" for p in s.picks]
+    names = [f"{method_label(p.method)}<br>{balance_str(p.balance)}" for p in s.picks]
     fig = go.Figure()
     # whiskers: the sweep's p90 error, so a predicted bar says how far to trust it
     p90 = s.errors.p90 if s.errors.count else None
+    # At a p90 of 0.1% a whisker is shorter than its line is thick (issue 40, item 10): wide
+    # caps mark where it is, and each bar says its ± above it.
     fig.add_bar(x=names, y=scaled([p.predicted_peak for p in s.picks], unit),
-                name="predicted" if p90 is None else f"predicted (± p90 error {100 * p90:.1f}%)",
+                name="predicted" if p90 is None else f"predicted (± p90 error {100 * p90:.2g}%)",
                 error_y=None if p90 is None else dict(type="percent", value=100 * p90,
-                                                      color="black", thickness=1.5),
+                                                      color="black", thickness=2, width=18),
+                text=None if p90 is None else [f"±{100 * p90:.2g}%"] * len(s.picks),
+                textposition="outside", cliponaxis=False, customdata=[p.method for p in s.picks],
+                hovertemplate="%{customdata}: predicted %{y:.2f} " + unit[0] + "<extra></extra>",
                 marker_color=[method_color(p.method, "#888") for p in s.picks])
     fig.add_scatter(x=names, y=scaled(s.measured, unit), mode="markers", name="measured",
                     marker=dict(symbol="diamond", size=14, color="black"))
@@ -191,6 +204,7 @@ def report_html(s: Story, figures: tuple[go.Figure, ...], title: Optional[str] =
             + "</title><style>body{font-family:sans-serif;max-width:1100px;margin:auto}"
               "td,th{padding:2px 12px;text-align:left;vertical-align:top}"
               "th{font-weight:normal;color:#555}</style></head><body><h1>" + html.escape(title)
-            + "</h1><h2>Setup</h2><table class='setup'>" + setup + "</table>"
+            + "</h1><p class='headline'><b>" + html.escape(s.headline()) + "</b></p>"
+            + "<h2>Setup</h2><table class='setup'>" + setup + "</table>"
             + "<h2>Numbers</h2><table class='numbers'>" + rows + "</table>" + "".join(parts)
             + "</body></html>")

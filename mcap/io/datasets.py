@@ -90,9 +90,22 @@ def in_store(store) -> tuple[DatasetRef, ...]:
     return tuple(refs)
 
 
+# The longest ref a link may name: a file name is at most 255 bytes (NAME_MAX) and a store
+# id 18 digits, so anything longer names nothing that exists (issue 38, item 6).
+MAX_REF_CHARS = 300
+
+
 def parse_ref(text: str) -> DatasetRef:
-    """A query parameter back to a ref; raises McapError naming the text when malformed."""
-    source, _, rest = str(text).partition(":")
+    """A query parameter back to a ref; raises McapError naming the text when malformed: not
+    one of the forms, longer than :data:`MAX_REF_CHARS`, or holding a control character
+    (a NUL in a file name made ``Path.resolve`` raise ValueError)."""
+    text = str(text)
+    if len(text) > MAX_REF_CHARS:
+        raise McapError(f"dataset name of {len(text):,} characters: no dataset has a name "
+                        f"longer than {MAX_REF_CHARS}")
+    if any(ord(c) < 32 or ord(c) == 127 for c in text):
+        raise McapError(f"dataset {text!r} has a control character in its name")
+    source, _, rest = text.partition(":")
     if source == "store":
         kind, _, key = rest.partition(":")
         # ASCII digits only ("²".isdigit() is True) and an id SQLite can hold (< 2**63)
@@ -109,10 +122,16 @@ def load(ref: DatasetRef, store=None, data_dir: Optional[Path] = None) -> Datase
     """Open a bundled file or a stored profile/sweep (uploads: ``load_upload``)."""
     if ref.source == "bundled":
         data_dir = datasets_dir() if data_dir is None else data_dir
-        path = (data_dir / ref.key).resolve()
-        if path.parent != data_dir.resolve():
+        try:
+            path = (data_dir / ref.key).resolve()
+            outside = path.parent != data_dir.resolve()
+            found = not outside and path.is_file()
+        except (OSError, ValueError) as exc:  # a NUL, a name too long for the file system
+            raise McapError(f"dataset {ref.key[:80]!r} is not a file in {data_dir} "
+                            f"({exc.strerror if isinstance(exc, OSError) else exc})") from None
+        if outside:
             raise McapError(f"dataset {ref.key!r} is not a file in {data_dir}")
-        if not path.is_file():
+        if not found:
             raise McapError(f"bundled dataset {ref.key!r} not found in {data_dir}")
         return _load_path(path)
     if ref.source == "store":

@@ -114,3 +114,25 @@ def test_a_linked_jobs_or_out_folder_is_refused(tmp_path, folder):
         else:
             jobs.launch(store, "profile", ["--model", "nosuchmodel", "--stages", "2"])
     assert list(elsewhere.iterdir()) == [] and store.list_jobs() == ()
+def _state(pid: int):
+    """A process's state letter from /proc ("Z" for a zombie), None once it is gone."""
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None
+
+
+@pytest.mark.integration
+def test_a_cancelled_job_is_reaped_without_anyone_polling_it(tmp_path):
+    """Issue 38, item 8: a cancelled profiling job stayed a <defunct> child of the server for
+    minutes, because once its status is cancelled no page asks about it again. The child is
+    reaped as it ends, whoever looks."""
+    store = open_store(tmp_path / "s.sqlite")
+    job = jobs.launch(store, "sweep", ["--model", "gpt:layers=4,hidden=32,vocab=64,seq=16",
+                                       "--batch-size", "4", "--chunks", "2", "--stages", "2",
+                                       "--out", str(tmp_path / "s.json")])
+    wait_until(lambda: store.job(job.id).status == "running", 120)
+    jobs.cancel(store, job.id)
+    # no poll(), wait() or progress() from here on: only /proc is read
+    wait_until(lambda: _state(job.pid) is None, 60)
+    assert jobs._CHILDREN[job.pid].returncode is not None

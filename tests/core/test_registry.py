@@ -84,7 +84,7 @@ def test_a_toy_search_method_shows_on_the_recommend_page(tmp_store):
         assert not at.exception, [e.value for e in at.exception]
         assert "toy (reversed uniform)" in at.selectbox(key="rec-method").options
         table = next(d.value for d in at.dataframe if "method" in d.value.columns)
-        assert "toy" in table["method"].tolist()
+        assert "toy (reversed uniform)" in table["method"].tolist()  # its label, as every method
 
 
 # --- predictors -------------------------------------------------------------------------

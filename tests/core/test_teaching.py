@@ -54,7 +54,8 @@ def test_another_microbatch_count_draws_no_levels_and_says_why():
 def test_another_schedule_is_an_estimate_the_page_names():
     les = lesson(BAL, "1f1b", 4, _setup(), PARAMS, PEAKS)
     assert les.levels and not les.at_profiled_setup
-    assert any("not 1F1B" in u and "--schedule 1f1b" in u for u in les.unknowns)
+    assert any("not 1F1B" in u and "measure it under 1F1B" in u for u in les.unknowns)
+    assert not any("--" in u or "mcap." in u for u in les.unknowns)  # plain words (issue 40 item 12)
     assert any("first device holds the most because" in line for line in les.lines)
 
 

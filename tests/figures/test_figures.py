@@ -74,8 +74,8 @@ def test_space_points_marks_and_front():
                                    ["1-3", 9, 10.0, False, "", False, "measured"]]
     fig = space.draw_space(pts, selected="3-1")
     names = [tr.name for tr in fig.data]
-    assert names == ["measured partitionings", "Pareto front", "bf", "exact", "uniform", "picks",
-                     "selected 3-1"]
+    assert names == ["measured partitionings", "Pareto front", "mCAP (brute force)",
+                     "mCAP (exact)", "even split", "selected 3-1"]
     assert [c[0] for c in fig.data[0].customdata] == ["2-2", "3-1", "1-3"]
     assert space.clicked_balance({"selection": {"points": [
         {"customdata": list(fig.data[0].customdata[1])}]}}) == "3-1"
@@ -103,6 +103,40 @@ def test_error_stats_p90_and_paper_share():
     assert e.within_paper == pytest.approx(0.9)
     assert isinstance(space.draw_errors(e), go.Figure)
     assert space.error_stats((), ()).p90 is None
+
+
+def test_the_error_histogram_zooms_to_the_errors_and_writes_the_papers_14_percent():
+    """Issue 40, item 10: errors of about 0.1% were one hairline bar on an axis fixed at
+    ±14% by the paper's lines."""
+    runs = tuple(run((i, 40 - i), (1000, 1000)) for i in range(1, 40))
+    preds = tuple(Prediction((i, 40 - i), (1000 + (i % 3) - 1, 1)) for i in range(1, 40))
+    e = space.error_stats(runs, preds)  # errors -0.1%, 0, +0.1%
+    view = space.error_view(e)
+    assert -0.2 < view.low < -0.1 and 0.1 < view.high < 0.2 and not view.paper_drawn
+    assert view.bin_size == pytest.approx((view.high - view.low) / space.BINS)
+    fig = space.draw_errors(e)
+    assert tuple(fig.layout.xaxis.range) == (view.low, view.high)
+    texts = [a.text for a in fig.layout.annotations]
+    assert any("paper: 90% within ±14% (off this scale)" in t for t in texts), texts
+    assert any(t.startswith("90% within ±0.1") for t in texts), texts
+    assert not any(abs(sh.x0) == pytest.approx(14) for sh in fig.layout.shapes)
+    # errors as wide as the paper's: its lines are drawn
+    wide = space.error_stats(runs, tuple(Prediction(p.balance, (int(p.peaks[0] * 1.2),))
+                                         for p in preds))
+    assert space.error_view(wide).paper_drawn
+    assert any(sh.x0 == pytest.approx(14) for sh in space.draw_errors(wide).layout.shapes)
+
+
+def test_the_picks_whiskers_show_at_a_tenth_of_a_percent():
+    from mcap.figures import story
+    from mcap.io import datasets
+    profile = datasets.load(datasets.parse_ref("bundled:vgg11-h512-b8-cpu4.profile.json"))
+    sweep = datasets.load(datasets.parse_ref("bundled:vgg11-h512-b8-cpu4-full.sweep.json"))
+    s = story.story(profile, sweep)
+    assert s.errors.p90 < 0.002
+    bars = story.draw_picks(s).data[0]
+    assert bars.error_y.width >= 12 and bars.error_y.thickness >= 2
+    assert list(bars.text) == [f"±{100 * s.errors.p90:.2g}%"] * 3
 
 
 def test_comparison_table_and_curve():
@@ -202,9 +236,9 @@ def test_space_names_every_pick_beside_its_star():
                               space.Mark("uniform", (2, 2))))
     fig = space.draw_space(pts)
     stars = {t.name: list(t.marker.size) for t in fig.data if t.marker and t.marker.symbol == "star"}
-    assert stars == {"bf": [26], "exact": [18], "uniform": [26]}
-    names = [t for t in fig.data if t.name == "picks"][0]
-    assert sorted(names.text) == ["bf, exact", "uniform"]
+    assert stars == {"mCAP (brute force)": [26], "mCAP (exact)": [18], "even split": [26]}
+    names = [a.text for a in fig.layout.annotations]
+    assert sorted(names) == ["even split", "mCAP (brute force), mCAP (exact)"]
 
 
 def test_timeline_draws_measured_peaks_and_devices_in_one_colour_set():
@@ -356,3 +390,70 @@ def test_throughput_notes_say_what_each_composed_and_estimated_point_rests_on():
     assert notes[1].startswith("1 of the 2 points drawn have a throughput **estimated**")
     assert space.throughput_notes(sweep(measured), space.space_points((measured,)), None,
                                   False) == []
+
+
+def test_the_headline_is_the_overviews_gain_measured_where_the_sweep_has_both():
+    """Issue 40, item 11: Present's headline sentence, computed from the data by the
+    Overview's own computation."""
+    from mcap.figures import overview, story
+    from mcap.io import datasets
+    profile = datasets.load(datasets.parse_ref("bundled:vgg11-h512-b8-cpu4.profile.json"))
+    sweep = datasets.load(datasets.parse_ref("bundled:vgg11-h512-b8-cpu4-full.sweep.json"))
+    s = story.story(profile, sweep)
+    best, even = s.picks[0], s.picks[1]
+    peaks = {tuple(r.balance): r.peak for r in sweep.runs if r.status == "ok"}
+    gain = overview.split_gain(best, even, sweep.runs)
+    assert gain.measured and gain.best == peaks[tuple(best.balance)]
+    assert gain.even == peaks[tuple(even.balance)]
+    pct = 100 * (1 - gain.best / gain.even)
+    assert s.headline() == gain.sentence()
+    assert s.headline().startswith(f"mCAP's split {balance_str(best.balance)} lowers the fullest "
+                                   f"device by {pct:.0f}% against an even split "
+                                   f"({balance_str(even.balance)}), measured: ")
+    # without a sweep: the same computation on the predicted peaks, said so
+    alone = story.story(profile, None)
+    predicted = overview.split_gain(best, even)
+    assert not predicted.measured and alone.headline().endswith(
+        f"predicted: {fmt_bytes(best.predicted_peak)} instead of {fmt_bytes(even.predicted_peak)}.")
+    assert predicted.higher == pytest.approx(even.predicted_peak / best.predicted_peak - 1)
+    import html
+    assert html.escape(s.headline()) in story.report_html(s, ())
+
+
+def test_plain_names_on_charts_code_names_in_tooltips():
+    """Issue 40, item 12: a room reads "mCAP (exact)", "even split", "balanced by
+    parameters"; the code names stay in the tooltips and the exports."""
+    from mcap.figures._style import method_label, table_view
+    assert [method_label(m) for m in ("exact", "uniform", "params", "time", "bo", "mcap")] == \
+        ["mCAP (exact)", "even split", "balanced by parameters", "balanced by time",
+         "Bayesian search", "mCAP"]
+    assert method_label("nosuch") == "nosuch"
+    frame = overview.split_bars((("uniform", Prediction((2, 2), (5, 6))),
+                                 ("exact", Prediction((1, 3), (4, 4)))))
+    fig = overview.draw_split_bars(frame)
+    assert [t.name for t in fig.data] == ["even split 2-2", "mCAP (exact) 1-3"]
+    assert fig.data[0].hovertemplate.startswith("uniform 2-2")
+    assert "even split vs mCAP (exact)" in fig.layout.title.text
+    shown = table_view(pd.DataFrame({"method": ["exact", "params"], "peak": [1, 2]}), ("peak",))
+    assert shown["method"].tolist() == ["mCAP (exact)", "balanced by parameters"]
+
+
+def test_pick_labels_close_together_take_different_rows():
+    levels = space.label_levels([10.0, 10.5, 11.0, 50.0], span=40.0)
+    assert levels[0] != levels[1] != levels[2] != levels[0] and levels[3] == 0
+    assert space.label_levels([1.0], 0.0) == [0]
+
+
+def test_savers_screen_table_leaves_out_columns_zero_everywhere_and_the_capacity_reads():
+    """Issue 40, item 13: the savers table ran past the right edge at 1280 px, and the
+    capacity line's grey label sat unreadable on a red bar."""
+    from mcap.figures import press
+    table = pd.DataFrame({"device": [0, 1], "layers": ["0-1", "2-3"], "before": [5, 6],
+                          "after": [4, 6], "recompute": [1, 0], "swap": [0, 0], "d2d": [0, 0],
+                          "received": [0, 0], "transient": [0, 0], "segment": [0, 0],
+                          "lower then": [0, 0]})
+    assert list(press.screen_table(table).columns) == ["device", "layers", "before", "after",
+                                                       "recompute"]
+    fig = press.draw_savers(table, 5, (2, 2))
+    label = [a for a in fig.layout.annotations if a.text.startswith("capacity")][0]
+    assert label.bgcolor == "white" and label.font.color == "#b71c1c"

@@ -40,6 +40,19 @@ def test_bundled_refuses_paths_outside_data(tmp_path):
         datasets.load(datasets.parse_ref("bundled:nope.profile.json"), data_dir=tmp_path)
 
 
+def test_a_link_naming_no_possible_file_is_an_error_naming_it(tmp_path):
+    """Issue 38, item 6: a NUL in a name raised ValueError from Path.resolve, and a name too
+    long for the file system OSError; both are McapErrors now, and nothing is read."""
+    with pytest.raises(McapError, match="control character"):
+        datasets.parse_ref("bundled:a\x00b.profile.json")
+    with pytest.raises(McapError, match="5,008 characters"):
+        datasets.parse_ref("bundled:" + "a" * 5000)
+    with pytest.raises(McapError, match="File name too long"):
+        datasets.load(datasets.DatasetRef("bundled", "", "a" * 290), data_dir=tmp_path)
+    with pytest.raises(McapError, match="is not a file in"):
+        datasets.load(datasets.DatasetRef("bundled", "", "a\x00b"), data_dir=tmp_path)
+
+
 def test_store_datasets(tmp_path):
     store = open_store(tmp_path / "s.sqlite")
     pid = store.save_profile(PROFILE, name="mine")

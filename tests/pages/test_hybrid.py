@@ -125,10 +125,12 @@ def test_a_finished_measure_jobs_peaks_become_the_measured_column():
 def test_without_dp_tp_the_page_says_how_and_shows_pipeline_plans(data):
     _, base = data
     at = page("hybrid", profile="bundled:plain.profile.json", mesh="2x2")
-    assert any("--parallel dp,tp" in i.value for i in at.info)
+    # the command in a code block to copy, not in the prose (issue 40 item 12)
+    assert any("--parallel dp,tp" in c.value for c in at.code)
+    assert not any("--" in i.value for i in at.info)
     rec = recommend_mesh(base, parse_mesh("2x2"))
     assert metric(at, "recommended plan") == rec.plan.text and rec.plan.pipeline_only
-    assert any("--capture" in c.value for c in at.caption)
+    assert any("CAPTURE's batch sizes" in c.value for c in at.caption)
 
 
 def test_profile_page_adds_the_capture_flags(data):
@@ -191,6 +193,9 @@ def test_a_shared_url_reopens_the_typed_plan_and_a_stale_one_falls_back(data):
     at = page("hybrid", profile="bundled:hybrid.profile.json", mesh="1x4",
               plan="2,2,2:tp2,1,2:dp2,1")  # 8 devices on a 1x4 mesh: the recommendation instead
     assert metric(at, "shown plan") == metric(at, "recommended plan") and not at.error
+    # and it says so, once, naming the key and why (issue 38 item 6)
+    said = [w.value for w in at.warning if "link's plan=" in w.value]
+    assert len(said) == 1 and "recommended plan" in said[0], [w.value for w in at.warning]
 
 
 def test_the_bundled_dp_tp_profile_searches_real_hybrid_plans(tmp_store):
@@ -262,3 +267,40 @@ def test_a_mesh_with_one_device_per_node_does_not_deny_the_profiles_dp_tp(tmp_st
         assert not at.error
     at.text_input(key="hybrid-mesh").set_value("1x4").run()
     assert not any("one device per node" in i.value for i in at.info)
+
+
+def test_a_pipeline_only_plan_shows_the_measured_peaks_of_the_chosen_sweep(tmp_store):
+    """Issue 40, item 2: Hybrid plans showed measured "–" for 16,1,5,8 (VGG11) and 1,6,7,1
+    (GPT-2) while Pipeline memory, explained showed them: a pipeline-only plan takes its
+    measured peaks from the chosen sweep, as every page does."""
+    from mcap.app.searches import measured_for
+    for profile_ref, sweep_ref, plan in (
+            ("bundled:vgg11-h512-b8-cpu4.profile.json",
+             "bundled:vgg11-h512-b8-cpu4-full.sweep.json", "16,1,5,8"),
+            ("bundled:gpt2-l12-h256-s256-cpu4.profile.json",
+             "bundled:gpt2-l12-h256-s256-cpu4-full.sweep.json", "1,6,7,1")):
+        sweep = datasets.load(datasets.parse_ref(sweep_ref))
+        run = measured_for(sweep.runs, tuple(int(n) for n in plan.split(",")))
+        at = AppTest.from_file(APP, default_timeout=30)
+        at.query_params.update(profile=profile_ref, sweep=sweep_ref, mesh="1x4", plan=plan)
+        at.switch_page("pages/hybrid.py")
+        at.run()
+        assert not at.exception
+        table = next(d.value for d in at.dataframe if "measured (MiB)" in d.value.columns)
+        assert table["measured (MiB)"].tolist() == [round(p / 2**20, 2) for p in run.peaks], \
+            (plan, table)
+        assert any("pipeline-only" in c.value and sweep_ref.split(":")[1] in c.value
+                   for c in at.caption)
+
+
+def test_pipeline_measured_is_none_for_a_hybrid_plan_or_an_unmeasured_one():
+    from mcap.app.capture import pipeline_measured
+    from mcap.core.capture.plan import parse_plan
+    from mcap.core.types import Run
+    profile = datasets.load(datasets.parse_ref("bundled:vgg11-h512-b8-cpu4.profile.json"))
+    runs = (Run(balance=(16, 1, 5, 8), status="ok", peaks=(4, 3, 2, 1), seconds=1.0),
+            Run(balance=(15, 2, 5, 8), status="oom", peaks=None, seconds=1.0))
+    assert pipeline_measured(profile, parse_plan("16,1,5,8"), runs) == (4, 3, 2, 1)
+    assert pipeline_measured(profile, parse_plan("15,2,5,8"), runs) is None
+    assert pipeline_measured(profile, parse_plan("14,1,5,8"), runs) is None
+    assert pipeline_measured(profile, parse_plan("16:dp2,1,5,8"), runs) is None

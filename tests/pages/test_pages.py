@@ -164,10 +164,10 @@ def test_partition_space_points_marks_and_errors(bundled):
     ok = [r for r in sweep.runs if r.status == "ok" and r.samples_per_second is not None
           and not r.estimated]
     assert metric(at, "measured partitionings") == str(len(sweep.runs))
-    assert metric(at, "ok with measured throughput") == str(len(ok))
+    assert metric(at, "with measured throughput") == str(len(ok))
     exact = recommend(profile, sweep.setup.stages, "exact")
     marks = frame(at, "method", "rank")
-    row = marks[marks["method"] == "exact"].iloc[0]
+    row = marks[marks["method"] == "mCAP (exact)"].iloc[0]  # the plain name on screen
     assert row["balance"] == balance_str(exact.balance) and row["predicted_peak (MiB)"] == mib([exact.predicted_peak])[0]
     # the scatter's data: every ok run, by balance
     chart = at.get("plotly_chart")[0].proto.spec
@@ -194,9 +194,11 @@ def test_recommend_table_snippet_and_bo_curve(bundled):
     at = page("recommend")
     exact = recommend(profile, G, "exact")
     table = frame(at, "method", "search_seconds")
-    assert table["method"].tolist() == ["exact", "bf", "uniform", "params"]
-    assert table.set_index("method").loc["exact", "balance"] == balance_str(exact.balance)
-    assert table.set_index("method").loc["bf", "predicted_peak (MiB)"] == mib([exact.predicted_peak])[0]
+    assert table["method"].tolist() == ["mCAP (exact)", "mCAP (brute force)", "even split",
+                                        "balanced by parameters"]  # plain names (issue 40 item 12)
+    assert table.set_index("method").loc["mCAP (exact)", "balance"] == balance_str(exact.balance)
+    assert table.set_index("method").loc["mCAP (brute force)", "predicted_peak (MiB)"] == \
+        mib([exact.predicted_peak])[0]
     code = [c.value for c in at.code]
     assert any(f"GPipe(model, balance={list(exact.balance)}" in c for c in code)
     assert any("SplitPoint.BEGINNING" in c for c in code)
@@ -210,9 +212,9 @@ def test_recommend_table_snippet_and_bo_curve(bundled):
         at.run()
     ref = recommend(profile, G, "bo", iterations=5)
     assert metric(at, "recommended") == balance_str(ref.balance)
-    curve = [c for c in at.get("plotly_chart") if '"bo best so far"' in c.proto.spec]
+    curve = [c for c in at.get("plotly_chart") if '"Bayesian search best so far"' in c.proto.spec]
     assert curve, "bo's best-so-far curve is not drawn"
-    assert frame(at, "method", "search_seconds")["method"].tolist()[2] == "bo"
+    assert frame(at, "method", "search_seconds")["method"].tolist()[2] == "Bayesian search"
 
 
 def _highest_in_chart(at) -> tuple[int, float]:
@@ -301,6 +303,9 @@ def test_present_page_tells_the_story_and_exports_one_html(bundled):
     s = story.story(profile, sweep)
     table = at.table[0].value
     assert dict(zip(table["what"], table["value"])) == dict(s.numbers())
+    # the headline sentence, from the data: measured, the Overview's computation
+    assert [h.value for h in at.subheader][0] == s.headline()
+    assert ", measured: " in s.headline() and "lowers the fullest device by" in s.headline()
     html = story.report_html(s, story.draw_story(s, "x"), "t")
     assert '<script src="http' not in html and html.count("Plotly.newPlot") == 4
 
@@ -358,7 +363,7 @@ def test_predict_measure_button_adds_the_measured_markers(bundled):
     balance = next(b for b in random_partitionings(L, G, 200, seed=7)
                    if b not in known and every_stage_has_parameters(b))
     at = page("predict", balance=",".join(map(str, balance)), profile=pref.param, sweep=sref.param)
-    assert metric(at, "measured peak") == "not measured"
+    assert metric(at, "measured peak") == "–"  # not measured (its tooltip says so)
     at.button(key="measure-button").click().run()
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
@@ -414,27 +419,46 @@ def _other_setup_profile(sweep):
 
 
 def test_partition_space_switches_to_the_profile_of_the_sweeps_setup(bundled):
-    pref, profile, _, sweep = bundled
+    pref, profile, sref, sweep = bundled
     other = _other_setup_profile(sweep)
-    at = page("space", profile=other.param)
+    at = page("space", profile=other.param, sweep=sref.param)  # a link that pairs them so
     assert not errors(at)
-    # the matching profile is used on this page only, and the page says so
-    assert any("This page uses the profile" in i.value for i in at.info)
+    # the matching profile is used on this page only, and the page says so once, naming both
+    said = [i.value for i in at.info if "This page predicts its partitionings with" in i.value]
+    assert len(said) == 1 and other.key in said[0] and sref.key in said[0], said
     assert at.query_params["profile"] == other.param
     # the picks shown are the matching profile's, not the other one's
     exact = recommend(profile, sweep.setup.stages, "exact")
-    row = frame(at, "method", "rank").query("method == 'exact'").iloc[0]
+    row = frame(at, "method", "rank").query("method == 'mCAP (exact)'").iloc[0]
     assert row["predicted_peak (MiB)"] == mib([exact.predicted_peak])[0]
     at.button(key="switch-profile").click().run()
     assert at.query_params["profile"] == pref.param
 
 
+def test_partition_space_offers_the_sweep_the_chosen_profile_brings(bundled):
+    """Issue 40, item 1: its only button switched the profile back; it offers the matching
+    sweep of the chosen profile too."""
+    _, _, sref, _ = bundled
+    gpt2 = "bundled:gpt2-l12-h256-s256-cpu4.profile.json"
+    at = page("space", profile=gpt2, sweep=sref.param)
+    button = at.button(key="use-matching-sweep")
+    assert "gpt2-l12-h256-s256-cpu4-full.sweep.json" in button.label
+    button.click().run()
+    assert at.query_params["sweep"] == "bundled:gpt2-l12-h256-s256-cpu4-full.sweep.json"
+    assert not at.info or not any("This page predicts" in i.value for i in at.info)
+    assert metric(at, "measured partitionings") == str(len(datasets.load(
+        datasets.parse_ref(at.query_params["sweep"])).runs))
+
+
 def test_predict_hides_measurements_of_another_setup(bundled):
-    _, _, _, sweep = bundled
+    _, _, sref, sweep = bundled
     other = _other_setup_profile(sweep)
-    at = page("predict", profile=other.param, balance="3,3,5,19")
+    at = page("predict", profile=other.param, sweep=sref.param, balance="3,3,5,19")
     assert not errors(at)
-    assert any("are not shown" in c.value for c in at.caption)
+    said = [c.value for c in at.caption if "are not shown" in c.value]
+    assert len(said) == 1 and other.key in said[0] and sref.key in said[0], said
+    # said once: the accuracy caption does not say it again in other words
+    assert not any("How far off these predictions are is not known" in c.value for c in at.caption)
 
 
 def test_predictor_selector_drives_the_numbers_and_is_kept_in_the_url(bundled):
@@ -567,14 +591,14 @@ def test_partition_space_can_show_composed_points_with_estimated_throughput(bund
         pytest.skip("the default sweep has no composed runs with an estimate")
     import json
     at = page("space")
-    measured = metric(at, "ok with measured throughput")
+    measured = metric(at, "with measured throughput")
     # the picks and the lowest peak are drawn with an estimate even with the box off (issue
     # 26, 5); the box draws every composed partitioning
     few = len(json.loads(at.get("plotly_chart")[0].proto.spec)["data"][0]["x"])
     assert any("the picks and the lowest peak" in c.value for c in at.caption)
     at.sidebar.checkbox(key="space-estimates").check().run()
     assert not errors(at)
-    assert metric(at, "ok with measured throughput") == measured  # estimates are not measurements
+    assert metric(at, "with measured throughput") == measured  # estimates are not measurements
     assert any("hollow points" in c.value for c in at.caption)
     assert "circle-open" in at.get("plotly_chart")[0].proto.spec
     assert len(json.loads(at.get("plotly_chart")[0].proto.spec)["data"][0]["x"]) == \
@@ -623,7 +647,7 @@ def test_recommend_leaves_a_minutes_long_bf_out_of_the_table(bundled):
     at.number_input(key="rec-stages").set_value(stages).run()
     assert not at.exception and not errors(at)
     table = frame(at, "method", "search_seconds")
-    assert table["method"].tolist() == ["exact", "uniform", "params"]
+    assert table["method"].tolist() == ["mCAP (exact)", "even split", "balanced by parameters"]
     assert any("bf is left out" in c.value and f"{count(layers, stages):,}" in c.value
                for c in at.caption)
     exact = recommend(profile, stages, "exact")
@@ -763,7 +787,7 @@ def test_one_number_per_fact_on_every_page(bundled):
     assert metric(hybrid, "shown plan's predicted peak") == fmt_bytes(max(peaks))
     present = page("present")
     numbers = dict(zip(present.table[0].value["what"], present.table[0].value["value"]))
-    assert numbers[f"exact {balance_str(best.balance)}"].startswith(f"predicted {fmt_bytes(max(peaks))}, measured {fmt_bytes(measured.peak)}")
+    assert numbers[f"mCAP (exact) {balance_str(best.balance)}"].startswith(f"predicted {fmt_bytes(max(peaks))}, measured {fmt_bytes(measured.peak)}")
 
 
 PRESS = "bundled:vgg11-b8-never-cpu4-press.profile.json"
@@ -795,9 +819,22 @@ def test_memory_savers_on_the_default_data_offers_the_bundled_press_profile():
     at = page("savers")
     buttons = [b for b in at.button if PRESS in b.key]
     assert buttons and "vgg11-b8-never-cpu4-press.profile.json" in buttons[0].label
+    default = at.query_params["profile"]
     buttons[0].click().run()
     assert at.query_params["profile"] == PRESS
     assert not errors(at) and metric(at, "peak before")
+    # it opens where a plan lowers the fullest device, computed from the data (issue 40,
+    # item 14: it landed on 16-10-1-3, which no plan lowers), and says the profile changed
+    from mcap.app.press import best_room
+    spot = best_room(datasets.load(datasets.parse_ref(PRESS)))
+    assert spot.worth and spot.least < spot.top
+    assert at.text_input(key="savers-balance").value == ",".join(map(str, spot.balance))
+    assert metric(at, "peak before") == fmt_bytes(spot.top)
+    after = float(metric(at, "peak after").split()[0]) * 2**20
+    assert after < spot.top and not any("No plan lowers" in i.value for i in at.info)
+    said = [m.value for m in at.success if "The chosen profile is now" in m.value]
+    assert len(said) == 1 and "on every page" in said[0] and \
+        datasets.parse_ref(default).key in said[0]
 
 
 def test_links_carry_micro_batches_and_capacity():
@@ -850,7 +887,7 @@ def test_partition_space_draws_every_pick_and_the_headlines_lowest_point(bundled
     at = page("space")
     spec = json.loads(at.get("plotly_chart")[0].proto.spec)
     stars = {t["name"] for t in spec["data"] if t.get("marker", {}).get("symbol") == "star"}
-    assert {"exact", "bf", "uniform", "params"} <= stars, stars
+    assert {"mCAP (exact)", "mCAP (brute force)", "even split", "balanced by parameters"} <= stars, stars
     lowest = min(v for v in spec["data"][0]["x"])
     assert f"{lowest:.2f} MiB" == metric(at, "lowest measured peak")
 
@@ -869,7 +906,7 @@ def test_partition_space_says_which_throughputs_are_estimated_from_stages_alone(
     assert ok and all(r.estimated for r in ok)  # the bundled file is such a sweep
     at = page("space", profile=BERT[0], sweep=BERT[1])
     assert not errors(at)
-    assert metric(at, "ok with measured throughput") == "0"
+    assert metric(at, "with measured throughput") == "0"
     said = [c.value for c in at.caption if "stages' own times" in c.value]
     assert said and f"{len(ok):,} of the {len(ok):,} points drawn" in said[0], said
     # its composed runs have such a throughput too: nothing says they have none or no star
@@ -916,12 +953,12 @@ def test_scaling_opens_on_the_comparison_its_text_cites():
     at = page("scaling")
     chosen = at.selectbox(key="scale-file").value
     assert "time" in {r.partitioner for r in load(datasets.datasets_dir() / chosen).results}
-    assert any("x time" in (m.delta or "") for m in at.metric)
+    assert any("x balanced by time" in (m.delta or "") for m in at.metric)
     only = [f for f in at.selectbox(key="scale-file").options
             if "time" not in {r.partitioner for r in load(datasets.datasets_dir() / f).results}]
     if only:
         at.selectbox(key="scale-file").set_value(only[0]).run()
-        assert any("no `time` run" in i.value for i in at.info)
+        assert any("no run balanced by time" in i.value for i in at.info)
 
 
 def test_tables_show_a_dash_where_a_value_is_missing():

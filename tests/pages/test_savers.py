@@ -71,7 +71,8 @@ def test_plan_bars_grid_and_measure_button(stored):
 
 def test_without_press_statistics_names_the_command(stored):
     at = page(profile="bundled:vgg11-h512-b8-cpu4.profile.json")
-    assert any("--press" in i.value and "python -m mcap profile" in i.value for i in at.info)
+    assert any("--press" in c.value and "python -m mcap profile" in c.value for c in at.code)
+    assert not any("python -m" in i.value for i in at.info)  # prose has no command
 
 
 def test_bad_input_is_named(stored):

@@ -8,7 +8,7 @@ One class per method, one file each, registered once::
 
     @register
     class Exact(Method):
-        name, label, help = "exact", "exact (min-max DP)", "..."
+        name, label, help = "exact", "mCAP (exact)", "..."
         def search(self, costs, stages, context, *, band=None, progress=None, **options): ...
 
 The CLI's ``--method`` choices, the dashboard's selectors, the evaluation and scaling all
@@ -64,6 +64,8 @@ class Method:
     - ``tolerance``: honours ``tie_tolerance``.
     - ``color``: its colour on every chart."""
     name: ClassVar[str] = ""
+    # What a room reads on every chart and table ("mCAP (exact)", "even split"); the name
+    # stays in tooltips, exports and the command line (issue 40, item 12).
     label: ClassVar[str] = ""
     help: ClassVar[str] = ""
     color: ClassVar[str] = "#1f77b4"

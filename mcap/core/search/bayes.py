@@ -287,7 +287,7 @@ from mcap.core.search.base import Found, Method, register  # noqa: E402
 @register
 class Bayes(Method):
     name = "bo"
-    label = "bo (Bayesian optimisation)"
+    label = "Bayesian search"
     help = ("mCAP-BO, seeded, 75 evaluations: settings='tuned' (default; a GP over stage "
             "costs, reproducible on any CPU) or settings='paper' (scikit-optimize's "
             "gp_minimize, gp_hedge, xi = kappa = 1000)")

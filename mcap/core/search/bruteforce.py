@@ -149,7 +149,7 @@ from mcap.core.search.base import Found, Method, register  # noqa: E402
 @register
 class BruteForce(Method):
     name = "bf"
-    label = "bf (brute force)"
+    label = "mCAP (brute force)"
     help = ("mCAP-BF: predict all C(L-1, G-1) partitionings and keep the best (refuses more "
             f"than {MAX_PARTITIONINGS:,} unless max_partitionings is raised)")
     tolerance = True

@@ -196,7 +196,7 @@ from mcap.core.search.tiebreak import make_band  # noqa: E402
 @register
 class Exact(Method):
     name = "exact"
-    label = "exact (min-max DP)"
+    label = "mCAP (exact)"
     help = ("the optimum under the predictor with the paper's tie-break, by a min-max "
             "dynamic programme over stage costs; evaluated counts DP transitions")
     tolerance = True

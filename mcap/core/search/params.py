@@ -29,7 +29,7 @@ def params(layer_params: Optional[Sequence[int]], L: int, G: int,
 @register
 class Params(Method):
     name = "params"
-    label = "params (balanced parameters)"
+    label = "balanced by parameters"
     help = "baseline: min-max of each stage's parameter bytes (DeepSpeed's 'parameters')"
     uses_costs = False
     color = "#ff7f0e"

@@ -28,7 +28,7 @@ def no_device_note(device: str) -> str:
 @register
 class Time(Method):
     name = "time"
-    label = "time (torchgpipe balance_by_time)"
+    label = "balanced by time"
     help = ("baseline: torchgpipe's balance_by_time, equal forward+backward time per stage, "
             "timed on the real model (needs torch and a model mcap may build)")
     uses_costs = False

@@ -14,7 +14,7 @@ def uniform(L: int, G: int) -> tuple[int, ...]:
 @register
 class Uniform(Method):
     name = "uniform"
-    label = "uniform (even layer counts)"
+    label = "even split"
     help = "baseline: layer counts as even as possible, the first stages take the extra layers"
     uses_costs = False
     color = "#7f7f7f"

@@ -161,6 +161,13 @@ def action_list(schedule: str, stages: int, virtual: int, chunks: int,
     return action_lists([(schedule, stages, virtual, chunks)], timeout)[0]
 
 
+def keep(al: ActionList) -> None:
+    """Keep ``al`` as the answer to its request (a caller that already has torch's list, such
+    as a test warming the dashboard's answers)."""
+    with _LOCK:
+        _KEPT[(al.schedule, al.stages, al.virtual, al.chunks)] = al
+
+
 def forget() -> None:
     """Drop every kept answer (tests)."""
     with _LOCK:

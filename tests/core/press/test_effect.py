@@ -58,6 +58,8 @@ def test_refuses_a_timeline_of_another_balance():
 
 @pytest.mark.app
 def test_explained_page_shows_the_plan_over_the_iteration(tmp_store):
+    from tests.conftest import warm_orders
+    warm_orders()
     path = tmp_store
     s = Store(path)
     prof = press_profile()

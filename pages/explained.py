@@ -87,7 +87,8 @@ if default_balance is None:  # an even split until a partitioning is chosen else
     q, r = divmod(layers, n)
     default_balance = ",".join(str(q + (1 if i < r else 0)) for i in range(n))
 text = top_row[0].text_input(
-    "Partitioning (layers per stage)", value=default_balance,
+    "Partitioning (layers per device)" if n == G else "Partitioning (layers per stage)",
+    value=default_balance,
     key="tl-balance" if n == G else f"tl-balance-{n}",
     help=f"{n} comma-separated layer counts summing to {layers}"
          + (f" ({G} devices x {virtual} stages)" if virtual > 1 else ", e.g. 3,3,5,19"))

@@ -3,7 +3,8 @@
     python bin/serve.py [streamlit run options, e.g. --server.port 8502]
 
 ``bin/dashboard`` runs this; it is ``streamlit run app.py`` plus two things done before the
-first browser session arrives, so that session is not the one paying for them:
+first browser session arrives, so that session is not the one paying for them (and, in a
+background thread, the teaching page's action lists, :func:`prefetch_orders`):
 
 - the modules every page imports (pandas, pyarrow, plotly's figure classes, ``mcap.figures``,
   ``mcap.app``, the page helpers) are imported before the server starts listening (about a
@@ -55,7 +56,8 @@ WARM = ("pandas", "pyarrow", "numpy", "plotly.graph_objects", "plotly.express",
         "mcap.figures.devices", "mcap.figures.capture", "mcap.figures.layers",
         "mcap.figures.overview", "mcap.figures.press", "mcap.figures.recommend",
         "mcap.figures.scaling", "mcap.figures.snippet", "mcap.figures.space",
-        "mcap.figures.story", "mcap.figures.timeline")
+        "mcap.figures.story", "mcap.figures.timeline", "mcap.figures.teaching",
+        "mcap.io.orders", "pages._teaching")
 
 
 def warm() -> list[str]:
@@ -179,11 +181,30 @@ def stop_watchers() -> None:
     executor = getattr(PollingPathWatcher, "_executor", None)
     if executor is not None:
         executor.shutdown(wait=False, cancel_futures=True)
+def prefetch_orders() -> None:
+    """Ask torch, in a child process, for the action lists the teaching page draws for the
+    default profile (``mcap.io.orders`` keeps them for the server's life), while the server
+    starts: the first visit of "Pipeline memory, explained" then starts no child (a torch
+    import: seconds). Everything it needs was imported by :func:`warm` in this thread."""
+    import threading
+
+    def fetch():
+        try:
+            from mcap.io import datasets, orders
+            from pages._datasets import DEFAULTS
+            from pages._teaching import requests_for
+            s = datasets.load(datasets.parse_ref(DEFAULTS["profile"])).setup
+            orders.answers(requests_for(s, s.stages, s.chunks, s.schedule, 1))
+        except Exception:  # noqa: BLE001 - the page asks again and shows its own error
+            pass
+
+    threading.Thread(target=fetch, name="mcap-prefetch-orders", daemon=True).start()
 
 
 def main(argv: list[str]) -> int:
     sys.path.insert(0, str(ROOT))
     warm()
+    prefetch_orders()
     try:
         from streamlit.runtime.pages_manager import PagesManager
         PagesManager.uses_pages_directory = False  # what st.navigation's first call sets

@@ -224,3 +224,22 @@ def cli(capsys, *argv):
     out, err = capsys.readouterr()
     assert "Traceback" not in err and "Error:" not in err.split("mcap: error:")[0], err
     return code, out, err
+
+
+def warm_orders(pairs=((4, 4), (4, 8), (4, 2), (2, 2), (2, 8), (8, 2))) -> None:
+    """Give ``mcap.io.orders`` torch's action lists for the (G, M) the page tests open, made
+    in this process (``mcap.runner.orders.generate``), so an AppTest's first run of the
+    teaching page starts no child process within its timeout (the child itself is tested in
+    tests/io/test_orders.py)."""
+    from mcap.core import schedules
+    from mcap.core.errors import McapError
+    from mcap.io import orders
+    from mcap.runner.orders import generate
+    for G, M in pairs:
+        for name in schedules.names():
+            v = schedules.get(name).virtual(None)
+            for req in ((name, G, v, M), (name, G, 1, M), ("gpipe", G * v, 1, M)):
+                try:
+                    orders.keep(generate(*req))
+                except McapError:
+                    continue  # the page answers it without a child

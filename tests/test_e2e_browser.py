@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import statistics
@@ -244,6 +245,15 @@ def test_every_page_renders_cleanly_and_fast(browser, server):
     _idle(page)
     assert page.get_by_role("textbox", name="Partitioning (layers per device)").input_value() == "3,3,5,19"
     _wait_for_url(page, "balance=3,3,5,19")
+    # Step through the schedule (issue 40, 8): the step button moves the time cursor, and
+    # the sentence and table under the chart follow it.
+    step_text = page.get_by_text(re.compile(r"^Step \d+ of 0-\d+")).first
+    before = int(step_text.inner_text().split()[1])
+    page.get_by_role("button", name="▶").click()
+    _idle(page)
+    page.get_by_text(re.compile(rf"^Step {before + 1} of 0-\d+")).first.wait_for(timeout=30_000)
+    page.screenshot(path=str(shots / "explained-step.png"), full_page=True)
+    _check_clean(page, errors, "explained step")
     page.locator('[data-testid="stSidebarNav"]').get_by_text("Predict vs measure").click()
     page.get_by_role("heading", name="Predict vs measure").first.wait_for(timeout=30_000)
     _idle(page)

@@ -11,56 +11,124 @@ from mcap.core.timeline import Timeline
 
 
 def ops_frame(t: Timeline) -> pd.DataFrame:
-    """One row per forward/backward: device, kind, micro-batch, start, end."""
-    return pd.DataFrame([(o.device, o.kind, o.microbatch, o.start, o.end) for o in t.ops],
-                        columns=["device", "kind", "microbatch", "start", "end"])
+    """One row per action: device, stage (torch's stage index), kind (F, B, I, W),
+    micro-batch, start, end."""
+    return pd.DataFrame([(o.device, o.chunk, o.kind, o.microbatch, o.start, o.end) for o in t.ops],
+                        columns=["device", "stage", "kind", "microbatch", "start", "end"])
+
+
+def held_text(t: Timeline, pairs) -> str:
+    """(stage, micro-batch) pairs for a table cell: "0 1 2" on a device of one stage,
+    "0 1 @0 · 3 @4" (micro-batches @ stage) on one of several."""
+    if t.virtual == 1:
+        return " ".join(str(m) for _, m in pairs)
+    by: dict = {}
+    for c, m in pairs:
+        by.setdefault(c, []).append(str(m))
+    return " · ".join(f"{' '.join(ms)} @{c}" for c, ms in sorted(by.items()))
 
 
 def memory_frame(t: Timeline) -> pd.DataFrame:
     """One row per device and step: micro-batches held (as text), how many, memory bytes."""
-    rows = [(d, step, " ".join(str(m) for m in held), len(held), t.memory[d][step])
+    rows = [(d, step, held_text(t, held), len(held), t.memory[d][step])
             for d in range(t.stages) for step, held in enumerate(t.held[d])]
     return pd.DataFrame(rows, columns=["device", "step", "held", "in_flight", "memory"])
 
 
+def step_frame(t: Timeline, step: int) -> pd.DataFrame:
+    """The time cursor's table: per device at ``step``, what it runs, the micro-batches it
+    holds (and, under a split backward, those waiting for their W) and its level in bytes."""
+    rows = []
+    for d in range(t.stages):
+        running = " ".join(f"{o.label}" + (f" @{o.chunk}" if t.virtual > 1 else "")
+                           for o in t.running(d, step)) or "idle"
+        waiting = t.waiting[d][step] if t.waiting else ()
+        rows.append((d, running, held_text(t, t.held[d][step]), len(t.held[d][step]),
+                     held_text(t, waiting), t.memory[d][step]))
+    frame = pd.DataFrame(rows, columns=["device", "runs", "holds", "in_flight",
+                                        "waiting for W", "memory"])
+    if not any(o.kind == "I" for o in t.ops):
+        frame = frame.drop(columns=["waiting for W"])
+    return frame
+
+
+OPACITY = {"F": 1.0, "B": 0.45, "I": 0.65, "W": 0.3}
+
+
 def _op_boxes(fig, t: Timeline, devices, row: int) -> None:
-    """The schedule: one row per device, a box per op labelled F3/B3 in the device's own
-    colour (one colour set: devices, as in the memory panel and on every page); backwards
-    lighter than forwards."""
+    """The schedule: one row per device, a box per action labelled F3/B3/I3/W3 in the
+    device's own colour (one colour set: devices, as in the memory panel and on every page);
+    backwards lighter than forwards, a device's second stage hatched. One trace per device,
+    kind and stage, so a long list draws quickly."""
+    groups: dict = {}
     for o in t.ops:
-        if o.device not in devices:
-            continue
-        fig.add_bar(x=[o.end - o.start], base=[o.start], y=[f"device {o.device}"], orientation="h",
-                    marker=dict(color=device_color(o.device), opacity=1.0 if o.kind == "F" else 0.45,
-                                line=dict(color="black", width=1)),
-                    text=f"{o.kind}{o.microbatch}", textposition="inside", insidetextanchor="middle",
-                    textfont=dict(color="white" if o.kind == "F" else "black"),
-                    showlegend=False, hovertemplate=f"device {o.device}: {o.kind}{o.microbatch} "
-                                                    f"steps {o.start}-{o.end}<extra></extra>",
+        if o.device in devices:
+            local = t.chunk_of_device(o.device).index(o.chunk) if t.placement else 0
+            groups.setdefault((o.device, o.kind, local), []).append(o)
+    for (d, kind, local), ops in sorted(groups.items()):
+        where = [f"stage {o.chunk}, " if t.virtual > 1 else "" for o in ops]
+        fig.add_bar(x=[o.end - o.start for o in ops], base=[o.start for o in ops],
+                    y=[f"device {d}"] * len(ops), orientation="h",
+                    marker=dict(color=device_color(d), opacity=OPACITY.get(kind, 0.5),
+                                line=dict(color="black", width=1),
+                                pattern=dict(shape="/" if local else "", fgcolor="black",
+                                             fgopacity=0.35)),
+                    text=[o.label for o in ops], textposition="inside", insidetextanchor="middle",
+                    textfont=dict(color="white" if kind == "F" else "black"),
+                    customdata=[[w, o.start, o.end] for w, o in zip(where, ops)],
+                    showlegend=False,
+                    hovertemplate=f"device {d}: " + "%{text} (%{customdata[0]}steps "
+                                  "%{customdata[1]}-%{customdata[2]})<extra></extra>",
                     row=row, col=1)
 
 
-def draw_timeline(t: Timeline, dataset: str = "", measured=None, levels: bool = True) -> go.Figure:
-    """Top: the schedule, one row per device, a box per op labelled F3/B3. Bottom (when
-    ``levels``): each device's memory level over the same steps, and its measured peak as a
-    dotted line where ``measured`` (bytes per device) is given."""
-    names = {"gpipe": "GPipe", "1f1b": "1F1B"}
-    title = (f"One iteration under {names.get(t.schedule, t.schedule)}: schedule"
+def _cursor(fig, t: Timeline, step: int, unit, levels: bool) -> None:
+    """The time cursor: the step shaded, the boxes running then outlined, and each device's
+    level then marked on its curve."""
+    fig.add_vrect(x0=step, x1=step + 1, fillcolor="#f2cf5b", opacity=0.3, line_width=0,
+                  row="all", col=1)
+    running = [o for d in range(t.stages) for o in t.running(d, step)]
+    if running:
+        fig.add_bar(x=[o.end - o.start for o in running], base=[o.start for o in running],
+                    y=[f"device {o.device}" for o in running], orientation="h",
+                    marker=dict(color="rgba(0,0,0,0)", line=dict(color="#b8860b", width=4)),
+                    name=f"running at step {step}", showlegend=False, hoverinfo="skip",
+                    row=1, col=1)
+    if levels:
+        fig.add_scatter(x=[step + 0.5] * t.stages,
+                        y=scaled([t.memory[d][step] for d in range(t.stages)], unit),
+                        mode="markers", name=f"level at step {step}",
+                        marker=dict(size=12, symbol="diamond",
+                                    color=[device_color(d) for d in range(t.stages)],
+                                    line=dict(color="black", width=1.5)),
+                        hovertemplate="step " + str(step) + ": %{y:.1f} " + unit[0]
+                                      + "<extra></extra>", row=2, col=1)
+
+
+def draw_timeline(t: Timeline, dataset: str = "", measured=None, levels: bool = True,
+                  label: str = "", measured_label: str = "", cursor=None) -> go.Figure:
+    """Top: the schedule, one row per device, a box per action. Bottom (when ``levels``):
+    each device's memory level over the same steps, and its measured peak as a dotted line
+    where ``measured`` (bytes per device, measured under ``measured_label``) is given.
+    ``cursor``: a step to highlight (the step-through)."""
+    title = (f"One iteration under {label or t.schedule}: schedule"
              + (" and memory held per device" if levels else " per device")
              + f" ({'-'.join(map(str, t.balance))})")
+    unit = unit_for([*(v for lv in t.memory for v in lv), *(measured or ())])
     if not levels:
         fig = make_subplots(rows=1, cols=1)
         _op_boxes(fig, t, range(t.stages), 1)
+        if cursor is not None:
+            _cursor(fig, t, cursor, unit, False)
         fig.update_yaxes(autorange="reversed")
         fig.update_xaxes(title_text="time step (F = forward, B = backward)")
         fig.update_layout(barmode="overlay", height=80 + 60 * t.stages)
         return finish(fig, title, dataset, legend=False)
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
                         row_heights=[0.45, 0.55],
-                        subplot_titles=("schedule (F = forward, B = backward)", "memory held"))
+                        subplot_titles=(_kinds_title(t), "memory held"))
     _op_boxes(fig, t, range(t.stages), 1)
     mem = memory_frame(t)
-    unit = unit_for([*mem["memory"], *(measured or ())])
     for d in range(t.stages):
         rows = mem[mem["device"] == d]
         fig.add_scatter(x=rows["step"], y=scaled(rows["memory"], unit), mode="lines",
@@ -71,10 +139,14 @@ def draw_timeline(t: Timeline, dataset: str = "", measured=None, levels: bool = 
                                       "micro-batches %{customdata}<extra></extra>", row=2, col=1)
         if measured is not None:
             fig.add_scatter(x=[0, t.steps], y=scaled([measured[d]] * 2, unit), mode="lines",
-                            name=f"device {d} measured peak", legendgroup=f"device {d}",
+                            name=f"device {d} measured ({measured_label})",
+                            legendgroup=f"device {d}",
                             line=dict(color=device_color(d), width=1.5, dash="dot"),
-                            hovertemplate=f"device {d} measured peak " + "%{y:.2f} " + unit[0]
-                                          + "<extra></extra>", row=2, col=1)
+                            hovertemplate=f"device {d} peak measured under {measured_label}: "
+                                          + "%{y:.2f} " + unit[0] + "<extra></extra>",
+                            row=2, col=1)
+    if cursor is not None:
+        _cursor(fig, t, cursor, unit, True)
     fig.update_yaxes(autorange="reversed", row=1, col=1)
     fig.update_yaxes(title_text=unit[0], row=2, col=1)
     fig.update_xaxes(title_text="time step", row=2, col=1)
@@ -83,8 +155,16 @@ def draw_timeline(t: Timeline, dataset: str = "", measured=None, levels: bool = 
     # the subplot titles sit where a top legend would: the devices' legend goes beside the
     # memory plot instead
     fig.update_layout(legend=dict(orientation="v", x=1.01, xanchor="left", y=0, yanchor="bottom"),
-                      margin=dict(t=90 + MODEBAR, r=190 if measured is not None else 110))
+                      margin=dict(t=90 + MODEBAR, r=250 if measured is not None else 130))
     return fig
+
+
+def _kinds_title(t: Timeline) -> str:
+    kinds = sorted({o.kind for o in t.ops}, key="FBIW".index)
+    names = {"F": "forward", "B": "backward", "I": "backward for inputs",
+             "W": "backward for weights"}
+    return ("schedule (" + ", ".join(f"{k} = {names[k]}" for k in kinds) + ")"
+            + ("; hatched: a device's later stages" if t.virtual > 1 else ""))
 
 
 # Leaving and returning share a technique's colour (mcap.figures.press.ACTION_COLORS):

@@ -23,8 +23,9 @@ micro-batch's, the logits on the last stage, to the end): the trace records both
 class over real stages (:mod:`mcap.runner.pipelining`) and a test checks the two orders are
 the same, so the runner, the predictor and the teaching view read one list.
 
-``python -m mcap.runner.orders SCHEDULE G V M [G V M ...]`` prints the lists as JSON (how a
-process that must not import torch, the dashboard server, gets them: ``mcap.io.orders``).
+``python -m mcap.runner.orders SCHEDULE G V M [G V M ...] [SCHEDULE ...]`` prints the lists as
+JSON, in the order asked (how a process that must not import torch, the dashboard server,
+gets them: ``mcap.io.orders``).
 """
 from __future__ import annotations
 
@@ -208,17 +209,44 @@ def generate(schedule: str, stages: int, virtual: int, chunks: int) -> ActionLis
                       source=f"torch {torch.__version__} {cls.__name__}")
 
 
+USAGE = "usage: python -m mcap.runner.orders SCHEDULE G V M [G V M ...] [SCHEDULE G V M ...]"
+
+
+def requests(argv: list[str]) -> list[tuple[str, int, int, int]]:
+    """``SCHEDULE G V M [G V M ...]``, and more schedules after it, as (schedule, G, V, M):
+    one child process answers every list a page needs (``mcap.io.orders``). ValueError
+    when the words are not that."""
+    out, name, numbers = [], None, []
+
+    def flush():
+        if name is None or not numbers or len(numbers) % 3:
+            raise ValueError(USAGE)
+        out.extend((name, *numbers[i:i + 3]) for i in range(0, len(numbers), 3))
+
+    for word in argv:
+        if word.lstrip("-").isdigit():
+            if name is None:
+                raise ValueError(USAGE)
+            numbers.append(int(word))
+        else:
+            if name is not None:
+                flush()
+            name, numbers = word, []
+    flush()
+    return out
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) < 4 or (len(argv) - 1) % 3:
-        print("usage: python -m mcap.runner.orders SCHEDULE G V M [G V M ...]", file=sys.stderr)
+    try:
+        wanted = requests(argv)
+    except ValueError:
+        print(USAGE, file=sys.stderr)
         return 2
-    name, rest = argv[0], argv[1:]
     out = []
     try:
-        for i in range(0, len(rest), 3):
-            g, v, m = (int(x) for x in rest[i:i + 3])
+        for name, g, v, m in wanted:
             out.append(to_dict(generate(name, g, v, m)))
-    except (McapError, ValueError) as exc:
+    except McapError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     json.dump(out, sys.stdout)

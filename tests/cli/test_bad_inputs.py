@@ -217,6 +217,8 @@ def test_a_user_module_in_the_callers_folder_is_found_by_the_workers(tmp_path, m
 @pytest.mark.app
 def test_explained_page_with_more_chunks_than_its_slider(tmp_path, monkeypatch, tmp_store):
     from streamlit.testing.v1 import AppTest
+    from tests.conftest import warm_orders
+    warm_orders()
     d = json.loads(PROFILE.read_text())
     d["setup"]["chunks"] = 64
     data = tmp_path / "data"

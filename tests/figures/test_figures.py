@@ -8,6 +8,7 @@ from mcap.figures import devices, layers, overview, progress, recommend, snippet
 from mcap.figures import timeline as tl_fig
 from mcap.figures._style import balance_str, fmt_bytes
 from mcap.core.timeline import StageMemory, simulate
+from mcap.runner.orders import generate
 from mcap.core.types import (
     Layer, LayerStats, MemoryBreakdown, ModelInfo, Prediction, Profile, Recommendation, Run,
     Setup, Sweep,
@@ -174,12 +175,21 @@ def test_headline_and_split_bars():
 
 
 def test_timeline_frames():
-    t = simulate((1, 1), "gpipe", 2, (StageMemory(10, 1), StageMemory(20, 2)))
+    t = simulate(generate("gpipe", 2, 1, 2), (1, 1), (StageMemory(10, 1), StageMemory(20, 2)))
     ops = tl_fig.ops_frame(t)
-    assert ops.iloc[0].tolist() == [0, "F", 0, 0, 1] and len(ops) == 8
+    assert ops.iloc[0].tolist() == [0, 0, "F", 0, 0, 1] and len(ops) == 8
     mem = tl_fig.memory_frame(t)
     assert mem[(mem.device == 0) & (mem.step == 1)].values.tolist() == [[0, 1, "0 1", 2, 12]]
-    assert len(tl_fig.draw_timeline(t).data) == 8 + 2
+    # one box trace per device and kind, one memory line per device
+    assert len(tl_fig.draw_timeline(t).data) == 4 + 2
+    # the time cursor: the running boxes outlined, each device's level marked at the step
+    fig = tl_fig.draw_timeline(t, cursor=1)
+    marks = [tr for tr in fig.data if tr.name == "level at step 1"][0]
+    assert list(marks.y) == [v / MIB for v in (12, 22)] and list(marks.x) == [1.5, 1.5]
+    outlined = [tr for tr in fig.data if tr.name == "running at step 1"][0]
+    assert list(outlined.base) == [1, 1] and list(outlined.y) == ["device 0", "device 1"]
+    step = tl_fig.step_frame(t, 1)
+    assert step.values.tolist() == [[0, "F1", "0 1", 2, 12], [1, "F0", "0", 1, 22]]
 
 
 def test_runs_table_and_formatting():
@@ -206,7 +216,7 @@ def test_bo_reports_its_best_so_far_live_and_the_same_curve_it_returns():
 def _every_finished_figure():
     """One figure of each drawing the pages export, on toy data."""
     from mcap.figures import story as fig_story
-    t = simulate((1, 1), "gpipe", 2, (StageMemory(10, 1), StageMemory(20, 2)))
+    t = simulate(generate("gpipe", 2, 1, 2), (1, 1), (StageMemory(10, 1), StageMemory(20, 2)))
     pts = space.space_points((run((1, 3), (5, 9), sps=2.0), run((2, 2), (6, 6), sps=3.0)),
                              (space.Mark("exact", (1, 3)), space.Mark("bf", (1, 3))))
     bars = devices.device_bars(Prediction((1, 3), (4, 5)), run((1, 3), (4, 6)), 5)
@@ -243,10 +253,11 @@ def test_space_names_every_pick_beside_its_star():
 
 def test_timeline_draws_measured_peaks_and_devices_in_one_colour_set():
     from mcap.figures._style import device_color
-    t = simulate((1, 1), "gpipe", 2, (StageMemory(10, 1), StageMemory(20, 2)))
-    fig = tl_fig.draw_timeline(t, measured=(13 * MIB, 24 * MIB))
+    t = simulate(generate("gpipe", 2, 1, 2), (1, 1), (StageMemory(10, 1), StageMemory(20, 2)))
+    fig = tl_fig.draw_timeline(t, measured=(13 * MIB, 24 * MIB), measured_label="GPipe, 2 micro-batches")
     lines = {tr.name: tr for tr in fig.data if tr.type == "scatter"}
-    assert list(lines["device 1 measured peak"].y) == [24.0, 24.0]
+    # each measured line says what it was measured under (issue 40, 6)
+    assert list(lines["device 1 measured (GPipe, 2 micro-batches)"].y) == [24.0, 24.0]
     boxes = [tr for tr in fig.data if tr.type == "bar"]
     # a box's colour is its device's, the same as the device's memory line
     assert {(tr.y[0], tr.marker.color) for tr in boxes} == {("device 0", device_color(0)),

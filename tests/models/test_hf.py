@@ -325,6 +325,9 @@ def test_the_gpt2_example_is_the_second_bundled_choice_and_meets_the_targets():
                                   "hybrid", "scaling", "savers", "explained", "present"])
 def test_every_page_opens_the_gpt2_example(name, tmp_store):
     from streamlit.testing.v1 import AppTest
+    if name == "explained":
+        from tests.conftest import warm_orders
+        warm_orders()
     at = AppTest.from_file(str(REPO / "app.py"), default_timeout=60)
     at.query_params["profile"] = GPT2_PROFILE
     at.query_params["sweep"] = GPT2_SWEEP

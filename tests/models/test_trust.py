@@ -158,6 +158,9 @@ PAGES = ("overview", "layers", "predict", "space", "recommend", "explained", "sc
 @pytest.mark.parametrize("name", PAGES)
 def test_every_page_shows_the_hostile_dataset_as_data(hostile, monkeypatch, name):
     from streamlit.testing.v1 import AppTest
+    if name == "explained":
+        from tests.conftest import warm_orders
+        warm_orders()
     data, _ = hostile
     monkeypatch.setenv("MCAP_DATA_DIR", str(data))
     at = AppTest.from_file(APP, default_timeout=60)

@@ -14,6 +14,7 @@ from mcap.io import datasets
 from mcap.core.setup import mismatch
 from mcap.figures import layers as fig_layers
 from mcap.figures import space as fig_space
+from mcap.figures import timeline as fig_tl
 from mcap.figures._style import balance_str, fmt_bytes
 from mcap.core.recommend import costs_of
 from mcap.core.search import recommend
@@ -228,15 +229,22 @@ def _highest_in_chart(at) -> tuple[int, float]:
     return int(name.split()[1]), lines[name]
 
 
-def test_teaching_view_words_match_its_chart(bundled):
+@pytest.fixture(scope="module", autouse=True)
+def orders_warm():
+    """The teaching page's action lists, made here (tests.conftest.warm_orders)."""
+    from tests.conftest import warm_orders
+    warm_orders()
+
+
+def test_teaching_view_words_match_its_chart(bundled, orders_warm):
     _, profile, _, _ = bundled
     G = profile.setup.stages
     at = page("explained")
     # the dataset's own schedule by default (the levels are calibrated on it)
-    assert at.radio(key="tl-schedule").value == profile.setup.schedule
+    assert at.selectbox(key="tl-schedule").value == profile.setup.schedule
     chunks = profile.setup.chunks
     for schedule in ("1f1b", "gpipe"):
-        at.radio(key="tl-schedule").set_value(schedule).run()
+        at.selectbox(key="tl-schedule").set_value(schedule).run()
         held = [min(G - d, chunks) for d in range(G)] if schedule == "1f1b" else [chunks] * G
         flights = [c.value for c in at.caption if "in flight ·" in c.value or c.value.endswith("in flight")]
         assert [f"{h} micro-batch{'es' if h != 1 else ''} in flight" in c
@@ -249,7 +257,9 @@ def test_teaching_view_words_match_its_chart(bundled):
         assert f"Highest: device {top} at {level:.1f} MiB" in words, words
         # the parts add up to the peak and the parameter state is named as such
         assert "weights" in words and "gradients" in words and "optimizer state" in words
-        assert ("first device holds the most because" in words) == (schedule == "1f1b")
+        # issue 40, 7: the most micro-batches in flight, never "holds the most" memory
+        assert "first device holds the most because" not in words
+        assert ("Device 0 has the most in flight" in words) == (schedule == "1f1b")
     # several partitionings: the words follow the chart every time
     L = profile.model.num_layers
     for balance in ((L - G + 1,) + (1,) * (G - 1), (1,) * (G - 1) + (L - G + 1,)):
@@ -259,6 +269,95 @@ def test_teaching_view_words_match_its_chart(bundled):
     assert at.query_params["schedule"] == "gpipe"
     at.text_input(key="tl-balance").set_value("1,2").run()
     assert any("sums to 3 but the model has" in e for e in errors(at))
+
+
+def test_explained_draws_every_schedule_from_its_action_list(bundled, orders_warm):
+    """Issue 40: every registered schedule is a choice, labelled from the registry, drawn
+    from the list torch runs; one needing more micro-batches is drawn with the nearest count
+    torch takes, and says so."""
+    from mcap.core import schedules
+    _, profile, _, _ = bundled
+    at = page("explained")
+    box = at.selectbox(key="tl-schedule")
+    assert list(box.options) == [schedules.get(n).label + " with checkpointing"
+                                 for n in schedules.names()]
+    table = frame(at, "schedule", "most micro-batches held (per device)")
+    assert table["schedule"].tolist() == [schedules.get(n).label for n in schedules.names()]
+    for name in schedules.names():
+        at.selectbox(key="tl-schedule").set_value(name).run()
+        assert not at.exception and not errors(at), (name, errors(at))
+        spec = [c for c in at.get("plotly_chart") if "One iteration under" in c.proto.spec][0].proto.spec
+        assert f"One iteration under {schedules.get(name).label}" in spec
+        if schedules.get(name).stages_per_rank == "many":
+            assert at.number_input(key="tl-virtual").value == 2
+    # DualPipeV needs M >= 2G = 8: drawn with 8, said, and the link keeps the 4 asked for
+    assert any("DualPipeV" in i.value and "Drawn with 8 micro-batches" in i.value for i in at.info)
+    assert at.query_params["chunks"] == str(profile.setup.chunks)
+
+
+def test_explained_steps_through_the_schedule(bundled, orders_warm):
+    """Issue 40, 8: a time cursor: the boxes running then outlined, each device's held
+    micro-batches listed, the memory curves' level at that step marked."""
+    import json
+
+    from mcap.core import teaching
+    from mcap.runner.orders import generate
+    _, profile, _, _ = bundled
+    at = page("explained", balance="8,8,7,7")
+    at.selectbox(key="tl-schedule").set_value("1f1b").run()
+    slider = [s for s in at.slider if s.key and s.key.startswith("tl-step")][0]
+    slider.set_value(6).run()
+    les = teaching.of_profile(profile, (8, 8, 7, 7), generate("1f1b", 4, 1, 4),
+                              generate("gpipe", 4, 1, 4))
+    want = fig_tl.step_frame(les.timeline, 6)
+    shown = frame(at, "runs", "holds")
+    assert shown["runs"].tolist() == want["runs"].tolist()
+    assert shown["holds"].tolist() == want["holds"].tolist()
+    assert shown["memory (MiB)"].tolist() == mib(want["memory"])
+    spec = json.loads([c for c in at.get("plotly_chart") if "memory held" in c.proto.spec][0].proto.spec)
+    marks = [t for t in spec["data"] if t.get("name") == "level at step 6"][0]
+    assert marks["y"] == [v / 2**20 for v in want["memory"]]
+    running = [t for t in spec["data"] if t.get("name") == "running at step 6"][0]
+    assert len(running["y"]) == sum(r != "idle" for r in want["runs"])
+    assert any(m.value.startswith("Step 6 of 0-") for m in at.markdown)
+    at.button(key="tl-step-next").click().run()
+    assert any(m.value.startswith("Step 7 of 0-") for m in at.markdown)
+
+
+def test_explained_labels_measured_peaks_and_offers_the_view_without_checkpointing(bundled,
+                                                                                  orders_warm):
+    """Issue 40, 6: measured lines are named by their schedule and drawn only under it; the
+    checkpointed default says why 1F1B is no lower there and offers the never profile."""
+    import json
+    _, profile, _, sweep = bundled
+    measured = next(r for r in sweep.runs if r.status == "ok" and len(set(r.balance)) > 1)
+    at = page("explained", balance=",".join(map(str, measured.balance)))
+    spec = [c for c in at.get("plotly_chart") if "memory held" in c.proto.spec][0].proto.spec
+    names = [t.get("name", "") for t in json.loads(spec)["data"]]
+    assert "device 0 measured (GPipe, 4 micro-batches)" in names
+    at.selectbox(key="tl-schedule").set_value("1f1b").run()
+    spec = [c for c in at.get("plotly_chart") if "memory held" in c.proto.spec][0].proto.spec
+    assert not [n for n in (t.get("name", "") for t in json.loads(spec)["data"]) if "measured" in n]
+    assert any("measured under GPipe, 4 micro-batches, not under 1F1B" in i.value for i in at.info)
+    words = " ".join(m.value for m in at.markdown)
+    assert "Against GPipe, the schedule the profile measured" in words and "matter little" in words
+    at.toggle(key="tl-never").set_value(True).run()
+    assert not errors(at)
+    assert any("checkpoint never" in c.value for c in at.caption)
+    words = " ".join(m.value for m in at.markdown)
+    assert "each device's level follows its count in flight: 1F1B 4, 3, 2, 1 against GPipe" in words
+
+
+def test_explained_connects_the_lesson_to_the_statistics(bundled, orders_warm):
+    """Issue 40, 9: mem_isolated and mem_added behind the numbers shown, and the split by
+    parameters against mCAP's, each with its fullest device."""
+    at = page("explained", balance="8,8,7,7")
+    words = " ".join(m.value for m in at.markdown)
+    assert "mem_isolated(l) is the peak of a device holding layer l alone" in words
+    assert "Balanced by parameters (the params method: 12-2-3-13)" in words
+    assert "(mCAP's exact search: 16-1-5-8) the fullest device is device 0 at 73.4 MiB" in words
+    bars = [c for c in at.get("plotly_chart") if "per-layer statistics" in c.proto.spec]
+    assert bars
 
 
 def test_every_figure_is_titled_and_has_no_placeholder_text(bundled):
@@ -656,14 +755,15 @@ def test_recommend_leaves_a_minutes_long_bf_out_of_the_table(bundled):
     assert searches.render_skip("exact", layers, stages) is None
 
 
-def test_teaching_view_names_checkpointing_only_where_the_profile_used_it(bundled):
+def test_teaching_view_names_checkpointing_only_where_the_profile_used_it(bundled, orders_warm):
     """The schedule was labelled "GPipe with checkpointing" under a caption reading
     "checkpoint never" for the bundled press profile."""
     at = page("explained", profile="bundled:vgg11-b8-never-cpu4-press.profile.json")
-    assert list(at.radio(key="tl-schedule").options) == ["GPipe", "1F1B"]
+    assert list(at.selectbox(key="tl-schedule").options)[:2] == ["GPipe", "1F1B"]
+    assert not [t for t in at.toggle if t.key == "tl-never"]  # already without checkpointing
     at = page("explained")
-    assert list(at.radio(key="tl-schedule").options) == ["GPipe with checkpointing",
-                                                         "1F1B with checkpointing"]
+    assert list(at.selectbox(key="tl-schedule").options)[:2] == ["GPipe with checkpointing",
+                                                                 "1F1B with checkpointing"]
 
 
 
@@ -776,7 +876,7 @@ def test_one_number_per_fact_on_every_page(bundled):
     explained = page("explained", balance=bal)
     assert [metric(explained, f"device {d}") for d in range(len(peaks))] == [fmt_bytes(p) for p in peaks]
     shown = [c.value for c in explained.caption if c.value.startswith("measured ")]
-    assert shown and [s.split(" · ")[0] for s in shown] == [f"measured {fmt_bytes(p)}" for p in measured.peaks]
+    assert shown and [s.split(" · ")[0] for s in shown] == [f"measured {fmt_bytes(p)} (GPipe)" for p in measured.peaks]
     rec = page("recommend")
     assert metric(rec, "predicted peak") == fmt_bytes(max(peaks))
     space = page("space", balance=bal)
@@ -810,7 +910,7 @@ def test_explained_plan_section_uses_the_headers_numbers_and_says_when_no_plan_h
     assert any(f"No plan lowers 8-8-7-7's peak by 1% or more: at most from {fmt_bytes(peaks[3])} "
                f"to {fmt_bytes(least)}" in i.value for i in at.info), [i.value for i in at.info]
     # the schedule is labelled by what the profile measured
-    assert list(at.radio(key="tl-schedule").options) == ["GPipe", "1F1B"]
+    assert list(at.selectbox(key="tl-schedule").options)[:2] == ["GPipe", "1F1B"]
     words = " ".join(m.value for m in at.markdown)
     assert "With checkpointing" not in words and "Without checkpointing" in words
 

@@ -134,6 +134,8 @@ def test_bundled_press_profile_opens_on_mcaps_pick_without_an_error(tmp_store):
     # the teaching page's plan section starts from the same capacity (one shared value)
     at.number_input(key="savers-capacity").set_value(capacity_input_mib(least)).run()
     assert not at.error and at.query_params["plan_capacity"] == str(capacity_input_mib(least))
+    from tests.conftest import warm_orders
+    warm_orders()
     at.switch_page("pages/explained.py").run()
     at.text_input(key="tl-balance").set_value(",".join(map(str, balance))).run()
     assert not at.exception and not at.error, [e.value for e in at.error]

@@ -12,8 +12,8 @@ the conv4_2 backward allocates its working set and a weight-sized gradient to ac
 one micro-batch's activations are gone by then. A model that frees ``held x saved`` per
 reduced layer (the peak at the end of the forwards) promised 0.1-4% more than a plan freed.
 
-:func:`stage_events` walks the stage's op order (``mcap.core.timeline.op_order``: GPipe or
-1F1B) layer by layer: one event during each layer's forward and one during each layer's
+:func:`stage_events` walks the stage's op order (``mcap.core.stagetime.op_order``: GPipe or
+1F1B as torch runs them) layer by layer: one event during each layer's forward and one during each layer's
 backward, of each micro-batch. At every event it records, per layer l of the stage, how
 many micro-batches' saved bytes of l are held (forward done, backward of l not finished),
 and the keep-all bytes that vary in the iteration:
@@ -43,7 +43,7 @@ from typing import Sequence
 
 import numpy as np
 
-from mcap.core.timeline import op_order
+from mcap.core.stagetime import op_order
 
 
 @dataclass(frozen=True, eq=False)
@@ -105,7 +105,7 @@ def stage_events(schedule: str, stage: int, stages: int, chunks: int, start: int
         fats.append(f)
         keeps.append(acts + grads + extra)
 
-    for kind, m in op_order(schedule, stage, stages, chunks):
+    for kind, m in op_order(schedule, stages, chunks)[stage]:
         if kind == "F":
             for l in range(n):
                 record(-1, l, max(F[l], saved[l]))

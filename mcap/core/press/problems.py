@@ -11,7 +11,7 @@ from mcap.core.errors import McapError
 from mcap.core.partition import validate, windows
 from mcap.core.press.events import stage_events
 from mcap.core.press.timing import _penalty, _transfer, live_intervals
-from mcap.core.timeline import max_in_flight
+from mcap.core.stagetime import op_order
 from mcap.core.types import Profile
 
 
@@ -207,7 +207,7 @@ def build(n: PressNumbers) -> Problem:
     events = tuple(_events(balance, n.schedule, n.chunks, saved, work, params, transients,
                            forward_peaks, n.boundaries))
     return Problem(n.model, balance, tuple(int(b) for b in n.base),
-                   max_in_flight(n.schedule, len(balance), n.chunks), saved,
+                   _in_flight(n.schedule, len(balance), n.chunks), saved,
                    tuple(float(x) for x in n.forward), n.chunks, costs,
                    tuple(min(x) for x in live), n.capacity,
                    tuple(int(a + b) for a, b in zip(pin_in, pin_out)), seg, shared, work,
@@ -344,3 +344,16 @@ def pins(balance: Sequence[int], saved: Sequence[int], boundaries: Sequence):
         pin_in[l] = min(pin_in[l], saved[l])
         pin_out[l] = min(pin_out[l], saved[l] - pin_in[l])
     return pin_in, pin_out, tuple(seg)
+
+
+def _in_flight(schedule: str, stages: int, chunks: int) -> tuple[int, ...]:
+    """Per stage, the most micro-batches forwarded and not yet backward at once, counted
+    along the schedule's op order (torch's, ``mcap.core.stagetime.op_order``)."""
+    out = []
+    for ops in op_order(schedule, stages, chunks):
+        now = most = 0
+        for kind, _ in ops:
+            now += 1 if kind == "F" else -1
+            most = max(most, now)
+        out.append(most)
+    return tuple(out)

@@ -8,7 +8,7 @@ from typing import Optional, Sequence
 
 from mcap.core.errors import McapError
 from mcap.core.partition import windows
-from mcap.core.timeline import op_order
+from mcap.core.stagetime import op_order
 
 BACKWARD_RATIO = 2.0  # backward time / forward time of a stage (no measurement of it yet)
 
@@ -17,12 +17,12 @@ def op_times(balance: Sequence[int], schedule: str, chunks: int,
              stage_forward: Sequence[float],
              stage_backward: Optional[Sequence[float]] = None) -> dict:
     """(kind, stage, micro-batch) -> (start, end) seconds of one iteration: the op order of
-    ``mcap.core.timeline`` with real durations (forward per stage, backward x2 unless
+    ``mcap.core.stagetime`` (torch's) with real durations (forward per stage, backward x2 unless
     given)."""
     if stage_backward is None:
         stage_backward = [BACKWARD_RATIO * x for x in stage_forward]
     G = len(balance)
-    orders = [list(op_order(schedule, s, G, chunks)) for s in range(G)]
+    orders = op_order(schedule, G, chunks)
     done, out, free, cursor = {}, {}, [0.0] * G, [0] * G
     while any(cursor[s] < len(orders[s]) for s in range(G)):
         moved = False

@@ -16,7 +16,7 @@ The key, for a stage of layers ``first..last`` (inclusive) at index ``i`` of ``G
   runs all M forwards before any backward, so every middle stage holds the same M
   micro-batches whatever its index.
 - ``1f1b``: ``(first, last, i)``. Stage i runs G-1-i warm-up forwards and holds up to
-  min(G-i, M) micro-batches (``mcap.core.timeline.max_in_flight``), so its index matters.
+  min(G-i, M) micro-batches (``mcap.core.schedules.actions.max_in_flight``), so its index matters.
 - a multi-stage schedule (``mcap.core.schedules``: rank r holds several chunks): the key
   is the *rank*'s, ``(first, last, ("rank", r, window, window, ...))`` with its first and
   last layer and every chunk window it holds: its action list depends on r, and its peak

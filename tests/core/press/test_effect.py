@@ -9,6 +9,7 @@ from mcap.core.press.effect import effect
 from mcap.core.press.actions import LayerAction
 from mcap.core.press import problem_from
 from mcap.core.timeline import StageMemory, simulate
+from mcap.runner.orders import generate
 from mcap.store import Store
 from tests.conftest import APP, PRESS_BAL, press_capacities, press_profile
 
@@ -20,7 +21,7 @@ MiB = 2**20
 def _toy():
     p = problem_from("toy", (2, 2), (100 * MiB, 60 * MiB), "gpipe", 3, [10 * MiB, 6 * MiB, 4 * MiB,
                      2 * MiB], [0.01, 0.03, 0.02, 0.02], 1e9, 1e9)
-    tl = simulate((2, 2), "gpipe", 3, (StageMemory(40 * MiB, 20 * MiB), StageMemory(30 * MiB, 10 * MiB)))
+    tl = simulate(generate("gpipe", 2, 1, 3), (2, 2), (StageMemory(40 * MiB, 20 * MiB), StageMemory(30 * MiB, 10 * MiB)))
     return p, tl
 
 
@@ -48,7 +49,7 @@ def test_every_reduced_layer_leaves_in_its_forward_and_returns_in_its_backward()
 
 def test_refuses_a_timeline_of_another_balance():
     p, _ = _toy()
-    tl = simulate((1, 3), "gpipe", 3, (StageMemory(1, 1), StageMemory(1, 1)))
+    tl = simulate(generate("gpipe", 2, 1, 3), (1, 3), (StageMemory(1, 1), StageMemory(1, 1)))
     with pytest.raises(McapError, match="balance 1,3"):
         effect(p, [LayerAction(l) for l in range(4)], tl, 0)
     with pytest.raises(McapError, match="stage 5"):
@@ -57,6 +58,8 @@ def test_refuses_a_timeline_of_another_balance():
 
 @pytest.mark.app
 def test_explained_page_shows_the_plan_over_the_iteration(tmp_store):
+    from tests.conftest import warm_orders
+    warm_orders()
     path = tmp_store
     s = Store(path)
     prof = press_profile()

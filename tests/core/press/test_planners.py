@@ -87,12 +87,14 @@ def test_unreachable_capacity_names_the_smallest():
 
 def test_live_intervals_follow_the_schedule():
     # GPipe, 2 stages of one layer, 2 micro-batches, forward 1 s: the last stage runs
-    # F0 F1 B1 B0, so micro-batch 1's activations live 0 s and micro-batch 0's 3 s (F1, B1).
+    # F0 F1 B0 B1 (torch's ScheduleGPipe: backwards in micro-batch order), so micro-batch 0's
+    # activations live 1 s (F1) and micro-batch 1's 2 s (B0).
     live = live_intervals((1, 1), "gpipe", 2, [1.0, 1.0])
-    assert live[1] == (3.0, 0.0)
+    assert live[1] == (1.0, 2.0)
     p = problem_from("toy", (1, 1), (100, 100), "gpipe", 2, [10, 10], [1.0, 1.0], 10.0, 10.0)
-    # swap: 2 x 10 B / 10 B/s = 2 s per micro-batch, hidden for micro-batch 0 (3 s)
-    assert p.costs[1]["swap"] == pytest.approx(2.0) and p.costs[1]["recompute"] == 2.0
+    # swap: 2 x 10 B / 10 B/s = 2 s per micro-batch, 1 s of it hidden for micro-batch 0 and
+    # all of it for micro-batch 1
+    assert p.costs[1]["swap"] == pytest.approx(1.0) and p.costs[1]["recompute"] == 2.0
 
 
 def test_bad_input_names_values():

@@ -82,7 +82,8 @@ def test_unavailable_methods_are_reported_with_the_reason_in_method_order():
 
 def test_every_pure_method_finds_the_optimum_of_a_small_space():
     picks = pure_picks(PROFILE, 2, bo_iterations=12)
-    assert [p.method for p in picks] == ["exact", "bf", "bo", "uniform", "params"]
+    assert [p.method for p in picks] == ["exact", "bf", "bo", "uniform", "params", "type", "titan",
+                                         "megatron"]
     assert {p.balance for p in picks[:3]} == {(1, 3)}
 
 

@@ -20,6 +20,7 @@ Without ``--json`` they print a small table. Bad input raises McapError, which
 """
 from __future__ import annotations
 
+import argparse
 import json
 
 from mcap.cli import args as argtypes
@@ -73,8 +74,10 @@ def register(sub) -> None:
     p = sub.add_parser("recommend", help="recommend the partitioning with the lowest predicted peak")
     p.add_argument("--profile", required=True, help="a mcap.profile/1 JSON file")
     p.add_argument("--stages", type=_positive_int, help="number of devices G")
-    p.add_argument("--method", choices=(*search.names(), *capture.only_mesh_methods()), default=None,
-                   help="; ".join(f"{m.name}: {m.help}" for m in map(search.get, search.names())))
+    p.add_argument("--method", type=method_choice, choices=MethodChoices(), default=None,
+                   metavar="{" + ",".join((*map(search.describe, search.REGISTRY),
+                                           *capture.only_mesh_methods())) + "}",
+                   help="; ".join(f"{search.describe(m)}: {m.help}" for m in search.REGISTRY))
     add_predictor_option(p)
     p.add_argument("--seed", type=argtypes.seed, default=0, help="seed for bo")
     from mcap.core.search.bayes import MAX_ITERATIONS
@@ -92,6 +95,40 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true")
     capture.add_recommend_options(p)  # --mesh / --no-prune: hybrid plans (mcap.cli.commands.capture)
     p.set_defaults(func=cmd_recommend)
+
+
+class MethodChoices:
+    """``--method``'s choices, read from the registries when asked: iterating gives the
+    names (search methods, then mesh-only searches), and ``name:ARGUMENT`` is one of them
+    when ``name`` takes an argument (``method_choice`` has checked the argument)."""
+
+    def _names(self) -> tuple[str, ...]:
+        from mcap.cli.commands import capture
+        from mcap.core import search
+        return (*search.names(), *capture.only_mesh_methods())
+
+    def __iter__(self):
+        return iter(self._names())
+
+    def __contains__(self, text) -> bool:
+        from mcap.core import search
+        name, colon, _ = str(text).partition(":")
+        return name in self._names() and (not colon or bool(search.get(name).argument))
+
+
+def method_choice(text: str) -> str:
+    """``--method``: a search method's name or ``name:ARGUMENT`` (``type:LlamaDecoderLayer``,
+    ``mcap.core.search.choose``), or a mesh search's name (``--mesh``); refused by argparse
+    (exit 2) naming the choices."""
+    from mcap.cli.commands import capture
+    from mcap.core import search
+    if text in capture.only_mesh_methods():
+        return text
+    try:
+        search.choose(text)
+    except McapError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def cmd_plan(args) -> int:

@@ -97,7 +97,7 @@ def profile(request: ProfileRequest, *, store: Store) -> ProfileResult:
     from mcap.io import jsonio
 
     r, started = request, time.monotonic()
-    real = model_info(r.spec)
+    real = model_info(r.spec, r.setup)
     info = real if r.groups is None else merging.merged_model(real, r.groups)
     check_stages(info, r.setup)
     if r.parallel:  # refused before any run, naming the values

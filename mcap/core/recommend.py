@@ -30,8 +30,12 @@ Source = Union[Profile, StageCosts, LayerStats]
 
 @lru_cache(maxsize=16)
 def _fit(profile: Profile, name: str) -> StageCosts:
-    from mcap.core import predictors
+    from mcap.core import deepen, predictors
     from mcap.core.capture import batchscale
+    if deepen.deepened(profile):
+        # issue 41: a deep model predicted from a shallow profile; the predictor fits the
+        # shallow one and each deep stage is read from it (mcap.core.deepen.DeepCosts)
+        return deepen.costs(profile, name, _fit)
     if batchscale.extrapolated(profile):
         # CAPTURE (III-B2): a profile extrapolated to its batch size predicts per stage on
         # the line through its two profiled sizes; each variant is fitted as a profile.

@@ -30,6 +30,8 @@ def register(sub) -> None:
     p.add_argument("--profile", required=True, help="a mcap.profile/1 JSON file")
     p.add_argument("--sweep", required=True, help="a mcap.sweep/1 JSON file of the same model and setup")
     add_predictor_option(p)
+    from mcap.cli.deep import add_blocks_option
+    add_blocks_option(p)
     p.add_argument("--no-time", action="store_true",
                    help="skip the time method (it imports torch and times the model)")
     p.add_argument("--seed", type=argtypes.seed, default=0, help="seed for bo")
@@ -152,7 +154,9 @@ def cmd_evaluate(args) -> int:
     from mcap.core.setup import check_compatible
     from mcap.io.jsonio import load_profile, load_sweep
 
-    profile, sweep = load_profile(args.profile), load_sweep(args.sweep)
+    from mcap.cli.deep import deepened
+    sweep = load_sweep(args.sweep)
+    profile = deepened(load_profile(args.profile), args.blocks, like=sweep.model)
     check_compatible(profile, sweep)
     machines = _machines(profile, sweep, args.strict)
     check_measured(sweep)  # before any search: a sweep with nothing to compare exits 2 at once

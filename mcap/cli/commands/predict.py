@@ -24,6 +24,7 @@ import argparse
 import json
 
 from mcap.cli import args as argtypes
+from mcap.cli.deep import add_blocks_option, deepened
 from mcap.cli.options import add_batch_size_option, add_predictor_option, search_context
 from mcap.cli.output import line_note, stage_table
 from mcap.core.errors import McapError
@@ -65,6 +66,7 @@ def register(sub) -> None:
     p.add_argument("--profile", required=True, help="a mcap.profile/1 JSON file")
     p.add_argument("--balance", help="layer counts per stage, e.g. 3,3,5,19")
     add_predictor_option(p)
+    add_blocks_option(p)
     add_batch_size_option(p)
     target.add_option(p)
     p.add_argument("--json", action="store_true")
@@ -74,6 +76,7 @@ def register(sub) -> None:
     p = sub.add_parser("recommend", help="recommend the partitioning with the lowest predicted peak")
     p.add_argument("--profile", required=True, help="a mcap.profile/1 JSON file")
     p.add_argument("--stages", type=_positive_int, help="number of devices G")
+    add_blocks_option(p)
     p.add_argument("--method", type=method_choice, choices=MethodChoices(), default=None,
                    metavar="{" + ",".join((*map(search.describe, search.REGISTRY),
                                            *capture.only_mesh_methods())) + "}",
@@ -208,7 +211,7 @@ def cmd_predict(args) -> int:
         from mcap.cli.target import refuse
         refuse(args, "--plan / --mesh (hybrid plans)")
         return capture.cmd_predict_plan(args)
-    profile = load_profile(args.profile)
+    profile = deepened(load_profile(args.profile), args.blocks)
     costs = _costs(profile, args)
     balance = tuple(parse_balance(args.balance))
     sizes = merging.sizes_of(profile)
@@ -237,7 +240,7 @@ def cmd_recommend(args) -> int:
     if capture.wants_mesh(args):
         refuse(args, "--mesh (hybrid plans)")
         return capture.cmd_recommend_mesh(args)
-    profile = load_profile(args.profile)
+    profile = deepened(load_profile(args.profile), args.blocks)
     profile = argtypes.allow_model(profile, args.model)
     source, context = profile, search_context(profile, args.method)
     if args.for_target:

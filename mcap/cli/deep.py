@@ -24,13 +24,18 @@ def add_blocks_option(p) -> None:
                         "so first, middle and last stages are measured at several depths")
 
 
-def deepened(profile, blocks, like=None):
+def deepened(profile, blocks, like=None, for_target=None):
     """``profile`` deepened to ``blocks`` blocks (None: as it is), under the spec of ``like``
     (a ModelInfo: the sweep it is compared with) when its layers are the deep model's (one
     model spelled two ways, e.g. a family default written out), else the rewritten spec. A
     stage kind whose growth rests on predictions alone is said on stderr."""
     if blocks is None:
         return profile
+    from mcap.core.errors import McapError
+    if for_target:
+        raise McapError(f"--blocks {blocks} with --for {for_target}: a deepened profile is "
+                        "predicted on the device it was measured on; --for translates a "
+                        "profile's own layers")
     from mcap.core import deepen
     from mcap.models.spec import with_blocks
     deep = deepen.deepen(profile, blocks, with_blocks(profile.model.spec, blocks))
@@ -41,3 +46,15 @@ def deepened(profile, blocks, like=None):
               f"past {deepen.shallow_blocks(deep.shallow).count} blocks rests on the "
               f"predictor (profile with --scheme capture to measure them)", file=sys.stderr)
     return deep
+
+
+def refuse_with(args, *flags: str) -> None:
+    """``--blocks`` predicts pipeline stages of the deep model; the hybrid plans and MPress
+    paths read the profile as it is, so combining them is refused, naming the flag."""
+    if getattr(args, "blocks", None) is None:
+        return
+    given = [f for f in flags if getattr(args, f.lstrip("-").replace("-", "_"), None) not in (None, False)]
+    if given:
+        from mcap.core.errors import McapError
+        raise McapError(f"--blocks {args.blocks} predicts the pipeline stages of the deep model; "
+                        f"it does not combine with {' or '.join(given)}")

@@ -151,7 +151,7 @@ class DeepCosts(StageCosts):
                  persistent=None):
         if blocks.count < 2:
             raise McapError(f"predicting {count} blocks needs a profile of 2 or more, got {blocks.count}")
-        self.inner, self.blocks, self.count = shallow, blocks, int(count)
+        self.shallow, self.blocks, self.count = shallow, blocks, int(count)
         self.measured = dict(measured)
         self.persistent = list(persistent or [0] * blocks.total)
         self.num_layers = blocks.before + self.count + blocks.after
@@ -193,7 +193,7 @@ class DeepCosts(StageCosts):
                 found = max((p for (x, y), p in self.measured.items()
                              if P <= x and y < P + N and y - x + 1 == j), default=None)
             self._values[key] = (int(found), True) if found is not None else \
-                (int(self.inner.stage(a, z)), False)
+                (int(self.shallow.stage(a, z)), False)
         return self._values[key]
 
     def _line(self, cls) -> Line:
@@ -256,7 +256,7 @@ class DeepCosts(StageCosts):
 
     def _known(self, a: int, z: int) -> int:
         found = self.measured.get((a, z))
-        return int(found) if found is not None else int(self.inner.stage(a, z))
+        return int(found) if found is not None else int(self.shallow.stage(a, z))
 
 
 def unmeasured(profile: DeepProfile) -> list[str]:

@@ -144,9 +144,14 @@ def _pick(partitioner: str, spec: str, setup: Setup, store, timeout: float,
         timer = model_timer(device=setup.device)
     # Baselines need no statistics: the parameter bytes stand in for the costs they ignore.
     costs = AdditiveCosts(table_from_arrays(pb, pb), "params")
-    context = SearchContext(layer_params=tuple(pb), spec=spec, micro_batch=micro_batch(setup),
-                            timer=timer)
-    rec = recommend(costs, G, partitioner, context=context)
+    context = SearchContext(layer_params=tuple(pb), layer_kinds=tuple(l.kind for l in info.layers),
+                            spec=spec, micro_batch=micro_batch(setup), timer=timer)
+    try:
+        rec = recommend(costs, G, partitioner, context=context)
+    except McapError as exc:
+        if not get(partitioner).partial:
+            raise
+        return None, None, str(exc)  # a rule that does not exist at this size (issue 41)
     return rec.balance, None, None
 
 

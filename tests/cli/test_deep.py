@@ -85,3 +85,13 @@ def test_blocks_of_a_model_without_them_exit_2(capsys, tmp_path):
     code, _, err = run(capsys, "predict", "--profile", str(DATA / "vgg11-cpu4.profile.json"),
                        "--blocks", "0", "--balance", "1,29")
     assert code == 2 and "--blocks" in err
+
+
+def test_blocks_with_what_reads_the_profile_as_it_is_exit_2(capsys, files):
+    p = str(files[0])
+    for extra, flag in ((["--mesh", "2x2"], "--mesh"), (["--stages", "4", "--capacity", "1GiB"], "--capacity")):
+        code, _, err = run(capsys, "recommend", "--profile", p, "--blocks", "20", *extra)
+        assert code == 2 and f"does not combine with {flag}" in err
+    code, _, err = run(capsys, "predict", "--profile", p, "--blocks", "20", "--balance", "6,6,5,5",
+                       "--for", "cuda")
+    assert code == 2 and "--blocks 20 with --for cuda" in err

@@ -24,7 +24,7 @@ import argparse
 import json
 
 from mcap.cli import args as argtypes
-from mcap.cli.deep import add_blocks_option, deepened
+from mcap.cli.deep import add_blocks_option, deepened, refuse_with
 from mcap.cli.options import add_batch_size_option, add_predictor_option, search_context
 from mcap.cli.output import line_note, stage_table
 from mcap.core.errors import McapError
@@ -207,11 +207,12 @@ def cmd_predict(args) -> int:
     from mcap.core.capture import merging
     from mcap.io.jsonio import load_profile
 
+    refuse_with(args, "--plan", "--mesh")
     if capture.wants_plan(args):
         from mcap.cli.target import refuse
         refuse(args, "--plan / --mesh (hybrid plans)")
         return capture.cmd_predict_plan(args)
-    profile = deepened(load_profile(args.profile), args.blocks)
+    profile = deepened(load_profile(args.profile), args.blocks, for_target=args.for_target)
     costs = _costs(profile, args)
     balance = tuple(parse_balance(args.balance))
     sizes = merging.sizes_of(profile)
@@ -233,6 +234,7 @@ def cmd_recommend(args) -> int:
     from mcap.io.jsonio import load_profile
 
     from mcap.cli.target import refuse
+    refuse_with(args, "--mesh", "--capacity", "--press")
     if args.press or args.capacity is not None:  # MPress (mcap.cli.commands.press); --capacity alone: refused there
         refuse(args, "--capacity / --press (MPress)")
         from mcap.cli.commands.press import cmd_joint
@@ -240,7 +242,7 @@ def cmd_recommend(args) -> int:
     if capture.wants_mesh(args):
         refuse(args, "--mesh (hybrid plans)")
         return capture.cmd_recommend_mesh(args)
-    profile = deepened(load_profile(args.profile), args.blocks)
+    profile = deepened(load_profile(args.profile), args.blocks, for_target=args.for_target)
     profile = argtypes.allow_model(profile, args.model)
     source, context = profile, search_context(profile, args.method)
     if args.for_target:

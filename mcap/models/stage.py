@@ -2,13 +2,15 @@
 about 0.9 GB, the whole model 32 GB of fp32 weights; torch's own stage "dry run" builds the
 whole model first and runs out of memory at such sizes (pytorch issue 136226).
 
-    from mcap.models.stage import build_stage, layer_sizes
+    from mcap.models.stage import build_stage, layer_sizes, materialise, meta_model
     stage = build_stage("hf:llama-3.1-8b", first=1, last=1, device="cuda:0")
     stage.module                 # nn.Sequential of layers 1..1 ("block0"), on cuda:0
     stage.info                   # the whole model's ModelInfo (parameter bytes per layer)
     stage.example_batch(2)       # (inputs, targets) of the whole model, as build_model's
     layer_sizes("hf:llama-3.1-8b", micro_batch=1)   # per layer: parameter bytes, and the
                                  # activation bytes one micro-batch saves for backward
+    module, example_batch, loss, info = meta_model("hf:llama-3.1-8b")   # once, e.g. in a zygote
+    layers = materialise(module, 1, 4, "cuda:0")   # then any stage's layers from it
 
 How: the whole model is built on the meta device (shapes, no memory; ``mcap.models.build``),
 the stage's slice ``module[first:last + 1]`` is materialised on ``device`` with
@@ -30,6 +32,7 @@ only; the meta model costs Python objects (a few MB for 32 blocks), not tensors.
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -88,11 +91,29 @@ def build_stage(spec: str, first: int, last: int, device: str = "cpu", seed: int
     if is_user_spec(str(spec).strip()):
         return _whole_then_slice(spec, first, last, device, seed, allow_user_code)
     module, example_batch, loss, info = _meta_model(spec, seed, allow_user_code)
-    L = info.num_layers
-    if not (isinstance(first, int) and isinstance(last, int) and 0 <= first <= last < L):
+    if not (isinstance(first, int) and isinstance(last, int) and 0 <= first <= last < info.num_layers):
         raise McapError(f"layers {first}..{last} are not a stage of {info.spec!r}, which has "
+                        f"layers 0..{info.num_layers - 1}")
+    stage = materialise(module, first, last, device, seed, info.spec)
+    return StageLayers(stage, first, last, str(device), info, example_batch, loss)
+
+
+def meta_model(spec: str, seed: int = 0, *, allow_user_code: bool = False):
+    """(the whole model on the meta device, example_batch, loss, ModelInfo): built once, it
+    can give every stage its layers (:func:`materialise`), e.g. in a process that forks
+    stage processes. Its Python objects cost a few MB; its tensors nothing."""
+    return _meta_model(spec, seed, allow_user_code)
+
+
+def materialise(module: nn.Sequential, first: int, last: int, device: str = "cpu",
+                seed: int = 0, name: str = "the model") -> nn.Sequential:
+    """Layers ``first..last`` of a meta-device ``module`` (``meta_model``) on ``device``,
+    initialised layer by layer (module docstring). The meta module is left as it was."""
+    L = len(module)
+    if not (isinstance(first, int) and isinstance(last, int) and 0 <= first <= last < L):
+        raise McapError(f"layers {first}..{last} are not a stage of {name!r}, which has "
                         f"layers 0..{L - 1}")
-    stage = module[first:last + 1]
+    stage = copy.deepcopy(module[first:last + 1])  # meta tensors: Python objects only
     holders = _shared_holders(stage)
     stage.to_empty(device=device)
     _retie(stage, holders)
@@ -101,7 +122,7 @@ def build_stage(spec: str, first: int, last: int, device: str = "cpu", seed: int
         for index, layer in zip(range(first, last + 1), stage):
             torch.manual_seed(seed * 1_000_003 + index)
             _initialise(layer, init)
-    return StageLayers(stage, first, last, str(device), info, example_batch, loss)
+    return stage
 
 
 def _whole_then_slice(spec, first, last, device, seed, allow_user_code) -> StageLayers:

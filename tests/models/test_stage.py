@@ -139,3 +139,14 @@ def test_one_block_of_llama_3_1_8b_is_built_without_the_whole_model():
     grew = got["after"] - got["before"]
     assert grew <= 1.5 * got["stage"] + 2**28, got  # the block, and the meta model's objects
     assert 20 * grew < got["whole"], got
+
+
+def test_one_meta_model_gives_every_stage_its_layers():
+    from mcap.models.stage import materialise, meta_model
+    spec = SMALL["gpt2"]
+    module, _, _, info = meta_model(spec)
+    whole = materialise(module, 0, info.num_layers - 1)
+    part = materialise(module, 1, 2)
+    assert all(p.device.type == "meta" for p in module.parameters())  # left as it was
+    assert torch.equal(whole[1].block.attn.c_attn.weight, part[0].block.attn.c_attn.weight)
+    assert torch.equal(part[1].block.mlp.c_fc.weight, build_stage(spec, 2, 2).module[0].block.mlp.c_fc.weight)

@@ -168,7 +168,7 @@ def test_evaluate_a_real_profile_against_its_full_real_sweep(tiny_real):
     out = json.loads(done.stdout)
     assert out["runs"] == out["ok"] == out["error"]["count"] == 6
     by = {m["method"]: m for m in out["methods"]}
-    assert set(by) == {"exact", "bf", "bo", "time", "uniform", "params"}
+    assert set(by) == {"exact", "bf", "bo", "time", "uniform", "params", "type", "titan", "megatron"}
     sweep = jsonio.load_sweep(s)
     peaks = {r.balance: r.peak for r in sweep.runs}
     for m in by.values():  # the full sweep measured every pick

@@ -31,6 +31,13 @@ def slow(method: str) -> bool:
     return get(method).on_demand or get(method).needs_model
 
 
+def partial(method: str) -> bool:
+    """Whether ``method``'s rule exists for some models and stage counts only (Megatron-LM's
+    divisibility, a block split of a model without blocks): its refusal is a note, not an
+    error (``mcap.core.search.base.Method.partial``)."""
+    return get(method).partial
+
+
 def method_label(name: str) -> str:
     """The plain name a room reads (``mcap.figures._style.method_label``)."""
     from mcap.figures._style import method_label as label

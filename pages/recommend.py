@@ -126,8 +126,8 @@ for name in quick():
         continue
     try:
         rows.append(recommendation(profile, stages, name, **(tol if get(name).tolerance else {})))
-    except McapError as exc:
-        st.warning(f"{method_label(name)}: {exc}")
+    except McapError as exc:  # a split whose rule does not exist here (issue 41): a note
+        (st.caption if get(name).partial else st.warning)(f"{method_label(name)}: {exc}")
 if on_demand and rec is not None:
     rows.insert(2, rec)  # on demand only when asked for: it takes minutes, not milliseconds
 timed = time_pick(profile, stages)

@@ -211,7 +211,7 @@ def search_context(profile, method: str):
     ``time``) gets the model timer (torch)."""
     from mcap.core import search
     from mcap.core.recommend import context_of
-    if not search.get(method).needs_model:
+    if not search.choose(method)[0].needs_model:
         return context_of(profile)
     try:
         from mcap.runner.timebalance import check_device, check_fits, timer

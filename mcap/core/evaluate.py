@@ -153,16 +153,27 @@ def place(method: str, balance: Optional[Sequence[int]], predicted_peak: Optiona
 
 
 def pure_picks(profile: Profile, stages: int, *, predictor: Optional[str] = None, seed: int = 0,
-               methods: Optional[Sequence[str]] = None,
-               bo_iterations: int = 75) -> tuple[Recommendation, ...]:
+               methods: Optional[Sequence[str]] = None, bo_iterations: int = 75,
+               refused: Optional[list] = None) -> tuple[Recommendation, ...]:
     """The picks of every registered method that needs no model (``needs_model``: not
-    ``time``), under ``predictor``. bo uses the paper's 75 evaluations unless told otherwise (4.1)."""
+    ``time``), under ``predictor``. bo uses the paper's 75 evaluations unless told otherwise (4.1).
+
+    A ``partial`` method whose rule does not exist here (Megatron-LM's split of blocks the
+    stages do not divide) raises McapError; with a ``refused`` list its (method, why) is
+    appended there instead, for ``evaluate(..., unavailable=)`` to report."""
     from mcap.core.recommend import recommend
-    from mcap.core.search import names
+    from mcap.core.search import choose, names
 
     methods = names(needs_model=False) if methods is None else methods
-    return tuple(recommend(profile, stages, m, predictor, seed=seed, iterations=bo_iterations)
-                 for m in methods)
+    out = []
+    for m in methods:
+        try:
+            out.append(recommend(profile, stages, m, predictor, seed=seed, iterations=bo_iterations))
+        except McapError as exc:
+            if refused is None or not choose(m)[0].partial:
+                raise
+            refused.append((m, f"refused: {exc}"))
+    return tuple(out)
 
 
 def evaluate(profile: Profile, sweep: Sweep, picks: Sequence[Recommendation] = (), *,

@@ -21,7 +21,7 @@ from mcap.core.costs import AdditiveCosts, StageCosts
 from mcap.core.errors import McapError
 from mcap.core.partition import validate
 from mcap.core.predict import cost_table
-from mcap.core.search.base import Progress, SearchContext, get
+from mcap.core.search.base import Progress, SearchContext, choose
 from mcap.core.setup import micro_batch
 from mcap.core.types import LayerStats, Profile, Recommendation
 
@@ -30,8 +30,12 @@ Source = Union[Profile, StageCosts, LayerStats]
 
 @lru_cache(maxsize=16)
 def _fit(profile: Profile, name: str) -> StageCosts:
-    from mcap.core import predictors
+    from mcap.core import deepen, predictors
     from mcap.core.capture import batchscale
+    if deepen.deepened(profile):
+        # issue 41: a deep model predicted from a shallow profile; the predictor fits the
+        # shallow one and each deep stage is read from it (mcap.core.deepen.DeepCosts)
+        return deepen.costs(profile, name, _fit)
     if batchscale.extrapolated(profile):
         # CAPTURE (III-B2): a profile extrapolated to its batch size predicts per stage on
         # the line through its two profiled sizes; each variant is fitted as a profile.
@@ -75,6 +79,7 @@ def costs_of(source: Source, predictor: Optional[str] = None) -> StageCosts:
 
 def context_of(profile: Profile, timer=None) -> SearchContext:
     return SearchContext(layer_params=tuple(l.param_bytes for l in profile.model.layers),
+                         layer_kinds=tuple(l.kind for l in profile.model.layers),
                          spec=profile.model.spec, micro_batch=micro_batch(profile.setup),
                          timer=timer)
 
@@ -92,8 +97,11 @@ def recommend(source: Source, stages: int, method: str = "exact",
               layer_params=None, progress: Progress = None, tie_tolerance: float = 0.0,
               **options) -> Recommendation:
     """The partitioning of the source's layers over ``stages`` devices that ``method`` picks,
-    with its predicted per-stage peaks under ``predictor`` (module docstring)."""
-    chosen = get(method)  # an unknown method fails before any fitting
+    with its predicted per-stage peaks under ``predictor`` (module docstring). ``method`` is
+    a name or ``name:ARGUMENT`` (``type:Block``, ``mcap.core.search.base.choose``); the
+    Recommendation keeps it as given."""
+    chosen, given = choose(method)  # an unknown method fails before any fitting
+    options = {**options, **given}
     costs = costs_of(source, predictor)
     check_stages(stages, costs.num_layers)
     if tie_tolerance is None or not isinstance(tie_tolerance, (int, float)) \

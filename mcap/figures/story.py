@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 
 from mcap.core.accuracy import Accuracy, accuracy
 from mcap.core.errors import McapError
-from mcap.core.evaluate import percentile
+from mcap.core.evaluate import percentile, pure_picks
 from mcap.core.machine import describe
 from mcap.core.recommend import costs_of, recommend
 from mcap.core.setup import mismatch
@@ -25,14 +25,21 @@ from mcap.core.units import fmt_bytes
 from mcap.figures import overview, space
 from mcap.figures._style import balance_str, finish, method_color, method_label, scaled, unit_for
 
-BASELINES = ("exact", "uniform", "params")  # mCAP's pick and the cheap baselines (paper 4.3)
+
+
+def compared() -> tuple[str, ...]:
+    """mCAP's pick (the default method) and every baseline a page may run while it renders
+    (paper 4.3; issue 41: today's splits of DeepSpeed, torchtitan and Megatron-LM), in the
+    registry's order: the first baseline is uniform, the even split the first figure shows."""
+    from mcap.core import search
+    return (search.DEFAULT, *search.names(uses_costs=False, needs_model=False))
 
 
 @dataclass(frozen=True)
 class Story:
     spec: str
     stages: int
-    picks: tuple[Recommendation, ...]          # BASELINES, in order
+    picks: tuple[Recommendation, ...]          # compared(), in order, less the refused
     measured: tuple[Optional[int], ...]        # each pick's measured peak in the sweep, if any
     ranks: tuple[Optional[int], ...]           # its rank among the sweep's ok runs (1 = lowest)
     pairs: pd.DataFrame                        # balance, predicted, measured per ok sweep run
@@ -42,6 +49,7 @@ class Story:
     setup: tuple[tuple[str, str], ...] = ()    # what was measured where (setup_rows)
     accuracy: Optional[Accuracy] = None        # the dataset's error, its warning and term
     runs: tuple = ()                           # the sweep's ok runs of the profile's setup
+    refused: tuple[tuple[str, str], ...] = ()  # (baseline, why) whose rule does not apply here
 
     def headline(self) -> str:
         """The sentence a room reads first (issue 40, item 11): what mCAP's split does to
@@ -67,6 +75,7 @@ class Story:
             else:
                 text += ", not in this sample"
             rows.append((f"{method_label(rec.method)} {balance_str(rec.balance)}", text))
+        rows += [(method_label(method), why) for method, why in self.refused]
         if self.accuracy is not None and self.accuracy.warning():
             rows.append(("warning", self.accuracy.warning()))
             if self.accuracy.term_sentence():
@@ -109,7 +118,8 @@ def story(profile: Profile, sweep: Optional[Sweep], predictor: Optional[str] = N
           names: tuple[str, str] = ("", ""), today: Optional[date] = None) -> Story:
     """Everything the four figures and the numbers show, from the library's own entries."""
     g = profile.setup.stages
-    picks = tuple(recommend(profile, g, m, predictor) for m in BASELINES)
+    refused: list = []
+    picks = pure_picks(profile, g, predictor=predictor, methods=compared(), refused=refused)
     runs = () if sweep is None or mismatch(profile, sweep) else tuple(
         r for r in sweep.runs if r.status == "ok" and r.peaks and len(r.balance) == g)
     costs = costs_of(profile, predictor)
@@ -131,7 +141,7 @@ def story(profile: Profile, sweep: Optional[Sweep], predictor: Optional[str] = N
     return Story(profile.model.spec, g, picks, measured, ranks, pairs, errors,
                  percentile(absolute, 50) if absolute else None, max(absolute, default=None),
                  setup_rows(profile, sweep if runs else None, costs.predictor, names, today), acc,
-                 runs)
+                 runs, tuple(refused))
 
 
 def draw_predicted_vs_measured(s: Story, dataset: str = "") -> go.Figure:
@@ -177,8 +187,8 @@ def draw_picks(s: Story, dataset: str = "") -> go.Figure:
 
 def draw_story(s: Story, dataset: str = "") -> tuple[go.Figure, ...]:
     """The four figures, in the order the story is told."""
-    split = overview.split_bars((("uniform", _prediction(s.picks[1])),
-                                 ("exact", _prediction(s.picks[0]))))
+    even, mcap = s.picks[1], s.picks[0]  # compared(): mCAP's pick, then uniform
+    split = overview.split_bars(((even.method, _prediction(even)), (mcap.method, _prediction(mcap))))
     figs = [overview.draw_split_bars(split, dataset), draw_picks(s, dataset)]
     if s.errors.count:
         figs += [draw_predicted_vs_measured(s, dataset), space.draw_errors(s.errors, dataset)]

@@ -324,6 +324,10 @@ def build_hf(spec_name: str, params: dict) -> tuple[nn.Sequential, Callable, Cal
     model.train()
     from collections import OrderedDict
     module = nn.Sequential(OrderedDict(_layout(family, model, config)))
+    # transformers' own initialisation of one module (normal weights, unit norms, rotary
+    # frequencies), for mcap.models.stage.build_stage, which materialises a stage's layers
+    # of a model built on the meta device
+    module.mcap_init = model._init_weights
     if family.inputs == "image":
         classes = config.num_labels
         return module, _images(size, config.num_channels, classes), F.cross_entropy

@@ -40,6 +40,7 @@ class Family:
     task: str            # what the head trains: causal-lm, masked-lm, seq2seq-lm, image-classification
     default_input: int   # seq or image_size when the spec does not say
     summary: str
+    blocks_key: str = ""  # the configuration key counting its repeated blocks ("": not one stack)
 
     @property
     def input_key(self) -> str:
@@ -48,20 +49,23 @@ class Family:
 
 FAMILIES: dict[str, Family] = {f.model_type: f for f in (
     Family("gpt2", "text", "causal-lm", 128,
-           "GPT-2 (GPT2LMHeadModel): embeddings, n_layer blocks, ln_f, lm_head tied to wte"),
+           "GPT-2 (GPT2LMHeadModel): embeddings, n_layer blocks, ln_f, lm_head tied to wte", "n_layer"),
     Family("bert", "text", "masked-lm", 128,
-           "BERT (BertForMaskedLM): embeddings, num_hidden_layers blocks, MLM head tied to the word embeddings"),
+           "BERT (BertForMaskedLM): embeddings, num_hidden_layers blocks, MLM head tied to the word embeddings",
+           "num_hidden_layers"),
     Family("llama", "text", "causal-lm", 128,
-           "Llama (LlamaForCausalLM): embed_tokens, num_hidden_layers blocks, RMSNorm, lm_head"),
+           "Llama (LlamaForCausalLM): embed_tokens, num_hidden_layers blocks, RMSNorm, lm_head",
+           "num_hidden_layers"),
     Family("mistral", "text", "causal-lm", 128,
-           "Mistral (MistralForCausalLM), laid out like Llama"),
+           "Mistral (MistralForCausalLM), laid out like Llama", "num_hidden_layers"),
     Family("qwen2", "text", "causal-lm", 128,
-           "Qwen2 (Qwen2ForCausalLM), laid out like Llama"),
+           "Qwen2 (Qwen2ForCausalLM), laid out like Llama", "num_hidden_layers"),
     Family("t5", "text", "seq2seq-lm", 128,
            "T5 (T5ForConditionalGeneration): shared embedding, encoder blocks, encoder norm, "
            "decoder embedding, decoder blocks, decoder norm, lm_head (seq tokens in and out)"),
     Family("vit", "image", "image-classification", 224,
-           "ViT (ViTForImageClassification): patch embeddings, num_hidden_layers blocks, layernorm, classifier"),
+           "ViT (ViTForImageClassification): patch embeddings, num_hidden_layers blocks, layernorm, classifier",
+           "num_hidden_layers"),
     Family("resnet", "image", "image-classification", 224,
            "ResNet (ResNetForImageClassification): stem, every residual block of every stage, pooler, classifier"),
 )}
@@ -188,3 +192,19 @@ def normalise(spec: str) -> str:
     """Equal models, equal strings: keys sorted, the input size spelled out last."""
     name, params = parse(spec)
     return f"{name}:" + ",".join(f"{k}={format_value(v)}" for k, v in params.items())
+
+
+def with_blocks(spec: str, blocks: int) -> str:
+    """``spec`` with ``blocks`` repeated blocks (its family's ``blocks_key``), normalised;
+    UnknownModel naming the family for one that is not a single stack of blocks (T5's
+    encoder and decoder, ResNet's stages)."""
+    name, params = parse(spec)
+    family = family_of(name.split(":", 1)[1], spec)
+    if not family.blocks_key:
+        raise UnknownModel(f"{name} ({family.model_type}) is not one stack of identical blocks; "
+                           f"--blocks applies to {', '.join(f for f, v in FAMILIES.items() if v.blocks_key)}")
+    body = dict(params)
+    size = body.pop(family.input_key)
+    body[family.blocks_key] = blocks
+    pairs = ",".join(f"{k}={format_value(v)}" for k, v in body.items())
+    return normalise(f"{name}:{pairs},{family.input_key}={size}")

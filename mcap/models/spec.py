@@ -301,3 +301,26 @@ def tensor_parallel_sizes(spec: str) -> tuple[tuple[str, int], ...] | None:
                 out.append((what, size))
         return tuple(out) or None
     return None
+# The parameter counting a built-in model's repeated blocks (``with_blocks``): GPT's decoder
+# blocks. VGG11 has none; AmoebaNet-D's cells change shape at its reduction cells.
+_BLOCKS_KEY = {"gpt": "layers"}
+
+
+def with_blocks(spec: str, blocks: int) -> str:
+    """The spec of the same model with ``blocks`` repeated blocks (issue 41: predict a deep
+    model from a shallow profile), normalised; UnknownModel naming the models that have a
+    block count for any other. Pure: the deep model is never built."""
+    text = str(spec).strip()
+    if isinstance(blocks, bool) or not isinstance(blocks, int) or blocks < 1:
+        raise UnknownModel(f"a block count must be an integer >= 1, got {blocks!r}")
+    if hfspec.is_hf_spec(text):
+        return hfspec.with_blocks(text, blocks)
+    name, params = parse_spec(text) if not is_user_spec(text) else (text, {})
+    key = _BLOCKS_KEY.get(name)
+    if key is None:
+        raise UnknownModel(f"model {shown(text)} has no block count to change; --blocks applies "
+                           f"to {', '.join(_BLOCKS_KEY)} and to the Hugging Face families with one "
+                           f"stack of blocks (hf:gpt2, hf:llama, hf:qwen2, hf:mistral, hf:bert, hf:vit)")
+    params = dict(params)
+    params[key] = blocks
+    return normalise_spec(f"{name}:" + ",".join(f"{k}={v}" for k, v in params.items()))

@@ -231,11 +231,21 @@ def job_status(store: Store, job: Optional[int], study=None, total: int = 0) -> 
     store.update_job(job, status="done", current=None)
 
 
-def model_info(spec: str) -> ModelInfo:
-    """The model's layers and parameter bytes, built on the meta device (no memory)."""
+def model_info(spec: str, setup: Optional[Setup] = None) -> ModelInfo:
+    """The model's layers and parameter bytes, built on the meta device (no memory).
+
+    With the ``setup`` a command will run, a model one of whose layers cannot fit the
+    chosen device even alone (its weights, gradients and optimizer state; issue 41) is
+    refused naming the layer's bytes and the device's memory (``mcap.core.fits``), before
+    the whole-model check against this machine's memory and before anything is built."""
     from mcap.models import build_model
     from mcap.models.limits import check_parameter_bytes
     info = build_model(spec, device="meta").info
+    if setup is not None:
+        memory, where = device_memory(setup)
+        if memory is not None:
+            from mcap.core.fits import check_layers_fit
+            check_layers_fit(info, memory, where, setup.optimizer)
     check_parameter_bytes(info.spec, sum(l.param_bytes for l in info.layers))  # before any run
     return info
 
@@ -282,6 +292,21 @@ def view_outputs(spec: str, setup: Setup) -> tuple[int, ...]:
                    for t in (x if isinstance(x, (tuple, list)) else (x,))):
                 out.append(i)
     return tuple(out)
+def device_memory(setup: Setup) -> tuple[Optional[int], str]:
+    """(bytes, what they are) a stage of ``setup`` may hold at most: its ``--capacity``, else
+    the smallest visible GPU's memory on CUDA, else the memory this machine has available
+    (every CPU stage process shares it); (None, why) when a GPU cannot be asked here."""
+    if setup.capacity_bytes:
+        return int(setup.capacity_bytes), f"each {setup.device} stage's --capacity"
+    if setup.device == "cuda":
+        import torch
+        if not torch.cuda.is_available():
+            return None, "no CUDA device here"
+        total = min(torch.cuda.get_device_properties(d).total_memory
+                    for d in range(torch.cuda.device_count()))
+        return int(total), f"the GPU ({torch.cuda.get_device_name(0)})"
+    from mcap.models.limits import host_memory_bytes
+    return host_memory_bytes(), "memory available on this machine"
 
 
 def check_stages(info: ModelInfo, setup: Setup) -> None:

@@ -99,7 +99,7 @@ def profile(request: ProfileRequest, *, store: Store) -> ProfileResult:
     from mcap.io import jsonio
 
     r, started = request, time.monotonic()
-    real = model_info(r.spec)
+    real = model_info(r.spec, r.setup)
     if r.groups is None:  # each layer's output bytes, kept with the study's layers
         real = with_out_bytes(real, r.setup)
     info = real if r.groups is None else merging.merged_model(real, r.groups)

@@ -99,11 +99,8 @@ def _pick(partitioner: str, spec: str, setup: Setup, store, timeout: float,
 
     ``mcap`` profiles and takes ``exact`` under ``predictor``; the others are the search
     registry's baselines of the same name (``time`` with the real model timer)."""
-    from mcap.core.costs import AdditiveCosts
-    from mcap.core.predict import table_from_arrays
     from mcap.core.recommend import recommend
-    from mcap.core.search import DEFAULT, SearchContext, get
-    from mcap.core.setup import micro_batch
+    from mcap.core.search import DEFAULT
     from mcap.workflow import measuring, profiling
 
     info = measuring.model_info(spec)
@@ -134,6 +131,18 @@ def _pick(partitioner: str, spec: str, setup: Setup, store, timeout: float,
                                         f"{len(ok)} ok)")
         rec = recommend(result.profile, G, DEFAULT, predictor)
         return rec.balance, rec.predicted_peak, None
+    return _baseline_pick(partitioner, spec, info, setup)
+
+
+def _baseline_pick(partitioner: str, spec: str, info, setup: Setup):
+    """(balance, None, error or None) of a registered baseline: its pick needs no
+    statistics, so the parameter bytes stand in for the costs it ignores."""
+    from mcap.core.costs import AdditiveCosts
+    from mcap.core.predict import table_from_arrays
+    from mcap.core.recommend import recommend
+    from mcap.core.search import SearchContext, get
+    from mcap.core.setup import micro_batch
+
     if partitioner not in registered():
         raise McapError(f"unknown partitioner {partitioner!r}; expected one of "
                         f"{', '.join(registered())}")
@@ -142,11 +151,15 @@ def _pick(partitioner: str, spec: str, setup: Setup, store, timeout: float,
     if get(partitioner).needs_model:
         from mcap.runner.timebalance import timer as model_timer
         timer = model_timer(device=setup.device)
-    # Baselines need no statistics: the parameter bytes stand in for the costs they ignore.
     costs = AdditiveCosts(table_from_arrays(pb, pb), "params")
-    context = SearchContext(layer_params=tuple(pb), spec=spec, micro_batch=micro_batch(setup),
-                            timer=timer)
-    rec = recommend(costs, G, partitioner, context=context)
+    context = SearchContext(layer_params=tuple(pb), layer_kinds=tuple(l.kind for l in info.layers),
+                            spec=spec, micro_batch=micro_batch(setup), timer=timer)
+    try:
+        rec = recommend(costs, setup.stages, partitioner, context=context)
+    except McapError as exc:
+        if not get(partitioner).partial:
+            raise
+        return None, None, str(exc)  # a rule that does not exist at this size (issue 41)
     return rec.balance, None, None
 
 

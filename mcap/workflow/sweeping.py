@@ -69,7 +69,7 @@ def sweep(spec: str, setup: Setup, out: Optional[Path], *, store: Store,
     from mcap.core.partition import validate
 
     started = time.monotonic()
-    info = model_info(spec)
+    info = model_info(spec, setup)
     check_stages(info, setup)
     if balances is None:
         balances = sweep_balances(info.num_layers, setup.num_chunks, sample, seed)

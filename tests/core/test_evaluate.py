@@ -82,7 +82,8 @@ def test_unavailable_methods_are_reported_with_the_reason_in_method_order():
 
 def test_every_pure_method_finds_the_optimum_of_a_small_space():
     picks = pure_picks(PROFILE, 2, bo_iterations=12)
-    assert [p.method for p in picks] == ["exact", "bf", "bo", "uniform", "params"]
+    assert [p.method for p in picks] == ["exact", "bf", "bo", "uniform", "params", "type", "titan",
+                                         "megatron"]
     assert {p.balance for p in picks[:3]} == {(1, 3)}
 
 
@@ -167,7 +168,7 @@ def test_evaluate_a_real_profile_against_its_full_real_sweep(tiny_real):
     out = json.loads(done.stdout)
     assert out["runs"] == out["ok"] == out["error"]["count"] == 6
     by = {m["method"]: m for m in out["methods"]}
-    assert set(by) == {"exact", "bf", "bo", "time", "uniform", "params"}
+    assert set(by) == {"exact", "bf", "bo", "time", "uniform", "params", "type", "titan", "megatron"}
     sweep = jsonio.load_sweep(s)
     peaks = {r.balance: r.peak for r in sweep.runs}
     for m in by.values():  # the full sweep measured every pick

@@ -384,8 +384,11 @@ def test_partition_space_default_view_has_no_empty_rank(bundled):
     marks = frame(at, "method", "rank")
     assert marks["rank"].notna().all(), marks
     assert not [c for c in at.caption if "Not in this sample" in c.value]
-    # a sampled sweep says which picks it did not measure
-    sampled = [r for r in datasets.bundled() if r.kind == "sweep" and "sample" in r.key][0]
+    # a sampled sweep that a bundled profile predicts (the page switches to that profile)
+    # says which picks it did not measure
+    profiles = [datasets.load(r) for r in datasets.bundled() if r.kind == "profile"]
+    sampled = [r for r in datasets.bundled() if r.kind == "sweep" and "sample" in r.key
+               and any(mismatch(p, datasets.load(r)) is None for p in profiles)][0]
     at = page("space", sweep=sampled.param)
     marks = frame(at, "method", "rank", "status")
     missing = marks[marks["status"] == fig_space.NOT_SAMPLED]
@@ -1152,3 +1155,29 @@ def test_a_toy_page_is_one_file_and_one_line_of_pages(tmp_path, monkeypatch):
     assert not at.exception, [e.value for e in at.exception]
     assert [t.value for t in at.title] == ["Toy page"]
     assert metric(at, "layers") == "30"
+
+
+GPT2 = ("bundled:gpt2-l12-h256-s256-cpu4.profile.json",
+        "bundled:gpt2-l12-h256-s256-cpu4-full.sweep.json")
+
+
+def test_todays_llm_splits_are_compared_on_every_page_that_compares_methods():
+    """DeepSpeed's type, torchtitan's and Megatron-LM's splits are registered baselines
+    (issue 41): Recommend's table, Partition space's stars and Present's numbers list them
+    with the picks the library makes, nothing page-specific."""
+    import json
+    profile = datasets.load(datasets.parse_ref(GPT2[0]))
+    G = profile.setup.stages
+    at = page("recommend", profile=GPT2[0], sweep=GPT2[1])
+    table = frame(at, "method", "search_seconds").set_index("method")
+    for method in ("uniform", "params", "type", "titan", "megatron"):
+        assert table.loc[method, "balance"] == balance_str(recommend(profile, G, method).balance)
+    at = page("space", profile=GPT2[0], sweep=GPT2[1])
+    spec = json.loads(at.get("plotly_chart")[0].proto.spec)
+    stars = {t["name"] for t in spec["data"] if t.get("marker", {}).get("symbol") == "star"}
+    assert {"exact", "type", "titan", "megatron"} <= stars, stars
+    at = page("present", profile=GPT2[0], sweep=GPT2[1])
+    numbers = dict(zip(at.table[0].value["what"], at.table[0].value["value"]))
+    titan = recommend(profile, G, "titan")
+    assert numbers[f"titan {balance_str(titan.balance)}"].startswith(
+        f"predicted {fmt_bytes(titan.predicted_peak)}")

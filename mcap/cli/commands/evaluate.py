@@ -22,12 +22,16 @@ from mcap.models.spec import UntrustedCode
 def register(sub) -> None:
     p = sub.add_parser("evaluate", help="prediction error and where each method's pick lands in a sweep",
                        description="Over a sweep's ok runs: |predicted - measured| / measured "
-                                   "(median, p90, p99, max), and for each method (exact, bf, bo, "
-                                   "time, uniform, params) its pick, measured peak, rank and ratio "
-                                   "to the measured best (paper 4.2).")
+                                   "(median, p90, p99, max), and for each registered method (mCAP's "
+                                   "searches and the baselines: time, DeepSpeed's uniform, params "
+                                   "and type, torchtitan's titan, Megatron-LM's megatron) its pick, "
+                                   "the measured peak of its fullest device, rank and ratio to the "
+                                   "measured best (paper 4.2).")
     p.add_argument("--profile", required=True, type=argtypes.in_path, help="a mcap.profile/1 JSON file")
     p.add_argument("--sweep", required=True, type=argtypes.in_path, help="a mcap.sweep/1 JSON file of the same model and setup")
     add_predictor_option(p)
+    from mcap.cli.deep import add_blocks_option
+    add_blocks_option(p)
     p.add_argument("--no-time", action="store_true",
                    help="skip the time method (it imports torch and times the model)")
     p.add_argument("--seed", type=argtypes.seed, default=0, help="seed for bo")
@@ -160,13 +164,15 @@ def cmd_evaluate(args) -> int:
     if args.add_profile or is_multi(sweep.setup) or is_multi(profile.setup) \
             or sweep.setup.schedule != profile.setup.schedule:
         return _evaluate_ranks(args, profile, sweep)
+    from mcap.cli.deep import deepened
+    profile = deepened(profile, args.blocks, like=sweep.model)
     check_compatible(profile, sweep)
     machines = _machines(profile, sweep, args.strict)
     check_measured(sweep)  # before any search: a sweep with nothing to compare exits 2 at once
     stages = sweep.setup.stages
+    unavailable = []  # (method, why): a rule that does not exist here, a model not timed
     picks = list(pure_picks(profile, stages, predictor=args.predictor, seed=args.seed,
-                            bo_iterations=args.bo_iterations))
-    unavailable = []
+                            bo_iterations=args.bo_iterations, refused=unavailable))
     for method in search.names(needs_model=True):  # they time the real model
         if args.no_time:
             unavailable.append((method, "skipped (--no-time)"))

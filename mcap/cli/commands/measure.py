@@ -84,6 +84,8 @@ def cmd_measure(args) -> int:
     args.stages = len(balance) // v
     parse_spec(args.model)
     setup = setup_from_args(args)
+    from mcap.workflow.measuring import model_info
+    model_info(args.model, setup)  # a layer no device can hold exits 2 before any process
     plan = None
     if args.press is not None:  # checked before any process starts (exit 2 naming values)
         from mcap.io.pressfile import load as load_plan

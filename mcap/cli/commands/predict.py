@@ -20,9 +20,11 @@ Without ``--json`` they print a small table. Bad input raises McapError, which
 """
 from __future__ import annotations
 
+import argparse
 import json
 
 from mcap.cli import args as argtypes
+from mcap.cli.deep import add_blocks_option, deepened, refuse_with
 from mcap.cli.options import add_batch_size_option, add_predictor_option, search_context
 from mcap.cli.output import line_note, stage_table
 from mcap.core.errors import McapError
@@ -64,6 +66,7 @@ def register(sub) -> None:
     p.add_argument("--profile", required=True, type=argtypes.in_path, help="a mcap.profile/1 JSON file")
     p.add_argument("--balance", help="layer counts per stage, e.g. 3,3,5,19")
     add_predictor_option(p)
+    add_blocks_option(p)
     add_batch_size_option(p)
     target.add_option(p)
     p.add_argument("--json", action="store_true")
@@ -77,8 +80,11 @@ def register(sub) -> None:
     p = sub.add_parser("recommend", help="recommend the partitioning with the lowest predicted peak")
     p.add_argument("--profile", required=True, type=argtypes.in_path, help="a mcap.profile/1 JSON file")
     p.add_argument("--stages", type=_positive_int, help="number of devices G")
-    p.add_argument("--method", choices=(*search.names(), *capture.only_mesh_methods()), default=None,
-                   help="; ".join(f"{m.name}: {m.help}" for m in map(search.get, search.names())))
+    add_blocks_option(p)
+    p.add_argument("--method", type=method_choice, choices=MethodChoices(), default=None,
+                   metavar="{" + ",".join((*map(search.describe, search.REGISTRY),
+                                           *capture.only_mesh_methods())) + "}",
+                   help="; ".join(f"{search.describe(m)}: {m.help}" for m in search.REGISTRY))
     add_predictor_option(p)
     p.add_argument("--seed", type=argtypes.seed, default=0, help="seed for bo")
     from mcap.core.search.bayes import MAX_ITERATIONS
@@ -98,6 +104,40 @@ def register(sub) -> None:
     from mcap.cli.commands import schedules as schedule_cmds
     schedule_cmds.add_options(p, recommend=True)  # --schedule [any], --virtual-stages
     p.set_defaults(func=cmd_recommend)
+
+
+class MethodChoices:
+    """``--method``'s choices, read from the registries when asked: iterating gives the
+    names (search methods, then mesh-only searches), and ``name:ARGUMENT`` is one of them
+    when ``name`` takes an argument (``method_choice`` has checked the argument)."""
+
+    def _names(self) -> tuple[str, ...]:
+        from mcap.cli.commands import capture
+        from mcap.core import search
+        return (*search.names(), *capture.only_mesh_methods())
+
+    def __iter__(self):
+        return iter(self._names())
+
+    def __contains__(self, text) -> bool:
+        from mcap.core import search
+        name, colon, _ = str(text).partition(":")
+        return name in self._names() and (not colon or bool(search.get(name).argument))
+
+
+def method_choice(text: str) -> str:
+    """``--method``: a search method's name or ``name:ARGUMENT`` (``type:LlamaDecoderLayer``,
+    ``mcap.core.search.choose``), or a mesh search's name (``--mesh``); refused by argparse
+    (exit 2) naming the choices."""
+    from mcap.cli.commands import capture
+    from mcap.core import search
+    if text in capture.only_mesh_methods():
+        return text
+    try:
+        search.choose(text)
+    except McapError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def cmd_plan(args) -> int:
@@ -173,6 +213,7 @@ def cmd_predict(args) -> int:
     from mcap.core.capture import merging
     from mcap.io.jsonio import load_profile
 
+    refuse_with(args, "--plan", "--mesh")
     if capture.wants_plan(args):
         from mcap.cli.target import refuse
         refuse(args, "--plan / --mesh (hybrid plans)")
@@ -181,6 +222,7 @@ def cmd_predict(args) -> int:
     from mcap.cli.commands import schedules as schedule_cmds
     if schedule_cmds.wanted(args, profile):  # multi-stage schedules: the op model
         return schedule_cmds.cmd_predict(args, profile)
+    profile = deepened(profile, args.blocks, for_target=args.for_target)
     costs = _costs(profile, args)
     balance = tuple(parse_balance(args.balance))
     sizes = merging.sizes_of(profile)
@@ -207,6 +249,7 @@ def cmd_recommend(args) -> int:
     from mcap.io.jsonio import load_profile
 
     from mcap.cli.target import refuse
+    refuse_with(args, "--mesh", "--capacity", "--press")
     from mcap.cli.commands import schedules as schedule_cmds
     if not args.press and not capture.wants_mesh(args):
         first = load_profile(args.profile)
@@ -219,7 +262,7 @@ def cmd_recommend(args) -> int:
     if capture.wants_mesh(args):
         refuse(args, "--mesh (hybrid plans)")
         return capture.cmd_recommend_mesh(args)
-    profile = load_profile(args.profile)
+    profile = deepened(load_profile(args.profile), args.blocks, for_target=args.for_target)
     profile = argtypes.allow_model(profile, args.model)
     source, context = profile, search_context(profile, args.method)
     if args.for_target:

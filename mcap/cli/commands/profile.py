@@ -90,7 +90,7 @@ def _run(args, action) -> int:
     check_out(args.out, f"mcap.{args.command}/1", store=store_path)  # before any run
     if getattr(args, "nnodes", None) is not None:  # through torchrun on every node
         from mcap.cli.nodes import launch_command
-        measuring.check_stages(measuring.model_info(args.model), setup)  # exit 2 before it
+        measuring.check_stages(measuring.model_info(args.model, setup), setup)  # exit 2 before it
         return launch_command(args, setup)
     store = Store(store_path)
     try:

@@ -87,11 +87,17 @@ def wanted(args, profile) -> bool:
     from mcap.core.schedules.predict import is_multi
     asked = getattr(args, "schedule", None)
     if getattr(args, "capacity", None) is not None and getattr(args, "add_profile", None):
-        return True  # checkpointing chosen per stage, from profiles of two modes
-    return is_multi(profile.setup) or bool(getattr(args, "add_profile", None)) \
-        or (asked is not None and asked != profile.setup.schedule) \
-        or getattr(args, "virtual_stages", None) not in (None, profile.setup.virtual_stages) \
-        or getattr(args, "checkpoint", None) not in (None, profile.setup.checkpoint)
+        yes = True  # checkpointing chosen per stage, from profiles of two modes
+    else:
+        yes = is_multi(profile.setup) or bool(getattr(args, "add_profile", None)) \
+            or (asked is not None and asked != profile.setup.schedule) \
+            or getattr(args, "virtual_stages", None) not in (None, profile.setup.virtual_stages) \
+            or getattr(args, "checkpoint", None) not in (None, profile.setup.checkpoint)
+    if yes and getattr(args, "blocks", None) is not None:
+        raise McapError(f"--blocks {args.blocks} deepens a GPipe/1F1B profile's pipeline stages; "
+                        "the schedules' memory model (another schedule, virtual stages, "
+                        "--add-profile or --checkpoint) reads its profiles as measured")
+    return yes
 
 
 def _profiles(args, profile):

@@ -6,13 +6,19 @@
 * ``bo``     -- Bayesian optimisation (bayes.py): settings="tuned" (default) or "paper"
   (scikit-optimize with the paper's settings); on demand.
 * ``uniform``, ``params``, ``time`` -- baselines (uniform.py, params.py, time.py).
+* today's splits of LLMs (issue 41), baselines too: DeepSpeed's ``uniform`` (uniform.py)
+  and ``parameters`` (``params``, params.py), its ``type:REGEX`` (``type``, typed.py),
+  torchtitan's even blocks (``titan``, titan.py) and Megatron-LM's (``megatron``,
+  megatron.py); ``type``, ``titan`` and ``megatron`` take an argument after a colon
+  (``base.choose``).
 
 The tie-break and the tolerance are documented in ``tiebreak.py``; exact and bf apply the
 band around the true optimum, bo around the best peak it evaluated. The one entry is
 ``mcap.core.recommend.recommend`` (re-exported here).
 """
-from mcap.core.search import exact, bruteforce, bayes, time, uniform, params  # noqa: F401  (registration, in report order)
-from mcap.core.search.base import DEFAULT, REGISTRY, Method, SearchContext, get, names, reference, register
+from mcap.core.search import exact, bruteforce, bayes, time, uniform, params, typed, titan, megatron  # noqa: F401  (registration, in report order)
+from mcap.core.search.base import (DEFAULT, REGISTRY, Method, SearchContext, choose, describe, get, names,
+                                   reference, register)
 from mcap.core.search.tiebreak import key
 
 METHODS = names()
@@ -24,5 +30,5 @@ def recommend(*args, **kwargs):
     return entry(*args, **kwargs)
 
 
-__all__ = ["DEFAULT", "METHODS", "REGISTRY", "Method", "SearchContext", "get", "key", "names", "recommend",
+__all__ = ["DEFAULT", "METHODS", "REGISTRY", "Method", "SearchContext", "choose", "describe", "get", "key", "names", "recommend",
            "reference", "register"]

@@ -13,6 +13,13 @@ One class per method, one file each, registered once::
 
 The CLI's ``--method`` choices, the dashboard's selectors, the evaluation and scaling all
 read :func:`names` / :func:`get`.
+
+**A method that takes an argument** (DeepSpeed's ``type:REGEX``, torchtitan's
+``titan:FIRST,LAST``) says so with ``argument`` (its metavar) and turns the text after the
+colon into search options in :meth:`Method.parse_argument`. A *choice* is a name or
+``name:ARGUMENT``; :func:`choose` reads one (the CLI's ``--method type:Block``, the one
+entry ``recommend(..., method="type:Block")``) and every caller that lists methods lists
+names, which run with the argument's default.
 """
 from __future__ import annotations
 
@@ -33,8 +40,10 @@ Timer = Callable[[str, int, int], tuple]
 @dataclass(frozen=True)
 class SearchContext:
     """What some methods need besides the stage costs: each layer's parameter bytes
-    (``params``), the model spec and micro-batch size (``time``), and a ``timer``."""
+    (``params``), each layer's kind (its class name: ``type``, ``titan``, ``megatron``),
+    the model spec and micro-batch size (``time``), and a ``timer``."""
     layer_params: Optional[tuple[int, ...]] = None
+    layer_kinds: Optional[tuple[str, ...]] = None
     spec: Optional[str] = None
     micro_batch: int = 1
     timer: Optional[Timer] = field(default=None, compare=False)
@@ -62,6 +71,11 @@ class Method:
     - ``uses_costs``: the pick depends on the predicted costs (False for the baselines,
       whose pick is the same under every predictor; ``scale --partitioner`` offers them).
     - ``tolerance``: honours ``tie_tolerance``.
+    - ``partial``: its rule exists only for some layer and stage counts (Megatron-LM asserts
+      that the stages divide the blocks): elsewhere it raises McapError saying why, and a
+      caller comparing methods reports that in place of a pick.
+    - ``argument``: the metavar of the argument it takes after ``name:`` (e.g. ``REGEX``;
+      "" for none); :meth:`parse_argument` turns it into search options.
     - ``color``: its colour on every chart."""
     name: ClassVar[str] = ""
     # What a room reads on every chart and table ("mCAP (exact)", "even split"); the name
@@ -77,6 +91,13 @@ class Method:
     enumerates: ClassVar[bool] = False
     uses_costs: ClassVar[bool] = True
     tolerance: ClassVar[bool] = False
+    partial: ClassVar[bool] = False
+    argument: ClassVar[str] = ""
+
+    def parse_argument(self, text: str) -> dict:
+        """The search options ``name:text`` stands for; McapError naming the text when it
+        is not one (only called on methods with an ``argument``)."""
+        raise NotImplementedError
 
     def search(self, costs: StageCosts, stages: int, context: SearchContext, *,
                band=None, progress: Progress = None, **options) -> Found:
@@ -100,6 +121,25 @@ def names(on_demand: Optional[bool] = None, **flags: bool) -> tuple[str, ...]:
             raise McapError(f"search methods have no capability {flag!r}")
     return tuple(m.name for m in REGISTRY
                  if all(getattr(m, flag) == value for flag, value in flags.items()))
+
+
+def choose(choice: str) -> tuple[Method, dict]:
+    """A method choice, ``name`` or ``name:ARGUMENT``, as (method, the options its argument
+    stands for); McapError naming the choices for an unknown name, and the method's
+    argument for one that takes none or a bad one."""
+    name, colon, text = str(choice).partition(":")
+    method = get(name)
+    if not colon:
+        return method, {}
+    if not method.argument:
+        raise McapError(f"method {name!r} takes no argument (got {str(choice)!r}); methods "
+                        f"that take one: {', '.join(describe(m) for m in REGISTRY if m.argument) or 'none'}")
+    return method, method.parse_argument(text)
+
+
+def describe(method: Method) -> str:
+    """How a method is written on the command line: ``name`` or ``name[:ARGUMENT]``."""
+    return method.name + (f"[:{method.argument}]" if method.argument else "")
 
 
 def reference() -> str:

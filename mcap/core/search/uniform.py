@@ -1,6 +1,9 @@
 """``uniform``: layer counts as even as possible (a baseline; the statistics are not read).
 
-The L mod G extra layers go to the first stages (torchgpipe/DeepSpeed-style "uniform")."""
+The L mod G extra layers go to the first stages: DeepSpeed's ``partition_method="uniform"``
+exactly (``ds_utils.partition_uniform``, deepspeed/runtime/utils.py at microsoft/DeepSpeed
+38327e0: boundaries at multiples of ``L // G``, each of the first ``L % G`` stages one layer
+more), so it is registered once, under this name."""
 from __future__ import annotations
 
 from mcap.core.search.base import Found, Method, register

@@ -69,6 +69,9 @@ class WorkerPool:
         self._zygote: Optional[Zygote] = None
         self._zygote_dir: Optional[str] = None
         self._spawn_only = False  # the zygote refused to fork here: spawn from now on
+        # Stage jobs done and failed, and the dispatch in progress (tasks(): issue 42)
+        self._tasks_done = self._tasks_failed = 0
+        self._dispatch_now = None
 
     # ---- life cycle -------------------------------------------------------------------
     def start(self) -> None:
@@ -226,6 +229,18 @@ class WorkerPool:
     @property
     def pids(self) -> list[int]:
         return [w.pid for w in self.workers]
+
+    def tasks(self):
+        """Stage jobs run alone done, running and queued on this machine (the progress
+        line's counts by node, ``mcap.core.tasks.TaskTally``; issue 42)."""
+        import socket
+
+        from mcap.core.tasks import TaskTally, counts
+        node = socket.gethostname()
+        now = self._dispatch_now
+        return TaskTally(counts({node: self._tasks_done}),
+                         counts({node: len(now.busy) if now else 0}),
+                         len(now.todo) if now else 0, counts({node: self._tasks_failed}))
 
     # ---- one run ----------------------------------------------------------------------
     def run(self, balance: tuple[int, ...], press=None

@@ -99,6 +99,11 @@ class StageResult:
     times: Optional[tuple] = None
     recv_bytes: int = 0
     send_bytes: int = 0
+    # Where it ran, set by a cluster executor (issue 42, mcap.runner.executors): the node's
+    # name and the fingerprint of the machine its fresh process measured on; None locally
+    # (the pool's own machine).
+    node: Optional[str] = None
+    machine: Optional[Machine] = None
 
 
 @dataclass(frozen=True)

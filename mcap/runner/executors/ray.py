@@ -114,10 +114,14 @@ class RayBackend(Backend):
     def resources(self) -> str:
         if self.ready is None:
             return ""
-        nodes = len(self.ready.nodes)
-        have = ", ".join(f"{k} {v:g}" for k, v in self.ready.resources
-                         if k in ("CPU", "GPU") or not k.islower())
-        return f"{have or 'no resources'} on {nodes} node{'s' if nodes != 1 else ''}"
+        def shown(resources):
+            return ", ".join(f"{k} {v:g}" for k, v in resources
+                             if k not in ("memory", "object_store_memory")
+                             and not k.startswith("node:"))
+        nodes = self.ready.nodes
+        return (f"{shown(self.ready.resources) or 'no resources'} on {len(nodes)} node"
+                f"{'s' if len(nodes) != 1 else ''} ("
+                + "; ".join(f"{name}: {shown(r)}" for name, r in nodes) + ")")
 
     # ---- life cycle -------------------------------------------------------------------
     def connect(self, deadline: float) -> None:
@@ -132,6 +136,9 @@ class RayBackend(Backend):
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_REPO), os.getcwd(),
                                                         env.get("PYTHONPATH", "")) if p)
         env["RAY_USAGE_STATS_ENABLED"] = "0"
+        if not self.address:  # a local instance keeps its state (its auth token) in the
+            env["HOME"] = os.path.join(self._tmp, "home")  # bridge's folder, not ~/.ray
+            os.makedirs(env["HOME"], exist_ok=True)
         tasks_env = {"PYTHONPATH": env["PYTHONPATH"], **process_env(self.setup.threads)}
         for name in ("TORCH_EXTENSIONS_DIR", "MCAP_CACHE_DIR"):
             if os.environ.get(name):

@@ -84,6 +84,9 @@ class Backend:
     def cancel(self, keys: list[str]) -> None:
         raise NotImplementedError
 
+    def forget(self, key: str) -> None:
+        """The driver has stored the task's result: its files may go."""
+
     def asks(self) -> str:
         """What each task asks for (for messages): ``1 CPU``, ``1 GPU``."""
         return ""
@@ -153,6 +156,9 @@ class RemotePool:
         if self.backend is None:
             self.backend = self._make_backend()
             self.backend.connect(deadline)
+            import sys
+            print(f"mcap: executor {self.executor.name}: {self.backend.resources()}",
+                  file=sys.stderr, flush=True)
         done, why = self._run([Task(self._key(0), PROBE, None)], [None], None, deadline)
         if not done:
             return why or "the probe task did not finish"
@@ -185,6 +191,8 @@ class RemotePool:
         running: dict = {}
         queued = 0
         for f in self._flights.values():
+            if f.task.kind == PROBE:
+                continue
             if f.started is None:
                 queued += 1
             else:
@@ -259,6 +267,9 @@ class RemotePool:
                 raise McapError(outcome.bad_input)
             flight.node = outcome.node
             result = outcome.result
+            if result is None and flight.task.kind != PROBE:
+                result = StageResult(flight.job[1], "failed", error=f"on node {outcome.node}: "
+                                     "the task returned no result")
             if result is not None:
                 result = dataclasses.replace(result, node=outcome.node,
                                              machine=_metered(outcome.machine, self.setup))
@@ -288,12 +299,15 @@ class RemotePool:
         self._flights.pop(flight.task.key, None)
         node = flight.node or "?"
         board = self._board
-        if isinstance(result, StageResult) and result.status == "failed":
-            board.failed[node] = board.failed.get(node, 0) + 1
-        board.done[node] = board.done.get(node, 0) + 1
+        if flight.task.kind != PROBE:  # the counts are the measurements
+            if isinstance(result, StageResult) and result.status == "failed":
+                board.failed[node] = board.failed.get(node, 0) + 1
+            board.done[node] = board.done.get(node, 0) + 1
         done.append((flight.job, result))
         if on_result is not None and flight.task.kind != PROBE:
-            on_result(flight.job, result)
+            on_result(flight.job, result)  # recorded in the store now
+        if self.backend is not None:
+            self.backend.forget(flight.task.key)
 
     def _late(self, done: list, on_result) -> None:
         """Tasks running past the run timeout: cancelled, failed."""

@@ -126,6 +126,8 @@ class SlurmBackend(Backend):
         self._rows: list = []
         self._first_seen: dict = {}  # key -> when a job squeue does not list yet is lost
         self._completed: set = set()  # keys squeue said COMPLETED before their result came
+        self._mine: set = set()  # job ids this driver sent or adopted (close() tidies them)
+        self._read_ids: dict = {}  # key -> job id of a result read, until it is stored
         self._ledger = self.folder / "ledger.jsonl"
 
     def asks(self) -> str:
@@ -216,14 +218,20 @@ class SlurmBackend(Backend):
     def submit(self, tasks) -> None:
         import submitit
         adopt = self._adoptable() if self._ledger.exists() else {}
-        new = []
+        new, adopted = [], 0
         for t in tasks:
             job_id = adopt.pop(self._content(t), None)
             if job_id is not None:  # sent by a driver killed before: follow that job
                 self.jobs[t.key] = submitit.SlurmJob(folder=str(self.folder / "%j"),
                                                      job_id=job_id)
+                self._mine.add(job_id)
+                adopted += 1
             else:
                 new.append(t)
+        if adopted:
+            import sys
+            print(f"mcap: executor slurm: adopted {adopted} task(s) a driver before this one "
+                  f"sent ({self._ledger})", file=sys.stderr, flush=True)
         if not new:
             return
         try:
@@ -233,9 +241,12 @@ class SlurmBackend(Backend):
         except Exception as exc:  # noqa: BLE001 (sbatch's refusal, named)
             said = str(exc).strip().splitlines()[-1][:400] if str(exc).strip() else repr(exc)
             raise McapError(f"executor slurm: sbatch refused the array: {said}") from None
+        import fcntl
         with open(self._ledger, "a", encoding="utf-8") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
             for t, job in zip(new, jobs):
                 self.jobs[t.key] = job
+                self._mine.add(job.job_id)
                 fh.write(json.dumps({"content": self._content(t), "job": job.job_id}) + "\n")
 
     def poll(self, timeout: float) -> list:
@@ -278,12 +289,35 @@ class SlurmBackend(Backend):
         except Exception:  # noqa: BLE001 (still being written: next poll)
             return None
         self.jobs.pop(key, None)
+        self._read_ids[key] = job.job_id  # its files go once the driver stored it (forget)
         node = self.started.get(key)
-        shutil.rmtree(self.folder / job.job_id, ignore_errors=True)
         if outcome != "success":
             last = str(value).strip().splitlines()[-1][:300] if str(value).strip() else ""
             return Lost(key, node, f"the task raised {last}")
         return Finished(key, value)
+
+    def forget(self, key: str) -> None:
+        """The driver stored this task's result: its folder and ledger line go (a driver
+        killed before this adopts the job again and reads the result again)."""
+        job_id = self._read_ids.pop(key, None)
+        if job_id is None:
+            return
+        shutil.rmtree(self.folder / job_id, ignore_errors=True)
+        self._drop_ledger({job_id})
+
+    def _drop_ledger(self, ids: set) -> None:
+        import fcntl
+        if not self._ledger.exists():
+            return
+        with open(self._ledger, "r+", encoding="utf-8") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            keep = [line for line in fh.read().splitlines()
+                    if line.strip() and _ledger_job(line) not in ids]
+            fh.seek(0)
+            fh.truncate()
+            fh.write("".join(line + "\n" for line in keep))
+        if not keep:
+            self._ledger.unlink(missing_ok=True)
 
     def waiting(self, keys) -> str:
         jobs = [self.jobs[k].job_id for k in keys if k in self.jobs]
@@ -296,7 +330,25 @@ class SlurmBackend(Backend):
             subprocess.run(["scancel", *ids], capture_output=True, timeout=60)
 
     def close(self) -> None:
+        """Cancel what is still queued or running, and take this driver's files away: its
+        arrays' folders and its lines of the ledger (another driver's stay)."""
         self.cancel(list(self.jobs))
+        mine = self._mine
+        for job_id in mine:
+            shutil.rmtree(self.folder / job_id, ignore_errors=True)
+        for array in {j.split("_")[0] for j in mine}:
+            shutil.rmtree(self.folder / array, ignore_errors=True)
+        for link in self.folder.glob(".submission_file_*.sh"):
+            if not link.exists():  # its target folder is gone
+                link.unlink(missing_ok=True)
+        self._drop_ledger(mine)
+
+
+def _ledger_job(line: str) -> Optional[str]:
+    try:
+        return str(json.loads(line)["job"])
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def _tail(path: Path) -> str:

@@ -161,27 +161,42 @@ class Measurer:
     def _measure_many(self, pending: list) -> dict:
         """Every stage of ``pending`` to the executor at once (``get_many``)."""
         from mcap.core.profiling.cover import run_from_stages
-        got: dict = {}
         made: dict = {}
+        # A driver stopped half-way stored some of these balances' stages: they are not
+        # sent again (a failed one is).
+        want = set(pending)
+        got: dict = {}
+        for stage_run in self.store.stage_runs(self.study, self.machine):
+            b = tuple(stage_run.balance)
+            if b in want and stage_run.status != "failed":
+                got.setdefault(b, {})[stage_run.stage] = stage_run
+
+        def complete(b) -> None:  # the balance's run, recorded now
+            run = self.estimate(run_from_stages(b, [got[b][i] for i in range(len(b))]))
+            self.store.record_run(self.study, run, kind=self.kind, job=self.job,
+                                  machine=self.machine)
+            if self.knowledge is not None:
+                self.knowledge.add(run)
+            made[b] = run
+            self.measured += 1
+            self.bar.advance(b, measured=True, note=self._with_tasks(_note(run)))
+            self._report(b)
 
         def done(stage_run):
             self._record_stage(stage_run)
             b = tuple(stage_run.balance)
             got.setdefault(b, {})[stage_run.stage] = stage_run
-            if len(got[b]) == len(b):  # the balance is complete: its run, recorded now
-                run = self.estimate(run_from_stages(b, [got[b][i] for i in range(len(b))]))
-                self.store.record_run(self.study, run, kind=self.kind, job=self.job,
-                                      machine=self.machine)
-                if self.knowledge is not None:
-                    self.knowledge.add(run)
-                made[b] = run
-                self.measured += 1
-                self.bar.advance(b, measured=True, note=self._with_tasks(_note(run)))
-                self._report(b)
+            if len(got[b]) == len(b):
+                complete(b)
         for b in pending:
-            self.bar.start(b)
-        self.runner.measure_stages([(b, i) for b in pending for i in range(len(b))],
-                                   on_result=done)
+            if len(got.get(b, {})) == len(b):
+                complete(b)
+            else:
+                self.bar.start(b)
+        jobs = [(b, i) for b in pending if b not in made for i in range(len(b))
+                if i not in got.get(b, {})]
+        if jobs:
+            self.runner.measure_stages(jobs, on_result=done)
         return made
 
     @property

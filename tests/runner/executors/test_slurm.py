@@ -9,6 +9,7 @@ from __future__ import annotations
 import collections
 import os
 import signal
+import sqlite3
 import subprocess
 import time
 
@@ -30,43 +31,37 @@ def _running(cluster) -> list[str]:
     return out.stdout.split()
 
 
-def test_a_sweep_as_job_arrays_equals_the_local_one_byte_for_byte(slurm_cluster, local_sweep,
-                                                                   tmp_path):
-    folder = tmp_path / "jobs"
-    composed = _slurm(slurm_cluster, tmp_path / "a.db", tmp_path / "a.sweep.json",
-                      "--slurm-folder", str(folder), "--slurm-array-parallelism", "2")
-    assert composed.returncode == 0, composed.stderr[-3000:]
-    assert clusters.peaks_of(tmp_path / "a.sweep.json") == local_sweep
-    rows = clusters.stage_rows(tmp_path / "a.db")
-    assert len(rows) == clusters.KEYS and {r[5] for r in rows} == {os.uname().nodename}
-    assert not [p for p in folder.iterdir()], "the driver leaves no task files behind"
-    direct = _slurm(slurm_cluster, tmp_path / "b.db", tmp_path / "b.sweep.json", "--no-reuse",
-                    "--slurm-folder", str(folder))
-    assert direct.returncode == 0, direct.stderr[-3000:]
-    assert clusters.peaks_of(tmp_path / "b.sweep.json") == local_sweep
-
-
-def _cancel_one_running(cluster, proc, store) -> str:
-    clusters.wait_for_rows(store, 1, proc)  # the probe is done: measurements run now
+def _cancel_one_starting(cluster, proc, started=None) -> str:
+    """Kill one array task mid-measurement: the first array task to start running after
+    ``started()`` holds (its process is still importing torch: seconds from any result)."""
     end = time.monotonic() + 300
-    while time.monotonic() < end and proc.poll() is None:
-        running = _running(cluster)
-        if running:
-            subprocess.run(["scancel", "--signal=KILL", "--full", running[0]],
-                           env=clusters.env(**cluster.env()), check=True)
-            return running[0]
+    while started is not None and not started() and time.monotonic() < end:
+        assert proc.poll() is None, "the command ended first"
         time.sleep(0.1)
-    raise AssertionError("no measurement job was seen running")
+    seen = set(_running(cluster))
+    while time.monotonic() < end and proc.poll() is None:
+        new = [j for j in _running(cluster) if j not in seen and "_" in j]  # not the probe
+        if new:
+            subprocess.run(["scancel", "--signal=KILL", "--full", new[0]],
+                           env=clusters.env(**cluster.env()), check=True)
+            return new[0]
+        time.sleep(0.05)
+    raise AssertionError("no measurement job was seen starting")
 
 
-def test_a_job_killed_mid_sweep_is_sent_again_and_nothing_is_lost_or_stored_twice(
-        slurm_cluster, local_sweep, tmp_path):
+def test_a_sweep_as_job_arrays_with_a_job_killed_equals_the_local_one(slurm_cluster,
+                                                                      local_sweep, tmp_path):
+    """Composed from stages alone, one array task killed mid-task: sent again, every stage
+    key stored once, the local sweep's peaks to the byte, no task file left behind."""
+    folder = tmp_path / "jobs"
     proc = clusters.popen(clusters.sweep_args(tmp_path / "k.db", tmp_path / "k.sweep.json",
                                               "--executor", "slurm", "--slurm-folder",
-                                              str(tmp_path / "jobs")),
+                                              str(folder), "--slurm-array-parallelism", "2"),
                           log=tmp_path / "k.log", **slurm_cluster.env())
     try:
-        _cancel_one_running(slurm_cluster, proc, tmp_path / "k.db")
+        _cancel_one_starting(slurm_cluster, proc,
+                             lambda: len(clusters.stage_rows(tmp_path / "k.db")) >= 1
+                             if (tmp_path / "k.db").exists() else False)
         assert proc.wait(timeout=600) == 0, (tmp_path / "k.log").read_text()[-3000:]
     finally:
         clusters.kill_tree(proc)
@@ -76,31 +71,17 @@ def test_a_job_killed_mid_sweep_is_sent_again_and_nothing_is_lost_or_stored_twic
     keys = collections.Counter(r[:3] for r in rows)
     assert len(keys) == clusters.KEYS and set(keys.values()) == {1} and \
         all(r[3] == "ok" for r in rows)
+    assert {r[5] for r in rows} == {os.uname().nodename}
     assert clusters.peaks_of(tmp_path / "k.sweep.json") == local_sweep
+    assert not list(folder.iterdir()), "the driver leaves no task file behind"
 
 
-def test_a_task_that_fails_for_good_is_stored_failed_with_its_node_and_error(slurm_cluster,
-                                                                             tmp_path):
-    proc = clusters.popen(clusters.sweep_args(tmp_path / "f.db", tmp_path / "f.sweep.json",
-                                              "--executor", "slurm", "--retries", "0",
-                                              "--slurm-folder", str(tmp_path / "jobs")),
-                          log=tmp_path / "f.log", **slurm_cluster.env())
-    try:
-        job = _cancel_one_running(slurm_cluster, proc, tmp_path / "f.db")
-        proc.wait(timeout=600)
-    finally:
-        clusters.kill_tree(proc)
-    failed = [r for r in clusters.stage_rows(tmp_path / "f.db") if r[3] == "failed"]
-    assert len(failed) == 1, (tmp_path / "f.log").read_text()[-3000:]
-    node, error = failed[0][5], failed[0][6]
-    assert node == os.uname().nodename and f"on node {node}" in error
-    assert f"Slurm job {job} ended CANCELLED" in error and "tried 1 time" in error
-
-
-def test_a_driver_killed_mid_sweep_adopts_its_jobs_when_run_again(slurm_cluster, local_sweep,
-                                                                  tmp_path):
-    args = clusters.sweep_args(tmp_path / "d.db", tmp_path / "d.sweep.json", "--executor",
-                               "slurm", "--slurm-folder", str(tmp_path / "jobs"))
+def test_a_direct_sweep_whose_driver_was_killed_adopts_its_jobs_and_equals_the_local_one(
+        slurm_cluster, local_sweep, tmp_path):
+    """Every partitioning measured whole (--no-reuse), the driver killed half-way: run
+    again, it adopts the jobs its array still owes instead of sending them again."""
+    args = clusters.sweep_args(tmp_path / "d.db", tmp_path / "d.sweep.json", "--no-reuse",
+                               "--executor", "slurm", "--slurm-folder", str(tmp_path / "jobs"))
     proc = clusters.popen(args, log=tmp_path / "d1.log", **slurm_cluster.env())
     try:
         clusters.wait_for_rows(tmp_path / "d.db", 1, proc)
@@ -109,16 +90,34 @@ def test_a_driver_killed_mid_sweep_adopts_its_jobs_when_run_again(slurm_cluster,
     finally:
         clusters.kill_tree(proc)
     before = len(clusters.stage_rows(tmp_path / "d.db"))
-    assert before < clusters.KEYS
+    assert before < 2 * 3
     again = clusters.mcap(args, **slurm_cluster.env())
     assert again.returncode == 0, again.stderr[-3000:]
-    # the stages still owed were adopted from the first array, not sent again
-    assert f"adopted {clusters.KEYS - before} task(s)" in again.stderr, again.stderr[-2000:]
-    rows = clusters.stage_rows(tmp_path / "d.db")
-    keys = collections.Counter(r[:3] for r in rows)
-    assert len(keys) == clusters.KEYS and set(keys.values()) == {1}
+    assert f"adopted {2 * 3 - before} task(s)" in again.stderr, again.stderr[-2000:]
     assert clusters.peaks_of(tmp_path / "d.sweep.json") == local_sweep
+    with sqlite3.connect(tmp_path / "d.db") as conn:
+        jobs = conn.execute("SELECT balance, stage FROM stage_runs").fetchall()
+    assert len(jobs) == 2 * 3 and len(set(jobs)) == len(jobs)  # none lost, none twice
     assert not list((tmp_path / "jobs").iterdir())  # every file of both drivers is gone
+
+
+def test_a_task_that_fails_for_good_is_stored_failed_with_its_node_and_error(slurm_cluster,
+                                                                             tmp_path):
+    store = tmp_path / "f.db"
+    proc = clusters.popen(["measure", "--model", clusters.MODEL, "--balance", "2,2",
+                           *clusters.SETUP[2:], "--store", str(store), "--executor", "slurm",
+                           "--retries", "0", "--slurm-folder", str(tmp_path / "jobs")],
+                          log=tmp_path / "f.log", **slurm_cluster.env())
+    try:
+        job = _cancel_one_starting(slurm_cluster, proc)
+        assert proc.wait(timeout=600) == 1, (tmp_path / "f.log").read_text()[-3000:]
+    finally:
+        clusters.kill_tree(proc)
+    with sqlite3.connect(store) as conn:
+        (status, error), = conn.execute("SELECT status, error FROM runs").fetchall()
+    node = os.uname().nodename
+    assert status == "failed" and f"on node {node}: Slurm job {job} ended CANCELLED" in error
+    assert "(tried 1 time)" in error, error
 
 
 def test_bad_input_and_unschedulable_tasks_exit_2_naming_why(slurm_cluster, tmp_path):

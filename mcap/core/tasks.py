@@ -1,16 +1,14 @@
 """How far an executor's tasks are, by node (issue 42, item 4): the progress line of a
-command that measures, and a dashboard job's record (``Job.tasks``).
+command that measures, which a dashboard job's log carries to the Profile page
+(``mcap.app.jobs.JobProgress.tasks``).
 
 Pure: no torch, no files. An executor (``mcap.runner.executors``) counts its stage-alone
 measurement tasks as they are queued, start on a node, end there, or fail for good; the
-command prints :meth:`TaskTally.describe` and stores :func:`to_json` with its job.
+command prints :meth:`TaskTally.describe` on its progress line.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
-
-from mcap.core.errors import McapError
 
 Counts = tuple[tuple[str, int], ...]  # (node, tasks), sorted by node
 
@@ -54,33 +52,3 @@ class TaskTally:
 def counts(by_node: dict) -> Counts:
     """A {node: n} dict as sorted counts, zeros left out."""
     return tuple(sorted((str(k), int(v)) for k, v in by_node.items() if v))
-
-
-def to_json(tally: TaskTally) -> dict:
-    return {"done": dict(tally.done), "running": dict(tally.running), "queued": tally.queued,
-            "failed": dict(tally.failed), "retried": tally.retried}
-
-
-def from_json(value, where: str = "tasks") -> Optional[TaskTally]:
-    """The record of :func:`to_json` (None stays None); McapError naming ``where`` on
-    anything else."""
-    if value is None:
-        return None
-    if not isinstance(value, dict):
-        raise McapError(f"{where}: expected an object of task counts, got {type(value).__name__}")
-
-    def by_node(key: str) -> Counts:
-        raw = value.get(key, {})
-        if not isinstance(raw, dict) or not all(
-                isinstance(k, str) and isinstance(n, int) and not isinstance(n, bool) and n >= 0
-                for k, n in raw.items()):
-            raise McapError(f"{where}.{key}: expected {{node: count >= 0}}, got {raw!r:.80}")
-        return counts(raw)
-
-    def number(key: str) -> int:
-        n = value.get(key, 0)
-        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-            raise McapError(f"{where}.{key}: expected a count >= 0, got {n!r:.40}")
-        return n
-    return TaskTally(by_node("done"), by_node("running"), number("queued"), by_node("failed"),
-                     number("retried"))

@@ -122,7 +122,7 @@ class Runner:
     """Persistent stage processes for one model and one setup; see the module docstring."""
 
     def __init__(self, model_spec: str, setup: Setup, *, timeout: float = 300.0,
-                 isolation: Optional[str] = None):
+                 isolation: Optional[str] = None, wide: bool = False):
         from mcap.models.spec import check_trusted, parse_spec  # pure: fails before any process
 
         from mcap.runner import engines
@@ -148,7 +148,7 @@ class Runner:
         # so it gets its own, longer limit.
         self.startup_timeout = max(STARTUP_TIMEOUT, self.timeout)
         if self.alone:
-            world = 0 if self.executor.remote else stage_slots(setup)
+            world = 0 if self.executor.remote else stage_slots(setup, wide)
             self._pool = self.executor.pool(model_spec, setup, settings, world=world,
                                             timeout=self.timeout, group=False,
                                             startup_timeout=self.startup_timeout, alone=True)
@@ -316,13 +316,15 @@ _OVERRIDE = None  # see runner_override
 
 
 def open_runner(model_spec: str, setup: Setup, *, timeout: float = 300.0,
-                isolation: Optional[str] = None) -> Runner:
+                isolation: Optional[str] = None, wide: bool = False) -> Runner:
     """Start the stage processes for ``model_spec`` under ``setup``; use as a context manager.
-    ``isolation``: ``stage`` or ``pipeline`` (:func:`resolve_isolation`). Under
-    :func:`runner_override` the override's factory makes the runner instead."""
+    ``isolation``: ``stage`` or ``pipeline`` (:func:`resolve_isolation`); ``wide``: a
+    command of many partitionings (profile, sweep), whose stages alone take every GPU of the
+    machine (:func:`stage_slots`). Under :func:`runner_override` the override's factory
+    makes the runner instead."""
     if _OVERRIDE is not None:
         return _OVERRIDE(model_spec, setup, timeout=timeout)
-    return Runner(model_spec, setup, timeout=timeout, isolation=isolation)
+    return Runner(model_spec, setup, timeout=timeout, isolation=isolation, wide=wide)
 
 
 @contextlib.contextmanager

@@ -40,7 +40,7 @@ from mcap.runner.zygote import Zygote
 START_ENV = "MCAP_STAGE_START"
 # numpy's OpenBLAS would start a thread pool at import; the zygote must stay single-threaded
 # to fork safely (torch does not use numpy's BLAS).
-ZYGOTE_ENV = {"OPENBLAS_NUM_THREADS": "1"}
+from mcap.runner.early import ZYGOTE_ENV  # noqa: E402  (one definition: the early zygote's)
 
 # After one stage reports oom/failed, how long the others may still take to answer before
 # the pool is killed (they are usually blocked waiting for that stage).
@@ -145,9 +145,17 @@ class WorkerPool:
             if self._spawn_only:
                 return None
         if self._zygote is None:
-            self._zygote_dir = self._zygote_dir or tempfile.mkdtemp(prefix="mcap-zygote-")
-            self._zygote = Zygote({**env, **ZYGOTE_ENV}, str(_REPO),
-                                  os.path.join(self._zygote_dir, "zygote.log"))
+            from mcap.runner import early
+            adopted = early.adopt({**env, **ZYGOTE_ENV})  # started before the CLI parsed
+            if adopted is not None:
+                self._zygote, folder = adopted
+                if self._zygote_dir:
+                    shutil.rmtree(self._zygote_dir, ignore_errors=True)
+                self._zygote_dir = folder
+            else:
+                self._zygote_dir = self._zygote_dir or tempfile.mkdtemp(prefix="mcap-zygote-")
+                self._zygote = Zygote({**env, **ZYGOTE_ENV}, str(_REPO),
+                                      os.path.join(self._zygote_dir, "zygote.log"))
             self._zygote.prepare(self.spec, self.setup)
         return self._zygote
 

@@ -73,9 +73,6 @@ def check_stage_run(run: StageRun, study: Study) -> None:
     if not _seconds_ok(run.seconds):
         raise McapError(f"stage run has seconds={run.seconds!r}; expected a finite number "
                         f"0 .. {MAX_SECONDS:,}")
-    if run.node is not None and not (isinstance(run.node, str) and 0 < len(run.node) <= 256):
-        raise McapError(f"a stage run's node must be a name of 1..256 characters, got "
-                        f"{run.node!r:.80}")
 
 
 def _seconds_ok(value) -> bool:

@@ -37,8 +37,7 @@ class Jobs:
             return cur.lastrowid
 
     def update_job(self, job_id: int, *, done=_UNSET, current=_UNSET, status=_UNSET,
-                   error=_UNSET, pid=_UNSET, total=_UNSET, study=_UNSET,
-                   tasks=_UNSET) -> Job:
+                   error=_UNSET, pid=_UNSET, total=_UNSET, study=_UNSET) -> Job:
         """Change the given fields (None clears ``current``, ``error``, ``pid``).
 
         A finished job (done, failed, cancelled) keeps its status: a child killed by the
@@ -65,11 +64,6 @@ class Jobs:
             changes["error"] = None if error is None else str(error)
         if pid is not _UNSET:
             changes["pid"] = None if pid is None else int(pid)
-        if tasks is not _UNSET:  # an executor's TaskTally (mcap.core.tasks), or None
-            from mcap.core import tasks as task_counts
-            if tasks is not None and not isinstance(tasks, task_counts.TaskTally):
-                raise McapError(f"job tasks must be a TaskTally, got {type(tasks).__name__}")
-            changes["tasks"] = None if tasks is None else rec.dumps(task_counts.to_json(tasks))
         with self._write() as conn:
             job = self._job(conn, job_id)
             if status is not _UNSET and not job.finished:

@@ -25,7 +25,6 @@ from typing import Optional
 from mcap.core import fields
 from mcap.core.errors import McapError, StoreError
 from mcap.core.machine import Machine
-from mcap.core.tasks import TaskTally
 from mcap.core.types import MemoryBreakdown, ModelInfo, Run, Setup, StageRun, StageTimes
 
 RUN_KINDS = ("profile", "sweep", "measure")
@@ -104,9 +103,6 @@ class Job:
     study_id: Optional[int]
     created: float
     updated: float
-    # The executor's tasks by node (issue 42): done, running and queued, as the command last
-    # reported them (mcap.runner.executors.base.TaskCounts); None before any report.
-    tasks: Optional[TaskTally] = None
 
     @property
     def finished(self) -> bool:
@@ -231,7 +227,7 @@ RUN_COLUMNS = ("id, study_id, job_id, kind, balance, status, peaks, seconds, "
                "samples_per_second, error, breakdown, created, machine, composed, times, "
                "estimated")
 JOB_COLUMNS = ("id, kind, argv, total, done, current, status, error, pid, study_id, "
-                "created, updated, tasks")
+                "created, updated")
 
 
 # Unix seconds a row may carry (created, updated): 0 .. year 36812, finite.
@@ -328,9 +324,8 @@ def run_record_from_row(row, source="", num_layers: Optional[int] = None,
 
 def stage_run_from_row(row, source="", num_layers: Optional[int] = None) -> StageRun:
     """A ``stage_runs`` row (id, balance, stage, status, peak, seconds, times, error,
-    breakdown[, node]), every column checked."""
-    i, balance, stage, status, peak, seconds, times, error, breakdown = row[:9]
-    node = row[9] if len(row) > 9 else None
+    breakdown), every column checked."""
+    i, balance, stage, status, peak, seconds, times, error, breakdown = row
     r = reader(source, "stage_runs", i)
     bal = fields.balance(fields.loads(balance, r, "balance"), r, "balance", num_layers)
     stage = r.int_(stage, "stage", low=0, high=len(bal) - 1)
@@ -339,23 +334,11 @@ def stage_run_from_row(row, source="", num_layers: Optional[int] = None) -> Stag
     bd = breakdown_from_json(breakdown, r, 1)
     return StageRun(bal, stage, status, peak, r.num(seconds, "seconds"),
                     times_from_json(times, r), r.str_(error, "error", nullable=True),
-                    bd[0] if bd else None, node=r.str_(node, "node", nullable=True))
-
-
-def tasks_from_json(text, r) -> Optional[TaskTally]:
-    """A job's ``tasks`` column (``mcap.core.tasks``), checked."""
-    from mcap.core import tasks
-    if text is None:
-        return None
-    try:
-        return tasks.from_json(fields.loads(text, r, "tasks"))
-    except McapError as exc:
-        raise r.fail("tasks", str(exc)) from None
+                    bd[0] if bd else None)
 
 
 def job_from_row(row, source="") -> Job:
-    i, kind, argv, total, done, current, status, error, pid, study_id, created, updated = row[:12]
-    tasks = row[12] if len(row) > 12 else None
+    i, kind, argv, total, done, current, status, error, pid, study_id, created, updated = row
     r = reader(source, "jobs", i)
     args = tuple(r.str_(a, f"argv[{k}]")
                  for k, a in enumerate(r.lst(fields.loads(argv, r, "argv"), "argv")))
@@ -370,4 +353,4 @@ def job_from_row(row, source="") -> Job:
                r.str_(error, "error", nullable=True),
                r.int_(pid, "pid", nullable=True, low=0, high=2**31),
                row_id(study_id, r, "study_id", nullable=True), when(created, r, "created"),
-               when(updated, r, "updated"), tasks_from_json(tasks, r))
+               when(updated, r, "updated"))

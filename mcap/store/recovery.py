@@ -104,8 +104,7 @@ def stage_line(model, setup, run, *, job: Optional[int], machine, created: float
                     "seconds": float(run.seconds), "times": rec.times_to_json(run.times),
                     "error": run.error,
                     "breakdown": rec.breakdown_to_json(None if run.breakdown is None
-                                                       else (run.breakdown,)),
-                    "node": run.node}}
+                                                       else (run.breakdown,))}}
 
 
 @contextmanager
@@ -256,8 +255,7 @@ def _decode(d, r: fields.Reader) -> dict:
     else:
         run = rec.stage_run_from_row(
             (0, get("balance"), get("stage"), get("status"), get("peak"), get("seconds"),
-             get("times"), get("error"), get("breakdown"), get("node")), r.source,
-            model.num_layers)
+             get("times"), get("error"), get("breakdown")), r.source, model.num_layers)
         kind = None
     return {"table": table, "model": model, "setup": setup, "machine": machine,
             "created": created, "job": job, "run": run, "kind": kind}

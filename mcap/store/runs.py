@@ -218,12 +218,11 @@ class Runs:
         _readable(lambda: rec.stage_run_from_row((0, *shown), self.path,
                                                  study.model.num_layers),
                   "stage run", run.balance)
-        node = None if run.node is None else str(run.node)
         cur = conn.execute(
             "INSERT INTO stage_runs (study_id, job_id, first_layer, last_layer, position, "
             "balance, stage, status, peak, seconds, times, error, breakdown, created, "
-            "machine, node) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (study.id, job, first, last, rec.dumps(position), *shown, created, machine, node))
+            "machine) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (study.id, job, first, last, rec.dumps(position), *shown, created, machine))
         return cur.lastrowid
 
     def _import_recovered(self, items: Sequence[dict]) -> tuple[int, list]:
@@ -274,8 +273,8 @@ class Runs:
         key = None if machine is None else machine.key()
         with self._read() as conn:
             rows = conn.execute(
-                "SELECT id, balance, stage, status, peak, seconds, times, error, breakdown, "
-                "node FROM stage_runs WHERE study_id = ? AND machine IS ? ORDER BY id",
+                "SELECT id, balance, stage, status, peak, seconds, times, error, breakdown "
+                "FROM stage_runs WHERE study_id = ? AND machine IS ? ORDER BY id",
                 (study_id, key)).fetchall()
             layers = self._layer_counts(conn, {study_id}) if rows else {}
         return tuple(rec.stage_run_from_row(row, self.path, layers.get(study_id))

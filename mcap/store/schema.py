@@ -14,9 +14,8 @@ APPLICATION_ID = 0x6D636170
 # PRAGMA user_version: bumped whenever the tables change shape; a store of an older
 # version is upgraded in place by the steps in _MIGRATIONS when it is opened.
 # 2: machine fingerprints; 3: runs.composed (mcap.core.profiling.cover); 4: stages run alone
-# (runs.times, runs.estimated, stage_runs: mcap.runner.alone, issue 25); 5: where a stage ran
-# (stage_runs.node) and a job's tasks by node (jobs.tasks: mcap.runner.executors, issue 42).
-SCHEMA_VERSION = 5
+# (runs.times, runs.estimated, stage_runs: mcap.runner.alone, issue 25).
+SCHEMA_VERSION = 4
 
 
 _SCHEMA = f"""
@@ -46,8 +45,7 @@ CREATE TABLE jobs (
     pid         INTEGER,
     study_id    INTEGER REFERENCES studies(id),
     created     REAL NOT NULL,
-    updated     REAL NOT NULL,
-    tasks       TEXT                    -- JSON of the executor's tasks by node, or NULL
+    updated     REAL NOT NULL
 );
 CREATE TABLE runs (
     id          INTEGER PRIMARY KEY,
@@ -86,8 +84,7 @@ CREATE TABLE stage_runs (
     error       TEXT,
     breakdown   TEXT,                   -- JSON breakdown, or NULL
     created     REAL NOT NULL,
-    machine     TEXT REFERENCES machines(key),
-    node        TEXT                    -- the node a cluster executor ran it on, or NULL
+    machine     TEXT REFERENCES machines(key)
 );
 CREATE INDEX stage_runs_study ON stage_runs(study_id, first_layer, last_layer);
 CREATE TABLE profiles (
@@ -165,10 +162,6 @@ CREATE TABLE stage_runs (
     machine     TEXT REFERENCES machines(key)
 );
 CREATE INDEX stage_runs_study ON stage_runs(study_id, first_layer, last_layer);
-""",
-    4: """
-ALTER TABLE stage_runs ADD COLUMN node TEXT;
-ALTER TABLE jobs ADD COLUMN tasks TEXT;
 """,
 }
 

@@ -203,8 +203,8 @@ class Measurer:
     def runner(self):
         if self._runner is None:
             from mcap.runner import open_runner  # torch is imported only when measuring
-            self._runner = self._stack.enter_context(
-                open_runner(self.spec, self.setup, timeout=self.timeout))
+            self._runner = self._stack.enter_context(  # every GPU for many partitionings
+                open_runner(self.spec, self.setup, timeout=self.timeout, wide=True))
         return self._runner
 
     def measure_stages(self, jobs) -> list:
@@ -248,10 +248,8 @@ class Measurer:
 
     def _report(self, balance, current: bool = False) -> None:
         if self.job is not None:
-            tasks = self._runner.tasks() if self._runner is not None else None
-            extra = {} if tasks is None else {"tasks": tasks}
             self.store.update_job(self.job, done=self.bar.done, total=self.bar.total,
-                                  current=balance if current else None, **extra)
+                                  current=balance if current else None)
 
     def close(self) -> None:
         self._stack.close()

@@ -344,27 +344,6 @@ def test_job_lifecycle_and_its_runs(store):
     assert [j.id for j in store.list_jobs()] == [other, jid]
 
 
-def test_a_job_keeps_its_tasks_by_node_and_a_stage_run_its_node(store):
-    """Issue 42: what an executor reports (tasks by node) and where a stage ran."""
-    from mcap.core.tasks import TaskTally, counts
-    from mcap.core.types import StageRun
-    jid = store.create_job("sweep", [], total=3)
-    assert store.job(jid).tasks is None
-    tally = TaskTally(counts({"n1": 2, "n2": 1}), counts({"n2": 1}), 4, counts({"n1": 1}), 1)
-    assert store.update_job(jid, tasks=tally).tasks == tally
-    assert store.update_job(jid, done=1).tasks == tally  # kept until reported again
-    study = store.study(MODEL, SETUP)
-    store.record_stage(study, StageRun((1, 5), 0, "failed", None, error="on node n1: lost",
-                                       node="n1"))
-    store.record_stage(study, StageRun((1, 5), 1, "ok", 7, node=None))
-    got = store.stage_runs(study)
-    assert [(s.node, s.error) for s in got] == [("n1", "on node n1: lost"), (None, None)]
-    with pytest.raises(McapError, match="node must be a name"):
-        store.record_stage(study, StageRun((1, 5), 1, "ok", 7, node=""))
-    with pytest.raises(McapError, match="tasks must be a TaskTally"):
-        store.update_job(jid, tasks={"done": 1})
-
-
 @pytest.mark.parametrize("change, message", [
     ({"status": "paused"}, "got 'paused'"), ({"done": -1}, "done must be an int >= 0, got -1"),
     ({"current": "3,3"}, "current must be a balance such as")])

@@ -55,10 +55,18 @@ def popen(args: list[str], *, prefix=(), log: Path, **extra) -> subprocess.Popen
 
 
 def stage_rows(store: Path) -> list[tuple]:
-    """(first, last, position, status, peak, node, error) of every stored stage run."""
+    """(first, last, position, status, peak, error) of every stored stage run."""
     with sqlite3.connect(store) as conn:
-        return conn.execute("SELECT first_layer, last_layer, position, status, peak, node, "
-                            "error FROM stage_runs ORDER BY id").fetchall()
+        return conn.execute("SELECT first_layer, last_layer, position, status, peak, error "
+                            "FROM stage_runs ORDER BY id").fetchall()
+
+
+def done_by_node(log: str) -> dict:
+    """{node: tasks done} of the last progress line's tasks (``mcap.core.tasks``)."""
+    import re
+    lines = re.findall(r"\[tasks: \d+ done \(([^)]*)\)", log)
+    assert lines, log[-2000:]
+    return {node: int(n) for node, n in (part.rsplit(" ", 1) for part in lines[-1].split(", "))}
 
 
 def wait_for_rows(store: Path, n: int, proc: subprocess.Popen, seconds: float = 300) -> None:

@@ -57,9 +57,10 @@ def test_a_sweep_over_two_nodes_with_a_worker_killed_equals_the_local_one(ray_cl
     assert len(keys) == clusters.KEYS and set(keys.values()) == {1}  # none lost, none twice
     assert all(r[3] == "ok" for r in rows)
     assert clusters.peaks_of(tmp_path / "k.sweep.json") == local_sweep
-    nodes = {r[5] for r in rows}  # both nodes measured: the head's and node2's resources
+    nodes = clusters.done_by_node(log)  # both nodes measured: the head's and node2's
     line = _nodes_line(log)
-    assert len(nodes) == 2 and all(n in line for n in nodes), (nodes, line)
+    assert len(nodes) == 2 and sum(nodes.values()) == clusters.KEYS
+    assert all(n in line for n in nodes), (nodes, line)
     assert "head 1" in line and "node2 1" in line
 
 

@@ -71,7 +71,7 @@ def test_a_sweep_as_job_arrays_with_a_job_killed_equals_the_local_one(slurm_clus
     keys = collections.Counter(r[:3] for r in rows)
     assert len(keys) == clusters.KEYS and set(keys.values()) == {1} and \
         all(r[3] == "ok" for r in rows)
-    assert {r[5] for r in rows} == {os.uname().nodename}
+    assert clusters.done_by_node(log) == {os.uname().nodename: clusters.KEYS}
     assert clusters.peaks_of(tmp_path / "k.sweep.json") == local_sweep
     assert not list(folder.iterdir()), "the driver leaves no task file behind"
 

@@ -218,7 +218,7 @@ class RemotePool:
         from mcap.runner.protocol import PressJob
         self._run_id += 1
         job_press = None if press is None else PressJob(press, None, self._run_id)
-        given = [(tuple(int(n) for n in b), int(i)) for b, i in jobs]
+        given = [(tuple(b), int(i)) for b, i in jobs]  # a plan's "balance" is its stages
         tasks = [Task(self._key(k), MEASURE, Job(self._run_id, b, job_press, stage=i))
                  for k, (b, i) in enumerate(given)]
         done, why = self._run(tasks, given, on_result, None)

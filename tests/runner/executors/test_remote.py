@@ -125,12 +125,13 @@ def _main(args, capsys):
     return code, out.out, out.err
 
 
-def test_a_toy_executor_is_one_class_and_reaches_the_cli(toy_executor, capsys):
+def test_a_toy_executor_is_one_class_and_reaches_the_cli(toy_executor, tmp_path, capsys):
     from mcap.cli.main import build_parser
     text = build_parser()._subparsers._group_actions[0].choices["sweep"].format_help()
     assert "procs" in text and "--toy-knob" in text and "$MCAP_TOY_KNOB" in text
     code, _, err = _main(["measure", *ARGS[:2], "--balance", "2,2", "--executor", "procs",
-                          "--ray-address", "127.0.0.1:6379"], capsys)
+                          "--ray-address", "127.0.0.1:6379", "--store",
+                          str(tmp_path / "s.db")], capsys)
     assert code == 2 and "--ray-address applies to another executor, not --executor procs" in err
 
 
@@ -176,3 +177,20 @@ def test_a_lost_task_is_sent_again_then_stored_failed_with_its_node(toy_executor
                               ).fetchall()
     assert failed == [("on node toy: the process was killed by signal 9 (tried 1 time)",)]
     assert "1 failed (toy 1)" in err
+
+
+@pytest.mark.integration
+def test_a_hybrid_plan_s_devices_run_as_tasks_read_the_local_bytes(toy_executor, tmp_path,
+                                                                   capsys):
+    """``measure --plan`` (and so ``profile --parallel``): each device of a CAPTURE plan a
+    task of its own, joining its fake world as that rank, as a local slot does."""
+    import json
+    plan = ["measure", "--model", MODEL, "--plan", "2,2:dp2", "--batch-size", "4",
+            "--chunks", "2", "--json"]
+    code, local, err = _main([*plan, "--store", str(tmp_path / "l.db")], capsys)
+    assert code == 0, err
+    code, remote, err = _main([*plan, "--store", str(tmp_path / "r.db"), "--executor",
+                               "procs"], capsys)
+    assert code == 0, err
+    assert json.loads(remote)["peaks"] == json.loads(local)["peaks"]
+    assert len(json.loads(remote)["peaks"]) == 3

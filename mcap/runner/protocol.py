@@ -9,7 +9,10 @@ from dataclasses import dataclass
 from typing import Optional
 
 from mcap.core.machine import Machine
-from mcap.core.press.actions import PressPlan
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # importing mcap.core.press imports numpy: not on every runner's path
+    from mcap.core.press.actions import PressPlan
 from mcap.core.types import MemoryBreakdown, ModelInfo, Setup
 
 ITERATIONS = 2  # issue 4: each run trains 2 full iterations after building the stages

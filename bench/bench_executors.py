@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -99,24 +98,29 @@ def overhead(args) -> None:
         runs = runner.measure_stages([(balance, 1)] * args.tasks)
         ray_each = (time.perf_counter() - start) / args.tasks
     peaks = {r.peak for r in runs}
-    noop = _noop_tasks(args.tasks)
+    noop, reused = _noop_tasks(args.tasks)
     print(f"stage 1 of {balance} of {MODEL}, {args.tasks} times; load {os.getloadavg()[0]:.1f}")
     print(f"- a fresh local process each, one after the other: {fresh_each:.2f} s per task")
     print(f"- a Ray task each (max_calls=1, 1 CPU): {ray_each:.2f} s per task; peaks "
           f"{sorted(peaks)} ({'0 spread' if len(peaks) == 1 else 'SPREAD'})")
     print(f"- Ray's overhead per task: {ray_each - fresh_each:+.2f} s")
-    print(f"- a no-op Ray task (max_calls=1, no torch): {noop:.2f} s per task")
+    print(f"- a no-op Ray task (max_calls=1, no torch): {noop:.2f} s per task; with a "
+          f"reused worker (Ray's scheduling alone): {reused * 1000:.1f} ms per task")
 
 
-def _noop_tasks(n: int) -> float:
-    """Wall per task of ``n`` no-op tasks with ``max_calls=1`` on a local instance of 1 CPU
-    (in a private namespace where this machine allows it, as the executor's)."""
+def _noop_tasks(n: int) -> tuple[float, float]:
+    """Wall per task of ``n`` no-op tasks on a local instance of 1 CPU (in a private
+    namespace where this machine allows it, as the executor's): with ``max_calls=1`` (a
+    fresh worker each), and on a reused worker (Ray's scheduling alone)."""
     code = ("import time, ray\n"
             "ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)\n"
             "f = ray.remote(num_cpus=1, max_calls=1)(lambda: 0)\n"
-            "ray.get(f.remote())\n"
+            "g = ray.remote(num_cpus=1)(lambda: 0)\n"
+            "ray.get(f.remote()); ray.get(g.remote())\n"
             f"t = time.perf_counter(); ray.get([f.remote() for _ in range({n})])\n"
-            f"print((time.perf_counter() - t) / {n})\n")
+            f"a = (time.perf_counter() - t) / {n}\n"
+            f"t = time.perf_counter(); ray.get([g.remote() for _ in range({10 * n})])\n"
+            f"print(a, (time.perf_counter() - t) / {10 * n})\n")
     from mcap.runner.executors.ray import private_namespace
     cmd = [sys.executable, "-c", code]
     with tempfile.TemporaryDirectory(prefix="mcap-bench-ray-") as home:
@@ -126,7 +130,8 @@ def _noop_tasks(n: int) -> float:
                    "import loopback_up; loopback_up()' && exec \"$0\" \"$@\"", *cmd]
         out = subprocess.run(cmd, env=_env(HOME=home, RAY_USAGE_STATS_ENABLED=0),
                              capture_output=True, text=True, check=True)
-    return float(out.stdout.strip().splitlines()[-1])
+    a, b = out.stdout.strip().splitlines()[-1].split()
+    return float(a), float(b)
 
 
 def main() -> None:

@@ -121,8 +121,11 @@ def _connect(msg: Connect):
         common.pop("include_dashboard")
         ray.init(address=msg.address, **common)
     else:
+        # enable_worker_prestart: a task's fresh worker (and its torch import) starts while
+        # the previous task still runs, as far as cores allow.
         ray.init(num_cpus=msg.local_cpus, _temp_dir=msg.temp_dir,
-                 object_store_memory=200 * 2**20, **common)
+                 object_store_memory=200 * 2**20,
+                 _system_config={"enable_worker_prestart": True}, **common)
     nodes = tuple((node_label(n["NodeID"]), tuple(sorted(
         (k, float(v)) for k, v in n["Resources"].items() if not k.startswith("node:"))))
         for n in ray.nodes() if n.get("Alive"))

@@ -143,6 +143,7 @@ class RemotePool:
         self._flights: dict[str, _Flight] = {}
         self._board = _Board()
         self._run_id = 0
+        self._probes = 0
 
     # ---- life cycle -------------------------------------------------------------------
     def start(self) -> None:
@@ -159,7 +160,9 @@ class RemotePool:
             import sys
             print(f"mcap: executor {self.executor.name}: {self.backend.resources()}",
                   file=sys.stderr, flush=True)
-        done, why = self._run([Task(self._key(0), PROBE, None)], [None], None, deadline)
+        self._probes += 1  # a probe tried again is a task of its own
+        done, why = self._run([Task(f"probe{self._probes}", PROBE, None)], [None], None,
+                              deadline)
         if not done:
             return why or "the probe task did not finish"
         outcome = done[0][1]

@@ -21,7 +21,7 @@ import pytest
 from mcap.runner.executors.remote import Backend, Finished, Lost, RemotePool, Started
 from tests.conftest import REPO
 
-MODEL = "gpt:layers=2,hidden=32,vocab=64,seq=16"
+MODEL = "gpt:layers=1,hidden=32,vocab=64,seq=16"  # 3 layers: 4 stage keys on 2 stages
 ARGS = ["--model", MODEL, "--stages", "2", "--batch-size", "4", "--chunks", "2"]
 _TASK = ("import pickle, sys\n"
          "from mcap.runner import fresh\n"
@@ -129,7 +129,7 @@ def test_a_toy_executor_is_one_class_and_reaches_the_cli(toy_executor, tmp_path,
     from mcap.cli.main import build_parser
     text = build_parser()._subparsers._group_actions[0].choices["sweep"].format_help()
     assert "procs" in text and "--toy-knob" in text and "$MCAP_TOY_KNOB" in text
-    code, _, err = _main(["measure", *ARGS[:2], "--balance", "2,2", "--executor", "procs",
+    code, _, err = _main(["measure", *ARGS[:2], "--balance", "2,1", "--executor", "procs",
                           "--ray-address", "127.0.0.1:6379", "--store",
                           str(tmp_path / "s.db")], capsys)
     assert code == 2 and "--ray-address applies to another executor, not --executor procs" in err
@@ -148,7 +148,7 @@ def test_fingerprints_that_differ_are_refused_naming_both(toy_executor, tmp_path
     with sqlite3.connect(store) as conn:  # every stage kept, each under its own machine
         machines = conn.execute("SELECT COUNT(*), COUNT(DISTINCT machine) FROM stage_runs"
                                 ).fetchone()
-    assert machines == (6, 2)
+    assert machines == (4, 2)
 
 
 @pytest.mark.integration
@@ -159,10 +159,10 @@ def test_a_lost_task_is_sent_again_then_stored_failed_with_its_node(toy_executor
     local = {}
     setup = Setup(stages=2, batch_size=4, chunks=2)
     with open_runner(MODEL, setup) as runner:  # the local pool's truth
-        local = runner.measure((2, 2)).peaks
+        local = runner.measure((2, 1)).peaks
     toy_executor["kill"] = {0}  # the first try of stage 0 is killed: sent again
     code, out, err = _main(["measure", *ARGS[:2], "--batch-size", "4", "--chunks", "2",
-                            "--balance", "2,2", "--json", "--executor", "procs",
+                            "--balance", "2,1", "--json", "--executor", "procs",
                             "--store", str(tmp_path / "m.db")], capsys)
     assert code == 0, err
     import json
@@ -185,7 +185,7 @@ def test_a_hybrid_plan_s_devices_run_as_tasks_read_the_local_bytes(toy_executor,
     """``measure --plan`` (and so ``profile --parallel``): each device of a CAPTURE plan a
     task of its own, joining its fake world as that rank, as a local slot does."""
     import json
-    plan = ["measure", "--model", MODEL, "--plan", "2,2:dp2", "--batch-size", "4",
+    plan = ["measure", "--model", MODEL, "--plan", "1,2:dp2", "--batch-size", "4",
             "--chunks", "2", "--json"]
     code, local, err = _main([*plan, "--store", str(tmp_path / "l.db")], capsys)
     assert code == 0, err

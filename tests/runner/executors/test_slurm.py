@@ -90,21 +90,22 @@ def test_a_direct_sweep_whose_driver_was_killed_adopts_its_jobs_and_equals_the_l
     finally:
         clusters.kill_tree(proc)
     before = len(clusters.stage_rows(tmp_path / "d.db"))
-    assert before < 2 * 3
+    assert before < 2 * clusters.BALANCES
     again = clusters.mcap(args, **slurm_cluster.env())
     assert again.returncode == 0, again.stderr[-3000:]
-    assert f"adopted {2 * 3 - before} task(s)" in again.stderr, again.stderr[-2000:]
+    assert f"adopted {2 * clusters.BALANCES - before} task(s)" in again.stderr, \
+        again.stderr[-2000:]
     assert clusters.peaks_of(tmp_path / "d.sweep.json") == local_sweep
     with sqlite3.connect(tmp_path / "d.db") as conn:
         jobs = conn.execute("SELECT balance, stage FROM stage_runs").fetchall()
-    assert len(jobs) == 2 * 3 and len(set(jobs)) == len(jobs)  # none lost, none twice
+    assert len(jobs) == 2 * clusters.BALANCES and len(set(jobs)) == len(jobs)  # none twice
     assert not list((tmp_path / "jobs").iterdir())  # every file of both drivers is gone
 
 
 def test_a_task_that_fails_for_good_is_stored_failed_with_its_node_and_error(slurm_cluster,
                                                                              tmp_path):
     store = tmp_path / "f.db"
-    proc = clusters.popen(["measure", "--model", clusters.MODEL, "--balance", "2,2",
+    proc = clusters.popen(["measure", "--model", clusters.MODEL, "--balance", "2,1",
                            *clusters.SETUP[2:], "--store", str(store), "--executor", "slurm",
                            "--retries", "0", "--slurm-folder", str(tmp_path / "jobs")],
                           log=tmp_path / "f.log", **slurm_cluster.env())

@@ -1,7 +1,13 @@
 """``python -m mcap``: the command line lives in :mod:`mcap.cli.main`."""
 import sys
 
-from mcap.cli.main import main
+if __name__ == "__main__":
+    # A command that will fork CPU stage processes starts their zygote now, while the
+    # command line is read (mcap.runner.early: a one-off measure's start-up, issue 42).
+    from mcap.runner import early
+    early.maybe_start(sys.argv[1:])
+
+from mcap.cli.main import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

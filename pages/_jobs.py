@@ -67,6 +67,9 @@ def job_panel(s, job_id: int, key: str, every: float = 1.0) -> None:
                if job.current and not job.finished else "")
         st.progress(p.fraction, text=f"{job.kind} job {job.id}: **{job.status}** · {job.done} of "
                                      f"{total} runs{now}")
+        if p.tasks is not None:  # the executor's tasks by node (issue 42)
+            st.caption(p.tasks, help="stage-alone measurements done, running and queued, by "
+                       "the node they ran on (--executor)")
         if p.runs:
             from mcap.figures._style import table_view
             st.dataframe(table_view(runs_table(p.runs), ("peak",)), hide_index=True, key=f"{key}-runs-{job.id}")

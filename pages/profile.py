@@ -9,6 +9,7 @@ from mcap.models.spec import KNOWN_MODELS, parse_spec, trusted, user_target
 from mcap.core.setup import check_setup
 from mcap.core.types import CHECKPOINTS, OPTIMIZERS, SCHEDULES, Setup
 from mcap.runner.engines import get as get_engine, names as engine_names
+from mcap.runner.executors import chosen_name, get as get_executor, names as executor_names
 from pages._jobs import gpu_count, job_output, job_panel, setup_args
 from pages._shared import error, restore_url, store
 
@@ -56,6 +57,14 @@ with st.form("profile-form"):
                          help=" ".join(f"**{n}**: {get_engine(n).help}." for n in engine_names()))
     device = b.selectbox("Device", ("cpu", "cuda") if gpus else ("cpu",))
     sample = c.number_input("Sweep: partitionings to sample (0 = all)", 0, 10**6, value=20)
+    configured = chosen_name()  # $MCAP_EXECUTOR of this server, else local
+    executor = st.selectbox(
+        "Executor", executor_names(), index=executor_names().index(configured),
+        format_func=lambda n: get_executor(n).label, key="profile-executor",
+        help="where the stage-alone measurements run; this server's configuration is "
+             f"**{configured}** ($MCAP_EXECUTOR; its options from their variables, "
+             "docs/executors.md). " + " ".join(f"**{n}**: {get_executor(n).help}."
+                                               for n in executor_names()))
     a, b = st.columns(2)  # CAPTURE (III-A): a profile that predicts other batch sizes and hybrid stages
     capture = a.checkbox("CAPTURE: profile at a quarter and a half of the batch size (--capture)",
                          key="profile-capture", help="the runs fit where the target batch size "
@@ -80,6 +89,7 @@ if submitted:
         if (capture or parallel) and command != "profile":
             raise McapError("the CAPTURE options add profiling runs: choose the command profile")
         args += ["--capture"] * capture + ["--parallel", "dp,tp"] * parallel
+        args += ["--executor", executor]
         if command == "sweep" and sample:
             args += ["--sample", str(int(sample))]
         if user_target(spec):  # user code: runs only after the confirmation below names it

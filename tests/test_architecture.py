@@ -154,6 +154,7 @@ def test_the_cycle_check_sees_a_cycle():
 
 # Where a registered name may be compared: the registries themselves.
 REGISTRY_HOMES = ("mcap/core/search/", "mcap/core/predictors/", "mcap/runner/engines/",
+                  "mcap/runner/executors/",
                   "mcap/core/press/base.py", "mcap/core/press/mpress.py",
                   "mcap/core/press/milp.py", "mcap/core/capture/meshsearch.py")
 
@@ -164,9 +165,9 @@ def registered_names() -> set[str]:
     from mcap.core import predictors, search
     from mcap.core.capture import meshsearch
     from mcap.core.press import base as planners
-    from mcap.runner import engines
+    from mcap.runner import engines, executors
     return {*search.names(), *predictors.names(), *engines.names(), *meshsearch.names(),
-            *planners.names()}
+            *planners.names(), *executors.names()}
 
 
 def name_checks(path: Path, names: set[str]) -> list[str]:
@@ -198,7 +199,8 @@ def test_pages_only_render():
         names = _imports(path)
         assert not {n for n in names if n.split(".")[0] in ("torch", "subprocess", "sqlite3")}, path
         assert not {n for n in names if n.startswith(("mcap.runner", "mcap.workflow"))
-                    and not n.startswith("mcap.runner.engines")}, path  # the registry only
+                    and not n.startswith(("mcap.runner.engines", "mcap.runner.executors"))
+                    }, path  # the registries only
 
 
 def test_the_cli_and_unknown_models_need_no_torch():

@@ -48,6 +48,14 @@ class JobProgress:
     log_tail: str
 
     @property
+    def tasks(self) -> Optional[str]:
+        """The executor's tasks by node as the job's progress line last said them (``tasks:
+        5 done (n1 3, n2 2), 2 running (n1 1, n2 1), 5 queued``; issue 42), or None."""
+        import re
+        found = re.findall(r"\[(tasks: [^\]\n]*)\]", self.log_tail)
+        return found[-1] if found else None
+
+    @property
     def fraction(self) -> float:
         """Runs done over total, in [0, 1]; 0 while the total is not known yet."""
         if self.job.total <= 0:

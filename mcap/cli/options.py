@@ -89,6 +89,7 @@ def add_setup_options(p: argparse.ArgumentParser) -> None:
                         "is real. Engine hybrid runs each device (dp/tp rank) alone the same way; "
                         "torchgpipe always runs its stages together")
     p.add_argument("--job", type=argtypes.integer, default=None, help=argparse.SUPPRESS)
+    add_executor_options(p)
 
 
 def add_schedule_options(p: argparse.ArgumentParser, any_: bool = False) -> None:
@@ -120,6 +121,49 @@ def checkpoint_arg(text: str) -> str:
 def virtual_of(args, schedule: str = None) -> int:
     """``--virtual-stages`` for the schedule, checked by the registry (McapError, exit 2)."""
     return schedules.get(schedule or args.schedule).virtual(getattr(args, "virtual_stages", None))
+
+
+def add_executor_options(p: argparse.ArgumentParser) -> None:
+    """``--executor NAME`` and every executor's own flags (issue 42), from the registry."""
+    from mcap.runner import executors
+    p.add_argument("--executor", choices=executors.names(), default=None,
+                   help="where the stage-alone measurements run (default $MCAP_EXECUTOR, else "
+                        f"{executors.DEFAULT}); "
+                        + "; ".join(f"{n}: {executors.get(n).help}" for n in executors.names()))
+    for flag in executors.all_flags():
+        owners = [n for n in executors.names() if flag in executors.get(n).flags]
+        p.add_argument(flag.option, dest=flag.dest, default=None, metavar=flag.metavar,
+                       help=f"{'/'.join(owners)}: {flag.help} (${flag.env})")
+
+
+@contextlib.contextmanager
+def executor_env(args):
+    """Inside, every runner of this process measures with the executor ``args`` chose
+    (``--executor`` and its flags, else the environment's ``$MCAP_EXECUTOR`` and the flags'
+    variables), which is checked first: exit 2 naming the executor and what is missing."""
+    from mcap.runner import executors
+    name = getattr(args, "executor", None) or executors.chosen_name()
+    executor = executors.get(name)
+    given = {f.dest: f for f in executors.all_flags()
+             if getattr(args, f.dest, None) is not None}
+    foreign = [f.option for d, f in given.items() if f not in executor.flags]
+    if foreign:
+        raise McapError(f"{', '.join(foreign)} appl{'ies' if len(foreign) == 1 else 'y'} to "
+                        f"another executor, not --executor {name}")
+    changes = {executors.ENV: name}
+    for dest, flag in given.items():
+        changes[flag.env] = str(flag.parse(getattr(args, dest), flag.option))
+    saved = {k: os.environ.get(k) for k in changes}
+    os.environ.update(changes)
+    try:
+        executor.check(executor.settings())  # bad input: exit 2 before anything starts
+        yield executor
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def setup_from_args(args) -> Setup:
@@ -244,6 +288,12 @@ def check_node_options(args) -> None:
     without it they were silently ignored (the run stayed on this machine); refused naming
     them. With ``--nnodes`` the rank defaults to 0, and ``--nnodes 1`` without an endpoint
     rendezvouses on this machine (127.0.0.1 and a free port); more nodes need one."""
+    from mcap.runner import executors
+    chosen = getattr(args, "executor", None)
+    if args.nnodes is not None and chosen is not None and executors.get(chosen).remote:
+        raise McapError(f"--nnodes runs one stage per rank through torchrun on the nodes you "
+                        f"start it on; --executor {args.executor} sends each stage to a "
+                        "cluster itself: use one or the other")
     if args.nnodes is None:
         given = [f"{opt} {value}" for opt, value in (("--node-rank", args.node_rank),
                                                       ("--rdzv-endpoint", args.rdzv_endpoint))

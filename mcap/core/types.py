@@ -185,6 +185,12 @@ class StageRun:
     times: Optional[StageTimes] = None
     error: Optional[str] = None
     breakdown: Optional[MemoryBreakdown] = None
+    # Where it ran (issue 42): the node a cluster executor ran its task on (None: this
+    # machine's own pool; a failed task's error names it too, and the store keeps that),
+    # and the fingerprint of the machine that measured it, which the driver records it
+    # under (None: the runner's). Not part of what it measured.
+    node: Optional[str] = field(default=None, compare=False)
+    machine: Optional[Machine] = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

@@ -51,7 +51,6 @@ from mcap.core.types import ModelInfo, Run, Setup, StageRun
 from mcap.runner.isolation import (  # noqa: F401  (re-exported: how a runner measures)
     ISOLATION_ENV, ISOLATIONS, SLOTS_ENV, resolve_isolation, stage_slots,
 )
-from mcap.runner.pool import WorkerPool
 from mcap.runner.protocol import ITERATIONS
 from mcap.runner.results import run_of, stage_times
 
@@ -123,16 +122,23 @@ class Runner:
     """Persistent stage processes for one model and one setup; see the module docstring."""
 
     def __init__(self, model_spec: str, setup: Setup, *, timeout: float = 300.0,
-                 isolation: Optional[str] = None):
+                 isolation: Optional[str] = None, wide: bool = False):
         from mcap.models.spec import check_trusted, parse_spec  # pure: fails before any process
 
         from mcap.runner import engines
+
+        from mcap.runner import executors
 
         check_setup(setup)
         engine = engines.get(setup.engine)
         self.isolation = resolve_isolation(isolation, engine)
         self.alone = self.isolation == "stage"
-        _check_machine(setup, self.alone)
+        # Where the stage-alone measurements run (issue 42): this machine's pool, or a
+        # cluster's tasks (--executor, $MCAP_EXECUTOR), which checks its own resources.
+        self.executor, settings = executors.configured()
+        self.executor.check_setup(setup, together=not self.alone)
+        if not self.executor.remote:
+            _check_machine(setup, self.alone)
         parse_spec(model_spec)
         check_trusted(model_spec)  # user code only when typed or confirmed (the workers check too)
         if timeout <= 0:
@@ -142,13 +148,15 @@ class Runner:
         # so it gets its own, longer limit.
         self.startup_timeout = max(STARTUP_TIMEOUT, self.timeout)
         if self.alone:
-            self._pool = WorkerPool(model_spec, setup, world=stage_slots(setup),
-                                    timeout=self.timeout, group=False,
-                                    startup_timeout=self.startup_timeout, alone=True)
+            world = 0 if self.executor.remote else stage_slots(setup, wide)
+            self._pool = self.executor.pool(model_spec, setup, settings, world=world,
+                                            timeout=self.timeout, group=False,
+                                            startup_timeout=self.startup_timeout, alone=True)
         else:
-            self._pool = WorkerPool(model_spec, setup, world=engine.processes(setup),
-                                    timeout=self.timeout, group=engine.group(setup),
-                                    startup_timeout=self.startup_timeout)
+            self._pool = self.executor.pool(model_spec, setup, settings,
+                                            world=engine.processes(setup),
+                                            timeout=self.timeout, group=engine.group(setup),
+                                            startup_timeout=self.startup_timeout, alone=False)
         self._closed = False
         # the link this runner's estimates were made over (``estimate``; None before one)
         self.estimate_link = None
@@ -178,6 +186,17 @@ class Runner:
         self.model_info  # waits for the stage processes, as model_info does
         from mcap.runner.machine import with_meter
         return with_meter(self._pool.machine, self.setup, self.isolation)
+
+    @property
+    def slots(self) -> int:
+        """Stage processes of this machine's pool (0 for a cluster's tasks)."""
+        return int(getattr(self._pool, "world", 0))
+
+    def tasks(self):
+        """The pool's tasks done, running and queued by node (``mcap.core.tasks.TaskTally``),
+        or None where the pool does not count them."""
+        counted = getattr(self._pool, "tasks", None)
+        return counted() if counted is not None else None
 
     @property
     def worker_pids(self) -> list[int]:
@@ -222,7 +241,8 @@ class Runner:
         def record(job, result):
             return StageRun(job[0], job[1], result.status, result.peak, result.seconds,
                             stage_times([result])[0] if result.times is not None else None,
-                            result.error, result.breakdown)
+                            result.error, result.breakdown, node=result.node,
+                            machine=result.machine)
 
         done, why = self._pool.run_stages(
             checked, on_result=None if on_result is None else
@@ -300,13 +320,15 @@ _OVERRIDE = None  # see runner_override
 
 
 def open_runner(model_spec: str, setup: Setup, *, timeout: float = 300.0,
-                isolation: Optional[str] = None) -> Runner:
+                isolation: Optional[str] = None, wide: bool = False) -> Runner:
     """Start the stage processes for ``model_spec`` under ``setup``; use as a context manager.
-    ``isolation``: ``stage`` or ``pipeline`` (:func:`resolve_isolation`). Under
-    :func:`runner_override` the override's factory makes the runner instead."""
+    ``isolation``: ``stage`` or ``pipeline`` (:func:`resolve_isolation`); ``wide``: a
+    command of many partitionings (profile, sweep), whose stages alone take every GPU of the
+    machine (:func:`stage_slots`). Under :func:`runner_override` the override's factory
+    makes the runner instead."""
     if _OVERRIDE is not None:
         return _OVERRIDE(model_spec, setup, timeout=timeout)
-    return Runner(model_spec, setup, timeout=timeout, isolation=isolation)
+    return Runner(model_spec, setup, timeout=timeout, isolation=isolation, wide=wide)
 
 
 @contextlib.contextmanager

@@ -56,7 +56,8 @@ from typing import Optional, Sequence
 import torch
 from torch import nn
 
-from mcap.runner.isolation import EXCHANGES as MODES, asked_exchange
+# how stages exchange, chosen without torch (mcap.runner.exchangemode: the parent asks it)
+from mcap.runner.exchangemode import MODES, mode  # noqa: E402,F401  (re-exported)
 ACK_SECONDS = 300.0  # how long a stage waits, at the end of a run, for its peer's copies
 
 _run_id = 0  # the pool's id of the run in progress (set_run); keys are unique per run
@@ -67,20 +68,6 @@ def set_run(run_id: int) -> None:
     (a counter of its own would drift when only some workers restart after an oom)."""
     global _run_id
     _run_id = run_id
-
-
-def mode(shares_gpu: bool) -> Optional[str]:
-    """How this run's stages exchange (``$MCAP_EXCHANGE``): None for the process group
-    itself (stages on their own devices, or CPU), ``host`` for gloo through host memory,
-    ``ipc`` / ``store`` for a :class:`Link`. Default: ``ipc`` when stages share a GPU."""
-    asked = asked_exchange()  # McapError naming a bad value
-    if asked == "auto":
-        return "ipc" if shares_gpu else None
-    if asked == "host":
-        return "host" if shares_gpu else None
-    if asked == "ipc" and not shares_gpu:
-        return None  # IPC only where stages share a GPU
-    return asked
 
 
 _tcp = None  # this process's TCPStore client for the exchange (see the module docstring)

@@ -62,16 +62,19 @@ def resolve_isolation(isolation: Optional[str], engine) -> str:
     return asked
 
 
-def stage_slots(setup: Setup) -> int:
+def stage_slots(setup: Setup, wide: bool = False) -> int:
     """Stage processes that run stages alone side by side: on CUDA one per GPU (a stage's
     times are its own only when it has the GPU to itself; its peak is its own either way),
-    on the CPU one per ``Setup.threads`` cores, at most one per stage;
-    ``$MCAP_STAGE_SLOTS`` overrides."""
+    on the CPU one per ``Setup.threads`` cores, at most one per stage; ``wide`` (a command
+    with many partitionings to measure, issue 42): on CUDA every GPU of the machine, each
+    measuring a stage at once, more than one partitioning's. ``$MCAP_STAGE_SLOTS``
+    overrides."""
     asked = asked_slots()
     if asked is not None:
         return min(asked, setup.stages)
     if setup.device == "cuda":
         import torch
-        return max(1, min(torch.cuda.device_count(), setup.stages))
+        gpus = torch.cuda.device_count()
+        return max(1, gpus if wide else min(gpus, setup.stages))
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return max(1, min(setup.stages, (cores or 1) // max(1, setup.threads)))

@@ -93,7 +93,7 @@ def meter(setup: Setup, isolation: Optional[str] = None) -> str:
     byte), and on CUDA whether stages run alone or together, and how they exchange."""
     from mcap.runner import engines
     from mcap.runner.isolation import resolve_isolation
-    from mcap.runner import exchange
+    from mcap.runner import exchangemode as exchange
 
     how = resolve_isolation(isolation, engines.get(setup.engine))
     if setup.device == "cpu":

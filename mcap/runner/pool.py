@@ -51,7 +51,7 @@ def start_method() -> str:
 
 # numpy's OpenBLAS would start a thread pool at import; the zygote must stay single-threaded
 # to fork safely (torch does not use numpy's BLAS).
-ZYGOTE_ENV = {"OPENBLAS_NUM_THREADS": "1"}
+from mcap.runner.early import ZYGOTE_ENV  # noqa: E402  (one definition: the early zygote's)
 
 # After one stage reports oom/failed, how long the others may still take to answer before
 # the pool is killed (they are usually blocked waiting for that stage).
@@ -80,6 +80,9 @@ class WorkerPool:
         self._zygote: Optional[Zygote] = None
         self._zygote_dir: Optional[str] = None
         self._spawn_only = False  # the zygote refused to fork here: spawn from now on
+        # Stage jobs done and failed, and the dispatch in progress (tasks(): issue 42)
+        self._tasks_done = self._tasks_failed = 0
+        self._dispatch_now = None
 
     # ---- life cycle -------------------------------------------------------------------
     def start(self) -> None:
@@ -153,9 +156,17 @@ class WorkerPool:
             if self._spawn_only:
                 return None
         if self._zygote is None:
-            self._zygote_dir = self._zygote_dir or tempfile.mkdtemp(prefix="mcap-zygote-")
-            self._zygote = Zygote({**env, **ZYGOTE_ENV}, str(_REPO),
-                                  os.path.join(self._zygote_dir, "zygote.log"))
+            from mcap.runner import early
+            adopted = early.adopt({**env, **ZYGOTE_ENV})  # started before the CLI parsed
+            if adopted is not None:
+                self._zygote, folder = adopted
+                if self._zygote_dir:
+                    shutil.rmtree(self._zygote_dir, ignore_errors=True)
+                self._zygote_dir = folder
+            else:
+                self._zygote_dir = self._zygote_dir or tempfile.mkdtemp(prefix="mcap-zygote-")
+                self._zygote = Zygote({**env, **ZYGOTE_ENV}, str(_REPO),
+                                      os.path.join(self._zygote_dir, "zygote.log"))
             self._zygote.prepare(self.spec, self.setup)
         return self._zygote
 
@@ -237,6 +248,18 @@ class WorkerPool:
     @property
     def pids(self) -> list[int]:
         return [w.pid for w in self.workers]
+
+    def tasks(self):
+        """Stage jobs run alone done, running and queued on this machine (the progress
+        line's counts by node, ``mcap.core.tasks.TaskTally``; issue 42)."""
+        import socket
+
+        from mcap.core.tasks import TaskTally, counts
+        node = socket.gethostname()
+        now = self._dispatch_now
+        return TaskTally(counts({node: self._tasks_done}),
+                         counts({node: len(now.busy) if now else 0}),
+                         len(now.todo) if now else 0, counts({node: self._tasks_failed}))
 
     # ---- one run ----------------------------------------------------------------------
     def run(self, balance: tuple[int, ...], press=None

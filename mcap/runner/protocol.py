@@ -9,7 +9,10 @@ from dataclasses import dataclass
 from typing import Optional
 
 from mcap.core.machine import Machine
-from mcap.core.press.actions import PressPlan
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # importing mcap.core.press imports numpy: not on every runner's path
+    from mcap.core.press.actions import PressPlan
 from mcap.core.types import MemoryBreakdown, ModelInfo, Setup
 
 ITERATIONS = 2  # issue 4: each run trains 2 full iterations after building the stages
@@ -99,6 +102,11 @@ class StageResult:
     times: Optional[tuple] = None
     recv_bytes: int = 0
     send_bytes: int = 0
+    # Where it ran, set by a cluster executor (issue 42, mcap.runner.executors): the node's
+    # name and the fingerprint of the machine its fresh process measured on; None locally
+    # (the pool's own machine).
+    node: Optional[str] = None
+    machine: Optional[Machine] = None
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,13 @@ class SlotDispatch:
         self.problems: list[str] = []
 
     def run(self):
+        self.pool._dispatch_now = self  # what WorkerPool.tasks counts as running and queued
+        try:
+            return self._run()
+        finally:
+            self.pool._dispatch_now = None
+
+    def _run(self):
         while ((self.todo or self.starting) and not self.problems) or self.busy:
             if not self.busy and not self.free and self.starting:
                 self._wait_starting()
@@ -98,6 +105,8 @@ class SlotDispatch:
             return
         for result in reply.results:
             self.done.append((job, result))
+            pool._tasks_done += 1
+            pool._tasks_failed += result.status == "failed"
             if self.on_result is not None:
                 self.on_result(job, result)
         if any(r.status != "ok" for r in reply.results):

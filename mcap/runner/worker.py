@@ -98,7 +98,11 @@ def serve_fd(fd: int) -> None:
 def main(argv: list[str]) -> int:
     die_with_parent()
     serve_fd(int(argv[1]))
-    return 0
+    # Served its last job: leave without the interpreter's teardown of torch (as a forked
+    # stage process does, mcap.runner.zygote), which a closing pool would wait for.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

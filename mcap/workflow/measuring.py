@@ -97,6 +97,8 @@ class Measurer:
         threads, so stored runs are looked up without starting any process."""
         if self._runner is not None:
             return self._runner.machine
+        if remote_executor():  # a cluster's nodes measure: their fingerprint (the probe's)
+            return self.runner.machine
         if self._local is None:
             from mcap.runner.machine import collect
             self._local = collect(self.setup)
@@ -127,19 +129,82 @@ class Measurer:
         if self.knowledge is not None:
             self.knowledge.add(run)
         self.measured += 1
-        self.bar.advance(balance, measured=True, note=_note(run))
+        self.bar.advance(balance, measured=True, note=self._with_tasks(_note(run)))
         self._report(balance)
         return run
 
     def _measure(self, balance: tuple[int, ...]) -> Run:
         return self.runner.measure(balance)
 
+    def get_many(self, balances) -> list[Run]:
+        """``get`` of each of ``balances``, in order. Where the executor can run more stages
+        at once than one partitioning has (a cluster's tasks, more GPUs than stages;
+        issue 42), the stages of every balance still to measure go out together, each
+        recorded as it ends and each balance's run recorded the moment its last stage
+        is in; elsewhere one balance after the other, as ``get``."""
+        balances = [tuple(int(n) for n in b) for b in balances]
+        pending = [b for b in dict.fromkeys(balances) if not self._known(b)]
+        made = self._measure_many(pending) if len(pending) > 1 and self._fans_out() else {}
+        return [made[b] if b in made else self.get(b) for b in balances]
+
+    def _known(self, balance) -> bool:
+        """Stored or composable already (``get`` would not measure it)."""
+        if self.knowledge is not None and self.knowledge.compose(balance) is not None:
+            return True
+        return self.store.find_run(self.study, balance, machine=self.machine) is not None
+
+    def _fans_out(self) -> bool:
+        runner = self.runner
+        return bool(runner.alone and (runner.executor.remote or
+                                      runner.slots > self.setup.stages))
+
+    def _measure_many(self, pending: list) -> dict:
+        """Every stage of ``pending`` to the executor at once (``get_many``)."""
+        from mcap.core.profiling.cover import run_from_stages
+        made: dict = {}
+        # A driver stopped half-way stored some of these balances' stages: they are not
+        # sent again (a failed one is).
+        want = set(pending)
+        got: dict = {}
+        for stage_run in self.store.stage_runs(self.study, self.machine):
+            b = tuple(stage_run.balance)
+            if b in want and stage_run.status != "failed":
+                got.setdefault(b, {})[stage_run.stage] = stage_run
+
+        def complete(b) -> None:  # the balance's run, recorded now
+            run = self.estimate(run_from_stages(b, [got[b][i] for i in range(len(b))]))
+            self.store.record_run(self.study, run, kind=self.kind, job=self.job,
+                                  machine=self.machine)
+            if self.knowledge is not None:
+                self.knowledge.add(run)
+            made[b] = run
+            self.measured += 1
+            self.bar.advance(b, measured=True, note=self._with_tasks(_note(run)))
+            self._report(b)
+
+        def done(stage_run):
+            self._record_stage(stage_run)
+            b = tuple(stage_run.balance)
+            got.setdefault(b, {})[stage_run.stage] = stage_run
+            if len(got[b]) == len(b):
+                complete(b)
+        for b in pending:
+            if len(got.get(b, {})) == len(b):
+                complete(b)
+            else:
+                self.bar.start(b)
+        jobs = [(b, i) for b in pending if b not in made for i in range(len(b))
+                if i not in got.get(b, {})]
+        if jobs:
+            self.runner.measure_stages(jobs, on_result=done)
+        return made
+
     @property
     def runner(self):
         if self._runner is None:
             from mcap.runner import open_runner  # torch is imported only when measuring
-            self._runner = self._stack.enter_context(
-                open_runner(self.spec, self.setup, timeout=self.timeout))
+            self._runner = self._stack.enter_context(  # every GPU for many partitionings
+                open_runner(self.spec, self.setup, timeout=self.timeout, wide=True))
         return self._runner
 
     def measure_stages(self, jobs) -> list:
@@ -147,12 +212,23 @@ class Measurer:
         ``jobs``, recorded in the store and counted on the bar as it ends; their
         StageRuns in ``jobs`` order."""
         def done(run):
-            self.store.record_stage(self.study, run, job=self.job, machine=self.machine)
+            self._record_stage(run)
             self.measured += 1
-            note = _stage_note(run)
+            note = self._with_tasks(_stage_note(run))
             self.bar.advance(run.balance, measured=True, note=note)
             self._report(run.balance)
         return self.runner.measure_stages(jobs, on_result=done)
+
+    def _record_stage(self, run) -> None:
+        """A stage run alone, stored the moment it arrives under the machine that measured
+        it (a cluster's task reports its own; issue 42)."""
+        self.store.record_stage(self.study, run, job=self.job,
+                                machine=run.machine or self.machine)
+
+    def _with_tasks(self, note: str) -> str:
+        """``note`` and the executor's tasks by node (issue 42, item 4)."""
+        tasks = self._runner.tasks() if self._runner is not None else None
+        return f"{note}  [{tasks.describe()}]" if tasks is not None else note
 
     def estimate(self, run: Run) -> Run:
         """``run`` with its throughput estimated from its stages' times (a composed run
@@ -177,6 +253,12 @@ class Measurer:
 
     def close(self) -> None:
         self._stack.close()
+
+
+def remote_executor() -> bool:
+    """Whether this process's runners send their measurements to a cluster (issue 42)."""
+    from mcap.runner.executors import configured
+    return configured()[0].remote
 
 
 def _stage_note(run) -> str:

@@ -115,16 +115,19 @@ def profile(request: ProfileRequest, *, store: Store) -> ProfileResult:
     bar = ProgressBar(len(plan), "profile", stream=r.stream)
     m = Measurer(real.spec, real, r.setup, store, "profile", bar, r.job, r.timeout)
 
-    def get(balance):
+    def get_many(balances):  # every run of a round at once where the executor fans out
         if r.groups is None:
-            return m.get(balance)
-        run = m.get(merging.expand(balance, r.groups))
-        return dataclasses.replace(run, balance=tuple(balance))
+            return m.get_many(balances)
+        runs = m.get_many([merging.expand(b, r.groups) for b in balances])
+        return [dataclasses.replace(run, balance=tuple(b)) for b, run in zip(balances, runs)]
+
+    def get(balance):
+        return get_many([balance])[0]
     if r.reuse:
         m.knowledge = reuse_mod.stored_knowledge(store, m.study, r.setup, m.machine)[0]
     made = None
     with job_status(store, r.job, m.study, bar.total), contextlib.closing(m):
-        runs, fallback = _measure_plan(info, r.setup, plan, get, bar)
+        runs, fallback = _measure_plan(info, r.setup, plan, get_many, bar)
         if multi_schedule(r.setup):
             stats = _multi_statistics(info, r.setup, runs, bar)
         else:
@@ -149,10 +152,11 @@ def profile(request: ProfileRequest, *, store: Store) -> ProfileResult:
     return ProfileResult(prof, profile_id, tally)
 
 
-def _measure_plan(info: ModelInfo, setup: Setup, plan, get, bar) -> tuple[dict, list]:
+def _measure_plan(info: ModelInfo, setup: Setup, plan, get_many, bar) -> tuple[dict, list]:
     """The profiling runs, measured in rounds: each round measures what is queued, then
     asks the core for partitionings that give the statistics the oom/failed runs did not
-    (the paper chose these by hand, 3.5). No balance is repeated, so the rounds end; a
+    (the paper chose these by hand, 3.5); ``get_many`` measures a round at once where the
+    executor can (issue 42). No balance is repeated, so the rounds end; a
     fallback round in which nothing ran ok ends them too (every oom run costs a restart of
     the stage processes, and a capacity nothing fits under would otherwise try them all).
     (runs by balance, the balances the fallback added)."""
@@ -163,8 +167,8 @@ def _measure_plan(info: ModelInfo, setup: Setup, plan, get, bar) -> tuple[dict, 
     known_over: frozenset = frozenset()
     queue = [tuple(b) for b in plan]
     for round_ in range(4 * info.num_layers + 1):
-        for balance in queue:
-            runs[balance] = get(balance)
+        for balance, run in zip(queue, get_many(queue)):  # a round's runs go out together
+            runs[balance] = run
         # A round that ran nothing ok but named new windows over the capacity still
         # narrows the search (mcap.core.profiling.stats.over_capacity_windows).
         proven = over_capacity_windows(runs.values())

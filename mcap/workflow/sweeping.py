@@ -94,7 +94,7 @@ def sweep(spec: str, setup: Setup, out: Optional[Path], *, store: Store,
             runs, composed = found.runs, found.composed
             m.reused += found.reused
         else:
-            runs = tuple(m.get(b) for b in balances)
+            runs = tuple(m.get_many(balances))
         bar.close()
         if any(r.times is not None and r.samples_per_second is None for r in runs):
             runs = tuple(m.estimate(r) for r in runs)  # composed from stages run alone

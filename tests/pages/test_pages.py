@@ -428,7 +428,7 @@ def test_profile_page_form_and_bad_spec(bundled):
 
 
 @pytest.mark.integration
-def test_profile_page_runs_a_real_job_with_live_progress(tmp_path):
+def test_profile_page_runs_a_real_job_with_live_progress(tmp_path, tmp_store):
     at = page("profile")
     at.text_input(key="profile-spec").set_value("gpt:layers=1,hidden=32,vocab=64,seq=16")
     at.number_input(key="profile-stages").set_value(2)
@@ -446,6 +446,14 @@ def test_profile_page_runs_a_real_job_with_live_progress(tmp_path):
     assert any("2 of 2 runs" in t and "**done**" in t for t in texts), texts
     runs = frame(at, "balance", "status", "peaks_mib")
     assert runs["balance"].tolist() == ["1-2", "2-1"] and (runs["status"] == "ok").all()
+    # the configured executor ran it, and its tasks are counted by node (issue 42)
+    import socket
+    from mcap.store import Store
+    job = Store(tmp_store).list_jobs()[0]
+    assert at.selectbox(key="profile-executor").value == "local"
+    assert job.argv[-2:] == ("--executor", "local")
+    done = f"tasks: 4 done ({socket.gethostname()} 4), 0 running, 0 queued"
+    assert any(c.value == done for c in at.caption), [c.value for c in at.caption]
 
 
 @pytest.mark.integration

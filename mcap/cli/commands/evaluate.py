@@ -14,7 +14,9 @@ from __future__ import annotations
 import json
 
 from mcap.cli import args as argtypes
-from mcap.cli.options import add_predictor_option, add_setup_options, search_context, setup_from_args
+from mcap.cli.options import (
+    add_predictor_option, add_setup_options, executor_env, search_context, setup_from_args,
+)
 from mcap.core.errors import McapError
 from mcap.models.spec import UntrustedCode
 
@@ -245,7 +247,7 @@ def cmd_scale(args) -> int:
         check_out(args.out, scaling.SCALE_SCHEMA, store=store_path)  # before any run
     store = Store(store_path)
     try:
-        with measuring.sigterm_cancels():
+        with measuring.sigterm_cancels(), executor_env(args):
             result = scaling.scale(args.model, args.vary, grid, setup, parts, store=store,
                                    timeout=args.timeout, stream=sys.stderr,
                                    profile_capacity=args.profile_capacity == "same",

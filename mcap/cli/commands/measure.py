@@ -26,7 +26,8 @@ import json
 import sys
 from mcap.cli import args as argtypes
 from mcap.cli.options import (
-    add_node_options, add_setup_options, isolation_env, parse_balance, parse_plan_arg,
+    add_node_options, add_setup_options, executor_env, isolation_env, parse_balance,
+    parse_plan_arg,
     plan_setup, setup_from_args,
 )
 from mcap.cli.output import keep_measured, mib, plan_json, run_json
@@ -139,7 +140,8 @@ def _measure_and_keep(args, setup, current, isolation, measure, stored, show) ->
 
     store = Store(args.store)
     try:
-        with sigterm_cancels(), job_status(store, args.job, total=1), isolation_env(isolation):
+        with sigterm_cancels(), job_status(store, args.job, total=1), \
+                isolation_env(isolation), executor_env(args):
             if args.job is not None:
                 store.update_job(args.job, current=current)
             with open_runner(args.model, setup, timeout=args.timeout) as runner:

@@ -9,7 +9,9 @@ import argparse
 import sys
 
 from mcap.cli import args as argtypes
-from mcap.cli.options import add_node_options, add_setup_options, isolation_env, setup_from_args
+from mcap.cli.options import (
+    add_node_options, add_setup_options, executor_env, isolation_env, setup_from_args,
+)
 from mcap.core.errors import McapError
 
 
@@ -94,7 +96,7 @@ def _run(args, action) -> int:
         return launch_command(args, setup)
     store = Store(store_path)
     try:
-        with measuring.sigterm_cancels(), isolation_env(args.isolation):
+        with measuring.sigterm_cancels(), isolation_env(args.isolation), executor_env(args):
             return action(profiling, setup, store)
     except measuring.Cancelled:
         print(f"mcap: {args.command} cancelled; finished runs are kept in the store", file=sys.stderr)

@@ -320,3 +320,29 @@ def compose_all(runs: Iterable[Run], balances: Sequence[Sequence[int]], schedule
     for r in runs:
         k.add(r)
     return [k.compose(b) for b in balances]
+
+
+def run_from_stages(balance: Sequence[int], stages: Sequence[StageRun]) -> Run:
+    """The measured run of ``balance`` from its own stages run alone (one per stage, in
+    order): ok with their peaks (breakdowns and times where every stage has them), or oom
+    / failed with the stages' messages, the status's first. Its seconds are the stages'
+    own; its throughput is left to the caller's estimate (``Run.times``). How a run whose
+    stages went out with other runs' is recorded (issue 42, ``Measurer.get_many``)."""
+    balance = tuple(int(n) for n in balance)
+    if len(stages) != len(balance) or [s.stage for s in stages] != list(range(len(balance))):
+        raise McapError(f"balance {list(balance)} needs its {len(balance)} stages in order, "
+                        f"got stages {[s.stage for s in stages]}")
+    seconds = float(sum(s.seconds for s in stages))
+    bad = [s for s in stages if s.status != "ok"]
+    if not bad:
+        breakdown = tuple(s.breakdown for s in stages) \
+            if all(s.breakdown is not None for s in stages) else None
+        times = tuple(s.times for s in stages) if all(s.times is not None for s in stages) \
+            else None
+        return Run(balance, "ok", tuple(int(s.peak) for s in stages), seconds,
+                   breakdown=breakdown, times=times)
+    status = "oom" if any(s.status == "oom" for s in bad) else "failed"
+    messages = [s.error for s in bad if s.status == status and s.error]
+    messages += [s.error for s in bad if s.status != status and s.error]
+    return Run(balance, status, None, seconds,
+               error="; ".join(dict.fromkeys(messages)) or "the run did not finish")

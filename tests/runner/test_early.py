@@ -1,0 +1,51 @@
+"""The zygote ``python -m mcap`` starts before it reads its command line
+(``mcap.runner.early``, issue 42 item 6): only for commands that will fork CPU stage
+processes here, adopted by the pool when its environment is the pool's, ended otherwise."""
+from __future__ import annotations
+
+import pytest
+
+from mcap.runner import early
+
+MEASURE = ["measure", "--model", "gpt:layers=2,hidden=32,vocab=64,seq=16", "--balance", "2,2"]
+
+
+def test_which_command_lines_start_one(monkeypatch):
+    monkeypatch.delenv("MCAP_EXECUTOR", raising=False)
+    monkeypatch.delenv("MCAP_STAGE_START", raising=False)
+    assert early.wanted(MEASURE) == 1
+    assert early.wanted([*MEASURE, "--threads", "2"]) == 2
+    assert early.wanted(["sweep", "--threads=2"]) == 2
+    for other in (["predict"], [*MEASURE, "--device", "cuda"], [*MEASURE, "--executor", "ray"],
+                  [*MEASURE, "--help"], [*MEASURE, "--nnodes", "2"], [*MEASURE, "--threads", "x"],
+                  []):
+        assert early.wanted(other) is None, other
+    monkeypatch.setenv("MCAP_EXECUTOR", "slurm")
+    assert early.wanted(MEASURE) is None
+    assert early.wanted([*MEASURE, "--executor", "local"]) == 1
+    monkeypatch.delenv("MCAP_EXECUTOR")
+    monkeypatch.setenv("MCAP_STAGE_START", "spawn")
+    assert early.wanted(MEASURE) is None
+
+
+@pytest.mark.integration
+def test_the_pool_adopts_it_and_measures_the_same_bytes(monkeypatch):
+    from mcap.core.types import Setup
+    from mcap.runner import open_runner
+    monkeypatch.delenv("MCAP_EXECUTOR", raising=False)
+    setup = Setup(stages=2, batch_size=4, chunks=2)
+    with open_runner(MEASURE[2], setup) as runner:
+        plain = runner.measure((2, 2))
+    early.maybe_start(MEASURE)
+    started = early._early[1]
+    monkeypatch.setenv("MCAP_ISOLATION", "stage")  # what the CLI sets for itself
+    with open_runner(MEASURE[2], setup) as runner:
+        adopted = runner.measure((2, 2))
+        assert runner._pool._zygote is started and early._early is None
+    assert adopted.peaks == plain.peaks
+    early.maybe_start([*MEASURE, "--threads", "2"])  # another environment: ended, not used
+    other = early._early[1]
+    with open_runner(MEASURE[2], setup) as runner:
+        runner.model_info
+        assert runner._pool._zygote is not other and early._early is None
+    assert other.dead

@@ -317,11 +317,8 @@ def memory_events(items, r: Reader, w: str) -> tuple:
         it = r.int_(e[1], f"{where}[1]", low=0, high=MAX_COUNT)
         mb = r.int_(e[2], f"{where}[2]", low=-1, high=MAX_COUNT)
         before, peak, after = (r.bytes_(e[j], f"{where}[{j}]") for j in (3, 4, 5))
-        if len(e) == 7:
-            chunk = r.int_(e[6], f"{where}[6]", low=-1, high=MAX_COUNT)
-            out.append((kind, it, mb, before, peak, after, chunk))
-        else:
-            out.append((kind, it, mb, before, peak, after))
+        chunk = (r.int_(e[6], f"{where}[6]", low=-1, high=MAX_COUNT),) if len(e) == 7 else ()
+        out.append((kind, it, mb, before, peak, after, *chunk))
     return tuple(out)
 
 

@@ -53,7 +53,10 @@ def register(sub) -> None:
                         "measured under, is evaluated rank by rank from the profiles' op "
                         "timelines (mcap.core.schedules)")
     p.set_defaults(func=cmd_evaluate)
+    _register_scale(sub)
 
+
+def _register_scale(sub) -> None:
     from mcap.core.scaling import partitioners
     s = sub.add_parser("scale", help="largest model that trains under a capacity, per partitioner "
                                      "(paper 4.3, Fig. 11)",

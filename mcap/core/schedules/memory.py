@@ -47,7 +47,6 @@ ones; DualPipeV runs both): :meth:`EventModel.covers`.
 from __future__ import annotations
 
 import collections
-import dataclasses
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -55,8 +54,9 @@ import numpy as np
 
 from mcap.core.errors import McapError
 from mcap.core.partition import windows as balance_windows
-from mcap.core.profiling.stats import solve_windows
 from mcap.core.schedules.actions import ActionList
+from mcap.core.schedules.tables import (  # noqa: F401 (re-exported)
+    RiseTable, SplitTable, WindowTable, _rise_table, _table, split_plan)
 from mcap.core.setup import checkpoint_modes
 
 OCCURRENCES = ("first", "mid", "last")
@@ -237,173 +237,6 @@ def _ops(ev, rank: int, one_chunk: bool):
         ops.append((kind, chunk, after - before, peak - before))
         i = j
     return ops, release, rise
-
-
-class WindowTable:
-    """One op quantity per window: measured where measured, else mCAP's reading
-    (``iso(a) + sum added``). Quantities may be negative: they are read with an offset."""
-
-    def __init__(self, num_layers: int, measured: dict):
-        self.measured = dict(measured)
-        self.L = num_layers
-        offset = 1 + max((abs(v) for v in measured.values()), default=0) * 2
-        shifted = {w: v + offset for w, v in measured.items()}
-        iso, added, missing = solve_windows(num_layers, shifted)
-        self.iso = [None if v is None else v - offset for v in iso]
-        self.added = [0 if v is None else v for v in added]
-        self.added[0] = 0
-        # A layer no measured window ends at (a chunk may not end there: a view output
-        # under zero bubble) has no added of its own: it is read together with the next
-        # one, off n..l-1 and n..l+1, and no window may end at it.
-        self.no_end = set()
-        still = []
-        for l in missing.added:
-            pair = next((n for n in range(l - 1, -1, -1)
-                         if (n, l - 1) in measured and (n, l + 1) in measured), None)
-            if pair is None or l + 1 >= num_layers or (l + 1) in missing.added:
-                still.append(l)
-                continue
-            self.added[l] = measured[(pair, l + 1)] - measured[(pair, l - 1)]
-            self.added[l + 1] = 0
-            self.no_end.add(l)
-        self.missing = dataclasses.replace(missing, added=tuple(still))
-        self.prefix = np.concatenate([[0], np.cumsum(self.added)])
-
-    def get(self, a: int, b: int) -> Optional[int]:
-        m = self.measured
-        if (a, b) in m:
-            return m[(a, b)]
-        if self.iso[a] is None or b in self.no_end:
-            return None
-        # what layers a+1..b add, read at once off two measured windows n..a and n..b
-        # (mCAP's pair, wider): no layer in between needs its own reading, so a layer no
-        # window may end at (a run that failed there) is stepped over
-        for n in range(a, -1, -1):
-            if (n, a) in m and (n, b) in m:
-                return int(self.iso[a] + m[(n, b)] - m[(n, a)])
-        if any(self.missing.added and l in self.missing.added for l in range(a + 1, b + 1)):
-            return None
-        return int(self.iso[a] + self.prefix[b + 1] - self.prefix[a + 1])
-
-
-class RiseTable:
-    """An op's rise above its start (the ``t`` of a window), which is a *maximum* over the
-    op's layers, not a sum, so mCAP's ``iso + sum added`` cannot read it. The layers of a
-    chunk run one after another, forwards first to last, backwards last to first; while
-    layer l runs, the layers before it (in that order) have left their net bytes (``d``,
-    which adds up per layer: the window's ``d`` table) and layer l rises by what it rises
-    alone (``t(l..l)``, measured):
-
-        F:        t(a..b) = max over l of  d(a..l-1) + t(l..l)
-        B, I, W:  t(a..b) = max over l of  d(l+1..b) + t(l..l)
-
-    exact for forwards without checkpointing, mCAP-like for the rest. Measured windows are
-    read as measured; without a layer's own reading, the sum form is used."""
-
-    def __init__(self, kind: str, num_layers: int, measured: dict, d):
-        self.kind, self.measured, self.d = kind, dict(measured), d
-        self.sum = WindowTable(num_layers, measured)
-        self.offset = 0
-        # What a window of several layers rises beyond the composition, read on the
-        # profile's own windows of several layers (0 for forwards and whole backwards; the
-        # zero-bubble I keeps a gradient per layer boundary the composition does not see):
-        # the most common difference, used only where most windows show it.
-        diffs = [v - c for (a, b), v in self.measured.items() if b > a
-                 for c in [self._composed(a, b)] if c is not None]
-        if diffs:
-            common, count = collections.Counter(diffs).most_common(1)[0]
-            self.offset = common if count * 2 > len(diffs) else 0
-        self.form = self._choose_form(num_layers)
-
-    def _choose_form(self, num_layers: int) -> str:
-        """``composed`` or ``sum``: the form with the smaller error on the profile's own
-        windows of several layers that no statistic of the sum form is read from (windows
-        not starting at the first layer of the table's windows). The zero-bubble W computes
-        every layer's weight gradients in one pass, so its rise adds up across layers;
-        forwards and whole backwards run layer by layer."""
-        if self.kind == "F" or not self.measured:
-            return "composed"
-        start = min(a for a, _ in self.measured)
-        held = [(a, b, v) for (a, b), v in self.measured.items() if b > a and a > start]
-        errs = {"composed": 0.0, "sum": 0.0}
-        for a, b, v in held:
-            c = self._composed(a, b)
-            s = self.sum.iso[a] + self.sum.prefix[b + 1] - self.sum.prefix[a + 1] \
-                if self.sum.iso[a] is not None else None
-            if c is None or s is None:
-                continue
-            errs["composed"] += abs(c + self.offset - v)
-            errs["sum"] += abs(s - v)
-        return "sum" if errs["sum"] < errs["composed"] else "composed"
-
-    def get(self, a: int, b: int) -> Optional[int]:
-        if (a, b) in self.measured:
-            return self.measured[(a, b)]
-        if self.form == "sum":
-            got = self.sum.get(a, b)
-            if got is not None:
-                return got
-        composed = self._composed(a, b)
-        if composed is None:
-            return self.sum.get(a, b)
-        return composed + (self.offset if b > a else 0)
-
-    def _composed(self, a: int, b: int) -> Optional[int]:
-        alone = [self.measured.get((l, l)) for l in range(a, b + 1)]
-        if any(v is None for v in alone):
-            return None
-        best = None
-        for l in range(a, b + 1):
-            if self.kind == "F":
-                below = 0 if l == a else self.d.get(a, l - 1)
-            else:
-                below = 0 if l == b else self.d.get(l + 1, b)
-            if below is None:
-                return None
-            v = below + alone[l - a]
-            best = v if best is None else max(best, v)
-        return best
-
-
-class SplitTable:
-    """A quantity whose chunk 0 behaves differently throughout: under zero bubble the first
-    chunk's input needs no gradient, so its I does nothing and its W the whole backward
-    (``PipelineStage.backward_weight_one_chunk``), while every other chunk's I keeps the
-    graph for its W. Windows starting at layer 0 and the others are read apart, each with
-    mCAP's reading over its own windows (the split-backward profiling plan measures both
-    kinds: :func:`split_plan`)."""
-
-    def __init__(self, num_layers: int, measured: dict, make=None):
-        make = make or WindowTable
-        self.first = make(num_layers, {w: v for w, v in measured.items() if w[0] == 0})
-        self.rest = make(num_layers, {w: v for w, v in measured.items() if w[0] > 0})
-        self.measured = measured
-
-    def get(self, a: int, b: int) -> Optional[int]:
-        return (self.first if a == 0 else self.rest).get(a, b)
-
-
-def split_plan(runs: Sequence[Sequence[int]], inner: Sequence[Sequence[int]]) -> list:
-    """The profiling runs of a split-backward schedule: mCAP's plan over the G·V chunks
-    (``runs``) and mCAP's plan over layers 1..L-1 on G·V-1 chunks behind layer 0 alone
-    (``inner``), whose windows read the I and W bytes of chunks that do not start at layer
-    0 (:class:`SplitTable`): 2(L - G·V + 1) runs."""
-    out = [tuple(r) for r in runs]
-    out += [b for b in ((1, *r) for r in inner) if b not in out]
-    return out
-
-
-def _table(kind: str, num_layers: int, measured: dict):
-    return SplitTable(num_layers, measured) if kind in ("I", "W") else \
-        WindowTable(num_layers, measured)
-
-
-def _rise_table(kind: str, num_layers: int, measured: dict, d):
-    """The rise table of an op kind, over its ``d`` table (split apart like it)."""
-    if isinstance(d, SplitTable):
-        return SplitTable(num_layers, measured, lambda n, m: RiseTable(
-            kind, n, m, d.first if all(w[0] == 0 for w in m) else d.rest))
-    return RiseTable(kind, num_layers, measured, d)
 
 
 @dataclass

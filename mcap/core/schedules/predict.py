@@ -19,18 +19,17 @@ from the profile's own op times, bubble included.
 """
 from __future__ import annotations
 
-import itertools
-import math
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
-
-
 
 from mcap.core import schedules
 from mcap.core.errors import McapError
 from mcap.core.partition import windows as balance_windows
 from mcap.core.schedules import memory
 from mcap.core.schedules.actions import ActionList, makespan, replay
+from mcap.core.schedules.checkpointing import Checkpointed, choose_checkpointing, recomputed
+from mcap.core.schedules.search import (
+    MAX_ENUMERATED, Found, RankCosts, _key, all_balances, even, search, space_size)
 from mcap.core.setup import COMPARED_FIELDS
 from mcap.core.types import Profile
 
@@ -39,7 +38,6 @@ __all__ = ["Checkpointed", "Choice", "Found", "MAX_ENUMERATED", "OpTimes", "Rank
            "even", "event_model", "is_multi", "op_times", "recomputed", "search",
            "space_size", "split_backward", "stats_of"]
 
-MAX_ENUMERATED = 200_000  # partitionings searched one by one; beyond: local search
 Actions = Callable[[str, int, int, int], ActionList]
 # the Setup fields that must agree between profiles combined into one model (all that
 # change an op's bytes; the schedule, the stage counts and the checkpointing may differ:
@@ -102,118 +100,6 @@ def out_bytes_of(profile: Profile) -> tuple[int, ...]:
         raise McapError(f"profile {profile.model.spec!r} does not record its layers' output "
                         "bytes (profiles made before issue 39): profile it again")
     return out
-
-
-@dataclass
-class RankCosts:
-    """Predicted per-rank peaks of partitionings into ``G·V`` chunks under one action list."""
-    model: memory.EventModel
-    actions: ActionList
-
-    @property
-    def ranks(self) -> int:
-        return self.actions.stages
-
-    @property
-    def num_chunks(self) -> int:
-        return self.actions.num_chunks
-
-    @property
-    def num_layers(self) -> int:
-        return self.model.num_layers
-
-    def peaks(self, balance: Sequence[int]) -> tuple[int, ...]:
-        return self.model.rank_peaks(balance, self.actions)
-
-    def peak(self, balance: Sequence[int]) -> int:
-        return max(self.peaks(balance))
-
-
-def _key(peaks: Sequence[int]) -> tuple:
-    return tuple(sorted(peaks, reverse=True))
-
-
-def space_size(num_layers: int, chunks: int) -> int:
-    return math.comb(num_layers - 1, chunks - 1) if chunks <= num_layers else 0
-
-
-def all_balances(num_layers: int, chunks: int):
-    for cuts in itertools.combinations(range(1, num_layers), chunks - 1):
-        prev, out = 0, []
-        for c in (*cuts, num_layers):
-            out.append(c - prev)
-            prev = c
-        yield tuple(out)
-
-
-def even(num_layers: int, chunks: int) -> tuple[int, ...]:
-    """Layers split as evenly as possible, the extra ones on the first chunks."""
-    q, r = divmod(num_layers, chunks)
-    return tuple(q + (1 if i < r else 0) for i in range(chunks))
-
-
-@dataclass(frozen=True)
-class Found:
-    balance: tuple[int, ...]
-    peaks: tuple[int, ...]
-    evaluated: int
-    exhaustive: bool
-
-
-def search(costs: RankCosts, *, starts: Sequence[Sequence[int]] = (),
-           limit: int = MAX_ENUMERATED) -> Found:
-    """The partitioning with the lowest predicted peak (module docstring)."""
-    L, n = costs.num_layers, costs.num_chunks
-    if n > L:
-        raise McapError(f"{n} chunks (ranks x virtual stages) but the model has {L} layers")
-    if space_size(L, n) <= limit:
-        best, count, why = None, 0, None
-        for b in all_balances(L, n):
-            count += 1
-            try:
-                p = costs.peaks(b)
-            except McapError as exc:  # a chunk the profiles could not measure (its run failed)
-                why = why or str(exc)
-                continue
-            if best is None or _key(p) < _key(best[1]):
-                best = (b, p)
-        if best is None:
-            raise McapError(f"no partitioning can be predicted: {why}")
-        return Found(best[0], best[1], count, True)
-    return _local(costs, [even(L, n), *map(tuple, starts)])
-
-
-def _local(costs: RankCosts, starts) -> Found:
-    """Steepest descent over one-layer boundary moves, from each start."""
-    seen: dict = {}
-
-    def value(b):
-        if b not in seen:
-            try:
-                seen[b] = costs.peaks(b)
-            except McapError:  # not predictable (a chunk the profiles could not measure)
-                seen[b] = (float("inf"),)
-        return seen[b]
-
-    best = None
-    for start in starts:
-        cur = tuple(start)
-        while True:
-            nbrs = []
-            for i in range(len(cur) - 1):
-                for d in (-1, 1):
-                    b = list(cur)
-                    b[i] -= d
-                    b[i + 1] += d
-                    if b[i] >= 1 and b[i + 1] >= 1:
-                        nbrs.append(tuple(b))
-            nxt = min(nbrs, key=lambda b: _key(value(b)), default=cur)
-            if _key(value(nxt)) >= _key(value(cur)):
-                break
-            cur = nxt
-        if best is None or _key(value(cur)) < _key(value(best)):
-            best = cur
-    return Found(best, value(best), len(seen), False)
 
 
 # --- comparing schedules ------------------------------------------------------------------
@@ -374,95 +260,6 @@ def check_balance(balance: Sequence[int], chunks: int, num_layers: int) -> tuple
 
 
 
-
-
-# --- checkpointing chosen per stage (issue 39, item 5) -------------------------------------
-
-def recomputed(balance: Sequence[int], modes: Sequence[str], chunks: int) -> int:
-    """Layer forwards recomputed per step: a chunk checkpointed ``always`` recomputes each
-    of its layers for every micro-batch, ``except_last`` for all but the last, ``never``
-    for none."""
-    per = {"never": 0, "except_last": chunks - 1, "always": chunks}
-    return sum(n * per[m] for n, m in zip(balance, modes))
-
-
-@dataclass(frozen=True)
-class Checkpointed:
-    """A partitioning with a checkpoint mode per chunk, its per-rank peaks and how many
-    layer forwards it recomputes per step."""
-    balance: tuple[int, ...]
-    modes: tuple[str, ...]
-    peaks: tuple[int, ...]
-    recomputed: int
-    evaluated: int
-    exhaustive: bool
-
-    @property
-    def peak(self) -> int:
-        return max(self.peaks)
-
-
-def choose_checkpointing(model: memory.EventModel, al: ActionList,
-                         capacity: Optional[int] = None,
-                         modes: Optional[Sequence[str]] = None,
-                         limit: int = MAX_ENUMERATED) -> Checkpointed:
-    """The partitioning and which chunks checkpoint (issue 39, item 5): without a capacity
-    the lowest peak (fewest recomputed layers among equals); under ``capacity`` bytes per
-    device the fewest recomputed layer forwards with every rank fitting (lowest peak among
-    equals). A rank's peak depends only on its own chunks and their modes, so each rank's
-    modes are chosen on their own (every combination of ``modes``, default: the modes the
-    profiles measured); the partitionings are enumerated up to ``limit``, else searched
-    locally. McapError when nothing fits, naming the lowest peak found."""
-    modes = tuple(sorted(modes or model.modes))
-    L, n, M = model.num_layers, al.num_chunks, al.chunks
-    evaluated = 0
-
-    def best_for(balance):
-        nonlocal evaluated
-        chosen, peaks = [None] * n, []
-        for r in range(al.stages):
-            held = al.placement[r]
-            options = []
-            for combo in itertools.product(modes, repeat=len(held)):
-                per = [modes[0]] * n
-                for c, m in zip(held, combo):
-                    per[c] = m
-                p = model.rank_peak(balance, al, r, per)
-                evaluated += 1
-                cost = sum(balance[c] * {"never": 0, "except_last": M - 1, "always": M}[m]
-                           for c, m in zip(held, combo))
-                options.append((capacity is not None and p > capacity, cost, p, combo)
-                               if capacity is not None else (p, cost, combo))
-            pick = min(options)
-            combo = pick[-1]
-            for c, m in zip(held, combo):
-                chosen[c] = m
-            peaks.append(pick[2] if capacity is not None else pick[0])
-        return tuple(chosen), tuple(peaks)
-
-    def key(balance):
-        chosen, peaks = best_for(balance)
-        fits = capacity is None or max(peaks) <= capacity
-        cost = recomputed(balance, chosen, M)
-        k = (not fits, cost, _key(peaks)) if capacity is not None else (_key(peaks), cost)
-        return k, chosen, peaks
-
-    exhaustive = space_size(L, n) <= limit
-    pool = all_balances(L, n) if exhaustive else None
-    if exhaustive:
-        best = min(((key(b), b) for b in pool), key=lambda x: x[0][0])
-    else:
-        start = search(RankCosts(model, al), limit=0).balance
-        best = min(((key(b), b) for b in {start, even(L, n)}), key=lambda x: x[0][0])
-    (k, chosen, peaks), balance = best
-    if capacity is not None and max(peaks) > capacity:
-        low = choose_checkpointing(model, al, None, modes, limit)
-        raise McapError(f"no partitioning fits {fmt(capacity)} per device with checkpointing "
-                        f"{' or '.join(modes)} per stage: the lowest peak is {fmt(low.peak)} "
-                        f"({','.join(map(str, low.balance))} with --checkpoint "
-                        f"{','.join(low.modes)})")
-    return Checkpointed(balance, chosen, peaks, recomputed(balance, chosen, M), evaluated,
-                        exhaustive)
 
 
 def fmt(n: int) -> str:

@@ -95,23 +95,10 @@ def profile(request: ProfileRequest, *, store: Store) -> ProfileResult:
     Raises ``MissingStatistics`` naming the layers when no partitioning that would yield
     their statistics fits; every run measured until then stays in the store."""
     from mcap.core.capture import merging
-    from mcap.core.profiling.schedule import profiling_plan
     from mcap.io import jsonio
 
     r, started = request, time.monotonic()
-    real = model_info(r.spec, r.setup)
-    if r.groups is None:  # each layer's output bytes, kept with the study's layers
-        real = with_out_bytes(real, r.setup)
-    info = real if r.groups is None else merging.merged_model(real, r.groups)
-    check_stages(info, r.setup)
-    if r.parallel:  # refused before any run, naming the values
-        from mcap.workflow.capture.parallel import check_parallel
-        check_parallel(r.parallel, r.setup)
-    # mCAP's plan over the pipeline's stages: G of them, or G x V chunks under a
-    # multi-stage schedule (every chunk's op bytes are read as a stage's peak is)
-    plan = profiling_plan(info.num_layers, r.setup.num_chunks, r.scheme).runs
-    if multi_schedule(r.setup) and split_backward(r.setup):
-        plan = _split_plan(r, info)
+    real, info, plan = _model_and_plan(r)
     bar = ProgressBar(len(plan), "profile", stream=r.stream)
     m = Measurer(real.spec, real, r.setup, store, "profile", bar, r.job, r.timeout)
 
@@ -150,6 +137,27 @@ def profile(request: ProfileRequest, *, store: Store) -> ProfileResult:
     if made is not None:  # the dp/tp runs are counted too (the summary says how many of each)
         tally = tally.with_parallel(made)
     return ProfileResult(prof, profile_id, tally)
+
+
+def _model_and_plan(r: ProfileRequest) -> tuple[ModelInfo, ModelInfo, list]:
+    """The model's layers (with each one's output bytes), the layers profiled (merged where
+    ``r.groups`` says), and mCAP's profiling plan over the pipeline's stages: G of them, or
+    G x V chunks under a multi-stage schedule (every chunk's op bytes are read as a stage's
+    peak is), the split plan under a split backward. Refuses bad input before any run."""
+    from mcap.core.capture import merging
+    from mcap.core.profiling.schedule import profiling_plan
+    real = model_info(r.spec, r.setup)
+    if r.groups is None:  # each layer's output bytes, kept with the study's layers
+        real = with_out_bytes(real, r.setup)
+    info = real if r.groups is None else merging.merged_model(real, r.groups)
+    check_stages(info, r.setup)
+    if r.parallel:  # refused before any run, naming the values
+        from mcap.workflow.capture.parallel import check_parallel
+        check_parallel(r.parallel, r.setup)
+    plan = profiling_plan(info.num_layers, r.setup.num_chunks, r.scheme).runs
+    if multi_schedule(r.setup) and split_backward(r.setup):
+        plan = _split_plan(r, info)
+    return real, info, plan
 
 
 def _measure_plan(info: ModelInfo, setup: Setup, plan, get_many, bar) -> tuple[dict, list]:

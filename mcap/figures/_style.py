@@ -29,7 +29,7 @@ def method_color(name: str, default: str = "#1f77b4") -> str:
 
 def method_label(name: str) -> str:
     """The plain name a chart or a table shows for a registered method (its ``label``:
-    "mCAP (exact)", "even split", "balanced by parameters (DeepSpeed)", "Bayesian search"; mesh searches
+    "mCAP (exact)", "even split", "balanced by parameters", "Bayesian search"; mesh searches
     and MPress planners too), the name itself otherwise. ``mcap``, the scaling experiment's
     partitioner, is "mCAP". Tooltips and exports keep the name (issue 40, item 12)."""
     from mcap.core import search

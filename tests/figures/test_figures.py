@@ -436,7 +436,7 @@ def test_plain_names_on_charts_code_names_in_tooltips():
     parameters"; the code names stay in the tooltips and the exports."""
     from mcap.figures._style import method_label, table_view
     assert [method_label(m) for m in ("exact", "uniform", "params", "time", "bo", "mcap")] == \
-        ["mCAP (exact)", "even split", "balanced by parameters (DeepSpeed)", "balanced by time",
+        ["mCAP (exact)", "even split", "balanced by parameters", "balanced by time",
          "Bayesian search", "mCAP"]
     assert method_label("nosuch") == "nosuch"
     frame = overview.split_bars((("uniform", Prediction((2, 2), (5, 6))),
@@ -446,7 +446,7 @@ def test_plain_names_on_charts_code_names_in_tooltips():
     assert fig.data[0].hovertemplate.startswith("uniform 2-2")
     assert "even split vs mCAP (exact)" in fig.layout.title.text
     shown = table_view(pd.DataFrame({"method": ["exact", "params"], "peak": [1, 2]}), ("peak",))
-    assert shown["method"].tolist() == ["mCAP (exact)", "balanced by parameters (DeepSpeed)"]
+    assert shown["method"].tolist() == ["mCAP (exact)", "balanced by parameters"]
 
 
 def test_pick_labels_close_together_take_different_rows():

@@ -196,7 +196,7 @@ def test_recommend_table_snippet_and_bo_curve(bundled):
     exact = recommend(profile, G, "exact")
     table = frame(at, "method", "search_seconds")
     assert table["method"].tolist() == ["mCAP (exact)", "mCAP (brute force)", "even split",
-                                        "balanced by parameters (DeepSpeed)"]  # plain names (issue 40 item 12)
+                                        "balanced by parameters"]  # plain names (issue 40 item 12)
     assert table.set_index("method").loc["mCAP (exact)", "balance"] == balance_str(exact.balance)
     assert table.set_index("method").loc["mCAP (brute force)", "predicted_peak (MiB)"] == \
         mib([exact.predicted_peak])[0]
@@ -757,7 +757,7 @@ def test_recommend_leaves_a_minutes_long_bf_out_of_the_table(bundled):
     at.number_input(key="rec-stages").set_value(stages).run()
     assert not at.exception and not errors(at)
     table = frame(at, "method", "search_seconds")
-    assert table["method"].tolist() == ["mCAP (exact)", "even split", "balanced by parameters (DeepSpeed)"]
+    assert table["method"].tolist() == ["mCAP (exact)", "even split", "balanced by parameters"]
     assert any("bf is left out" in c.value and f"{count(layers, stages):,}" in c.value
                for c in at.caption)
     exact = recommend(profile, stages, "exact")
@@ -998,7 +998,7 @@ def test_partition_space_draws_every_pick_and_the_headlines_lowest_point(bundled
     at = page("space")
     spec = json.loads(at.get("plotly_chart")[0].proto.spec)
     stars = {t["name"] for t in spec["data"] if t.get("marker", {}).get("symbol") == "star"}
-    assert {"mCAP (exact)", "mCAP (brute force)", "even split", "balanced by parameters (DeepSpeed)"} <= stars, stars
+    assert {"mCAP (exact)", "mCAP (brute force)", "even split", "balanced by parameters"} <= stars, stars
     lowest = min(v for v in spec["data"][0]["x"])
     assert f"{lowest:.2f} MiB" == metric(at, "lowest measured peak")
 

@@ -92,7 +92,7 @@ def params(layer_params: Optional[Sequence[int]], L: int, G: int) -> tuple[tuple
 @register
 class Params(Method):
     name = "params"
-    label = "balanced by parameters (DeepSpeed)"
+    label = "balanced by parameters"
     help = ("baseline: DeepSpeed's default partition_method 'parameters': the split whose "
             "stages' parameter counts differ least (its partition_balanced)")
     uses_costs = False

@@ -165,15 +165,36 @@ def _slice_step(task: dict, rank: int):
     params = [p for layer in part for p in layer.parameters()]
 
     def step() -> None:
-        h = x.detach().requires_grad_(lo > 0 and x.is_floating_point())
+        h = _detached(x, lo > 0)
         for layer in part:
             h = layer(h)
-        loss = built.loss(h, y) if hi == len(layers) else h.float().sum()
+        loss = built.loss(h, y) if hi == len(layers) else _float_sum(h)
         loss.backward()
         for p in params:
             p.grad = None
 
     return step
+
+
+def _detached(x, grad: bool):
+    """A slice's input as a fresh leaf; layers may pass tuples (Hugging Face blocks, AmoebaNet
+    cells), whose structure is kept."""
+    if isinstance(x, (tuple, list)):
+        return tuple(_detached(t, grad) for t in x)
+    if not hasattr(x, "detach"):
+        return x
+    return x.detach().requires_grad_(grad and x.is_floating_point())
+
+
+def _float_sum(h):
+    """A scalar to run backward from a slice's output (a tensor, or a tuple of them)."""
+    if isinstance(h, (tuple, list)):
+        parts = [_float_sum(t) for t in h]
+        parts = [p for p in parts if p is not None]
+        return sum(parts[1:], parts[0]) if parts else None
+    if hasattr(h, "is_floating_point") and h.is_floating_point() and h.requires_grad:
+        return h.float().sum()
+    return None
 
 
 def _serve(folder: str, rank: int, k: int) -> dict:

@@ -18,7 +18,6 @@ which would execute an extra real forward in the first iteration and inflate its
 from __future__ import annotations
 
 import contextlib
-import copy
 import gc
 import time
 from typing import Callable, Optional
@@ -193,7 +192,7 @@ class _Stage:
         modes = checkpoint_modes(setup.checkpoint, n)
         self.layers, self.modules, self.stages = [], [], []
         for c, first, last in chunks:
-            layers = copy.deepcopy(self.res.module[first:last + 1]).to(device)
+            layers = self.res.stage_layers(first, last, device)
             if self.track:
                 tag_weights_and_gradients(layers)
             if press is None:

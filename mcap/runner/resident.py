@@ -1,8 +1,14 @@
 """What every stage process keeps between runs, uncounted (engine ``pipelining``): the whole
-model, one example batch, and each layer's output for one micro-batch on the meta device
-(:class:`Resident`). Built once per process, or once by the zygote before it forks
-(:func:`prebuild`), under ``memtrack.suspended()``; the model and the boundaries follow
-``Setup.precision`` (``mcap.runner.precision``)."""
+model on the meta device, one example batch, and each layer's output for one micro-batch on
+the meta device (:class:`Resident`). Built once per process, or once by the zygote before
+it forks (:func:`prebuild`), under ``memtrack.suspended()``; the model and the boundaries
+follow ``Setup.precision`` (``mcap.runner.precision``).
+
+Only the layers of the stage being measured are ever materialised, on its device
+(:meth:`Resident.stage_layers`, ``mcap.models.stage.materialise``; issue 41, item 2): an 8B
+model's stage of one block is built on one GPU while the whole model exists only as meta
+tensors, in neither host nor device memory. A user model (``package.module:function``) that
+cannot be built on the meta device is built whole on the host and sliced, as before."""
 from __future__ import annotations
 
 import contextlib
@@ -27,6 +33,16 @@ class Resident:
     inputs: torch.Tensor
     targets: torch.Tensor
     shapes: list  # shapes[i]: meta tensor(s) layer i outputs; shapes[-1] is the input
+    meta: bool = False  # module on the meta device: stage_layers materialises a stage's layers
+
+    def stage_layers(self, first: int, last: int, device) -> nn.Sequential:
+        """Layers ``first..last`` on ``device``, the stage's own copy: materialised from the
+        meta model (nothing else of the model is allocated anywhere), or deep-copied from
+        the whole model built on the host (a user model)."""
+        if self.meta:
+            from mcap.models.stage import materialise
+            return materialise(self.module, first, last, str(device))
+        return copy.deepcopy(self.module[first:last + 1]).to(device)
 
 
 def tensor_shapes(module: nn.Sequential, micro_inputs: torch.Tensor,
@@ -101,15 +117,13 @@ def _resident_key(spec: str, setup: Setup) -> tuple:
 
 def build_resident(spec: str, setup: Setup) -> tuple[Resident, "object"]:
     """Build the model once per process, uncounted; returns it and its ModelInfo."""
-    from mcap.models import build_model
-
     if _prebuilt is not None and _prebuilt[0] == _resident_key(spec, setup):
         if isinstance(_prebuilt[1], Exception):
             raise _prebuilt[1]
         return _prebuilt[1]
 
     with memtrack.suspended() if memtrack.installed() else contextlib.nullcontext():
-        built = build_model(spec)
+        built, meta = _built(spec)
         module = precision.cast_module(built.module, setup)
         inputs, targets = built.example_batch(setup.batch_size)
         micro = inputs[: max(1, setup.batch_size // setup.chunks)]
@@ -121,7 +135,20 @@ def build_resident(spec: str, setup: Setup) -> tuple[Resident, "object"]:
     info = dataclasses.replace(built.info, layers=tuple(
         dataclasses.replace(layer, out_bytes=nbytes(shapes[i]))
         for i, layer in enumerate(built.info.layers)))
-    return Resident(module, built.loss, inputs, targets, shapes), info
+    return Resident(module, built.loss, inputs, targets, shapes, meta), info
+
+
+def _built(spec: str):
+    """(the model, whether it is on the meta device): a built-in model on meta (no memory),
+    a user model as it builds (it may not build on meta)."""
+    from mcap.models import build_model
+    from mcap.models.build import BuiltModel
+    from mcap.models.spec import is_user_spec
+    from mcap.models.stage import meta_model
+    if is_user_spec(str(spec).strip()):
+        return build_model(spec), False
+    module, example_batch, loss, info = meta_model(spec)
+    return BuiltModel(module, example_batch, loss, info), True
 
 
 def nbytes(meta) -> int:

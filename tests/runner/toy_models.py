@@ -48,3 +48,12 @@ def linear(width: int = 64, layers: int = 4, scales: int = 2):
         return (output - targets).pow(2).mean()
 
     return seq, example_batch, loss
+
+
+def builtin_gpt(layers: int = 4, hidden: int = 32):
+    """The built-in ``gpt:layers=L,hidden=H`` as a user model: built whole on the host and
+    sliced by the runner (a user model may not build on the meta device), where the built-in
+    spec's stages are materialised from the meta model (tests/runner/test_resident.py)."""
+    from mcap.models import build_model
+    built = build_model(f"gpt:layers={layers},hidden={hidden}")
+    return built.module, built.example_batch, built.loss

@@ -54,7 +54,6 @@ them (:func:`run_device`, :class:`_Stage`).
 from __future__ import annotations
 
 import contextlib
-import copy
 import gc
 import time
 from typing import Optional
@@ -146,7 +145,7 @@ class _Stage:
         self.is_first = place.stage == 0
         self.is_last = place.stage == len(links.plan.stages) - 1
         torch.manual_seed(SEED)
-        layers = copy.deepcopy(res.module[links.first_layer:links.last_layer + 1]).to(device)
+        layers = res.stage_layers(links.first_layer, links.last_layer, device)
         self.replicated: tuple = ()
         if place.config.parallel == "tp":
             self.replicated = tensor_parallel(layers, mesh)

@@ -25,7 +25,12 @@ recorded as skipped, never cut half-way; one step's failure never stops the next
 7. ``schedules`` (issue 39): the small VGG11 and GPT-2 setups profiled under GPipe and
    interleaved zero bubble (``bench/bench_schedules.py``), then interleaved-1f1b (V=2) and
    zbv swept on 2 GPUs' worth of ranks, each run alone: every rank predicted from the two
-   profiles, per-rank error p90 (target <= 2%) and max.
+   profiles, per-rank error p90 (target <= 2%) and max;
+8. ``llm`` (issue 41, item 4): ``bench/gpu_llm.py``: a Llama-3.2-1B of 8 blocks at sequence
+   2048 in bf16 on 8 stages (CPU: a narrow Llama on 4), GPipe and 1F1B profiled and sampled,
+   per-rank p90 (target <= 2%), and mCAP's pick against torchtitan's and DeepSpeed's splits
+   measured: the fullest rank and the largest micro-batch fitting 80 GiB. Its share of the
+   default budget fits a partial run; ``--steps llm --budget 420`` gives it a session's run.
 
 Everything lands in OUT: ``summary.json`` (every figure, each step's command, status and
 seconds, the machine, torch, CUDA, commit, date) and the data files with the same
@@ -63,8 +68,8 @@ PRESS = {"cuda": ("gpt:layers=8,hidden=1024,heads=16,vocab=8192,seq=256", 16),
 CPU_PROFILE = ROOT / "data" / "vgg11-h512-b8-cpu4.profile.json"
 # Seconds each step took on one H200 (2026-11-26): paper 71, small 102, hybrid ~45 (it
 # failed then), throughput 12, tests over 290, press 123.
-SHARES = {"paper": 0.12, "small": 0.22, "hybrid": 0.06, "throughput": 0.04, "tests": 0.26,
-          "press": 0.14, "schedules": 0.16}
+SHARES = {"paper": 0.10, "small": 0.19, "hybrid": 0.05, "throughput": 0.04, "tests": 0.20,
+          "press": 0.12, "schedules": 0.16, "llm": 0.14}
 # issue 39's setups: (spec, batch, micro-batches); a sample of each sweep
 SCHEDULE_MODELS = {"cuda": {"vgg11": ("vgg11:image_size=32,hidden=512", 8, 4),
                             "gpt2": ("hf:gpt2:n_layer=8,n_embd=256,n_head=4,seq=256", 4, 4)},
@@ -371,6 +376,21 @@ def step_schedules(device: str, out: Path, log: Log, left: float, work: Path) ->
     return result
 
 
+# --- 8. LLM scale (issue 41, item 4) ----------------------------------------------------------
+
+def step_llm(device: str, out: Path, log: Log, left: float, work: Path) -> dict:
+    """bench/gpu_llm.py on the device (its docstring); the GPipe profile comes back."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import gpu_llm
+    folder = work / "llm"
+    result = gpu_llm.run(device, folder, left, log)
+    prof = folder / "gpipe.profile.json"
+    if prof.exists() and len(list(out.iterdir())) < 7:  # at most 8 files come back
+        shutil.copy(prof, out / "llm-gpipe.profile.json")
+        result["file"] = "llm-gpipe.profile.json"
+    return result
+
+
 # --- 6. MPress on the device ----------------------------------------------------------------
 
 def step_press(device: str, out: Path, log: Log, left: float, work: Path) -> dict:
@@ -463,6 +483,8 @@ def main(argv=None) -> int:
                 got = step_hybrid(args.device, out, log, left, work)
             elif name == "schedules":
                 got = step_schedules(args.device, out, log, left, work)
+            elif name == "llm":
+                got = step_llm(args.device, out, log, left, work)
             else:
                 got = step_press(args.device, out, log, left, work)
             got.setdefault("status", "done")

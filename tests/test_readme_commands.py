@@ -238,9 +238,15 @@ def option(args: list[str], name: str):
 
 
 def layers_of(spec: str) -> int:
+    """From the spec alone for the built-in models; a Hugging Face one (its layer count
+    comes from its configuration) from its build on the meta device (no memory)."""
     from mcap.models.spec import layer_count, parse_spec
     name, params = parse_spec(spec)
-    return layer_count(name, params)
+    count = layer_count(name, params)
+    if count is None and name.startswith("hf:"):
+        from mcap.models import build_model
+        count = build_model(spec, device="meta").info.num_layers
+    return count
 
 
 # --- static checks (fast) ----------------------------------------------------------------

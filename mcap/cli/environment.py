@@ -74,6 +74,22 @@ def _traceback() -> None:
                         "of an internal error)")
 
 
+def _executor() -> None:
+    from mcap.runner.executors import chosen_name
+    chosen_name()
+
+
+def _executor_flag(name: str) -> Callable[[], None]:
+    """An executor option's variable (``--retries`` and the like), parsed as the option is."""
+    def check() -> None:
+        from mcap.runner.executors import all_flags
+        text = os.environ.get(name, "")
+        for flag in all_flags():
+            if flag.env == name and text.strip():
+                flag.parse(text, f"${name}")
+    return check
+
+
 def _unchecked() -> None:
     """Read outside mcap's own code (bin/test's workers)."""
 
@@ -93,6 +109,19 @@ VARIABLES: dict[str, tuple[Callable[[], None], str]] = {
     "MCAP_SPMD_STATUS": (_path("MCAP_SPMD_STATUS"), "set by mcap for its torchrun children"),
     "MCAP_TRACEBACK": (_traceback, "1 prints the traceback of an internal error"),
     "MCAP_TEST_WORKERS": (_unchecked, "bin/test's pytest workers"),
+    "MCAP_EXECUTOR": (_executor, "where stage-alone measurements run (--executor)"),
+    "MCAP_RETRIES": (_executor_flag("MCAP_RETRIES"), "--retries of a remote executor"),
+    "MCAP_QUEUE_TIMEOUT": (_executor_flag("MCAP_QUEUE_TIMEOUT"), "--queue-timeout"),
+    "MCAP_RAY_ADDRESS": (_executor_flag("MCAP_RAY_ADDRESS"), "--ray-address"),
+    "MCAP_RAY_LOCAL_CPUS": (_executor_flag("MCAP_RAY_LOCAL_CPUS"), "--ray-local-cpus"),
+    "MCAP_SLURM_PARTITION": (_executor_flag("MCAP_SLURM_PARTITION"), "--slurm-partition"),
+    "MCAP_SLURM_TIME": (_executor_flag("MCAP_SLURM_TIME"), "--slurm-time"),
+    "MCAP_SLURM_GPUS_PER_TASK": (_executor_flag("MCAP_SLURM_GPUS_PER_TASK"),
+                                 "--slurm-gpus-per-task"),
+    "MCAP_SLURM_ARRAY_PARALLELISM": (_executor_flag("MCAP_SLURM_ARRAY_PARALLELISM"),
+                                     "--slurm-array-parallelism"),
+    "MCAP_SLURM_FOLDER": (_executor_flag("MCAP_SLURM_FOLDER"), "--slurm-folder"),
+    "MCAP_NO_PRELOAD": (_unchecked, "set by mcap for Ray's tracker worker (no torch import)"),
 }
 PREFIX = "MCAP_"
 

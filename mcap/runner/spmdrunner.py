@@ -150,6 +150,12 @@ class SpmdRunner:
     """Rank 0's runner for one model and setup: the interface of :class:`mcap.runner.Runner`
     the workflows use (``measure``, ``machine``, ``model_info``, a context manager)."""
 
+    alone = False  # every run is one torchrun across the nodes: nothing to fan out
+
+    def tasks(self):
+        """No task tally: each run is one torchrun (``Runner.tasks``)."""
+        return None
+
     def __init__(self, leader: _Leader, spec: str, setup: Setup, *, timeout: float = 300.0):
         from mcap.models.spec import check_trusted, parse_spec
         from mcap.runner import check_setup

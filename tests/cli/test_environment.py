@@ -26,6 +26,8 @@ from tests.conftest import REPO, cli
     ("MCAP_STORE", "s\x01" + "y" * 300, "has a name of 302 bytes"),
     ("MCAP_DATA_DIR", "/".join(["d" * 200] * 25), "above the system's limit of 4,095"),
     ("MCAP_TRACEBACK", "yes", "MCAP_TRACEBACK='yes' is not 0 or 1"),
+    ("MCAP_EXECUTOR", "dask", "MCAP_EXECUTOR='dask' is not an executor"),
+    ("MCAP_RETRIES", "-1", "$MCAP_RETRIES '-1' is not a whole number"),
 ])
 def test_a_bad_value_exits_2_naming_it_before_any_command_runs(capsys, monkeypatch, tmp_path,
                                                                  name, value, needle):

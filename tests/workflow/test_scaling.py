@@ -119,7 +119,7 @@ def test_figure_data_marks_the_largest_and_hides_peaks_that_did_not_train():
     drawn = fig.draw_scaling(pts, SETUP.capacity_bytes)
     assert isinstance(drawn, go.Figure)
     names = [t.name for t in drawn.data]
-    assert "mcap: largest trainable" in names and "time: largest trainable" in names
+    assert "mCAP: largest trainable" in names and "balanced by time: largest trainable" in names
 
 
 def pd_isna(x):
@@ -171,8 +171,9 @@ def test_scaling_page_shows_the_largest_sizes_and_the_chart(tmp_path, monkeypatc
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     metrics = {m.label: (m.value, m.delta) for m in at.metric}
-    assert metrics["mcap"] == ("0.02M params", "2.00x time")
-    assert metrics["time"][0] == "0.01M params" and metrics["uniform"][0] == "none trains"
+    assert metrics["mCAP"] == ("0.02M params", "2.00x balanced by time")  # plain names (issue 40)
+    assert metrics["balanced by time"][0] == "0.01M params"
+    assert metrics["even split"][0] == "none trains"
     shown = at.dataframe[0].value
     assert shown["value"].tolist() == fig.scaling_points(SCALING)["value"].tolist()
     assert at.selectbox[0].value == "toy.scale.json"

@@ -27,14 +27,18 @@ pytestmark = pytest.mark.integration
 
 
 def reference_losses(spec: str, batch: int = B, chunks: int = C) -> list[float]:
-    """One process, the whole model, the same micro-batches, seed and optimizer."""
+    """One process, the whole model, the same micro-batches, seed and optimizer; its layers
+    materialised from the meta model as every stage process builds its own (the values of a
+    layer do not depend on which stage builds it: mcap.models.stage)."""
     import torch
 
-    from mcap.models import build_model
+    from mcap.models.build import BuiltModel
+    from mcap.models.stage import materialise, meta_model
     from mcap.runner.capture.device import SEED
     from mcap.runner.train import make_optimizer
 
-    built = build_model(spec)
+    meta, example_batch, loss, info = meta_model(spec)
+    built = BuiltModel(materialise(meta, 0, len(meta) - 1, "cpu"), example_batch, loss, info)
     x, y = built.example_batch(batch)
     torch.manual_seed(SEED)
     opt = make_optimizer(Setup(stages=1), built.module.parameters())

@@ -27,6 +27,10 @@ def setup_args(spec: str, setup) -> list[str]:
             "--engine", setup.engine, "--device", setup.device]
     if setup.capacity_bytes:
         args += ["--capacity", str(setup.capacity_bytes)]
+    if setup.virtual_stages > 1:  # a multi-stage schedule's stages per rank (issue 39)
+        args += ["--virtual-stages", str(setup.virtual_stages)]
+    if setup.precision != "fp32":
+        args += ["--precision", setup.precision]
     return args
 
 

@@ -7,7 +7,8 @@ from mcap.app import jobs
 from mcap.core.errors import McapError
 from mcap.models.spec import KNOWN_MODELS, parse_spec, trusted, user_target
 from mcap.core.setup import check_setup
-from mcap.core.types import CHECKPOINTS, OPTIMIZERS, SCHEDULES, Setup
+from mcap.core import schedules as schedule_registry
+from mcap.core.types import CHECKPOINTS, OPTIMIZERS, PRECISIONS, Setup
 from mcap.runner.engines import get as get_engine, names as engine_names
 from mcap.runner.executors import chosen_name, get as get_executor, names as executor_names
 from pages._jobs import gpu_count, job_output, job_panel, setup_args
@@ -47,11 +48,22 @@ with st.form("profile-form"):
     a, b, c = st.columns(3)
     batch = a.number_input("Batch size", 1, 4096, value=32, key="profile-batch")
     chunks = b.number_input("Micro-batches", 1, 256, value=4, key="profile-chunks")
-    schedule = c.selectbox("Schedule", SCHEDULES)
+    schedule = c.selectbox("Schedule", schedule_registry.names(), key="profile-schedule",
+                           help=" ".join(f"**{s.name}**: {s.help}."
+                                         for s in schedule_registry.REGISTRY))
     a, b, c = st.columns(3)
     checkpoint = a.selectbox("Checkpoint", CHECKPOINTS)
     optimizer = b.selectbox("Optimizer", OPTIMIZERS)
     capacity_mib = c.number_input("Capacity per device (MiB, 0 for none)", 0, 10**7, value=0)
+    a, b, _ = st.columns(3)
+    precision = a.selectbox("Precision", PRECISIONS, key="profile-precision",
+                            help="fp32; bf16-autocast (torch.autocast); bf16 (bf16 weights and "
+                                 "activations, fp32 master weights and optimizer state)")
+    virtual = b.number_input("Stages per device (interleaved schedules)", 1, 16, value=2,
+                             key="profile-virtual",
+                             help="used by the schedules that hold several stages per device "
+                                  "(interleaved-1f1b, looped-bfs, interleaved-zb); zbv and "
+                                  "dualpipev hold 2; the others 1")
     a, b, c = st.columns(3)
     engine = a.selectbox("Engine", engine_names(), format_func=lambda n: get_engine(n).label,
                          help=" ".join(f"**{n}**: {get_engine(n).help}." for n in engine_names()))
@@ -82,7 +94,10 @@ if submitted:
             engine = "hybrid"
         setup = Setup(stages=int(stages), batch_size=int(batch), chunks=int(chunks), schedule=schedule,
                       checkpoint=checkpoint, device=device, engine=engine, optimizer=optimizer,
-                      capacity_bytes=int(capacity_mib) * 2**20 or None)
+                      capacity_bytes=int(capacity_mib) * 2**20 or None, precision=precision,
+                      virtual_stages=schedule_registry.get(schedule).virtual(
+                          int(virtual) if schedule_registry.get(schedule).stages_per_rank == "many"
+                          else None))
         check_setup(setup, engine_names())  # the rules the job would apply, before it starts
         get_engine(engine).check(setup, gpus)
         args = setup_args(spec, setup) + ["--out", job_output(s, command)]

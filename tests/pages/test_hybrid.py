@@ -304,3 +304,26 @@ def test_pipeline_measured_is_none_for_a_hybrid_plan_or_an_unmeasured_one():
     assert pipeline_measured(profile, parse_plan("15,2,5,8"), runs) is None
     assert pipeline_measured(profile, parse_plan("14,1,5,8"), runs) is None
     assert pipeline_measured(profile, parse_plan("16:dp2,1,5,8"), runs) is None
+
+
+def test_profile_page_profiles_any_schedule_in_bf16(data):
+    """Issue 39: the Profile page offers every registered schedule, the stages per device
+    of the interleaved ones and the precision; the job's command line carries them, and a
+    schedule's rule on the micro-batches is refused on the page before any job starts."""
+    from mcap.cli.main import build_parser
+    at = page("profile")
+    at.text_input(key="profile-spec").set_value("mymodels:build")  # waits for confirmation
+    at.selectbox(key="profile-schedule").set_value("interleaved-zb")
+    at.selectbox(key="profile-precision").set_value("bf16-autocast")
+    at.number_input(key="profile-virtual").set_value(2)
+    at.number_input(key="profile-stages").set_value(2)
+    at.button(key="profile-start").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    args = at.session_state["profile-confirm"][2]
+    parsed = build_parser().parse_args(["profile", *args])
+    assert (parsed.schedule, parsed.virtual_stages, parsed.precision) == \
+        ("interleaved-zb", 2, "bf16-autocast")
+    at.selectbox(key="profile-schedule").set_value("dualpipev")
+    at.number_input(key="profile-stages").set_value(8)  # DualPipeV needs M >= its stages
+    at.button(key="profile-start").click().run()
+    assert at.error and not at.exception, [e.value for e in at.error]

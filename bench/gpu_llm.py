@@ -110,15 +110,13 @@ def per_rank_error(profile_path: Path, sweep_path: Path) -> dict:
 def largest_micro_batch(low: list, high: list, micro_low: int, micro_high: int,
                         capacity: int = H100_BYTES) -> int:
     """The largest micro-batch whose fullest rank fits ``capacity``, on each rank's line
-    through its peaks measured at two micro-batch sizes (0 when even the first does not)."""
-    best = None
-    for a, b in zip(low, high):
-        slope = (b - a) / (micro_high - micro_low)
-        if slope <= 0:
-            continue
-        fits = int(micro_low + (capacity - a) // slope)
-        best = fits if best is None else min(best, fits)
-    return max(0, best) if best is not None else 0
+    through its peaks measured at two micro-batch sizes (CAPTURE's III-B2 line, inverted:
+    ``mcap.core.capture.plan.batch_at_capacity``); 0 when even the first does not fit or no
+    rank grows with the micro-batch."""
+    from mcap.core.capture.plan import batch_at_capacity
+    fits = [batch_at_capacity(a, micro_low, b, micro_high, capacity) for a, b in zip(low, high)]
+    fits = [f for f in fits if f is not None]
+    return min(fits) if fits else 0
 
 
 def splits(cli: Cli, profile_path: Path) -> dict:

@@ -95,9 +95,7 @@ if submitted:
         setup = Setup(stages=int(stages), batch_size=int(batch), chunks=int(chunks), schedule=schedule,
                       checkpoint=checkpoint, device=device, engine=engine, optimizer=optimizer,
                       capacity_bytes=int(capacity_mib) * 2**20 or None, precision=precision,
-                      virtual_stages=schedule_registry.get(schedule).virtual(
-                          int(virtual) if schedule_registry.get(schedule).stages_per_rank == "many"
-                          else None))
+                      virtual_stages=schedule_registry.get(schedule).virtual_from_form(int(virtual)))
         check_setup(setup, engine_names())  # the rules the job would apply, before it starts
         get_engine(engine).check(setup, gpus)
         args = setup_args(spec, setup) + ["--out", job_output(s, command)]

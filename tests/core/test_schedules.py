@@ -57,6 +57,14 @@ def test_bad_virtual_stages_name_the_rule():
         schedules.get("pipedream")
 
 
+def test_a_forms_number_is_the_stages_per_rank_only_where_the_schedule_takes_several():
+    assert schedules.get("interleaved-1f1b").virtual_from_form(3) == 3
+    assert schedules.get("1f1b").virtual_from_form(3) == 1
+    assert schedules.get("zbv").virtual_from_form(3) == 2
+    with pytest.raises(McapError, match="from 1 to"):
+        schedules.get("looped-bfs").virtual_from_form(0)
+
+
 @pytest.mark.parametrize("name", ALL)
 def test_every_list_runs_each_micro_batch_once_per_chunk_and_never_deadlocks(name):
     for g, m in ((1, 4), (2, 4), (4, 8), (3, 6)):

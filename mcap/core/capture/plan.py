@@ -195,6 +195,18 @@ def batch_line(m1: float, b1: int, m2: float, b2: int, target: int) -> float:
     return m1 + (m2 - m1) * (target - b1) / (b2 - b1)
 
 
+def batch_at_capacity(m1: float, b1: int, m2: float, b2: int, capacity: float) -> Optional[int]:
+    """The inverse of :func:`batch_line`: the largest whole batch size whose value on the line
+    through (b1, m1) and (b2, m2) is at most ``capacity`` (0 when not even 0 fits); None when
+    the line does not rise (no batch size reaches the capacity)."""
+    if b1 == b2:
+        raise McapError(f"batch-size scaling needs two different batch sizes, got {b1} twice")
+    slope = (m2 - m1) / (b2 - b1)
+    if slope <= 0:
+        return None
+    return max(0, int(b1 + (capacity - m1) // slope))
+
+
 def merge_layers(mem_isolated: Sequence[int], mem_added: Sequence[Optional[int]],
                  target: int) -> tuple[tuple[int, ...], tuple[int, ...], tuple[Optional[int], ...]]:
     """CAPTURE's layer merger (III-A3): merge adjacent layers, always the pair whose merged

@@ -70,6 +70,11 @@ class Schedule:
                             f"got {given!r}")
         return v
 
+    def virtual_from_form(self, asked: int) -> int:
+        """Stages per rank from a form that always holds a number (the Profile page): the
+        number where the schedule takes several, the schedule's own count otherwise."""
+        return self.virtual(asked if self.stages_per_rank == "many" else None)
+
     def check(self, stages: int, virtual: int, chunks: int,
               num_layers: Optional[int] = None) -> None:
         """Refuse (McapError naming the rule) what torch's constructor would refuse, and V

@@ -4,7 +4,7 @@ import pytest
 
 from mcap.core.errors import InvalidPartitioning, McapError
 from mcap.core.capture.plan import (
-    MAX_DEVICES, StageConfig, batch_line, check_plan, log_degree, merge_layers, parse_mesh, parse_plan,
+    MAX_DEVICES, StageConfig, batch_at_capacity, batch_line, check_plan, log_degree, merge_layers, parse_mesh, parse_plan,
 )
 
 
@@ -76,6 +76,16 @@ def test_batch_line_through_two_profiled_sizes():
     assert batch_line(100, 8, 160, 16, 8) == 100
     with pytest.raises(McapError, match="two different batch sizes"):
         batch_line(1, 8, 2, 8, 16)
+
+
+def test_batch_at_capacity_inverts_the_batch_line():
+    # 100 at 8, 160 at 16: 7.5 per sample; 280 is reached at 32
+    assert batch_at_capacity(100, 8, 160, 16, 280) == 32
+    assert batch_line(100, 8, 160, 16, batch_at_capacity(100, 8, 160, 16, 279)) <= 279
+    assert batch_at_capacity(100, 8, 160, 16, 10) == 0      # not even 0 fits
+    assert batch_at_capacity(100, 8, 100, 16, 280) is None  # a flat line never reaches it
+    with pytest.raises(McapError, match="two different batch sizes"):
+        batch_at_capacity(1, 8, 2, 8, 16)
 
 
 def test_layer_merger_merges_the_pair_with_the_lowest_merged_isolated_memory():

@@ -86,6 +86,12 @@ def _load() -> ModuleType:
                 module = importlib.util.module_from_spec(spec)
                 spec.loader.exec_module(module)
             else:
+                # torch's baton (``lock``) left by a compiler killed mid-build makes every
+                # later build wait on it forever; under this flock no builder is alive, so
+                # one found here is stale (a stage process killed during the first compile)
+                stale = build / "lock"
+                if stale.is_file() and not stale.is_symlink():
+                    stale.unlink()
                 module = cpp_extension.load(name, [str(_SOURCE)], build_directory=str(build),
                                             extra_cflags=["-O2"], verbose=False)
         finally:

@@ -382,7 +382,17 @@ def fit(observations: Sequence[RankObservation], num_layers: int, chunks: int,
     seen_modes = collections.Counter(m for (_, (m, _)) in d_meas)
     d_tables = {k: _table(k[0], L, v) for k, v in d_meas.items()}
     return EventModel(L, chunks, tuple(out_bytes), d_tables,
-                      {k: _rise_table(k[0], L, v, d_tables[k]) for k, v in t_meas.items()},
+                      {k: _rise_table(k[0], L, v, d_tables[k], _first_w(k, d_tables), out_bytes)
+                       for k, v in t_meas.items()},
                       static, (float(release[0]), float(release[1])), rises, frozenset(kinds),
                       schedule, mode=seen_modes.most_common(1)[0][0])
 
+
+def _first_w(key, d_tables: dict):
+    """For a W that is not its chunk's first, the first W's ``d`` table (same checkpoint
+    mode), from which :class:`~mcap.core.schedules.tables.RiseTable` reads the weight
+    gradients a W holds between parameter groups; None for other ops."""
+    kind, (mode, occ) = key
+    if kind != "W" or occ.rstrip("+") == "first":
+        return None
+    return d_tables.get(("W", (mode, "first")), d_tables.get(("W", (mode, "first+"))))

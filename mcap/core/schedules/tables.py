@@ -31,16 +31,20 @@ class WindowTable:
         # A layer no measured window ends at (a chunk may not end there: a view output
         # under zero bubble) has no added of its own: it is read together with the next
         # one, off n..l-1 and n..l+1, and no window may end at it.
+        # (Layer l+1 then has no added of its own either: that is not a second gap.)
         self.no_end = set()
-        still = []
+        still, paired = [], set()
         for l in missing.added:
+            if l in paired:
+                continue
             pair = next((n for n in range(l - 1, -1, -1)
                          if (n, l - 1) in measured and (n, l + 1) in measured), None)
-            if pair is None or l + 1 >= num_layers or (l + 1) in missing.added:
+            if pair is None or l + 1 >= num_layers:
                 still.append(l)
                 continue
             self.added[l] = measured[(pair, l + 1)] - measured[(pair, l - 1)]
             self.added[l + 1] = 0
+            paired.add(l + 1)
             self.no_end.add(l)
         self.missing = dataclasses.replace(missing, added=tuple(still))
         self.prefix = np.concatenate([[0], np.cumsum(self.added)])
@@ -49,8 +53,15 @@ class WindowTable:
         m = self.measured
         if (a, b) in m:
             return m[(a, b)]
-        if self.iso[a] is None or b in self.no_end:
+        if b in self.no_end:
             return None
+        if self.iso[a] is None:
+            # a window starting at a layer no window ends at (a view: no reading of it alone):
+            # its shortest measured window from a, and what the layers after it add
+            m_ = min((e for s_, e in m if s_ == a and e <= b), default=None)
+            if m_ is None or any(l in self.missing.added for l in range(m_ + 1, b + 1)):
+                return None
+            return int(m[(a, m_)] + self.prefix[b + 1] - self.prefix[m_ + 1])
         # what layers a+1..b add, read at once off two measured windows n..a and n..b
         # (mCAP's pair, wider): no layer in between needs its own reading, so a layer no
         # window may end at (a run that failed there) is stepped over
@@ -70,26 +81,57 @@ class RiseTable:
     which adds up per layer: the window's ``d`` table) and layer l rises by what it rises
     alone (``t(l..l)``, measured):
 
-        F:        t(a..b) = max over l of  d(a..l-1) + t(l..l)
-        B, I, W:  t(a..b) = max over l of  d(l+1..b) + t(l..l)
+        F:     t(a..b) = max over l of  d(a..l-1) + t(l..l)
+        B, I:  t(a..b) = max over l of  d(l+1..b) + t(l..l)
+        W:     t(a..b) = max over l of  d(a..l-1) + g(l) + t(l..l)
 
-    exact for forwards without checkpointing, mCAP-like for the rest. Measured windows are
-    read as measured; without a layer's own reading, the sum form is used."""
+    The zero-bubble W (torch's ``stage_backward_weight``) runs the chunk's parameter groups
+    first layer to last, one ``autograd.grad`` each: the group's saved gradients go when it
+    is done (``d``), its weight gradients become ``.grad`` (the chunk's first W: in ``d``
+    too) or are added into it, and the last group's stay held by the loop's variable while
+    the next group runs (``g(l)``: the weight gradients of the nearest layer before l that
+    has any, read as the first W's ``d`` less this W's; 0 for the first W).
 
-    def __init__(self, kind: str, num_layers: int, measured: dict, d):
+    exact for forwards without checkpointing, mCAP-like for the rest. A layer no chunk may
+    end at (a view) is read together with the next ones (:meth:`_units`). Measured windows
+    are read as measured; without a layer's own reading, the sum form is used."""
+
+    def __init__(self, kind: str, num_layers: int, measured: dict, d, first=None,
+                 out_bytes=None):
         self.kind, self.measured, self.d = kind, dict(measured), d
+        self.out_bytes = out_bytes
+        # the d table of the chunk's first W, for a later W (its held weight gradients)
+        self.first = first
         self.sum = WindowTable(num_layers, measured)
-        self.offset = 0
-        # What a window of several layers rises beyond the composition, read on the
-        # profile's own windows of several layers (0 for forwards and whole backwards; the
-        # zero-bubble I keeps a gradient per layer boundary the composition does not see):
-        # the most common difference, used only where most windows show it.
+        # Whether a backward's layer runs while the gradient it was handed is still held,
+        # with the gradient of the chunk's output (held by the caller until the op returns):
+        # so for conv stacks (a ReLU hands a conv its gradient), not for transformer
+        # blocks, whose rise comes after the residual gradient is let go. Chosen per table
+        # on the profile's own windows of several layers (:meth:`_fit_offset`).
+        self.grads_held = False
+        self.offset, err = self._fit_offset()
+        if kind in ("B", "I") and out_bytes is not None:
+            self.grads_held = True
+            offset, err_held = self._fit_offset()
+            if err_held < err:
+                self.offset = offset
+            else:
+                self.grads_held = False
+        self.form = self._choose_form(num_layers)
+
+    def _fit_offset(self) -> tuple[int, float]:
+        """What a window of several layers rises beyond the composition, read on the
+        profile's own windows of several layers (0 for forwards and whole backwards; the
+        zero-bubble I keeps a gradient per layer boundary the composition does not see):
+        the most common difference, used only where most windows show it; and the error
+        left on those windows."""
         diffs = [v - c for (a, b), v in self.measured.items() if b > a
                  for c in [self._composed(a, b)] if c is not None]
-        if diffs:
-            common, count = collections.Counter(diffs).most_common(1)[0]
-            self.offset = common if count * 2 > len(diffs) else 0
-        self.form = self._choose_form(num_layers)
+        if not diffs:
+            return 0, 0.0
+        common, count = collections.Counter(diffs).most_common(1)[0]
+        offset = common if count * 2 > len(diffs) else 0
+        return offset, float(sum(abs(x - offset) for x in diffs))
 
     def _choose_form(self, num_layers: int) -> str:
         """``composed`` or ``sum``: the form with the smaller error on the profile's own
@@ -124,21 +166,59 @@ class RiseTable:
             return self.sum.get(a, b)
         return composed + (self.offset if b > a else 0)
 
+    def _units(self, a: int, b: int) -> Optional[list]:
+        """The window's layers in the units they were measured alone: a layer, or a layer
+        no chunk may end at (a view, e.g. ``flatten``, under zero bubble) together with the
+        layers after it up to the first one a window ends at. None when a unit is missing."""
+        out, l = [], a
+        while l <= b:
+            if (l, l) in self.measured:
+                out.append((l, l))
+                l += 1
+                continue
+            m = next((m for m in range(l + 1, b + 1) if (l, m) in self.measured), None)
+            if m is None:
+                return None
+            out.append((l, m))
+            l = m + 1
+        return out
+
     def _composed(self, a: int, b: int) -> Optional[int]:
-        alone = [self.measured.get((l, l)) for l in range(a, b + 1)]
-        if any(v is None for v in alone):
+        units = self._units(a, b)
+        if units is None:
             return None
-        best = None
-        for l in range(a, b + 1):
-            if self.kind == "F":
-                below = 0 if l == a else self.d.get(a, l - 1)
+        best, grads = None, 0
+        for k, (l, m) in enumerate(units):
+            if self.kind in ("F", "W"):
+                below = 0 if l == a else _held_over(self.d, a, l - 1, units[:k])
             else:
-                below = 0 if l == b else self.d.get(l + 1, b)
+                below = 0 if m == b else _held_over(self.d, m + 1, b, units[k + 1:])
+                if m < b and self.grads_held:
+                    # the gradient of this unit's output, and the chunk's from its caller
+                    below += self.out_bytes[m] + (
+                        self.out_bytes[b] if b < len(self.out_bytes) - 1 else 0)
             if below is None:
                 return None
-            v = below + alone[l - a]
+            below += grads
+            if self.first is not None:
+                mine, first = self.d.get(l, m), self.first.get(l, m)
+                if mine is None or first is None:
+                    return None
+                # this group's weight gradients, held while the next group runs
+                grads = first - mine if first - mine > 0 else grads
+            v = below + self.measured[(l, m)]
             best = v if best is None else max(best, v)
         return best
+
+
+def _held_over(table, a: int, b: int, units) -> Optional[int]:
+    """What layers a..b hold (a ``d``, which adds up per layer): read over the window, else
+    added up over its units (a window may not start inside a view's unit either)."""
+    got = table.get(a, b)
+    if got is not None:
+        return got
+    parts = [table.get(l, m) for l, m in units]
+    return None if any(p is None for p in parts) else sum(parts)
 
 
 class SplitTable:
@@ -174,9 +254,14 @@ def _table(kind: str, num_layers: int, measured: dict):
         WindowTable(num_layers, measured)
 
 
-def _rise_table(kind: str, num_layers: int, measured: dict, d):
-    """The rise table of an op kind, over its ``d`` table (split apart like it)."""
+def _rise_table(kind: str, num_layers: int, measured: dict, d, first=None, out_bytes=None):
+    """The rise table of an op kind, over its ``d`` table (and, for a W after the chunk's
+    first, the first W's ``d``: :class:`RiseTable`), split apart like them."""
     if isinstance(d, SplitTable):
-        return SplitTable(num_layers, measured, lambda n, m: RiseTable(
-            kind, n, m, d.first if all(w[0] == 0 for w in m) else d.rest))
-    return RiseTable(kind, num_layers, measured, d)
+        def part(n, m):
+            at0 = all(w[0] == 0 for w in m)
+            pick = (lambda t: t.first if at0 else t.rest)
+            return RiseTable(kind, n, m, pick(d), None if first is None else
+                             pick(first) if isinstance(first, SplitTable) else first, out_bytes)
+        return SplitTable(num_layers, measured, part)
+    return RiseTable(kind, num_layers, measured, d, first, out_bytes)

@@ -16,8 +16,9 @@ from mcap.core.profiling.stats import solve_windows
 
 
 class WindowTable:
-    """One op quantity per window: measured where measured, else mCAP's reading
-    (``iso(a) + sum added``). Quantities may be negative: they are read with an offset."""
+    """One op quantity per window: measured where measured, else off a measured window with
+    the same start (:meth:`get`), else mCAP's reading (``iso(a) + sum added``). Quantities
+    may be negative: they are read with an offset."""
 
     def __init__(self, num_layers: int, measured: dict):
         self.measured = dict(measured)
@@ -62,6 +63,16 @@ class WindowTable:
             if m_ is None or any(l in self.missing.added for l in range(m_ + 1, b + 1)):
                 return None
             return int(m[(a, m_)] + self.prefix[b + 1] - self.prefix[m_ + 1])
+        # A measured window with the same start a..B, less what b+1..B add (off n..b and
+        # n..B): the chunk's first layer shapes what the next ones keep (the zero-bubble I of
+        # a chunk that starts at a pool keeps 512 KiB less on VGG11 than one that starts a
+        # layer earlier), which a window from a keeps and mCAP's iso(a) + added does not.
+        # Checked on the bundled sweeps (never read here): as good or better on every
+        # schedule of GPT-2, Llama and VGG11 (bench/log/2026-11-29-schedules.md).
+        for B in sorted(e for s_, e in m if s_ == a and e > b):
+            for n in range(a - 1, -1, -1):
+                if (n, B) in m and (n, b) in m:
+                    return int(m[(a, B)] - m[(n, B)] + m[(n, b)])
         # what layers a+1..b add, read at once off two measured windows n..a and n..b
         # (mCAP's pair, wider): no layer in between needs its own reading, so a layer no
         # window may end at (a run that failed there) is stepped over

@@ -15,7 +15,9 @@ from mcap.core.recommend import costs_of
 from mcap.core.search import DEFAULT
 from mcap.core.types import Prediction
 from mcap.runner.engines import get as get_engine
+from mcap.app.ranks import is_multi
 from pages._accuracy import show_accuracy
+from pages._ranks import predict_page
 from pages._jobs import gpu_count, job_panel, measure_args
 from pages._search import (
     done_elsewhere, measured_for, measured_runs, method_label, methods, predictor_choice,
@@ -32,6 +34,9 @@ st.title("Predict vs measure")
 profile = current("profile")
 sweep = sweep_for(profile, current("sweep", required=False))
 st.caption(caption_of(profile))
+if is_multi(profile.setup):  # several chunks per rank: the schedules' op model, rank by rank
+    predict_page(profile, sweep)
+    st.stop()
 predictor = predictor_choice(st.sidebar, key="predict-predictor")
 layers = profile.model.num_layers
 setup = profile.setup

@@ -9,7 +9,9 @@ from mcap.models.spec import is_trusted, is_user_spec, untrusted_note
 from mcap.figures import recommend as fig_rec
 from mcap.figures import snippet
 from mcap.figures._style import balance_str, fmt_bytes, table_view
+from mcap.app.ranks import is_multi
 from pages._accuracy import show_accuracy
+from pages._ranks import recommend_page
 from pages._search import (
     bo_run, measured_runs, method_label, methods, predictor_choice, quick, recommendation,
     start_time, time_left_out, time_pick, time_state,
@@ -23,6 +25,9 @@ st.title("Recommend")
 profile = current("profile")
 sweep = sweep_for(profile, current("sweep", required=False))
 st.caption(caption_of(profile))
+if is_multi(profile.setup):  # several chunks per rank: the schedules' op model, rank by rank
+    recommend_page(profile, sweep)
+    st.stop()
 layers = profile.model.num_layers
 # Methods that time the real model (time) are baselines, timed below.
 SEARCHES = names(needs_model=False)

@@ -1,0 +1,178 @@
+"""Predict and Recommend for a profile of a multi-chunk schedule, rank by rank (issue 39,
+item 1: the pages): a thin layer over :mod:`mcap.app.ranks`, cached per dataset content."""
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from mcap.app import ranks
+from mcap.core import schedules
+from mcap.core.errors import McapError
+from mcap.core.partition import parse_balance
+from mcap.figures import devices as fig_dev
+from mcap.figures._style import MISSING, balance_str, fmt_bytes, table_view
+from pages._datasets import open_dataset, profile_param, revision_of
+from mcap.io import datasets
+from pages._shared import (
+    chart, dataset_name, downloads, error, remember, shared, shared_choice, shared_float)
+
+
+
+def _key(profile):
+    param = profile_param()
+    return (param, revision_of(datasets.parse_ref(param))) if param else None
+
+
+@st.cache_resource(show_spinner=False, max_entries=8)
+def _model(param: str, revision: tuple):
+    return ranks.model_of(open_dataset(param))
+
+
+@st.cache_resource(show_spinner=False, max_entries=8)
+def _targets(param: str, revision: tuple):
+    profile = open_dataset(param)
+    return ranks.targets(profile, _model(param, revision))
+
+
+@st.cache_resource(show_spinner=False, max_entries=32)
+def _pick(param: str, revision: tuple, schedule: str, virtual: int):
+    profile = open_dataset(param)
+    return ranks.pick(profile, _model(param, revision), ranks.Target(schedule, virtual))
+
+
+def _model_and_targets(profile):
+    key = _key(profile)
+    with st.spinner("reading the profile's op timelines and torch's action lists…"):
+        if key is None:
+            model = ranks.model_of(profile)
+            return model, ranks.targets(profile, model)
+        return _model(*key), _targets(*key)
+
+
+def intro(profile) -> None:
+    s = profile.setup
+    st.info(f"This profile was measured under **{schedules.get(s.schedule).label}** with "
+            f"{s.virtual_stages} stage(s) per rank on {s.stages} ranks: a rank holds several "
+            "chunks of layers, so its peak is predicted rank by rank from the profile's op "
+            "timelines and torch's action list (the schedules' op model), not by mCAP's "
+            "per-stage statistics (the docs' Schedules page says how).")
+
+
+def choose_target(profile, model_targets) -> "ranks.Target":
+    model, (targets, why) = model_targets
+    if not targets:
+        raise McapError("this profile's op model covers no schedule on its ranks: "
+                        + "; ".join(why))
+    codes = [t.schedule for t in targets]  # the Explained page's shared "schedule" too
+    code = shared_choice("schedule", codes, codes[0])
+    code = st.selectbox("Schedule", codes, index=codes.index(code), key="rank-schedule",
+                        format_func=lambda c: targets[codes.index(c)].label,
+                        help="the schedules this profile's ops predict (a GPipe profile measures "
+                             "F and B ops, a zero-bubble one I and W)")
+    remember("schedule", code)
+    if why:
+        with st.expander(f"{len(why)} schedule(s) not offered, and why"):
+            st.markdown("\n".join(f"- {w}" for w in why))
+    return targets[codes.index(code)]
+
+
+def _table(view) -> pd.DataFrame:
+    measured = view.bars().measured
+    return pd.DataFrame({
+        "device": [f"device {r}" for r in range(len(view.predicted))],
+        "chunks (layers)": list(view.chunks_text),
+        "predicted": list(view.predicted),
+        "measured": list(measured) if measured else [None] * len(view.predicted)})
+
+
+def show(view, capacity, name: str, key: str) -> None:
+    """Metrics, the device bars and the table of one rank view."""
+    data = view.bars(capacity)
+    c = st.columns(4)
+    c[0].metric("partitioning", balance_str(view.balance))
+    c[1].metric("predicted peak", fmt_bytes(max(view.predicted)))
+    if data.measured is not None:
+        m = max(data.measured)
+        c[2].metric("measured peak", fmt_bytes(m),
+                    delta=f"{100 * (max(view.predicted) - m) / m:+.1f}% predicted",
+                    delta_color="off")
+    else:
+        c[2].metric("measured peak", view.run.status if view.run is not None else MISSING,
+                    help=None if view.run is not None else "not measured: no sweep of this "
+                    "model, setup and schedule measured this partitioning")
+    c[3].metric("over capacity", ", ".join(f"device {d}" for d in data.over_capacity) or "none")
+    if data.over_capacity:
+        st.error(f"Capacity {fmt_bytes(capacity)} is too small: predicted peaks "
+                 + ", ".join(f"device {d} {fmt_bytes(view.predicted[d])}"
+                             for d in data.over_capacity) + " exceed it.")
+    chart(fig_dev.draw_device_bars(data, dataset=dataset_name("profile")), key=f"{key}-chart",
+          name=name)
+    table = _table(view)
+    st.dataframe(table_view(table, ("predicted", "measured")), hide_index=True,
+                 key=f"{key}-table")
+    downloads(table, name, key)
+
+
+def predict_page(profile, sweep) -> None:
+    """The Predict page for a multi-chunk profile: a typed partitioning of G·V chunks."""
+    intro(profile)
+    try:
+        target = choose_target(profile, _model_and_targets(profile))
+        model = _model_and_targets(profile)[0]
+        n = profile.setup.stages * target.virtual
+        start = shared("balance") or ""
+        try:
+            if len(parse_balance(start)) != n:
+                start = ""
+        except McapError:
+            start = ""
+        if not start:  # an even split, or the lowest predicted one where no chunk may end
+            try:        # where an even split puts an end (a view layer under zero bubble)
+                start = ranks.predict(profile, model, target,
+                                      ranks.default_balance(profile, target)).balance
+            except McapError:
+                start = _picked(profile, target)[0].balance
+            start = ",".join(map(str, start))
+        text = st.text_input(f"Layers per chunk ({n} chunks: {profile.setup.stages} ranks x "
+                             f"{target.virtual})", value=start, key="rank-text",
+                             help=f"comma-separated layer counts of the {n} chunks in pipeline "
+                                  f"order, summing to {profile.model.num_layers}")
+        view = ranks.predict(profile, model, target, parse_balance(text), sweep)
+    except McapError as exc:
+        error(exc)
+        st.stop()
+    remember("balance", ",".join(map(str, view.balance)))
+    cap = st.number_input("Capacity per device (MiB, 0 for none)", min_value=0.0,
+                          value=shared_float("capacity", 0.0, 0.0, 10.0**9), step=64.0,
+                          key="rank-capacity")
+    remember("capacity", cap if cap > 0 else None)
+    show(view, int(cap * 2**20) if cap > 0 else None,
+         f"devices-{target.schedule}-{balance_str(view.balance)}", "rank-predict")
+
+
+def _picked(profile, target):
+    key = _key(profile)
+    with st.spinner("searching every partitioning of the chunks…"):
+        if key is None:
+            return ranks.pick(profile, _model_and_targets(profile)[0], target)
+        return _pick(*key, target.schedule, target.virtual)
+
+
+def recommend_page(profile, sweep) -> None:
+    """The Recommend page for a multi-chunk profile: the partitioning of G·V chunks with the
+    lowest predicted peak under the chosen schedule."""
+    intro(profile)
+    try:
+        target = choose_target(profile, _model_and_targets(profile))
+        view, exhaustive = _picked(profile, target)
+        # the measured run is the chosen sweep's, looked up after the cached search
+        view = ranks.predict(profile, _model_and_targets(profile)[0], target, view.balance,
+                             sweep)
+    except McapError as exc:
+        error(exc)
+        st.stop()
+    how = "every partitioning" if exhaustive else "a local search from several starts " \
+        "(not exhaustive: there are too many partitionings to try them all)"
+    st.write(f"The lowest predicted peak under {target.label}: **{balance_str(view.balance)}** "
+             f"at {fmt_bytes(max(view.predicted))} (searched {how}).")
+    show(view, None, f"recommend-{target.schedule}-{balance_str(view.balance)}", "rank-rec")

@@ -1,0 +1,66 @@
+"""Predict and Recommend for a profile of a multi-chunk schedule (issue 39, item 1: the
+pages): a zero-bubble profile of VGG11 (data/schedules) is predicted rank by rank by the
+schedules' op model, with the measured peaks of the matching sweep, instead of a traceback
+from mCAP's per-stage statistics (which cannot read per-chunk windows)."""
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from mcap.core.schedules.predict import RankCosts, event_model, search
+from mcap.figures._style import fmt_bytes
+from mcap.io.jsonio import load_profile, load_sweep
+from mcap.runner.orders import generate
+from tests.conftest import APP
+
+pytestmark = [pytest.mark.app, pytest.mark.integration]
+DATA = Path(__file__).resolve().parents[2] / "data" / "schedules"
+PROFILE = DATA / "vgg11-i32-h128-cpu2-zb.profile.json"
+SWEEP = DATA / "vgg11-i32-h128-cpu2-interleaved-zb.sweep.json"
+
+
+@pytest.fixture
+def at(tmp_store):
+    at = AppTest.from_file(APP, default_timeout=180)
+    at.run()
+    for path in (PROFILE, SWEEP):
+        at.get("file_uploader")[0].upload(path.name, path.read_bytes(), "application/json").run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def _metrics(at):
+    return {m.label: m.value for m in at.metric}
+
+
+def test_predict_and_recommend_a_zero_bubble_profile_rank_by_rank(at):
+    profile, sweep = load_profile(PROFILE), load_sweep(SWEEP)
+    al = generate("interleaved-zb", 2, 2, profile.setup.chunks)
+    model = event_model([profile], generate)
+    run = next(r for r in sweep.runs if r.status == "ok" and tuple(r.balance) == (14, 11, 3, 2))
+
+    at.switch_page("pages/predict.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    assert any("rank by rank" in i.value for i in at.info)
+    at.text_input(key="rank-text").set_value("14,11,3,2").run()
+    got = _metrics(at)
+    assert got["partitioning"] == "14-11-3-2"
+    assert got["predicted peak"] == fmt_bytes(max(model.rank_peaks((14, 11, 3, 2), al)))
+    assert got["measured peak"] == fmt_bytes(max(run.peaks))
+    table = at.dataframe[0].value
+    assert list(table["chunks (layers)"]) == ["0-13, 25-27", "14-24, 28-29"]
+
+    at.text_input(key="rank-text").set_value("14,11,3").run()  # G x V = 4 chunks
+    assert not at.exception
+    assert any("has 3 entries but the schedule runs 4" in e.value for e in at.error)
+
+    at.switch_page("pages/recommend.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    found = search(RankCosts(model, al))
+    assert _metrics(at)["partitioning"] == "-".join(map(str, found.balance))
+    assert _metrics(at)["predicted peak"] == fmt_bytes(max(found.peaks))
+
+    at.switch_page("pages/explained.py").run()
+    assert not at.exception and not at.error
+    assert any("one stage per device" in i.value for i in at.info)

@@ -58,6 +58,15 @@ def intro(profile) -> None:
             "per-stage statistics (the docs' Schedules page says how).")
 
 
+def overview_note(profile) -> None:
+    s = profile.setup
+    st.info(f"This profile was measured under **{schedules.get(s.schedule).label}** with "
+            f"{s.virtual_stages} stage(s) per device: each device holds several chunks of "
+            "layers, whose peaks the Predict and Recommend pages read device by device (the "
+            "schedules' op model). The one-stage summary of this page (mCAP's split against "
+            "an even one) needs a profile measured one stage per device (GPipe or 1F1B).")
+
+
 def choose_target(profile, model_targets) -> "ranks.Target":
     model, (targets, why) = model_targets
     if not targets:

@@ -5,6 +5,8 @@ from mcap.core.errors import McapError
 from mcap.figures import overview as fig_over
 from mcap.figures._style import balance_str, fmt_bytes
 from pages._accuracy import show_accuracy
+from mcap.app.ranks import is_multi
+from pages._ranks import overview_note
 from pages._search import prediction_of, recommendations
 from pages._shared import (
     add_upload, chart, choices, choose_profile, chosen_param, current, dataset_label,
@@ -92,6 +94,9 @@ c[4].metric("profiling runs", f"{h.ok} ok of {h.runs}")
 st.caption(f"Setup: schedule {h.schedule}, checkpoint {h.checkpoint}, {h.device} stages via "
            f"{h.engine}; capacity {fmt_bytes(h.capacity_bytes) if h.capacity_bytes else 'none'}.")
 
+if is_multi(profile.setup):  # several chunks per device: rank by rank, on Predict and Recommend
+    overview_note(profile)
+    st.stop()
 try:
     best, even = recommendations(profile, h.stages, ("exact", "uniform"))
 except McapError as exc:

@@ -26,6 +26,8 @@ def at(tmp_store):
     for path in (PROFILE, SWEEP):
         at.get("file_uploader")[0].upload(path.name, path.read_bytes(), "application/json").run()
     assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]  # Overview: said, not an error
+    assert any("device by device" in i.value for i in at.info)
     return at
 
 

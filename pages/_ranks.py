@@ -49,22 +49,24 @@ def _model_and_targets(profile):
         return _model(*key), _targets(*key)
 
 
-def intro(profile) -> None:
+def _measured_under(profile) -> str:
     s = profile.setup
-    st.info(f"This profile was measured under **{schedules.get(s.schedule).label}** with "
-            f"{s.virtual_stages} stage(s) per rank on {s.stages} ranks: a rank holds several "
-            "chunks of layers, so its peak is predicted rank by rank from the profile's op "
-            "timelines and torch's action list (the schedules' op model), not by mCAP's "
-            "per-stage statistics (the docs' Schedules page says how).")
+    return (f"This profile was measured under **{schedules.get(s.schedule).label}** with "
+            f"{s.virtual_stages} stages per device on {s.stages} devices: each device holds "
+            "several chunks of layers")
+
+
+def intro(profile) -> None:
+    st.info(_measured_under(profile) + ", so its peak is predicted device by device from the "
+            "profile's op timelines and torch's action list (the schedules' op model), not by "
+            "mCAP's per-stage statistics (the docs' Schedules page says how).")
 
 
 def overview_note(profile) -> None:
-    s = profile.setup
-    st.info(f"This profile was measured under **{schedules.get(s.schedule).label}** with "
-            f"{s.virtual_stages} stage(s) per device: each device holds several chunks of "
-            "layers, whose peaks the Predict and Recommend pages read device by device (the "
-            "schedules' op model). The one-stage summary of this page (mCAP's split against "
-            "an even one) needs a profile measured one stage per device (GPipe or 1F1B).")
+    st.info(_measured_under(profile) + ", whose peaks the Predict and Recommend pages read "
+            "device by device (the schedules' op model). The one-stage summary of this page "
+            "(mCAP's split against an even one) needs a profile measured one stage per device "
+            "(GPipe or 1F1B).")
 
 
 def choose_target(profile, model_targets) -> "ranks.Target":

@@ -44,7 +44,7 @@ def test_predict_and_recommend_a_zero_bubble_profile_rank_by_rank(at):
     at.switch_page("pages/predict.py").run()
     assert not at.exception, [e.value for e in at.exception]
     assert not at.error, [e.value for e in at.error]
-    assert any("rank by rank" in i.value for i in at.info)
+    assert any("predicted device by device" in i.value for i in at.info)
     at.text_input(key="rank-text").set_value("14,11,3,2").run()
     got = _metrics(at)
     assert got["partitioning"] == "14-11-3-2"

@@ -198,14 +198,7 @@ def _split_plan(r: ProfileRequest, info: ModelInfo) -> list:
     from mcap.core.capture import merging
     from mcap.core.profiling.schedule import profiling_plan
     from mcap.core.schedules.memory import split_plan
-    glued = set(view_outputs(r.spec, r.setup))
-    sizes, l = [], 0
-    while l < info.num_layers:
-        n = 1
-        while l + n - 1 in glued and l + n < info.num_layers:
-            n += 1
-        sizes.append(n)
-        l += n
+    sizes = merging.glue(info.num_layers, view_outputs(r.spec, r.setup))
     L, n = len(sizes), r.setup.num_chunks
     first = [merging.expand(b, sizes) for b in profiling_plan(L, n, r.scheme).runs]
     inner = [merging.expand((1, *b), sizes)[1:] for b in profiling_plan(L - 1, n - 1,

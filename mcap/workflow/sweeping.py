@@ -4,6 +4,7 @@ or composed from the stages and covering runs a store already holds
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +53,32 @@ def sweep_balances(num_layers: int, stages: int, sample: Optional[int],
     return partition.random_partitionings(num_layers, stages, sample, seed=seed)
 
 
+def runnable_balances(info, setup: Setup, sample: Optional[int], seed: int,
+                      stream: Optional[TextIO] = None) -> list[tuple[int, ...]]:
+    """:func:`sweep_balances`, but under a schedule that splits the backward only the
+    partitionings torch can run: no chunk ends at a layer whose output is a view (VGG11's
+    ``flatten``; torch's ``stage_backward_input`` cannot detach it, and such a run only
+    fails). The partitionings left out are counted on ``stream``."""
+    from mcap.core import partition
+    from mcap.core.capture import merging
+    from mcap.core.schedules.predict import split_backward
+    from mcap.workflow.measuring import view_outputs
+    L, n = info.num_layers, setup.num_chunks
+    views = view_outputs(info.spec, setup) if split_backward(setup) else ()
+    sizes = merging.glue(L, views)
+    if len(sizes) == L:
+        return sweep_balances(L, n, sample, seed)
+    if len(sizes) < n:
+        raise McapError(f"{n} chunks cannot be cut from {L} layers under {setup.schedule} "
+                        f"without ending one at layer {', '.join(map(str, views))} (a view)")
+    left = partition.count(L, n) - partition.count(len(sizes), n)
+    print(f"sweep: {left:,} of the {partition.count(L, n):,} partitionings left out: under "
+          f"{setup.schedule} no chunk may end at layer {', '.join(str(v) for v in views)} "
+          "(its output is a view, which torch's zero-bubble backward cannot detach)",
+          file=stream or sys.stderr)
+    return [merging.expand(b, sizes) for b in sweep_balances(len(sizes), n, sample, seed)]
+
+
 def sweep(spec: str, setup: Setup, out: Optional[Path], *, store: Store,
           sample: Optional[int] = None, seed: int = 0, job: Optional[int] = None,
           stream: Optional[TextIO] = None, timeout: float = DEFAULT_TIMEOUT,
@@ -72,7 +99,7 @@ def sweep(spec: str, setup: Setup, out: Optional[Path], *, store: Store,
     info = model_info(spec, setup)
     check_stages(info, setup)
     if balances is None:
-        balances = sweep_balances(info.num_layers, setup.num_chunks, sample, seed)
+        balances = runnable_balances(info, setup, sample, seed, stream)
     else:
         balances = [validate(b, info.num_layers).balance for b in balances]
     balances = [tuple(int(n) for n in b) for b in balances]

@@ -30,6 +30,34 @@ def test_sweep_balances_all_or_seeded_sample():
         sweep_balances(30, 4, 0, 0)
 
 
+def test_a_zero_bubble_sweep_lists_only_what_torch_can_run():
+    """Under a schedule that splits the backward no chunk may end at a view (VGG11's
+    flatten, layer 22): such runs only failed in torch (25 of a 150 sample); the sweep now
+    leaves them out and says how many. Other schedules list every partitioning."""
+    import io
+
+    from mcap.core.partition import windows
+    from mcap.core.types import Setup
+    from mcap.workflow.sweeping import runnable_balances
+    spec = "vgg11:image_size=32,classes=10,hidden=128"
+    zb = Setup(stages=2, batch_size=8, chunks=4, schedule="zbv", virtual_stages=2,
+               checkpoint="never")
+    said = io.StringIO()
+    every = runnable_balances(model_info(spec, zb), zb, None, 0, said)
+    assert len(every) == 3654 - 378 == len(set(every))
+    assert not [b for b in every if any(w[1] == 22 for w in windows(b)[:-1])]
+    assert "378 of the 3,654 partitionings left out" in said.getvalue()
+    assert "layer 22" in said.getvalue()
+    sample = runnable_balances(model_info(spec, zb), zb, 150, 1, io.StringIO())
+    assert len(set(sample)) == 150 and set(sample) <= set(every)
+    il = Setup(stages=2, batch_size=8, chunks=4, schedule="interleaved-1f1b",
+               virtual_stages=2, checkpoint="never")
+    quiet = io.StringIO()
+    assert runnable_balances(model_info(spec, il), il, 150, 1, quiet) == \
+        sweep_balances(30, 4, 150, 1)
+    assert quiet.getvalue() == ""
+
+
 def _fake_peaks(balance):
     """Peaks from a consistent additive model (stats are then exactly recoverable)."""
     out, start = [], 0

@@ -74,6 +74,20 @@ def merged_spec(spec: str, sizes: Sequence[int]) -> str:
     return f"{spec} merged {','.join(map(str, sizes))}"
 
 
+def glue(num_layers: int, no_end: Sequence[int]) -> tuple[int, ...]:
+    """The sizes of units over ``num_layers`` layers in which a layer no chunk may end at
+    (``no_end``: under zero bubble, one whose output is a view) is glued to the next one:
+    a partitioning of the units, :func:`expand`-ed, never ends a chunk there."""
+    glued, sizes, l = set(no_end), [], 0
+    while l < num_layers:
+        n = 1
+        while l + n - 1 in glued and l + n < num_layers:
+            n += 1
+        sizes.append(n)
+        l += n
+    return tuple(sizes)
+
+
 def expand(balance: Sequence[int], sizes: Sequence[int]) -> tuple[int, ...]:
     """A balance over merged layers -> the same partitioning over the original layers."""
     if sum(balance) != len(sizes):

@@ -264,6 +264,7 @@ def interactions(browser, port: int, rounds: int) -> dict:
             for attempt in range(6):  # a point other than the selected one, hovered first
                 point = page.locator(".js-plotly-plot .scatterlayer .trace").first \
                     .locator("path.point").nth(7 + 3 * attempt + len(out["Partition space: scatter click"]))
+                point.scroll_into_view_if_needed()  # the chart may start below the fold
                 box_ = point.bounding_box()
                 x, y = box_["x"] + box_["width"] / 2, box_["y"] + box_["height"] / 2
                 page.mouse.move(x - 20, y - 20)

@@ -9,7 +9,8 @@ background thread, the teaching page's action lists, :func:`prefetch_orders`):
 - the modules every page imports (pandas, pyarrow, plotly's figure classes, ``mcap.figures``,
   ``mcap.app``, the page helpers) are imported before the server starts listening (about a
   second; not in a background thread, whose half-imported modules a first session could
-  meet). None of them imports torch: tests/test_architecture.py checks the render path;
+  meet). None of them imports torch: tests/test_architecture.py checks the render path.
+  They are then frozen out of the garbage collector's full passes (:func:`freeze_warm`);
 - Streamlit is told that app.py's ``st.navigation`` owns the pages. Until some session has
   called ``st.navigation``, Streamlit runs a deep link such as ``/space`` in its legacy
   ``pages/`` mode (the page file alone); ``pages._shared.restore_url`` then reruns it through
@@ -201,9 +202,19 @@ def prefetch_orders() -> None:
     threading.Thread(target=fetch, name="mcap-prefetch-orders", daemon=True).start()
 
 
+def freeze_warm() -> None:
+    """Move what :func:`warm` imported (about 125,000 objects: pandas, plotly's validators,
+    Streamlit) out of the garbage collector's reach: they live as long as the server, and
+    every full collection walked them again (issue 40 item 3)."""
+    import gc
+    gc.collect()
+    gc.freeze()
+
+
 def main(argv: list[str]) -> int:
     sys.path.insert(0, str(ROOT))
     warm()
+    freeze_warm()
     prefetch_orders()
     try:
         from streamlit.runtime.pages_manager import PagesManager

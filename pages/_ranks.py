@@ -69,6 +69,16 @@ def overview_note(profile) -> None:
             "(GPipe or 1F1B).")
 
 
+def one_stage_only(profile, what: str) -> None:
+    """Stop a page that reads mCAP's per-stage statistics on a multi-chunk profile, saying
+    why and where its devices are read instead."""
+    if ranks.is_multi(profile.setup):
+        st.info(_measured_under(profile) + f". {what} reads mCAP's per-stage statistics, which "
+                "need a profile measured one stage per device (GPipe or 1F1B): pick one on "
+                "Overview, or see this profile's devices on the Predict and Recommend pages.")
+        st.stop()
+
+
 def choose_target(profile, model_targets) -> "ranks.Target":
     model, (targets, why) = model_targets
     if not targets:

@@ -5,7 +5,6 @@ every other page shows (mcap.core.teaching); a time cursor steps through it."""
 import streamlit as st
 
 from mcap.app.press import below_least, capacity_input_mib, room
-from mcap.app.ranks import is_multi
 from mcap.core import memtimeline, predictors, schedules, teachstats
 from mcap.core.errors import McapError
 from mcap.core.partition import parse_balance, validate, windows
@@ -18,6 +17,7 @@ from mcap.figures import timeline as fig_tl
 from mcap.figures._style import balance_str, fmt_bytes, table_view
 from pages import _teaching as cached
 from pages._search import current_predictor
+from pages._ranks import one_stage_only
 from pages._shared import (
     caption_of, chart, choices, current, dataset_name, downloads, error, message, open_dataset,
     profile_param, remember, restore_url, shared, shared_choice, shared_float, shared_int,
@@ -30,13 +30,7 @@ sweep = sweep_for(profile, current("sweep", required=False))
 param = profile_param() or choices("profile")[0].param
 shown = dataset_name("profile")
 st.caption(caption_of(profile))
-if is_multi(profile.setup):
-    st.info(f"This page draws every schedule from a profile measured one stage per device "
-            f"(GPipe or 1F1B): its statistics are per layer. This one was measured under "
-            f"{label(profile.setup.schedule)} with {profile.setup.virtual_stages} stages per "
-            "device, whose windows are per chunk. Pick a one-stage profile on Overview, or "
-            "see this one's devices on the Predict and Recommend pages.")
-    st.stop()
+one_stage_only(profile, "The teaching view")
 st.markdown(
     "In pipeline-parallel training the batch is cut into **micro-batches** that flow through "
     "the stages. A device must keep what each micro-batch's backward will need from the "

@@ -16,6 +16,7 @@ from mcap.figures import capture as fig_h
 from mcap.figures._style import fmt_bytes, table_view
 from pages._jobs import job_panel
 from pages._search import measured_runs, predictor_choice
+from pages._ranks import one_stage_only
 from pages._shared import (
     caption_of, chart, current, dataset_name, downloads, error, message, not_usable, remember,
     restore_url, shared, store, sweep_for)
@@ -25,6 +26,7 @@ st.title("Hybrid plans")
 profile = current("profile")
 sweep = sweep_for(profile, current("sweep", required=False))
 st.caption(caption_of(profile))
+one_stage_only(profile, "Hybrid planning (CAPTURE)")
 predictor = predictor_choice(st.sidebar, key="hybrid-predictor")
 layers = real_layers(profile)  # plans are in the model's real layers, merged profile or not
 

@@ -9,6 +9,7 @@ from mcap.core.errors import McapError
 from mcap.figures import story as fig_story
 from pages._accuracy import show_accuracy
 from pages._search import current_predictor
+from pages._ranks import one_stage_only
 from pages._shared import (
     caption_of, chart, current, dataset_name, error, profile_param, restore_url, sweep_for)
 
@@ -18,6 +19,7 @@ profile = current("profile")
 sweep = sweep_for(profile, current("sweep", required=False))
 st.caption(caption_of(profile))
 name = dataset_name("profile") + ("" if sweep is None else " · " + dataset_name("sweep"))
+one_stage_only(profile, "Present's story")
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)  # read only: no copy of its runs

@@ -20,6 +20,7 @@ from pages._search import (
     predictor_choice, recommendation,
     slow, stage_peaks, sweep_predictions,
 )
+from pages._ranks import one_stage_only
 from pages._shared import (
     caption_of, chart, current, dataset_name, downloads, error, profile_for, profile_param,
     remember, restore_url, revision_of, shared, shared_balance, shared_choice)
@@ -57,6 +58,7 @@ st.caption(caption_of(sweep))
 name = dataset_name("sweep")
 BYTES = ("predicted_peak", "measured_peak", "predicted", "measured")
 predictor_choice(st.sidebar, key="space-predictor")
+one_stage_only(profile, "The partition space's predictions")
 
 try:
     predictions = sweep_predictions(profile, sweep)

@@ -63,6 +63,7 @@ def test_predict_and_recommend_a_zero_bubble_profile_rank_by_rank(at):
     assert _metrics(at)["partitioning"] == "-".join(map(str, found.balance))
     assert _metrics(at)["predicted peak"] == fmt_bytes(max(found.peaks))
 
-    at.switch_page("pages/explained.py").run()
-    assert not at.exception and not at.error
-    assert any("one stage per device" in i.value for i in at.info)
+    for page in ("explained", "space", "present", "hybrid"):  # per-stage statistics: said
+        at.switch_page(f"pages/{page}.py").run()
+        assert not at.exception and not at.error, (page, [e.value for e in at.error])
+        assert any("one stage per device" in i.value for i in at.info), page

@@ -78,8 +78,8 @@ def test_a_one_off_measure_leaves_torchs_pipelining_to_the_stage_processes(tmp_p
     code = ("import sys\nfrom mcap.cli.main import main\n"
             f"rc = main({[*MEASURE, '--store', str(tmp_path / 's.db')]!r})\n"
             "print(rc, 'torch' in sys.modules, 'torch.distributed.pipelining' in sys.modules)")
+    # the session's machine cache and no co-run measurement (tests/conftest.py)
     env = {k: v for k, v in os.environ.items() if k not in ("MCAP_EXECUTOR", "MCAP_STAGE_START")}
-    env["MCAP_CACHE_DIR"] = str(tmp_path / "cache")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=env, timeout=600)
     assert done.stdout.split()[-3:] == ["0", "True", "False"], done.stdout + done.stderr

@@ -299,11 +299,15 @@ class Runner:
             self.estimate_link = dataclasses.replace(link_for(self.setup), corun=factors_for(
                 self._pool.spec, self.setup, info.num_layers,
                 sum(layer.param_bytes for layer in info.layers)))
-        from mcap.runner.orders import generate
         s = self.setup
-        return stagetime.samples_per_second(
-            times, s, self.estimate_link,
-            generate(s.schedule, s.stages, s.virtual_stages, s.chunks))
+        # The local pool's zygote has torch's pipelining imported: it answers in a
+        # millisecond what this process would spend a second or two importing for.
+        ask = getattr(self._pool, "orders", None)
+        order = ask(s.schedule, s.stages, s.virtual_stages, s.chunks) if ask else None
+        if order is None:
+            from mcap.runner.orders import generate
+            order = generate(s.schedule, s.stages, s.virtual_stages, s.chunks)
+        return stagetime.samples_per_second(times, s, self.estimate_link, order)
 
     def close(self) -> None:
         self._closed = True

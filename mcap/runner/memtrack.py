@@ -65,7 +65,6 @@ def _load() -> ModuleType:
     if _ext is not None:
         return _ext
     import torch
-    from torch.utils import cpp_extension
 
     digest = hashlib.sha256(_SOURCE.read_bytes() + torch.__version__.encode()).hexdigest()[:12]
     name = f"mcap_memtrack_{digest}"
@@ -92,6 +91,7 @@ def _load() -> ModuleType:
                 stale = build / "lock"
                 if stale.is_file() and not stale.is_symlink():
                     stale.unlink()
+                from torch.utils import cpp_extension  # (setuptools: only to build)
                 module = cpp_extension.load(name, [str(_SOURCE)], build_directory=str(build),
                                             extra_cflags=["-O2"], verbose=False)
         finally:

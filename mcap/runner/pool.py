@@ -245,6 +245,14 @@ class WorkerPool:
         self.kill()
         self.start()
 
+    def orders(self, schedule: str, stages: int, virtual: int, chunks: int):
+        """A schedule's action list from the pool's zygote, which has torch's pipelining
+        imported (``Zygote.orders``); None where there is none or it could not answer."""
+        z = self._zygote
+        if z is None or z.dead or z.refused:
+            return None
+        return z.orders(schedule, stages, virtual, chunks)
+
     @property
     def pids(self) -> list[int]:
         return [w.pid for w in self.workers]

@@ -27,9 +27,15 @@ Why each precaution:
   each exit status (:class:`Exited`): the pool names how a stage process died from it,
   and kills stage processes through the zygote, which never signals a pid it has reaped.
 
+The zygote also answers :class:`Orders`: a schedule's action list
+(:func:`mcap.runner.orders.generate`), which the runner replays a run's estimate over. It
+has ``torch.distributed.pipelining`` imported already; the runner's process would spend
+a second or two importing it for a list that takes a millisecond (issue 42, item 6).
+
 Messages (pickled over a socket pair; a Fork's descriptor follows it by SCM_RIGHTS):
-pool -> zygote :class:`Prepare`, :class:`Fork`, :class:`Kill`, :class:`Quit`; zygote -> pool :class:`Ready`,
-:class:`Forked`, :class:`Exited`.
+pool -> zygote :class:`Prepare`, :class:`Fork`, :class:`Kill`, :class:`Orders`,
+:class:`Quit`; zygote -> pool :class:`Ready`, :class:`Forked`, :class:`Exited`,
+:class:`OrdersOf`.
 """
 from __future__ import annotations
 
@@ -68,6 +74,23 @@ class Kill:
 @dataclass(frozen=True)
 class Quit:
     pass
+
+
+@dataclass(frozen=True)
+class Orders:
+    """The action list of ``schedule`` with G ranks, V chunks per rank, M micro-batches."""
+    request: int
+    schedule: str
+    stages: int
+    virtual: int
+    chunks: int
+
+
+@dataclass(frozen=True)
+class OrdersOf:
+    request: int
+    orders: object  # mcap.core.schedules.actions.ActionList, or None (then error says why)
+    error: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -122,6 +145,15 @@ def _prepare(msg: Prepare) -> None:
         pipelining.prebuild(msg.spec, msg.setup)
     gc.collect()
     gc.freeze()  # imports and model stay shared with the children, out of the collector's way
+
+
+def _orders(msg: Orders) -> OrdersOf:
+    try:
+        from mcap.runner.orders import generate
+        return OrdersOf(msg.request, generate(msg.schedule, msg.stages, msg.virtual,
+                                              msg.chunks))
+    except Exception as exc:  # noqa: BLE001 (the runner generates it itself, and raises)
+        return OrdersOf(msg.request, None, f"{type(exc).__name__}: {exc}")
 
 
 def _status(raw: int) -> int:
@@ -190,6 +222,9 @@ def serve(conn: Connection) -> None:
             break
         if isinstance(msg, Quit):
             break
+        if isinstance(msg, Orders):
+            conn.send(_orders(msg))
+            continue
         if isinstance(msg, Prepare):
             _prepare(msg)
             continue
@@ -266,6 +301,7 @@ class Zygote:
         self.ready: Optional[Ready] = None
         self.forked: dict[int, Forked] = {}  # by request number
         self.exited: dict[int, int] = {}  # pid -> exit code (-signal)
+        self.answers: dict[int, OrdersOf] = {}  # by request number
         self.dead = False  # the zygote itself is gone (its pipe closed)
         self._requests = 0
 
@@ -306,6 +342,8 @@ class Zygote:
                 self.forked[msg.request] = msg
             elif isinstance(msg, Exited):
                 self.exited[msg.pid] = msg.code
+            elif isinstance(msg, OrdersOf):
+                self.answers[msg.request] = msg
             end = time.monotonic()  # then take only what is already there
 
     def wait_for(self, done, timeout: float) -> bool:
@@ -319,6 +357,25 @@ class Zygote:
                 return bool(done())
             self.pump(left)
         return True
+
+    def orders(self, schedule: str, stages: int, virtual: int, chunks: int,
+               timeout: float = 60.0):
+        """The schedule's action list as the zygote generates it
+        (:func:`mcap.runner.orders.generate`: the same torch, the same code), or None when
+        it could not answer (gone, refused to run, an error, ``timeout`` passed): the
+        caller then generates it itself, which raises what torch refuses."""
+        if self.dead or self.refused:
+            return None
+        self._requests += 1
+        request = self._requests
+        try:
+            self.conn.send(Orders(request, schedule, int(stages), int(virtual), int(chunks)))
+        except OSError:
+            self.dead = True
+            return None
+        if not self.wait_for(lambda: request in self.answers, timeout):
+            return None
+        return self.answers.pop(request).orders
 
     @property
     def refused(self) -> Optional[str]:

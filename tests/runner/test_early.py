@@ -49,3 +49,37 @@ def test_the_pool_adopts_it_and_measures_the_same_bytes(monkeypatch):
         runner.model_info
         assert runner._pool._zygote is not other and early._early is None
     assert other.dead
+
+
+@pytest.mark.integration
+def test_the_zygote_answers_a_schedules_action_list_as_generate_does():
+    """The estimate's action list comes from the pool's zygote, which has torch's
+    pipelining imported (the command's own process would import it for a millisecond's
+    list); one torch refuses comes back None, and the caller's own generate raises."""
+    from mcap.core.types import Setup
+    from mcap.runner import open_runner
+    from mcap.runner.orders import generate
+    with open_runner(MEASURE[2], Setup(stages=2, batch_size=4, chunks=2)) as runner:
+        runner.model_info
+        got = runner._pool.orders("1f1b", 2, 1, 2)
+        refused = runner._pool.orders("1f1b", 4, 1, 2)
+    assert got == generate("1f1b", 2, 1, 2)
+    assert refused is None
+
+
+@pytest.mark.integration
+def test_a_one_off_measure_leaves_torchs_pipelining_to_the_stage_processes(tmp_path):
+    """What a one-off ``measure`` (stages alone, estimated throughput) imports in its own
+    process: torch for the model's layers, but not ``torch.distributed.pipelining`` (with
+    sympy, about a torch import more; issue 42 item 6)."""
+    import os
+    import subprocess
+    import sys
+    code = ("import sys\nfrom mcap.cli.main import main\n"
+            f"rc = main({[*MEASURE, '--store', str(tmp_path / 's.db')]!r})\n"
+            "print(rc, 'torch' in sys.modules, 'torch.distributed.pipelining' in sys.modules)")
+    # the session's machine cache and no co-run measurement (tests/conftest.py)
+    env = {k: v for k, v in os.environ.items() if k not in ("MCAP_EXECUTOR", "MCAP_STAGE_START")}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, timeout=600)
+    assert done.stdout.split()[-3:] == ["0", "True", "False"], done.stdout + done.stderr

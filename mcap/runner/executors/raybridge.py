@@ -156,6 +156,16 @@ def serve(conn: Connection) -> None:
     by_key: dict = {}  # key -> ObjectRef
     where: dict = {}  # key -> node it started on
     next_drain = 0.0
+
+    def drain() -> None:
+        try:
+            for key, node in ray.get(tracker.drain.remote(), timeout=10):
+                where[key] = node
+                if key in by_key:
+                    conn.send(Started(key, node))
+        except ray.exceptions.GetTimeoutError:
+            pass
+
     while True:
         while conn.poll(0 if refs else 0.1):
             m = conn.recv()
@@ -172,19 +182,18 @@ def serve(conn: Connection) -> None:
                     if ref is not None:
                         refs.pop(ref, None)
                         ray.cancel(ref, force=True)
-        now = time.monotonic()
-        if refs and now >= next_drain:  # where tasks started, before their results
-            next_drain = now + 0.3
-            try:
-                for key, node in ray.get(tracker.drain.remote(), timeout=10):
-                    where[key] = node
-                    if key in by_key:
-                        conn.send(Started(key, node))
-            except ray.exceptions.GetTimeoutError:
-                pass
         if not refs:
             continue
-        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0.2)
+        now = time.monotonic()
+        if now >= next_drain:  # where tasks started
+            next_drain = now + 0.3
+            drain()
+        # The first result ends the wait (waiting for all of them, as before, held every
+        # result back for the whole timeout while others ran), then every other one ready.
+        ready, _ = ray.wait(list(refs), num_returns=1, timeout=0.2)
+        if ready:
+            ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
+            drain()  # where they started, before their results
         for ref in ready:
             key = refs.pop(ref)
             by_key.pop(key, None)

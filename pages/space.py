@@ -126,72 +126,59 @@ c[3].metric("lowest measured peak", fmt_bytes(lowest) if lowest is not None else
 for note in fig_space.throughput_notes(sweep, points, estimate, show_estimates):
     st.caption(note)
 
+# The selection is settled before anything is drawn: a click (read from the chart's state)
+# or a choice in the box below (read from its state) moves the ring and the bars in the
+# same rerun, never one rerun late. The chart's identity follows its figure, so a redrawn
+# chart starts with no selection: an empty one re-arms the click.
+options = list(points["balance"])
+# a link's balance that is no partitioning of this model is said once, naming the key
+usable = shared_balance(sweep.model.num_layers, f"the partitioning {options[0]}" if options else
+                        "no partitioning")
+selected = balance_str(usable) if usable else ""
+if usable is None and shared("balance") is not None and options:
+    remember("balance", options[0].replace("-", ","))
+# a partitioning of this sweep chosen elsewhere but drawn as no point (no throughput) is
+# still the selected one below: its bars are the numbers every other page shows for it
+ok_runs = {balance_str(r.balance) for r in sweep.runs if r.status == "ok" and r.peaks}
+if selected and selected not in options and selected in ok_runs:
+    options.append(selected)
+box = st.session_state.get("space-pick")
+if box in options and box != st.session_state.get("space-pick-shown"):
+    selected = box  # chosen in the box since the last run
+clicked = fig_space.clicked_balance(st.session_state.get("space-chart"))
+if clicked is None:
+    st.session_state.pop("space-last-click", None)
+elif clicked != st.session_state.get("space-last-click"):
+    st.session_state["space-last-click"] = selected = clicked
+if selected in options:  # chosen here or elsewhere: the URL and the other pages keep it
+    remember("balance", selected.replace("-", ","))
+else:  # a partitioning from another page that is not a point here stays the shared one
+    selected = options[0] if options else None
+chart(_scatter(view_key, marks, show_estimates, selected, name, points),
+      key="space-chart", name="partition-space", on_select="rerun", selection_mode="points")
+
 table = fig_space.marks_table(marks, sweep.runs, predictions + tuple(
     Prediction(m.balance, stage_peaks(profile, m.balance)) for m in marks))
+st.markdown("**Recommendations** (rank: among the sweep's ok runs by measured peak; 1 = lowest)")
+st.dataframe(table_view(table, BYTES), hide_index=True, key="space-marks-table")
+missing = table[table["status"] == fig_space.NOT_SAMPLED]
+if len(missing):
+    st.caption("Not in this sample: " + ", ".join(f"{m} ({b})" for m, b in zip(missing["method"], missing["balance"]))
+               + ". The sweep did not measure these picks, so they have no rank or star; open the "
+                 "full sweep (Overview) or measure them on the Predict page.")
+downloads(table, "mcap-recommendations-in-space", "space-marks")
 
-
-# A click on the scatter or a choice in the box reruns only this part (st.fragment): the
-# ring, the recommendations between them and the selected partitioning's bars, not the
-# whole page (its error histogram and stand-in figures do not change; issue 40, item 3).
-@st.fragment
-def selection(table):
-    # The selection is settled before anything is drawn: a click (read from the chart's
-    # state) or a choice in the box below (read from its state) moves the ring and the bars
-    # in the same rerun, never one rerun late. The chart's identity follows its figure, so a
-    # redrawn chart starts with no selection: an empty one re-arms the click.
-    options = list(points["balance"])
-    # a link's balance that is no partitioning of this model is said once, naming the key
-    usable = shared_balance(sweep.model.num_layers, f"the partitioning {options[0]}"
-                            if options else "no partitioning")
-    selected = balance_str(usable) if usable else ""
-    if usable is None and shared("balance") is not None and options:
-        remember("balance", options[0].replace("-", ","))
-    # a partitioning of this sweep chosen elsewhere but drawn as no point (no throughput) is
-    # still the selected one below: its bars are the numbers every other page shows for it
-    ok_runs = {balance_str(r.balance) for r in sweep.runs if r.status == "ok" and r.peaks}
-    if selected and selected not in options and selected in ok_runs:
-        options.append(selected)
-    box = st.session_state.get("space-pick")
-    if box in options and box != st.session_state.get("space-pick-shown"):
-        selected = box  # chosen in the box since the last run
-    clicked = fig_space.clicked_balance(st.session_state.get("space-chart"))
-    if clicked is None:
-        st.session_state.pop("space-last-click", None)
-    elif clicked != st.session_state.get("space-last-click"):
-        st.session_state["space-last-click"] = selected = clicked
-    if selected in options:  # chosen here or elsewhere: the URL and the other pages keep it
-        remember("balance", selected.replace("-", ","))
-    else:  # a partitioning from another page that is not a point here stays the shared one
-        selected = options[0] if options else None
-    chart(_scatter(view_key, marks, show_estimates, selected, name, points),
-          key="space-chart", name="partition-space", on_select="rerun", selection_mode="points")
-
-    st.markdown("**Recommendations** (rank: among the sweep's ok runs by measured peak; "
-                "1 = lowest)")
-    st.dataframe(table_view(table, BYTES), hide_index=True, key="space-marks-table")
-    missing = table[table["status"] == fig_space.NOT_SAMPLED]
-    if len(missing):
-        st.caption("Not in this sample: " + ", ".join(
-            f"{m} ({b})" for m, b in zip(missing["method"], missing["balance"]))
-            + ". The sweep did not measure these picks, so they have no rank or star; open "
-              "the full sweep (Overview) or measure them on the Predict page.")
-    downloads(table, "mcap-recommendations-in-space", "space-marks")
-
-    st.subheader("Selected partitioning")
-    if options:
-        st.session_state["space-pick"] = st.session_state["space-pick-shown"] = selected
-        pick = st.selectbox("Partitioning (or click a point above)", options, key="space-pick")
-        balance = tuple(int(n) for n in pick.split("-"))
-        bars = fig_dev.device_bars(Prediction(balance, stage_peaks(profile, balance)),
-                                   measured_for(sweep.runs, balance),
-                                   sweep.setup.capacity_bytes)
-        chart(fig_dev.draw_device_bars(bars, dataset=name), key="space-devices",
-              name=f"devices-{pick}")
-        st.dataframe(table_view(fig_dev.device_table(bars), BYTES), hide_index=True,
-                     key="space-devices-table")
-
-
-selection(table)
+st.subheader("Selected partitioning")
+if options:
+    st.session_state["space-pick"] = st.session_state["space-pick-shown"] = selected
+    pick = st.selectbox("Partitioning (or click a point above)", options, key="space-pick")
+    balance = tuple(int(n) for n in pick.split("-"))
+    bars = fig_dev.device_bars(Prediction(balance, stage_peaks(profile, balance)),
+                               measured_for(sweep.runs, balance),
+                               sweep.setup.capacity_bytes)
+    chart(fig_dev.draw_device_bars(bars, dataset=name), key="space-devices", name=f"devices-{pick}")
+    st.dataframe(table_view(fig_dev.device_table(bars), BYTES), hide_index=True,
+                 key="space-devices-table")
 
 st.subheader("Prediction error")
 errors = fig_space.error_stats(sweep.runs, predictions)

@@ -194,6 +194,8 @@ def _child(conn: Connection, fd: int, log: str, keep_out: list[int]) -> None:
 
 
 def serve(conn: Connection) -> None:
+    """Long because: one loop answers every message of the pool (fork, prepare, orders, kill,
+    quit) and reaps the children it forked, which the fork and kill branches share."""
     why = _preload()
     conn.send(Ready(_threads(), why))
     if why:

@@ -135,6 +135,9 @@ def _connect(msg: Connect):
 
 
 def serve(conn: Connection) -> None:
+    """Long because: one loop over the pool's messages (submit, cancel, quit) and Ray's
+    results (where each task started, then its result or why it was lost), which share the
+    maps from keys to Ray's references."""
     from mcap.runner.executors.remote import Finished, Lost, Started
 
     msg = conn.recv()

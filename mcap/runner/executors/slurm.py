@@ -204,12 +204,17 @@ class SlurmBackend(Backend):
             except (ValueError, KeyError, TypeError):
                 continue
         states = _squeue(list(entries.values()))
-        out = {}
+        out, dead = {}, set()
         for content, job_id in entries.items():
             state = states.get(job_id, ("", "", ""))[0]
             if state in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING") or \
                     self._result_path(job_id).exists():
                 out[content] = job_id
+            elif state:  # ended without a result (killed, failed): sent again, so tidied now
+                dead.add(job_id)
+        for job_id in dead:
+            shutil.rmtree(self.folder / job_id, ignore_errors=True)
+        self._drop_ledger(dead)
         return out
 
     def _result_path(self, job_id: str) -> Path:

@@ -11,14 +11,14 @@ from mcap.core.errors import McapError
 from mcap.core.partition import parse_balance
 from mcap.figures import devices as fig_dev
 from mcap.figures._style import MISSING, balance_str, fmt_bytes, table_view
-from pages._datasets import open_dataset, profile_param, revision_of
 from mcap.io import datasets
+from pages._datasets import open_dataset, profile_param, revision_of
 from pages._shared import (
     chart, dataset_name, downloads, error, remember, shared, shared_choice, shared_float)
 
 
-
-def _key(profile):
+def _key():
+    """The cache key of the page's profile (None for one that is not a dataset ref)."""
     param = profile_param()
     return (param, revision_of(datasets.parse_ref(param))) if param else None
 
@@ -41,7 +41,7 @@ def _pick(param: str, revision: tuple, schedule: str, virtual: int):
 
 
 def _model_and_targets(profile):
-    key = _key(profile)
+    key = _key()
     with st.spinner("reading the profile's op timelines and torch's action lists…"):
         if key is None:
             model = ranks.model_of(profile)
@@ -138,8 +138,8 @@ def predict_page(profile, sweep) -> None:
     """The Predict page for a multi-chunk profile: a typed partitioning of G·V chunks."""
     intro(profile)
     try:
-        target = choose_target(profile, _model_and_targets(profile))
-        model = _model_and_targets(profile)[0]
+        model_targets = _model_and_targets(profile)
+        target, model = choose_target(profile, model_targets), model_targets[0]
         n = profile.setup.stages * target.virtual
         start = shared("balance") or ""
         try:
@@ -172,7 +172,7 @@ def predict_page(profile, sweep) -> None:
 
 
 def _picked(profile, target):
-    key = _key(profile)
+    key = _key()
     with st.spinner("searching every partitioning of the chunks…"):
         if key is None:
             return ranks.pick(profile, _model_and_targets(profile)[0], target)
@@ -184,11 +184,11 @@ def recommend_page(profile, sweep) -> None:
     lowest predicted peak under the chosen schedule."""
     intro(profile)
     try:
-        target = choose_target(profile, _model_and_targets(profile))
+        model_targets = _model_and_targets(profile)
+        target = choose_target(profile, model_targets)
         view, exhaustive = _picked(profile, target)
         # the measured run is the chosen sweep's, looked up after the cached search
-        view = ranks.predict(profile, _model_and_targets(profile)[0], target, view.balance,
-                             sweep)
+        view = ranks.predict(profile, model_targets[0], target, view.balance, sweep)
     except McapError as exc:
         error(exc)
         st.stop()

@@ -3,8 +3,9 @@ task or a Slurm array task (``mcap.runner.executors``).
 
 A stage's truth is what a fresh process of that stage reaches (DESIGN.md, "Where it
 runs"). The local pool keeps its stage processes and gives every run a clean slate; a task
-of a cluster executor gets a process of its own for one measurement (Ray ``max_calls=1``,
-one Slurm array task each), started with the stage process's environment
+of a cluster executor gets a process of its own for one measurement (a Ray GPU task's
+worker, ``max_calls=1``; one Slurm array task each; a Ray CPU task forks one instead,
+``mcap.runner.executors.warm``), started with the stage process's environment
 (``mcap.runner.machine.process_env``: the setup's threads, malloc's fixed thresholds), and
 does here what a spawned stage worker does (:mod:`mcap.runner.worker`): pin the threads,
 install the CPU tracker before any model exists, build the model uncounted, run the job.
@@ -59,7 +60,8 @@ def preload() -> None:
         importlib.import_module(name)
 
 
-def _init(spec: str, setup: Setup) -> Init:
+def init_of(spec: str, setup: Setup) -> Init:
+    """A stage process's Init for one task: rank 0 of a world of one, alone."""
     # rank 0 of a world of one slot: a GPU task sees the one GPU it was given as device 0
     return Init(spec, setup, 0, 1, None, pg_timeout=300.0, alone=True)
 
@@ -72,7 +74,7 @@ def probe(spec: str, setup: Setup, node: Optional[str] = None) -> Outcome:
     from mcap.runner import worker
     from mcap.runner.machine import collect_here
     try:
-        _, info = worker._start(_init(spec, setup))
+        _, info = worker._start(init_of(spec, setup))
     except McapError as exc:
         return Outcome(None, None, None, node, os.getpid(), time.monotonic() - start,
                        bad_input=str(exc))
@@ -88,7 +90,7 @@ def measure(spec: str, setup: Setup, job: Job, node: Optional[str] = None) -> Ou
     from mcap.core.errors import McapError
     from mcap.runner import worker
     from mcap.runner.machine import collect_here
-    init = _init(spec, setup)
+    init = init_of(spec, setup)
     try:
         resident, info = worker._start(init)
     except McapError as exc:

@@ -10,9 +10,10 @@ address, so a namespace with nothing but a loopback is how they stay on 127.0.0.
 when the bridge ends, for any reason, the kernel ends every process of the instance.
 
 Each stage-alone measurement is a Ray task with its resources (``num_cpus`` = the setup's
-threads, or ``num_gpus=1``) and ``max_calls=1``: a fresh worker process per measurement
-(``mcap.runner.fresh``), which a worker started ahead of it prepares by importing torch
-(the job's ``worker_process_setup_hook``). Ray's own retries are off: the pool sends a lost
+threads, or ``num_gpus=1``), in a fresh process: a CPU task's worker stays and forks a
+stage process for each task from a zygote it keeps (``mcap.runner.executors.warm``; the
+job's ``worker_process_setup_hook`` starts the zygote before the first task), a GPU task
+gets a fresh worker (``max_calls=1``; ``mcap.runner.fresh``) whose hook imports torch. Ray's own retries are off: the pool sends a lost
 task again itself (``mcap.runner.executors.remote``), counting the tries. A task tells a
 small actor where it started, so the pool counts tasks running by node.
 
@@ -22,6 +23,7 @@ bridge -> pool :class:`Ready`, then ``remote.Started``, ``remote.Finished``,
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -74,12 +76,16 @@ def node_label(node_id: str) -> str:
 
 
 def measure_task(key: str, kind: str, spec: str, setup, job, tracker):
-    """The body of one Ray task, in a fresh worker process (``max_calls=1``)."""
+    """The body of one Ray task: a CPU task in a stage process forked for it by its worker's
+    zygote (``mcap.runner.executors.warm``), a GPU task in its fresh worker itself."""
     import ray
 
     from mcap.runner import fresh
     node = node_label(ray.get_runtime_context().get_node_id())
     tracker.started.remote(key, node)
+    from mcap.runner.executors import warm
+    if os.environ.get(warm.WARM_ENV):  # a CPU task: a stage process forked for it
+        return warm.run(kind, spec, setup, job, node)
     if kind == "probe":
         return fresh.probe(spec, setup, node)
     return fresh.measure(spec, setup, job, node)
@@ -114,7 +120,12 @@ def loopback_up() -> None:
 def _connect(msg: Connect):
     import ray
     env = dict(msg.env)
-    runtime_env = {"env_vars": env, "worker_process_setup_hook": "mcap.runner.fresh.preload"}
+    hook = "mcap.runner.fresh.preload"  # a GPU task's fresh worker: torch imported ahead
+    if not msg.gpus:  # a CPU task's worker stays: its zygote started ahead
+        from mcap.runner.executors.warm import WARM_ENV
+        env[WARM_ENV] = "1"
+        hook = "mcap.runner.executors.warm.start"
+    runtime_env = {"env_vars": env, "worker_process_setup_hook": hook}
     common = dict(runtime_env=runtime_env, log_to_driver=False, configure_logging=False,
                   include_dashboard=False)
     if msg.address:
@@ -151,8 +162,10 @@ def serve(conn: Connection) -> None:
                         if str(exc).strip() else type(exc).__name__))
         return
     conn.send(ready)
-    task = ray.remote(num_cpus=msg.cpus, num_gpus=msg.gpus, max_calls=1, max_retries=0,
-                      retry_exceptions=False)(measure_task)
+    # A GPU task gets a fresh Ray worker (max_calls=1); a CPU task's worker stays and forks
+    # a fresh stage process per task from its zygote (mcap.runner.executors.warm).
+    task = ray.remote(num_cpus=msg.cpus, num_gpus=msg.gpus, max_calls=1 if msg.gpus else 0,
+                      max_retries=0, retry_exceptions=False)(measure_task)
     tracker = ray.remote(num_cpus=0)(Tracker).options(
         runtime_env={"env_vars": {NO_PRELOAD_ENV: "1"}}).remote()
     refs: dict = {}  # ObjectRef -> key

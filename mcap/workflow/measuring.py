@@ -137,14 +137,14 @@ class Measurer:
         return self.runner.measure(balance)
 
     def get_many(self, balances) -> list[Run]:
-        """``get`` of each of ``balances``, in order. Where the executor can run more stages
-        at once than one partitioning has (a cluster's tasks, more GPUs than stages;
-        issue 42), the stages of every balance still to measure go out together, each
-        recorded as it ends and each balance's run recorded the moment its last stage
-        is in; elsewhere one balance after the other, as ``get``."""
+        """``get`` of each of ``balances``, in order. Where the executor runs more stages at
+        once than a partitioning has (a cluster, more GPUs than stages; issue 42), the
+        stages of every balance still to measure (on a cluster, of one too) go out together,
+        each stored as it ends, a balance's run the moment its last stage is in."""
         balances = [tuple(int(n) for n in b) for b in balances]
         pending = [b for b in dict.fromkeys(balances) if not self._known(b)]
-        made = self._measure_many(pending) if len(pending) > 1 and self._fans_out() else {}
+        many = len(pending) > 1 or (len(pending) == 1 and remote_executor())
+        made = self._measure_many(pending) if many and self._fans_out() else {}
         return [made[b] if b in made else self.get(b) for b in balances]
 
     def _known(self, balance) -> bool:

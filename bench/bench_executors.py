@@ -12,9 +12,11 @@ time and stages per second (its whole wall time: start-up included).
 
 ``overhead``: the same stage job run ``--tasks`` times (a) each as a fresh local process
 (``python -c`` running ``mcap.runner.fresh.measure``: import, build, run) one after the
-other, and (b) as Ray tasks on a local instance of 1 CPU (``max_calls=1``: a fresh worker
-each); Ray's overhead per task is (b)'s wall per task less (a)'s. Also the wall per task of
-a no-op Ray task with ``max_calls=1`` (a worker started, a call, its exit; no torch).
+other, (b) on the local executor (one slot), and (c) as Ray tasks on a local instance of 1
+CPU (a CPU task's worker stays and forks a fresh stage process per task from its zygote,
+``mcap.runner.executors.warm``); Ray's overhead per task is (c)'s wall per task less
+(b)'s (and, as before, less (a)'s). Also the wall per task of a no-op Ray task with
+``max_calls=1`` (a worker started, a call, its exit; no torch).
 
 The machine's load changes every figure: the load average is printed with them.
 """
@@ -89,21 +91,29 @@ def overhead(args) -> None:
         subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True)
     fresh_each = (time.perf_counter() - start) / args.tasks
 
-    os.environ.update({"MCAP_EXECUTOR": "ray", "MCAP_RAY_LOCAL_CPUS": "1"})
     from mcap.runner import open_runner
     setup = Setup(stages=STAGES, batch_size=32, chunks=4)
-    with open_runner(MODEL, setup) as runner:
-        runner.model_info  # the instance and the probe, not timed
-        start = time.perf_counter()
-        runs = runner.measure_stages([(balance, 1)] * args.tasks)
-        ray_each = (time.perf_counter() - start) / args.tasks
-    peaks = {r.peak for r in runs}
+    each, peaks = {}, set()
+    for executor in ("local", "ray"):
+        os.environ.update({"MCAP_EXECUTOR": executor, "MCAP_RAY_LOCAL_CPUS": "1",
+                           "MCAP_STAGE_SLOTS": "1"})
+        with open_runner(MODEL, setup) as runner:
+            runner.model_info  # the pool (or the instance) and the probe, not timed
+            start = time.perf_counter()
+            runs = runner.measure_stages([(balance, 1)] * args.tasks)
+            each[executor] = (time.perf_counter() - start) / args.tasks
+        peaks |= {r.peak for r in runs}
+    ray_each = each["ray"]
     noop, reused = _noop_tasks(args.tasks)
     print(f"stage 1 of {balance} of {MODEL}, {args.tasks} times; load {os.getloadavg()[0]:.1f}")
     print(f"- a fresh local process each, one after the other: {fresh_each:.2f} s per task")
-    print(f"- a Ray task each (max_calls=1, 1 CPU): {ray_each:.2f} s per task; peaks "
-          f"{sorted(peaks)} ({'0 spread' if len(peaks) == 1 else 'SPREAD'})")
-    print(f"- Ray's overhead per task: {ray_each - fresh_each:+.2f} s")
+    print(f"- the local executor (one slot, its warm stage process): {each['local']:.2f} s "
+          "per task")
+    print(f"- a Ray task each (1 CPU; a stage process forked for it): {ray_each:.2f} s per "
+          f"task; peaks of both executors {sorted(peaks)} "
+          f"({'0 spread' if len(peaks) == 1 else 'SPREAD'})")
+    print(f"- Ray's overhead per task: {ray_each - each['local']:+.2f} s over the local "
+          f"executor, {ray_each - fresh_each:+.2f} s over a fresh local process")
     print(f"- a no-op Ray task (max_calls=1, no torch): {noop:.2f} s per task; with a "
           f"reused worker (Ray's scheduling alone): {reused * 1000:.1f} ms per task")
 

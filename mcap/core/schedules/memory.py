@@ -349,8 +349,10 @@ def _static(A: np.ndarray, y: np.ndarray, param_bytes: Sequence[int],
 def fit(observations: Sequence[RankObservation], num_layers: int, chunks: int,
         out_bytes: Sequence[int], schedule: str,
         param_bytes: Optional[Sequence[int]] = None,
-        groups: Optional[Sequence] = None) -> EventModel:
-    """The model from a profile's observed ranks (module docstring)."""
+        groups: Optional[Sequence] = None,
+        saves_output: Optional[Sequence[bool]] = None) -> EventModel:
+    """The model from a profile's observed ranks (module docstring); ``saves_output``: per
+    layer, whether torch saves its output for its backward (``RiseTable._released``)."""
     if not observations:
         raise McapError("no rank with a memory timeline to read op bytes from: profile with "
                         "stages run alone (isolation stage)")
@@ -358,9 +360,7 @@ def fit(observations: Sequence[RankObservation], num_layers: int, chunks: int,
     t_meas: dict = collections.defaultdict(dict)
     rows, rhs, rel_rows, rel_rhs = [], [], [], []
     param_bytes = param_bytes if param_bytes is not None else [1] * num_layers
-    rises: dict = {}
-    kinds = set()
-    L = num_layers
+    rises, kinds, L = {}, set(), num_layers
     for ob in observations:
         for kind, w, occ, d, t in ob.ops:
             kinds.add(kind)
@@ -381,9 +381,10 @@ def fit(observations: Sequence[RankObservation], num_layers: int, chunks: int,
     release, *_ = np.linalg.lstsq(np.array(rel_rows), np.array(rel_rhs, dtype=float), rcond=None)
     seen_modes = collections.Counter(m for (_, (m, _)) in d_meas)
     d_tables = {k: _table(k[0], L, v) for k, v in d_meas.items()}
-    return EventModel(L, chunks, tuple(out_bytes), d_tables,
-                      {k: _rise_table(k[0], L, v, d_tables[k], _first_w(k, d_tables), out_bytes)
-                       for k, v in t_meas.items()},
+    layers = None if saves_output is None else tuple(zip(param_bytes, saves_output))
+    return EventModel(L, chunks, tuple(out_bytes), d_tables, {k: _rise_table(
+                          k[0], L, v, d_tables[k], _first_w(k, d_tables), out_bytes, layers)
+                          for k, v in t_meas.items()},
                       static, (float(release[0]), float(release[1])), rises, frozenset(kinds),
                       schedule, mode=seen_modes.most_common(1)[0][0])
 

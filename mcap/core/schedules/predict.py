@@ -59,6 +59,11 @@ def split_backward(setup) -> bool:
     return schedules.get(setup.schedule).split_backward
 
 
+# Layers whose backward torch computes from their output, which autograd saves (not their
+# input): the next layer's saved input is that same tensor.
+SAVES_OUTPUT = frozenset({"ReLU", "Sigmoid", "Tanh"})
+
+
 def event_model(profiles: Sequence[Profile], actions: Actions) -> memory.EventModel:
     """The op model of one or several profiles of one model and setup (module docstring).
     McapError when they differ in what changes an op's bytes, or record no timelines."""
@@ -90,7 +95,9 @@ def event_model(profiles: Sequence[Profile], actions: Actions) -> memory.EventMo
     return memory.fit(obs, first.model.num_layers, first.setup.chunks, out_bytes, names,
                       [l.param_bytes for l in layers],
                       [(l.kind, l.param_bytes, l.out_bytes) if l.kind else i
-                       for i, l in enumerate(layers)])
+                       for i, l in enumerate(layers)],
+                      [l.kind in SAVES_OUTPUT for l in layers]
+                      if all(l.kind for l in layers) else None)
 
 
 def out_bytes_of(profile: Profile) -> tuple[int, ...]:

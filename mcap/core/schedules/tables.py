@@ -108,9 +108,12 @@ class RiseTable:
     are read as measured; without a layer's own reading, the sum form is used."""
 
     def __init__(self, kind: str, num_layers: int, measured: dict, d, first=None,
-                 out_bytes=None):
+                 out_bytes=None, layers=None):
         self.kind, self.measured, self.d = kind, dict(measured), d
         self.out_bytes = out_bytes
+        # per layer (parameter bytes, whether torch saves its output for its backward):
+        # what a zero-bubble W lets go of as it goes (:meth:`_released`)
+        self.layers = layers
         # the d table of the chunk's first W, for a later W (its held weight gradients)
         self.first = first
         self.sum = WindowTable(num_layers, measured)
@@ -154,7 +157,9 @@ class RiseTable:
             return "composed"
         start = min(a for a, _ in self.measured)
         held = [(a, b, v) for (a, b), v in self.measured.items() if b > a and a > start]
-        errs = {"composed": 0.0, "sum": 0.0}
+        errs = {"composed": 0.0, "sum": 0.0, "progressive": 0.0}
+        progressive = self.kind == "W" and self.layers is not None and \
+            self.out_bytes is not None
         for a, b, v in held:
             c = self._composed(a, b)
             s = self.sum.iso[a] + self.sum.prefix[b + 1] - self.sum.prefix[a + 1] \
@@ -163,13 +168,21 @@ class RiseTable:
                 continue
             errs["composed"] += abs(c + self.offset - v)
             errs["sum"] += abs(s - v)
-        return "sum" if errs["sum"] < errs["composed"] else "composed"
+            if progressive:
+                p = self._composed(a, b, progressive=True)
+                errs["progressive"] += abs((c + self.offset if p is None else p) - v)
+        forms = ("composed", "sum") + (("progressive",) if progressive else ())
+        return min(forms, key=lambda f: (errs[f], forms.index(f)))
 
     def get(self, a: int, b: int) -> Optional[int]:
         if (a, b) in self.measured:
             return self.measured[(a, b)]
         if self.form == "sum":
             got = self.sum.get(a, b)
+            if got is not None:
+                return got
+        if self.form == "progressive":
+            got = self._composed(a, b, progressive=True)
             if got is not None:
                 return got
         composed = self._composed(a, b)
@@ -194,13 +207,39 @@ class RiseTable:
             l = m + 1
         return out
 
-    def _composed(self, a: int, b: int) -> Optional[int]:
+    def _released(self, a: int, e: int) -> int:
+        """What a zero-bubble W of a chunk from layer a holds over, net, once it has run the
+        parameter groups of layers a..e (``progressive``): torch's ``stage_backward_weight``
+        runs one ``autograd.grad`` per group without keeping the graph, so each group lets go
+        of the output gradient the I saved for it and of its layer's saved input, unless the
+        layer before saves that same tensor as its output (a ReLU: freed with the rest of the
+        graph at the end of the W) or it is the chunk's input; the chunk's first W keeps
+        each group's weight gradients as ``.grad``. Found on the held-out VGG11's misses
+        (bench/log/2026-11-29-schedules.md, third session)."""
+        out = 0
+        for j in range(a, e + 1):
+            params, _ = self.layers[j]
+            if not params:
+                continue
+            out -= self.out_bytes[j]
+            if j > a and not self.layers[j - 1][1]:
+                out -= self.out_bytes[j - 1]
+            if self.first is None:
+                out += params
+        return out
+
+    def _composed(self, a: int, b: int, progressive: bool = False) -> Optional[int]:
+        """The composition (class docstring); ``progressive``: a W's layers with parameters
+        only, over what the groups before let go of as they ran (:meth:`_released`) instead
+        of the W's whole ``d``; None when the window has no layer with parameters."""
         units = self._units(a, b)
         if units is None:
             return None
         best, grads = None, 0
         for k, (l, m) in enumerate(units):
-            if self.kind in ("F", "W"):
+            if progressive:
+                below = 0 if l == a else self._released(a, l - 1)
+            elif self.kind in ("F", "W"):
                 below = 0 if l == a else _held_over(self.d, a, l - 1, units[:k])
             else:
                 below = 0 if m == b else _held_over(self.d, m + 1, b, units[k + 1:])
@@ -217,6 +256,8 @@ class RiseTable:
                     return None
                 # this group's weight gradients, held while the next group runs
                 grads = first - mine if first - mine > 0 else grads
+            if progressive and not any(self.layers[j][0] for j in range(l, m + 1)):
+                continue  # no group of its own: its rise alone is not one inside the W
             v = below + self.measured[(l, m)]
             best = v if best is None else max(best, v)
         return best
@@ -265,7 +306,8 @@ def _table(kind: str, num_layers: int, measured: dict):
         WindowTable(num_layers, measured)
 
 
-def _rise_table(kind: str, num_layers: int, measured: dict, d, first=None, out_bytes=None):
+def _rise_table(kind: str, num_layers: int, measured: dict, d, first=None, out_bytes=None,
+                layers=None):
     """The rise table of an op kind, over its ``d`` table (and, for a W after the chunk's
     first, the first W's ``d``: :class:`RiseTable`), split apart like them."""
     if isinstance(d, SplitTable):
@@ -273,6 +315,7 @@ def _rise_table(kind: str, num_layers: int, measured: dict, d, first=None, out_b
             at0 = all(w[0] == 0 for w in m)
             pick = (lambda t: t.first if at0 else t.rest)
             return RiseTable(kind, n, m, pick(d), None if first is None else
-                             pick(first) if isinstance(first, SplitTable) else first, out_bytes)
+                             pick(first) if isinstance(first, SplitTable) else first, out_bytes,
+                             layers)
         return SplitTable(num_layers, measured, part)
-    return RiseTable(kind, num_layers, measured, d, first, out_bytes)
+    return RiseTable(kind, num_layers, measured, d, first, out_bytes, layers)

@@ -10,6 +10,7 @@ from mcap.core import schedules
 from mcap.core.errors import McapError
 from mcap.core.partition import parse_balance
 from mcap.figures import devices as fig_dev
+from mcap.figures import rankspace as fig_rank
 from mcap.figures._style import MISSING, balance_str, fmt_bytes, table_view
 from mcap.io import datasets
 from pages._datasets import open_dataset, profile_param, revision_of
@@ -197,3 +198,67 @@ def recommend_page(profile, sweep) -> None:
     st.write(f"The lowest predicted peak under {target.label}: **{balance_str(view.balance)}** "
              f"at {fmt_bytes(max(view.predicted))} (searched {how}).")
     show(view, None, f"recommend-{target.schedule}-{balance_str(view.balance)}", "rank-rec")
+
+
+@st.cache_resource(show_spinner=False, max_entries=8)
+def _check(param: str, revision: tuple, sweep_param: str, sweep_revision: tuple):
+    return ranks.check_sweep(open_dataset(param), _model(param, revision),
+                             open_dataset(sweep_param))
+
+
+def _checked(profile, sweep):
+    """The sweep against the profile's op model, cached on both datasets' content."""
+    key, sweep_param = _key(), shared("sweep")
+    with st.spinner("predicting every measured partitioning device by device and searching "
+                    "every partitioning of the chunks…"):
+        if key is None or not sweep_param:
+            return ranks.check_sweep(profile, ranks.model_of(profile), sweep)
+        return _check(*key, sweep_param, revision_of(datasets.parse_ref(sweep_param)))
+
+
+def space_page(profile, sweep) -> None:
+    """Partition space for a multi-chunk profile or sweep: the sweep's measured
+    partitionings against the op model's predictions, device by device, and the op model's
+    pick; an st.error naming the values where the profile's ops cannot predict the sweep."""
+    s = sweep.setup
+    said = _measured_under(profile) if ranks.is_multi(profile.setup) else (
+        f"The sweep was measured under **{schedules.get(s.schedule).label}** with "
+        f"{s.virtual_stages} stages per device on {s.stages} devices")
+    st.info(said + ", so this page predicts the sweep's partitionings device by device from the profile's op timelines and torch's action list (the "
+            "schedules' op model), as `python -m mcap evaluate` does, not by mCAP's per-stage "
+            "statistics.")
+    try:
+        check = _checked(profile, sweep)
+    except McapError as exc:
+        error(exc, f"The sweep {dataset_name('sweep')} cannot be predicted from the profile "
+                   f"{dataset_name('profile')}: ")
+        st.stop()
+    ev, name = check.evaluation, dataset_name("sweep")
+    st.markdown(f"**{ev.partitionings} measured partitionings** under {check.target.label} "
+                f"on {sweep.setup.stages} devices.")
+    c = st.columns(4)
+    for col, (label, value) in zip(c, ranks.pick_metrics(check).items()):
+        col.metric(label, value)
+    how = "every partitioning" if ev.exhaustive else "a local search (not exhaustive)"
+    st.caption(f"The op model's pick is the Recommend page's: the lowest predicted peak over "
+               f"{how}. Rank: among the sweep's ok partitionings by measured peak, 1 = lowest "
+               f"(the sweep's lowest is {balance_str(ev.best)} at {fmt_bytes(ev.best_peak)}).")
+    points = fig_rank.rank_points(check.measured, ev.pick)
+    chart(fig_rank.draw_rank_space(points, ev.pick, ev.pick_predicted, dataset=name),
+          key="rank-space-chart", name="partition-space-devices")
+    downloads(points.drop(columns=["devices"]), "mcap-partition-space-devices", "rank-space")
+
+    st.subheader("Prediction error, device by device")
+    c = st.columns(5)
+    for col, (label, value) in zip(c, ranks.space_metrics(check).items()):
+        col.metric(label, value)
+    errors = fig_rank.device_errors(check.measured)
+    chart(fig_rank.draw_device_errors(errors, ev.median, ev.p90, dataset=name),
+          key="rank-space-errors", name="prediction-error-devices")
+    st.caption("Relative error = (predicted − measured) / measured peak of each device of "
+               "every measured partitioning; the metrics are of its absolute value.")
+    if ev.unpredicted:
+        st.caption(f"Not predicted ({len(ev.unpredicted)}): the profile gives no reading of a "
+                   "chunk of " + ", ".join(balance_str(b) for b in ev.unpredicted[:5])
+                   + (" …" if len(ev.unpredicted) > 5 else "") + ".")
+    downloads(errors, "mcap-prediction-error-devices", "rank-space-errors")

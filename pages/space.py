@@ -20,7 +20,8 @@ from pages._search import (
     predictor_choice, recommendation,
     slow, stage_peaks, sweep_predictions,
 )
-from pages._ranks import one_stage_only
+from mcap.app.ranks import is_multi
+from pages._ranks import space_page
 from pages._shared import (
     caption_of, chart, current, dataset_name, downloads, error, profile_for, profile_param,
     remember, restore_url, revision_of, shared, shared_balance, shared_choice)
@@ -53,12 +54,16 @@ def _for_cuda(folder: str):
 restore_url()
 st.title("Partition space")
 sweep = current("sweep")
-profile = profile_for(sweep, current("profile"))
+chosen = current("profile")
+if is_multi(chosen.setup) or is_multi(sweep.setup):  # several chunks per device: op model
+    st.caption(caption_of(sweep))
+    space_page(chosen, sweep)
+    st.stop()
+profile = profile_for(sweep, chosen)
 st.caption(caption_of(sweep))
 name = dataset_name("sweep")
 BYTES = ("predicted_peak", "measured_peak", "predicted", "measured")
 predictor_choice(st.sidebar, key="space-predictor")
-one_stage_only(profile, "The partition space's predictions")
 
 try:
     predictions = sweep_predictions(profile, sweep)

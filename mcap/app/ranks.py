@@ -16,12 +16,14 @@ from mcap.core.errors import McapError
 from mcap.core.partition import windows
 from mcap.core.schedules.actions import ActionList
 from mcap.core.schedules.predict import (
-    SHARED_FIELDS, RankCosts, check_balance, even, event_model, is_multi, search)
+    SHARED_FIELDS, RankCosts, RankEvaluation, check_balance, even, evaluate, event_model,
+    is_multi, search)
 from mcap.core.types import Profile, Run, Sweep
 from mcap.figures.devices import DeviceBars
 from mcap.io import orders
 
-__all__ = ["RankView", "Target", "is_multi", "model_of", "pick", "predict", "targets"]
+__all__ = ["Measured", "RankView", "SweepCheck", "Target", "check_sweep", "is_multi",
+           "model_of", "pick", "predict", "sweep_mismatch", "targets"]
 
 
 def actions(schedule: str, stages: int, virtual: int, chunks: int) -> ActionList:
@@ -139,3 +141,103 @@ def pick(profile: Profile, model, target: Target, sweep: Optional[Sweep] = None)
     found = search(RankCosts(model, al))
     return RankView(target, tuple(found.balance), al.placement, tuple(found.peaks),
                     _measured(sweep, profile, target, found.balance)), found.exhaustive
+
+
+# --- a sweep against the op model (the Partition space page) ---------------------------------
+
+@dataclass(frozen=True)
+class Measured:
+    """One measured partitioning of a sweep: each device's predicted and measured peak."""
+    balance: tuple[int, ...]
+    predicted: tuple[int, ...]
+    measured: tuple[int, ...]
+
+    @property
+    def errors(self) -> tuple[float, ...]:
+        """Each device's (predicted - measured) / measured."""
+        return tuple((p - m) / m for p, m in zip(self.predicted, self.measured))
+
+
+@dataclass(frozen=True)
+class SweepCheck:
+    """A sweep of a multi-chunk schedule against the profile's op model: every measured
+    partitioning the model reads (sweep order), and ``evaluate``'s figures (per-device error,
+    the exhaustive search's pick and its measured rank)."""
+    target: Target
+    evaluation: RankEvaluation
+    measured: tuple[Measured, ...]
+
+    @property
+    def errors(self) -> tuple[float, ...]:
+        """(predicted - measured) / measured of every device of every partitioning."""
+        return tuple(e for m in self.measured for e in m.errors)
+
+
+def sweep_mismatch(profile: Profile, model, sweep: Sweep) -> Optional[str]:
+    """Why the op model of ``profile`` cannot predict ``sweep``'s measured devices (another
+    model, a setup whose ops differ, a schedule and V whose op kinds the profile did not
+    measure), naming the values; None when it can."""
+    p, s = profile.setup, sweep.setup
+    if sweep.model != profile.model:
+        return (f"the profile is of {profile.model.spec!r} ({profile.model.num_layers} layers) "
+                f"but the sweep of {sweep.model.spec!r} ({sweep.model.num_layers} layers)")
+    diff = [f"{f} {getattr(p, f)!r} vs {getattr(s, f)!r}" for f in (*SHARED_FIELDS, "checkpoint")
+            if getattr(p, f) != getattr(s, f)]
+    if diff:
+        return ("the profile and the sweep were measured under setups whose ops differ "
+                "(profile vs sweep): " + "; ".join(diff))
+    al = actions(s.schedule, s.stages, s.virtual_stages, s.chunks)
+    if not model.covers(al):
+        missing = sorted({a.kind for r in range(al.stages) for a in al.actions(r)} - model.kinds)
+        return (f"the sweep was measured under {schedules.get(s.schedule).label} with "
+                f"V={s.virtual_stages} on {s.stages} devices, which runs {', '.join(missing)} "
+                f"ops; the profile, measured under {schedules.get(p.schedule).label} with "
+                f"V={p.virtual_stages}, measures only {', '.join(sorted(model.kinds))} ops (a "
+                "GPipe profile measures F and B, a zero-bubble one F, I and W)")
+    return None
+
+
+def check_sweep(profile: Profile, model, sweep: Sweep) -> SweepCheck:
+    """``sweep``'s measured partitionings against ``profile``'s op model (McapError naming
+    why when it cannot predict them: :func:`sweep_mismatch`; or when the sweep has no ok run).
+    The figures are :func:`mcap.core.schedules.predict.evaluate`'s, the one computation the
+    command line's ``evaluate`` prints."""
+    why = sweep_mismatch(profile, model, sweep)
+    if why is not None:
+        raise McapError(why)
+    s = sweep.setup
+    ev = evaluate(model, sweep, actions)
+    costs = RankCosts(model, actions(s.schedule, s.stages, s.virtual_stages, s.chunks))
+    unread = set(ev.unpredicted)
+    rows = tuple(Measured(tuple(r.balance), tuple(costs.peaks(r.balance)), tuple(r.peaks))
+                 for r in sweep.runs
+                 if r.status == "ok" and r.peaks and tuple(r.balance) not in unread)
+    return SweepCheck(Target(s.schedule, s.virtual_stages), ev, rows)
+
+
+def percent(x: Optional[float]) -> str:
+    """A share as the page writes it: 0.0210 -> '2.10%'."""
+    return "–" if x is None else f"{100 * x:.2f}%"
+
+
+def space_metrics(check: SweepCheck) -> dict[str, str]:
+    """The Partition space's metrics of a multi-chunk sweep, label -> value."""
+    ev = check.evaluation
+    return {"devices compared": f"{ev.ranks}",
+            "median |error|": percent(ev.median),
+            "p90 |error|": percent(ev.p90),
+            "max |error|": percent(ev.max),
+            "exact to the byte": f"{ev.exact} of {ev.ranks}"}
+
+
+def pick_metrics(check: SweepCheck) -> dict[str, str]:
+    """The op model's pick (the exhaustive search's, as on Recommend) and where the sweep
+    ranks it by measured peak (1 = lowest), label -> value."""
+    from mcap.core.units import fmt_bytes
+    ev = check.evaluation
+    return {"op model's pick": "-".join(map(str, ev.pick)),
+            "its predicted peak": fmt_bytes(ev.pick_predicted),
+            "its measured peak": "not measured" if ev.pick_measured is None
+            else fmt_bytes(ev.pick_measured),
+            "its measured rank": "not in this sweep" if ev.pick_rank is None
+            else f"{ev.pick_rank} of {ev.partitionings}"}

@@ -250,7 +250,7 @@ class EventModel:
     t: dict          # (kind, occurrence) -> WindowTable
     static: np.ndarray
     release: tuple[float, float]  # the batch's bytes (first chunk), the targets' (last chunk)
-    step_rise: dict  # layer -> smallest optimizer rise of a rank holding it
+    step_rise: dict  # layer -> optimizer rise: a rank's, by its share of the largest layer
     kinds: frozenset
     schedule: str
     mode: str = "never"  # the checkpoint mode predicted where none is given per chunk
@@ -358,9 +358,8 @@ def fit(observations: Sequence[RankObservation], num_layers: int, chunks: int,
                         "stages run alone (isolation stage)")
     d_meas: dict = collections.defaultdict(dict)
     t_meas: dict = collections.defaultdict(dict)
-    rows, rhs, rel_rows, rel_rhs = [], [], [], []
+    rows, rhs, rel_rows, rel_rhs, rises, kinds, L = [], [], [], [], {}, set(), num_layers
     param_bytes = param_bytes if param_bytes is not None else [1] * num_layers
-    rises, kinds, L = {}, set(), num_layers
     for ob in observations:
         for kind, w, occ, d, t in ob.ops:
             kinds.add(kind)
@@ -374,9 +373,11 @@ def fit(observations: Sequence[RankObservation], num_layers: int, chunks: int,
         rhs.append(ob.base - ob.recv)
         rel_rows.append([float(ob.first_chunk), float(ob.last_chunk)])
         rel_rhs.append(ob.release - ob.sends)
-        for a, b in ob.windows:
-            for l in range(a, b + 1):
-                rises[l] = min(rises.get(l, ob.step_rise), ob.step_rise)
+        # a layer's step rise: at most a rank's, scaled by its share of the rank's largest
+        held = [l for a, b in ob.windows for l in range(a, b + 1) if param_bytes[l]]
+        for l in held:
+            rises[l] = min(rises.get(l, np.inf), ob.step_rise * param_bytes[l] / max(
+                param_bytes[j] for j in held))
     static = _static(np.array(rows), np.array(rhs, dtype=float), param_bytes, groups)
     release, *_ = np.linalg.lstsq(np.array(rel_rows), np.array(rel_rhs, dtype=float), rcond=None)
     seen_modes = collections.Counter(m for (_, (m, _)) in d_meas)

@@ -41,6 +41,8 @@ MODELS = {
     "vgg11b": ("vgg11:image_size=64,classes=10,hidden=256", 8, 4),
     # held out again (2026-11-29, third session): the W rule was found on vgg11b's misses
     "vgg11c": ("vgg11:image_size=96,classes=10,hidden=64", 8, 4),
+    # and a third (same session): after vgg11c's misses were looked into
+    "vgg11d": ("vgg11:image_size=64,classes=100,hidden=128", 16, 4),
 }
 SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b", "looped-bfs", "interleaved-zb", "zbv",
              "dualpipev")

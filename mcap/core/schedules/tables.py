@@ -68,8 +68,11 @@ class WindowTable:
         # a chunk that starts at a pool keeps 512 KiB less on VGG11 than one that starts a
         # layer earlier), which a window from a keeps and mCAP's iso(a) + added does not.
         # Checked on the bundled sweeps (never read here): as good or better on every
-        # schedule of GPT-2, Llama and VGG11 (bench/log/2026-11-29-schedules.md).
-        for B in sorted(e for s_, e in m if s_ == a and e > b):
+        # schedule of GPT-2, Llama and VGG11 (bench/log/2026-11-29-schedules.md). A window
+        # a..B that ends before b serves too, past b first (a chunk from a pool keeps what
+        # one from the layer before keeps: the I of 2..18 on a 96-px VGG11).
+        ends = [e for s_, e in m if s_ == a and e != b]
+        for B in sorted(ends, key=lambda e: (e < b, abs(e - b))):  # past b first, nearest
             for n in range(a - 1, -1, -1):
                 if (n, B) in m and (n, b) in m:
                     return int(m[(a, B)] - m[(n, B)] + m[(n, b)])

@@ -122,6 +122,8 @@ VARIABLES: dict[str, tuple[Callable[[], None], str]] = {
                                      "--slurm-array-parallelism"),
     "MCAP_SLURM_FOLDER": (_executor_flag("MCAP_SLURM_FOLDER"), "--slurm-folder"),
     "MCAP_NO_PRELOAD": (_unchecked, "set by mcap for Ray's tracker worker (no torch import)"),
+    "MCAP_WARM_ZYGOTE": (_unchecked, "set by mcap for Ray's CPU task workers (each keeps a "
+                         "zygote and forks a stage process per task)"),
 }
 PREFIX = "MCAP_"
 

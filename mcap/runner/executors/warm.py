@@ -138,7 +138,7 @@ def run(kind: str, spec: str, setup, job, node: str, run_timeout: float = 7 * 86
     start_time = time.monotonic()
     zygote = _zygote_for(spec, setup)
     parent_end, child_end = Pipe(duplex=True)
-    log = os.path.join(_held[2] if _held else tempfile.gettempdir(), "stage.log")
+    log = os.path.join(_held[2], "stage.log")  # the zygote's own folder (mkdtemp, 0700)
     proc, request = None, None
     if zygote is not None:
         request = zygote.fork(child_end, log)

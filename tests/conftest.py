@@ -54,6 +54,25 @@ def _own_machine_cache(tmp_path_factory):
             os.environ[k] = v
 
 
+# --- order: the long tests first ---------------------------------------------------------
+
+# The longest single test (minutes: every command of README.md and docs/), started first.
+LONGEST = "tests/test_readme_commands.py::test_every_readme_command_runs"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Run the long tests first and the short ones last: the README test, then the
+    ``integration`` tests, then the rest, each part in its collected order. pytest-xdist
+    (``--dist loadgroup``) hands tests out in this order as workers free up, so the run
+    ends on fast tests in both workers instead of one worker alone on a minutes-long test
+    the collection order put near the end. Tests run in any order (ARCHITECTURE.md, "Tests")."""
+    def rank(item) -> int:
+        if item.nodeid == LONGEST:
+            return 0
+        return 1 if item.get_closest_marker("integration") else 2
+    items[:] = sorted(items, key=rank)  # stable: the collected order within each part
+
+
 # --- partitioning: exhaustive search -----------------------------------------------------
 
 def all_balances(L: int, G: int) -> list[tuple[int, ...]]:

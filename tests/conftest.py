@@ -54,6 +54,44 @@ def _own_machine_cache(tmp_path_factory):
             os.environ[k] = v
 
 
+# --- order: the long tests first ---------------------------------------------------------
+
+# The longest single test (minutes: every command of README.md and docs/), started first.
+LONGEST = "tests/test_readme_commands.py::test_every_readme_command_runs"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Run the long tests first and the short ones last: the README test, then the
+    ``integration`` tests, then the rest, each part in its collected order. pytest-xdist
+    (``--dist loadgroup``) hands tests out in this order as workers free up, so the run
+    ends on fast tests in both workers instead of one worker alone on a minutes-long test
+    the collection order put near the end. Tests run in any order (ARCHITECTURE.md, "Tests")."""
+    def rank(item) -> int:
+        if item.nodeid == LONGEST:
+            return 0
+        return 1 if item.get_closest_marker("integration") else 2
+    items[:] = sorted(items, key=rank)  # stable: the collected order within each part
+    if getattr(config.option, "loadgroup", False):
+        _xdist_groups(items)
+
+
+def _xdist_groups(items) -> None:
+    """``xdist_group`` as pytest-xdist means it under pytest 9. xdist 3.8 groups a test by
+    the ``@group`` it appends to ``item._nodeid``; pytest 9 keeps the id in ``item._id``,
+    so the suffix was dropped and every grouped test went to any worker: the Ray and Slurm
+    clusters and the module fixtures of a grouped file started once in each worker. Here
+    the suffix goes where pytest 9 reads it (a no-op where xdist's own one took)."""
+    try:
+        from _pytest.nodeid import NodeId
+    except ImportError:  # pytest < 9: xdist's suffix works
+        return
+    for item in items:
+        names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                        for m in item.iter_markers("xdist_group")})
+        if names and "@" not in item.nodeid and isinstance(getattr(item, "_id", None), NodeId):
+            item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(names)}")
+
+
 # --- partitioning: exhaustive search -----------------------------------------------------
 
 def all_balances(L: int, G: int) -> list[tuple[int, ...]]:

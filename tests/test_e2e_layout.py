@@ -8,7 +8,9 @@ import pytest
 
 from tests.test_e2e_browser import _idle, browser, server  # noqa: F401 (fixtures)
 
-pytestmark = [pytest.mark.e2e, pytest.mark.integration]
+# One xdist worker for the whole file: the module's dashboard server and browser were
+# started once in each worker when its tests were split.
+pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.xdist_group("e2e-layout")]
 VIEWPORT = {"width": 1280, "height": 800}
 # Every page, the Memory savers one on the bundled profile with MPress statistics.
 PAGES_AT = ("", "layers", "predict", "space", "recommend", "hybrid", "scaling",

@@ -18,7 +18,9 @@ from mcap.runner import open_runner
 from mcap.core.types import Setup
 from tests.conftest import REPO
 
-pytestmark = pytest.mark.integration
+# One xdist worker for the whole file: its module fixtures (a runner per isolation, the
+# VGG peaks of 6 runs) were measured once in each worker when its tests were split.
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("runner-test_runner")]
 
 P = 100_000
 EXACT = trusted(f"tests.runner.toy_models:exact:params={P}")  # typed, so trusted

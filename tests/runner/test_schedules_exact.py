@@ -17,7 +17,9 @@ from mcap.runner import open_runner
 from mcap.runner.orders import generate
 from mcap.workflow.measuring import with_out_bytes
 
-pytestmark = pytest.mark.integration
+# One xdist worker for the whole file: the module fixture ``model`` (two real profiles)
+# was made once in each worker when its tests were split.
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("runner-schedules_exact")]
 
 SPEC = "gpt:layers=4,hidden=16,heads=2,vocab=32,seq=4"
 BASE = dict(batch_size=8, chunks=4, checkpoint="never")

@@ -21,6 +21,10 @@ from mcap.store import Store
 from mcap.workflow import reuse
 from mcap.workflow.profiling import ProfileRequest, profile, sweep
 
+# One xdist worker for the whole file: its module fixtures (sweeps killed and resumed)
+# were made once in each worker when the tests sharing them were split.
+pytestmark = pytest.mark.xdist_group("workflow-test_reuse")
+
 
 def every(layers, stages):
     return [tuple(int(n) for n in row) for chunk in enumerate_all(layers, stages) for row in chunk]

@@ -19,6 +19,10 @@ from mcap.io import jsonio
 from mcap.runner.press.stats import backward_bytes, transients
 from tests.conftest import press_best, press_case_working, press_floor
 
+# One xdist worker for the whole file: the module fixture ``gpt_press`` (a real profile
+# --press) was made once in each worker when the tests sharing it were split.
+pytestmark = pytest.mark.xdist_group("press-test_events")
+
 MiB = 2**20
 K = LayerAction
 

@@ -23,7 +23,9 @@ GPT = "gpt:layers=2,hidden=32,heads=2,vocab=64,seq=8"  # embed, block1, block2, 
 VGG = "vgg11:image_size=32,hidden=64"  # 30 layers; the dropouts are layers 25 and 28
 B, C = 8, 2
 
-pytestmark = pytest.mark.integration
+# One xdist worker for the whole file: the module fixtures (a 3-device runner, the
+# reference losses) were made once in each worker when the tests sharing them were split.
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("engines-test_hybrid")]
 
 
 def reference_losses(spec: str, batch: int = B, chunks: int = C) -> list[float]:

@@ -20,6 +20,10 @@ from mcap.core.press.actions import LayerAction, PressPlan, keep_all
 from mcap.core.setup import press_code
 from mcap.core.types import Setup
 
+# One xdist worker for the whole file: the module fixture ``measured`` (a profile and
+# plans run for real) was made once in each worker when its tests were split.
+pytestmark = pytest.mark.xdist_group("press-test_apply")
+
 SPEC = "vgg11:image_size=32,hidden=64"
 SETUP = Setup(stages=2, batch_size=8, chunks=4, checkpoint="never")
 BALANCE = (15, 15)

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from mcap.core.errors import McapError
+from mcap.core.partition import windows
 from mcap.core.schedules import names
 from mcap.core.schedules.predict import RankCosts, event_model, search
 from mcap.io.jsonio import load_profile, load_sweep
@@ -56,6 +57,7 @@ def test_every_rank_of_every_schedule_within_one_percent_at_p90(bundled, schedul
     assert unread <= 0.01 * len(ok), f"{name} {schedule}: {unread} partitionings unread"
     assert np.percentile(errs, 90) <= 1.0, f"{name} {schedule}: p90 {np.percentile(errs, 90)}"
     assert np.median(errs) <= 0.25, f"{name} {schedule}: p50 {np.median(errs)}"
+    assert errs.max() <= 3.0, f"{name} {schedule}: max {errs.max()}"
 
 
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
@@ -82,6 +84,29 @@ def test_a_zero_bubble_w_reads_what_its_groups_let_go_of_as_they_run(schedule):
     errs, _, _, _ = _errors(model, sweeps, schedule)
     assert np.mean(errs == 0) >= 0.85, f"{schedule}: {np.mean(errs == 0):.2f} exact"
     assert np.percentile(errs, 90) <= 0.01, f"{schedule}: p90 {np.percentile(errs, 90)}"
+
+
+@pytest.mark.parametrize("schedule", ["interleaved-zb", "zbv"])
+def test_an_i_without_parameters_keeps_its_graph_until_it_returns(schedule):
+    """A ReLU+pool chunk's I rises to its own output gradient plus the ReLU's rise: torch's
+    ``stage_backward_input`` keeps the graph (``retain_graph=True``) and, with no parameter
+    group to keep it for, lets it all go when it returns. Reading the pool's ``d`` alone as
+    let go while the ReLU runs (the form before) put VGG11's ranks holding such a chunk
+    8-64 KiB low: max 3.37% (interleaved-zb) and 3.28% (zbv)."""
+    gpipe, zb, sweeps = MODELS["vgg11"]
+    profiles = [load_profile(DATA / f"{gpipe}.profile.json"),
+                load_profile(DATA / f"{zb}.profile.json")]
+    model = event_model(profiles, generate)
+    table = model.t[("I", ("never", "mid"))]
+    ob = model.out_bytes
+    # relu5_2 + pool5 (19..20) and relu3_2 + pool3 (9..10): no window of the profile
+    for a, b in [(19, 20), (9, 10)]:
+        assert (a, b) not in table.rest.measured
+        assert table.get(a, b) == ob[a] + table.get(a, a), (a, b)
+    errs, _, ok, _ = _errors(model, sweeps, schedule)
+    held = [r.balance for r in ok if {(19, 20), (9, 10)} & set(windows(tuple(r.balance)))]
+    assert held, "no measured partitioning holds such a chunk"
+    assert errs.max() <= 2.0, f"{schedule}: max {errs.max()}"
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))

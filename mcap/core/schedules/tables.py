@@ -106,6 +106,10 @@ class RiseTable:
     the next group runs (``g(l)``: the weight gradients of the nearest layer before l that
     has any, read as the first W's ``d`` less this W's; 0 for the first W).
 
+    A zero-bubble I keeps its graph (``retain_graph=True``); with no parameter group in the
+    chunk, it lets all of it go when it returns, so a unit runs over its output gradient
+    alone: ``t(a..b) = max over l of  out(l) + t(l..l)`` (the last unit: ``t(b..b)``).
+
     exact for forwards without checkpointing, mCAP-like for the rest. A layer no chunk may
     end at (a view) is read together with the next ones (:meth:`_units`). Measured windows
     are read as measured; without a layer's own reading, the sum form is used."""
@@ -244,6 +248,13 @@ class RiseTable:
                 below = 0 if l == a else self._released(a, l - 1)
             elif self.kind in ("F", "W"):
                 below = 0 if l == a else _held_over(self.d, a, l - 1, units[:k])
+            elif self.kind == "I" and self.layers is not None and \
+                    not any(self.layers[j][0] for j in range(a, b + 1)):
+                # an I keeps its graph (``retain_graph=True``) and, with no parameter group
+                # to keep any of it for, lets all of it go once it returns: while a unit
+                # runs, the later ones have let go of nothing they saved, which their d
+                # read alone counts as gone; only this unit's output gradient is new
+                below = 0 if m == b else self.out_bytes[m]
             else:
                 below = 0 if m == b else _held_over(self.d, m + 1, b, units[k + 1:])
                 if m < b and self.grads_held:

@@ -62,6 +62,13 @@ def split_backward(setup) -> bool:
 # Layers whose backward torch computes from their output, which autograd saves (not their
 # input): the next layer's saved input is that same tensor.
 SAVES_OUTPUT = frozenset({"ReLU", "Sigmoid", "Tanh"})
+# Modules whose parameters torch's ``stage_backward_weight`` computes in one group (one
+# autograd node holds them all): a zero-bubble W is read group by group only where every
+# layer with parameters is one of these (``RiseTable._released``), not where a layer is a
+# block of several (a transformer block's attention and MLP are groups of their own).
+ONE_GROUP = frozenset({"Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d",
+                       "Linear", "Embedding", "BatchNorm1d", "BatchNorm2d", "LayerNorm",
+                       "GroupNorm", "RMSNorm"})
 
 
 def event_model(profiles: Sequence[Profile], actions: Actions) -> memory.EventModel:
@@ -97,7 +104,8 @@ def event_model(profiles: Sequence[Profile], actions: Actions) -> memory.EventMo
                       [(l.kind, l.param_bytes, l.out_bytes) if l.kind else i
                        for i, l in enumerate(layers)],
                       [l.kind in SAVES_OUTPUT for l in layers]
-                      if all(l.kind for l in layers) else None)
+                      if all(l.kind in ONE_GROUP for l in layers if l.param_bytes)
+                      and all(l.kind for l in layers) else None)
 
 
 def out_bytes_of(profile: Profile) -> tuple[int, ...]:

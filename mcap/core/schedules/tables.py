@@ -123,6 +123,10 @@ class RiseTable:
         self.layers = layers
         # the d table of the chunk's first W, for a later W (its held weight gradients)
         self.first = first
+        # the share of a layer's parameter bytes a W's group lets go of with its graph: the
+        # low-precision copy of its weights autocast saved (half their fp32 bytes under
+        # bf16 autocast), none where the layer saved the weights themselves (:meth:`_released`)
+        self.cast = 0.0
         self.sum = WindowTable(num_layers, measured)
         # Whether a backward's layer runs while the gradient it was handed is still held,
         # with the gradient of the chunk's output (held by the caller until the op returns):
@@ -164,7 +168,7 @@ class RiseTable:
             return "composed"
         start = min(a for a, _ in self.measured)
         held = [(a, b, v) for (a, b), v in self.measured.items() if b > a and a > start]
-        errs = {"composed": 0.0, "sum": 0.0, "progressive": 0.0}
+        errs = {"composed": 0.0, "sum": 0.0, "progressive": 0.0, "progressive-cast": 0.0}
         progressive = self.kind == "W" and self.layers is not None and \
             self.out_bytes is not None
         for a, b, v in held:
@@ -175,11 +179,16 @@ class RiseTable:
                 continue
             errs["composed"] += abs(c + self.offset - v)
             errs["sum"] += abs(s - v)
-            if progressive:
+            for form, cast in (("progressive", 0.0), ("progressive-cast", 0.5)) \
+                    if progressive else ():
+                self.cast = cast
                 p = self._composed(a, b, progressive=True)
-                errs["progressive"] += abs((c + self.offset if p is None else p) - v)
-        forms = ("composed", "sum") + (("progressive",) if progressive else ())
-        return min(forms, key=lambda f: (errs[f], forms.index(f)))
+                errs[form] += abs((c + self.offset if p is None else p) - v)
+        forms = ("composed", "sum") + (("progressive", "progressive-cast") if progressive
+                                       else ())
+        form = min(forms, key=lambda f: (errs[f], forms.index(f)))
+        self.cast = 0.5 if form == "progressive-cast" else 0.0
+        return "progressive" if form == "progressive-cast" else form
 
     def get(self, a: int, b: int) -> Optional[int]:
         if (a, b) in self.measured:
@@ -222,13 +231,15 @@ class RiseTable:
         layer before saves that same tensor as its output (a ReLU: freed with the rest of the
         graph at the end of the W) or it is the chunk's input; the chunk's first W keeps
         each group's weight gradients as ``.grad``. Found on the held-out VGG11's misses
-        (bench/log/2026-11-29-schedules.md, third session)."""
+        (bench/log/2026-11-29-schedules.md, third session). Under autocast a group also lets
+        go of the low-precision copy of its weights its layer saved (``cast``: fourth
+        session, found on a held-out VGG11 in bf16 autocast)."""
         out = 0
         for j in range(a, e + 1):
             params, _ = self.layers[j]
             if not params:
                 continue
-            out -= self.out_bytes[j]
+            out -= self.out_bytes[j] + int(params * self.cast)
             if j > a and not self.layers[j - 1][1]:
                 out -= self.out_bytes[j - 1]
             if self.first is None:

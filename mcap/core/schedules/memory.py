@@ -350,9 +350,10 @@ def fit(observations: Sequence[RankObservation], num_layers: int, chunks: int,
         out_bytes: Sequence[int], schedule: str,
         param_bytes: Optional[Sequence[int]] = None,
         groups: Optional[Sequence] = None,
-        saves_output: Optional[Sequence[bool]] = None) -> EventModel:
-    """The model from a profile's observed ranks (module docstring); ``saves_output``: per
-    layer, whether torch saves its output for its backward (``RiseTable._released``)."""
+        layers: Optional[Sequence[tuple]] = None) -> EventModel:
+    """The model from a profile's observed ranks (module docstring); ``layers``: per layer,
+    (parameter bytes, whether torch saves its output, whether its parameters are one group)
+    (``RiseTable._released``)."""
     if not observations:
         raise McapError("no rank with a memory timeline to read op bytes from: profile with "
                         "stages run alone (isolation stage)")
@@ -382,7 +383,6 @@ def fit(observations: Sequence[RankObservation], num_layers: int, chunks: int,
     release, *_ = np.linalg.lstsq(np.array(rel_rows), np.array(rel_rhs, dtype=float), rcond=None)
     seen_modes = collections.Counter(m for (_, (m, _)) in d_meas)
     d_tables = {k: _table(k[0], L, v) for k, v in d_meas.items()}
-    layers = None if saves_output is None else tuple(zip(param_bytes, saves_output))
     return EventModel(L, chunks, tuple(out_bytes), d_tables, {k: _rise_table(
                           k[0], L, v, d_tables[k], _first_w(k, d_tables), out_bytes, layers)
                           for k, v in t_meas.items()},

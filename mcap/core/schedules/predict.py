@@ -103,9 +103,8 @@ def event_model(profiles: Sequence[Profile], actions: Actions) -> memory.EventMo
                       [l.param_bytes for l in layers],
                       [(l.kind, l.param_bytes, l.out_bytes) if l.kind else i
                        for i, l in enumerate(layers)],
-                      [l.kind in SAVES_OUTPUT for l in layers]
-                      if all(l.kind in ONE_GROUP for l in layers if l.param_bytes)
-                      and all(l.kind for l in layers) else None)
+                      [(l.param_bytes, l.kind in SAVES_OUTPUT, l.kind in ONE_GROUP)
+                       for l in layers] if all(l.kind for l in layers) else None)
 
 
 def out_bytes_of(profile: Profile) -> tuple[int, ...]:

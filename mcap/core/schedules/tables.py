@@ -118,8 +118,9 @@ class RiseTable:
                  out_bytes=None, layers=None):
         self.kind, self.measured, self.d = kind, dict(measured), d
         self.out_bytes = out_bytes
-        # per layer (parameter bytes, whether torch saves its output for its backward):
-        # what a zero-bubble W lets go of as it goes (:meth:`_released`)
+        # per layer (parameter bytes, whether torch saves its output for its backward,
+        # whether its parameters are one group): what a zero-bubble W lets go of as it goes
+        # (:meth:`_released`)
         self.layers = layers
         # the d table of the chunk's first W, for a later W (its held weight gradients)
         self.first = first
@@ -169,8 +170,9 @@ class RiseTable:
         start = min(a for a, _ in self.measured)
         held = [(a, b, v) for (a, b), v in self.measured.items() if b > a and a > start]
         errs = {"composed": 0.0, "sum": 0.0, "progressive": 0.0, "progressive-cast": 0.0}
+        # group by group only where each layer with parameters is one group
         progressive = self.kind == "W" and self.layers is not None and \
-            self.out_bytes is not None
+            self.out_bytes is not None and all(g for p, _, g in self.layers if p)
         for a, b, v in held:
             c = self._composed(a, b)
             s = self.sum.iso[a] + self.sum.prefix[b + 1] - self.sum.prefix[a + 1] \
@@ -236,7 +238,7 @@ class RiseTable:
         session, found on a held-out VGG11 in bf16 autocast)."""
         out = 0
         for j in range(a, e + 1):
-            params, _ = self.layers[j]
+            params = self.layers[j][0]
             if not params:
                 continue
             out -= self.out_bytes[j] + int(params * self.cast)

@@ -57,7 +57,9 @@ def test_every_rank_of_every_schedule_within_one_percent_at_p90(bundled, schedul
     name, model, sweeps = bundled
     errs, unread, ok, _ = _errors(model, sweeps, schedule)
     assert len(errs) >= 2 * 0.9 * len(ok)
-    assert unread <= 0.01 * len(ok), f"{name} {schedule}: {unread} partitionings unread"
+    # every partitioning read: a chunk ending at (or starting just after) a view, which only
+    # the first chunk may (VGG11's flatten), read off the layer before (WindowTable.get)
+    assert unread == 0, f"{name} {schedule}: {unread} partitionings unread"
     assert np.percentile(errs, 90) <= 1.0, f"{name} {schedule}: p90 {np.percentile(errs, 90)}"
     assert np.median(errs) <= 0.25, f"{name} {schedule}: p50 {np.median(errs)}"
     assert errs.max() <= 3.0, f"{name} {schedule}: max {errs.max()}"
@@ -127,7 +129,7 @@ def test_under_bf16_autocast_a_w_group_lets_go_of_its_weights_copy(schedule):
     w = [t.rest for (kind, _), t in model.t.items() if kind == "W"]
     assert {(t.form, t.cast) for t in w} == {("progressive", 0.5)}
     errs, unread, ok, _ = _errors(model, sweeps, schedule)
-    assert unread <= 0.01 * len(ok)
+    assert unread == 0
     assert np.percentile(errs, 90) <= 0.01, f"{schedule}: p90 {np.percentile(errs, 90)}"
     assert errs.max() <= 1.5, f"{schedule}: max {errs.max()}"
     fp32 = event_model([load_profile(DATA / f"{n}.profile.json") for n in MODELS["vgg11"][:2]],

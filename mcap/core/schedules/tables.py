@@ -55,7 +55,12 @@ class WindowTable:
         if (a, b) in m:
             return m[(a, b)]
         if b in self.no_end:
-            return None
+            # a view (no chunk may end there but the first): it allocates nothing of its
+            # own, so a window ending at it holds what the one ending a layer before holds
+            return self.get(a, b - 1) if b > a else None
+        if self.iso[a] is None and a - 1 in self.no_end and \
+                not any(s_ == a for s_, _ in m):
+            return self.get(a - 1, b)  # likewise, a window starting just after it
         if self.iso[a] is None:
             # a window starting at a layer no window ends at (a view: no reading of it alone):
             # its shortest measured window from a, and what the layers after it add

@@ -27,6 +27,10 @@ _REPO = Path(__file__).resolve().parent.parent.parent
 ZYGOTE_ENV = {"OPENBLAS_NUM_THREADS": "1"}  # as mcap.runner.pool.ZYGOTE_ENV
 # Set by the command itself for its duration (mcap.cli.options): not the zygote's concern.
 _OWN_KEYS = ("MCAP_ISOLATION", "MCAP_EXECUTOR")
+# Set by torch itself once the command's process has imported torch._inductor (building a
+# model on the meta device does, through torch._refs and torch._dynamo), to the folder the
+# zygote's own import of torch sets when unset: the same in both, not a difference.
+_TORCH_KEYS = ("TORCHINDUCTOR_CACHE_DIR",)
 
 _early: Optional[tuple[dict, Zygote, str]] = None  # (environment, zygote, its folder)
 
@@ -43,7 +47,7 @@ def pool_env(threads: int, base: Optional[dict] = None) -> dict:
 
 def _comparable(env: dict) -> dict:
     return {k: v for k, v in env.items()
-            if k not in _OWN_KEYS and not k.startswith(("MCAP_RAY_", "MCAP_SLURM_"))
+            if k not in _OWN_KEYS + _TORCH_KEYS and not k.startswith(("MCAP_RAY_", "MCAP_SLURM_"))
             and k not in ("MCAP_RETRIES", "MCAP_QUEUE_TIMEOUT")}
 
 

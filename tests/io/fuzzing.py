@@ -280,11 +280,14 @@ def store_readers(path: Path, folder: Path) -> list[tuple[str, Callable]]:
             for summary in s.list_studies():
                 study = s.get_study(summary.id)
                 s.runs(study)
+                read = set()  # machines whose stage runs and knowledge were read
                 for record in s.run_records(study):
                     machine = s.get_machine(record.machine) if record.machine else None
                     s.find_run(study, record.run.balance, machine=machine)
-                    s.stage_runs(study, machine=machine)
-                    stored_knowledge(s, study, study.setup, machine)
+                    if record.machine not in read:  # the same rows again: read once
+                        read.add(record.machine)
+                        s.stage_runs(study, machine=machine)
+                        stored_knowledge(s, study, study.setup, machine)
                 s.find_study(study.model.spec, study.setup)
 
     def jobs():

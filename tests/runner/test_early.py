@@ -36,9 +36,13 @@ def test_the_pool_adopts_it_and_measures_the_same_bytes(monkeypatch):
     setup = Setup(stages=2, batch_size=4, chunks=2)
     with open_runner(MEASURE[2], setup) as runner:
         plain = runner.measure((2, 2))
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
     early.maybe_start(MEASURE)
     started = early._early[1]
     monkeypatch.setenv("MCAP_ISOLATION", "stage")  # what the CLI sets for itself
+    # what torch sets once the command has built its model on the meta device (it imports
+    # torch._inductor): every training line discarded its early zygote over it
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/tmp/torchinductor_mcap_test")
     with open_runner(MEASURE[2], setup) as runner:
         adopted = runner.measure((2, 2))
         assert runner._pool._zygote is started and early._early is None

@@ -10,12 +10,13 @@ address, so a namespace with nothing but a loopback is how they stay on 127.0.0.
 when the bridge ends, for any reason, the kernel ends every process of the instance.
 
 Each stage-alone measurement is a Ray task with its resources (``num_cpus`` = the setup's
-threads, or ``num_gpus=1``), in a fresh process: a CPU task's worker stays and forks a
-stage process for each task from a zygote it keeps (``mcap.runner.executors.warm``; the
-job's ``worker_process_setup_hook`` starts the zygote before the first task), a GPU task
-gets a fresh worker (``max_calls=1``; ``mcap.runner.fresh``) whose hook imports torch. Ray's own retries are off: the pool sends a lost
-task again itself (``mcap.runner.executors.remote``), counting the tries. A task tells a
-small actor where it started, so the pool counts tasks running by node.
+threads, or ``num_gpus=1``; spread over the nodes round robin), in a fresh process: a CPU
+task's worker stays and forks a stage process for each task from a zygote it keeps
+(``mcap.runner.executors.warm``; the job's ``worker_process_setup_hook`` starts the zygote
+before the first task), a GPU task gets a fresh worker (``max_calls=1``;
+``mcap.runner.fresh``) whose hook imports torch. Ray's own retries are off: the pool sends
+a lost task again itself (``mcap.runner.executors.remote``), counting the tries. A task
+tells a small actor where it started, so the pool counts tasks running by node.
 
 Messages: pool -> bridge :class:`Connect`, :class:`Submit`, :class:`Cancel`, :class:`Quit`;
 bridge -> pool :class:`Ready`, then ``remote.Started``, ``remote.Finished``,
@@ -164,8 +165,12 @@ def serve(conn: Connection) -> None:
     conn.send(ready)
     # A GPU task gets a fresh Ray worker (max_calls=1); a CPU task's worker stays and forks
     # a fresh stage process per task from its zygote (mcap.runner.executors.warm).
+    # SPREAD: round robin over the nodes with room, else over those that could run it. Ray's
+    # default packs the local node first and spreads only on a fresh view of the others: on
+    # a loaded machine a two-node sweep ran every task on the head (the fresh-clone suite).
     task = ray.remote(num_cpus=msg.cpus, num_gpus=msg.gpus, max_calls=1 if msg.gpus else 0,
-                      max_retries=0, retry_exceptions=False)(measure_task)
+                      max_retries=0, retry_exceptions=False,
+                      scheduling_strategy="SPREAD")(measure_task)
     tracker = ray.remote(num_cpus=0)(Tracker).options(
         runtime_env={"env_vars": {NO_PRELOAD_ENV: "1"}}).remote()
     refs: dict = {}  # ObjectRef -> key

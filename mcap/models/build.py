@@ -109,11 +109,32 @@ def build_model(spec: str, device: Optional[str] = None, seed: int = 0, *,
     return BuiltModel(module, example_batch, loss, model_info(normalise_spec(spec), module))
 
 
+class _NoFillOnMeta(torch.overrides.TorchFunctionMode):
+    """Drawing random values into a meta tensor (``nn.init.normal_``, an embedding's
+    initialisation) is a no-op: a meta tensor has no values. torch's own meta version of
+    ``normal_`` imports torch._dynamo (about a torch import of CPU) in the process that
+    counts the model (each ``python -m mcap`` command on a GPT), for nothing. A mode is
+    thread-local: a build on a real device in another thread is not touched."""
+
+    FILLS = (torch.nn.init.normal_, torch.Tensor.normal_)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in self.FILLS:
+            tensor = args[0] if args else kwargs.get("tensor", kwargs.get("self"))
+            if isinstance(tensor, torch.Tensor) and tensor.is_meta:
+                return tensor
+        return func(*args, **kwargs)
+
+
 def _construct(spec: str, name: str, params: dict, device: Optional[str], seed: int):
     user = is_user_spec(str(spec).strip())
     try:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
+            if device == "meta":
+                with torch.device(device), _NoFillOnMeta():
+                    return _build(name, params)
             if device is not None:
                 with torch.device(device):
                     return _build(name, params)

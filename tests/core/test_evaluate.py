@@ -16,6 +16,7 @@ from mcap.cli.main import main
 from mcap.core.errors import McapError
 from mcap.core.evaluate import (MethodPick, PointError, evaluate, place, pure_picks, summarise)
 from mcap.core.types import Layer, LayerStats, ModelInfo, Profile, Recommendation, Run, Setup, Sweep
+from tests.conftest import REPO
 
 MODEL = ModelInfo("toy:layers=4", tuple(Layer(f"l{i}", 100 * (i + 1)) for i in range(4)))
 SETUP = Setup(stages=2, batch_size=8, chunks=2)
@@ -146,26 +147,36 @@ TINY = ["--model", "gpt:layers=3,hidden=32,heads=2,vocab=128,seq=16", "--stages"
         "--batch-size", "8", "--chunks", "2", "--timeout", "60"]
 
 
+def _main(*argv) -> tuple[int, str, str]:
+    """``python -m mcap ARGV`` in this process: (exit code, stdout, stderr). A child per
+    command imported torch again (about 3 CPU s) before doing the same work."""
+    import contextlib
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main([str(a) for a in argv])
+    return code, out.getvalue(), err.getvalue()
+
+
 @pytest.fixture(scope="module")
 def tiny_real(tmp_path_factory):
     """A real profile and the full sweep (all 6 partitionings of 5 layers on 3 stages)."""
     d = tmp_path_factory.mktemp("tiny")
     store = ["--store", str(d / "s.sqlite")]
     for cmd, out in (("profile", d / "p.json"), ("sweep", d / "s.json")):
-        done = subprocess.run([sys.executable, "-m", "mcap", cmd, *TINY, *store, "--out", str(out)],
-                              capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, done.stderr[-2000:]
+        code, _, err = _main(cmd, *TINY, *store, "--out", out)
+        assert code == 0, err[-2000:]
     return d / "p.json", d / "s.json"
 
 
 @pytest.mark.integration
 def test_evaluate_a_real_profile_against_its_full_real_sweep(tiny_real):
     p, s = tiny_real
-    done = subprocess.run([sys.executable, "-m", "mcap", "evaluate", "--profile", str(p),
-                           "--sweep", str(s), "--json", "--bo-iterations", "12"],
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    out = json.loads(done.stdout)
+    code, stdout, err = _main("evaluate", "--profile", p, "--sweep", s, "--json",
+                              "--bo-iterations", "12")
+    assert code == 0, err
+    out = json.loads(stdout)
     assert out["runs"] == out["ok"] == out["error"]["count"] == 6
     by = {m["method"]: m for m in out["methods"]}
     assert set(by) == {"exact", "bf", "bo", "time", "uniform", "params", "type", "titan", "megatron"}
@@ -196,8 +207,7 @@ def _has_cuda() -> bool:
 
 def _evaluate_h100(*extra):
     p, s = H100
-    return subprocess.run([sys.executable, "-m", "mcap", "evaluate", "--profile", p, "--sweep", s,
-                           *extra], capture_output=True, text=True, timeout=300)
+    return _main("evaluate", "--profile", REPO / p, "--sweep", REPO / s, *extra)
 
 
 @pytest.mark.integration
@@ -206,29 +216,28 @@ def test_evaluate_of_the_bundled_cuda_pair_leaves_time_out_here_and_says_why():
     """A newcomer's first command on a CPU machine raised 'Torch not compiled with CUDA
     enabled' from the time baseline. Every other baseline runs; time is left out, named
     with its reason, and the exit status is 0 (table and --json)."""
-    done = _evaluate_h100()
-    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
-    assert "exact    3-3-5-19" in done.stdout
+    code, out, err = _evaluate_h100()
+    assert code == 0 and "Traceback" not in err, err[-2000:]
+    assert "exact    3-3-5-19" in out
     assert "time: left out: the profile was measured on cuda; this machine has no CUDA " \
-           "device, so torchgpipe's balance_by_time cannot time it here" in done.stdout
-    done = _evaluate_h100("--json")
-    assert done.returncode == 0, done.stderr[-2000:]
-    by = {m["method"]: m for m in json.loads(done.stdout)["methods"]}
+           "device, so torchgpipe's balance_by_time cannot time it here" in out
+    code, out, err = _evaluate_h100("--json")
+    assert code == 0, err[-2000:]
+    by = {m["method"]: m for m in json.loads(out)["methods"]}
     assert by["time"]["balance"] is None and "no CUDA device" in by["time"]["note"]
     assert all(by[m]["balance"] for m in ("exact", "bf", "bo", "uniform", "params"))
     # recommend --method time itself: exit 2 naming the reason, no traceback
-    done = subprocess.run([sys.executable, "-m", "mcap", "recommend", "--profile", H100[0],
-                           "--stages", "4", "--method", "time"],
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 2 and "Traceback" not in done.stderr
-    assert "this machine has no CUDA device" in done.stderr
+    code, _, err = _main("recommend", "--profile", REPO / H100[0], "--stages", "4", "--method",
+                         "time")
+    assert code == 2 and "Traceback" not in err
+    assert "this machine has no CUDA device" in err
 
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not _has_cuda(), reason="needs a CUDA device")
 def test_evaluate_of_the_bundled_cuda_pair_times_it_on_the_gpu():
     """Where the profile's device is, time runs: balance_by_time on the GPU."""
-    done = _evaluate_h100("--json")
-    assert done.returncode == 0, done.stderr[-2000:]
-    by = {m["method"]: m for m in json.loads(done.stdout)["methods"]}
+    code, out, err = _evaluate_h100("--json")
+    assert code == 0, err[-2000:]
+    by = {m["method"]: m for m in json.loads(out)["methods"]}
     assert sum(by["time"]["balance"]) == 30 and len(by["time"]["balance"]) == 4, by["time"]

@@ -364,17 +364,21 @@ def test_stages_alone_read_what_they_read_running_together(spec, balance):
 
 
 @pytest.mark.integration
-def test_press_and_hybrid_plans_on_a_transformers_model(tmp_path):
+def test_press_and_hybrid_plans_on_a_transformers_model(tmp_path, monkeypatch, capsys):
     """MPress plans (swap / recompute per layer) and CAPTURE hybrid plans (a tp2 stage
-    shards Llama's Linear layers) run on the laid-out blocks, predicted and measured."""
+    shards Llama's Linear layers) run on the laid-out blocks, predicted and measured.
+    The commands run in this process (``mcap.cli.main``, as tests.conftest.cli does): each
+    ``python -m mcap`` child imported torch and transformers again (about 4 CPU s) before
+    starting the same stage processes."""
+    from mcap.cli.main import main
     spec = TINY["llama"]
+    monkeypatch.chdir(tmp_path)
 
     def cli(*argv):
-        done = subprocess.run([sys.executable, "-m", "mcap", *argv], capture_output=True, text=True,
-                              cwd=str(tmp_path), timeout=600,
-                              env={**__import__("os").environ, "PYTHONPATH": str(REPO)})
-        assert done.returncode == 0, done.stderr
-        return done.stdout
+        code = main(list(argv))
+        out, err = capsys.readouterr()
+        assert code == 0 and "Traceback" not in err, err
+        return out
 
     store = str(tmp_path / "s.sqlite")
     cli("profile", "--model", spec, "--stages", "2", "--batch-size", "4", "--chunks", "2",

@@ -189,19 +189,20 @@ def test_a_user_model_that_fails_to_load_is_an_mcap_error():
             r.model_info
 
 
-def test_measure_command_prints_json_and_records_the_run(tmp_path):
+def test_measure_command_prints_json_and_records_the_run(tmp_path, capsys):
+    """The command in this process (tests.conftest.cli): a ``python -m mcap`` child per
+    line imported torch again (about 3 CPU s each) before the same stage processes."""
     import json
-    import subprocess
-    import sys
 
     from mcap.store import Store
+    from tests.conftest import cli
 
     store_path = tmp_path / "store.sqlite"
-    cmd = [sys.executable, "-m", "mcap", "measure", "--model", EXACT, "--balance", "1,3",
-           "--batch-size", "4", "--chunks", "2", "--json", "--store", str(store_path)]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    printed = json.loads(out.stdout)
+    cmd = ["measure", "--model", EXACT, "--balance", "1,3", "--batch-size", "4", "--chunks",
+           "2", "--json", "--store", str(store_path)]
+    code, out, err = cli(capsys, *cmd)
+    assert code == 0, err
+    printed = json.loads(out)
     assert printed["status"] == "ok"
     assert len(printed["peaks"]) == 2 and printed["peak"] == max(printed["peaks"])
     assert printed["breakdown"][1]["weights"] == 4 * P * 3
@@ -211,10 +212,8 @@ def test_measure_command_prints_json_and_records_the_run(tmp_path):
     assert printed["samples_per_second_estimated"] is True
     link = stagetime.link_from_json(printed[stagetime.KEY])
     assert link is not None and link.how == "gloo" and link.bytes_per_second > 0
-    text = subprocess.run([c for c in cmd[:-1] if c != "--json"] + [str(tmp_path / "t.sqlite")],
-                          capture_output=True, text=True, timeout=300)
-    assert text.returncode == 0 and "estimated from the stages' own times over gloo" \
-        in text.stdout, text.stdout
+    code, out, _ = cli(capsys, *[c for c in cmd[:-1] if c != "--json"], tmp_path / "t.sqlite")
+    assert code == 0 and "estimated from the stages' own times over gloo" in out, out
     store = Store(str(store_path))
     try:
         study = store.find_study(EXACT, TWO)
@@ -224,30 +223,27 @@ def test_measure_command_prints_json_and_records_the_run(tmp_path):
     assert [r.balance for r in runs] == [(1, 3)]
     assert list(runs[0].peaks) == printed["peaks"]
 
-    bad = subprocess.run(cmd[:7] + ["1,2"], capture_output=True, text=True, timeout=300)
-    assert bad.returncode == 2
-    assert "balance sums to 3 but the model has 4 layers" in bad.stderr
+    code, _, err = cli(capsys, *cmd[:4], "1,2")
+    assert code == 2
+    assert "balance sums to 3 but the model has 4 layers" in err
 
 
-def test_sweep_command_says_its_throughputs_are_estimated_and_over_which_link(tmp_path):
+def test_sweep_command_says_its_throughputs_are_estimated_and_over_which_link(tmp_path, capsys):
     """Stages run alone (the default): every run's samples/s is replayed from its stages'
     times; the sweep says so, names the link, and the file keeps it (issue 25, item 2)."""
-    import subprocess
-    import sys
-
     from mcap.core import stagetime
     from mcap.io import jsonio
-    out = subprocess.run([sys.executable, "-m", "mcap", "sweep", "--model", EXACT, "--stages",
-                          "2", "--batch-size", "4", "--chunks", "2", "--store",
-                          str(tmp_path / "s.sqlite"), "--out", str(tmp_path / "s.json")],
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
+    from tests.conftest import cli
+    code, out, err = cli(capsys, "sweep", "--model", EXACT, "--stages", "2", "--batch-size", "4",
+                         "--chunks", "2", "--store", tmp_path / "s.sqlite",
+                         "--out", tmp_path / "s.json")
+    assert code == 0, err
     saved = jsonio.load_sweep(tmp_path / "s.json")
     n = len(saved.runs)
     assert n == 3 and all(r.estimated for r in saved.runs)
     link = stagetime.describe(stagetime.link_from_json(saved.extra[stagetime.KEY]))
     assert f"the throughput of {n} of {n} runs is estimated from their stages' own times " \
-           f"over {link}" in out.stdout, out.stdout
+           f"over {link}" in out, out
 
 
 def test_a_stage_without_parameters_trains_too():

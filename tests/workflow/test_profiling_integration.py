@@ -23,6 +23,7 @@ from mcap.workflow.profiling import ProfileRequest, MissingStatistics, profile, 
 from mcap.runner import open_runner
 from mcap.store import Store
 from mcap.core.types import Setup
+from tests.conftest import cli
 
 pytestmark = pytest.mark.integration
 
@@ -65,12 +66,7 @@ def test_profile_end_to_end_then_predict_unprofiled_partitionings(tmp_path):
             assert abs(p - m) / m <= ERROR_BOUND, (balance, predicted, run.peaks)
 
 
-def _cli(*argv, **kw):
-    return subprocess.run([sys.executable, "-m", "mcap", *argv], capture_output=True, text=True,
-                          timeout=300, **kw)
-
-
-def test_killed_profile_resumes_without_repeating_finished_runs(tmp_path):
+def test_killed_profile_resumes_without_repeating_finished_runs(tmp_path, capsys):
     db, out = tmp_path / "s.sqlite", tmp_path / "p.json"
     argv = [sys.executable, "-m", "mcap", "profile", *ARGS, "--store", str(db), "--out", str(out)]
     child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -87,10 +83,11 @@ def test_killed_profile_resumes_without_repeating_finished_runs(tmp_path):
     before = store.run_records()
     assert 2 <= len(before) < 5 and not out.exists()
 
-    done = _cli("profile", *ARGS, "--store", str(db), "--out", str(out))
-    assert done.returncode == 0, done.stderr
+    # run again in this process (tests.conftest.cli): a second child imported torch again
+    code, printed, err = cli(capsys, "profile", *ARGS, "--store", db, "--out", out)
+    assert code == 0, err
     k = len(before)
-    assert f"{5 - k} measured now, {k} reused from the store" in done.stdout
+    assert f"{5 - k} measured now, {k} reused from the store" in printed
     after = store.run_records()
     assert after[:k] == before  # same ids, same timestamps: nothing finished was re-measured
     assert sorted(r.run.balance for r in after) == sorted(profiling_plan(6, 3).runs)
@@ -98,7 +95,7 @@ def test_killed_profile_resumes_without_repeating_finished_runs(tmp_path):
         next(r.run for r in after if r.run.balance == b) for b in profiling_plan(6, 3).runs)
 
 
-def test_oom_profiling_run_falls_back_to_other_partitionings(tmp_path):
+def test_oom_profiling_run_falls_back_to_other_partitionings(tmp_path, capsys):
     store = Store(tmp_path / "s.sqlite")
     with open_runner(MODEL, SETUP, timeout=120) as runner:  # where does the plan peak?
         first = runner.measure((1, 1, 4))
@@ -115,12 +112,13 @@ def test_oom_profiling_run_falls_back_to_other_partitionings(tmp_path):
 
     # Nothing fits, not even one layer's weights, gradients and momentum (issue 41): exit 2
     # naming the layer and the capacity before any run (mcap.core.fits); nothing measured.
-    tiny = _cli("profile", "--model", "gpt:layers=1,hidden=32,heads=2,vocab=64,seq=8",
-                "--stages", "2", "--batch-size", "4", "--chunks", "2", "--capacity", "1000",
-                "--store", str(tmp_path / "t.sqlite"), "--out", str(tmp_path / "t.json"))
-    assert tiny.returncode == 2, tiny.stderr
-    assert "layer 1 'block1' (Block) has 50,816 bytes of parameters" in tiny.stderr
-    assert "more than the 1,000 bytes" in tiny.stderr and "Traceback" not in tiny.stderr
+    code, _, err = cli(capsys, "profile", "--model",
+                       "gpt:layers=1,hidden=32,heads=2,vocab=64,seq=8", "--stages", "2",
+                       "--batch-size", "4", "--chunks", "2", "--capacity", "1000",
+                       "--store", tmp_path / "t.sqlite", "--out", tmp_path / "t.json")
+    assert code == 2, err
+    assert "layer 1 'block1' (Block) has 50,816 bytes of parameters" in err
+    assert "more than the 1,000 bytes" in err and "Traceback" not in err
     assert not (tmp_path / "t.json").exists()
     assert not list(Store(tmp_path / "t.sqlite").run_records())
 

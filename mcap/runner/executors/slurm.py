@@ -9,7 +9,8 @@ follows the tasks with ``squeue`` (no accounting daemon is needed: ``sacct`` is 
 A task that ended without a result (cancelled, its node failed, killed, out of memory) is
 lost and sent again (``--retries``). Every task is written down in the folder's ledger
 (``ledger.jsonl``: what it measures and its job id), so a driver killed mid-sweep and run
-again adopts the tasks still queued, running or finished instead of sending them twice.
+again adopts the tasks still queued, running or finished instead of sending them twice, and
+tidies the files of results it had stored but not yet taken away (each line names its driver).
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -129,6 +131,7 @@ class SlurmBackend(Backend):
         self._mine: set = set()  # job ids this driver sent or adopted (close() tidies them)
         self._read_ids: dict = {}  # key -> job id of a result read, until it is stored
         self._ledger = self.folder / "ledger.jsonl"
+        self._orphans: set = set()  # job ids a killed driver stored and left (_adoptable)
 
     def asks(self) -> str:
         return f"{self.gpus} GPU" if self.gpus else f"{self.cpus} CPU"
@@ -190,26 +193,36 @@ class SlurmBackend(Backend):
                      (job.balance, job.stage, None if job.press is None else job.press.plan)))
         return hashlib.sha256(text.encode()).hexdigest()[:24]
 
+    def _sweep(self) -> str:
+        """What this driver measures (model and setup), for the ledger's lines."""
+        return hashlib.sha256(repr((self.spec, self.setup)).encode()).hexdigest()[:24]
+
     def _adoptable(self) -> dict:
-        """{content: job id} of the ledger's jobs still queued, running or with a result."""
+        """{content: job id} of the ledger's jobs still queued, running or with a result;
+        ``self._orphans``: those of them with a result, of this model and setup, whose driver
+        (on this host) is gone: if this driver does not ask for one, that driver had stored
+        it and was killed before it tidied its files (``forget``)."""
         try:
             lines = self._ledger.read_text().splitlines()
         except OSError:
             return {}
-        entries = {}
+        entries, whose = {}, {}
         for line in lines:
             try:
                 d = json.loads(line)
                 entries[str(d["content"])] = str(d["job"])
-            except (ValueError, KeyError, TypeError):
+                whose[str(d["job"])] = (d.get("sweep"), d.get("owner"))
+            except (ValueError, KeyError, TypeError, AttributeError):
                 continue
         states = _squeue(list(entries.values()))
         out, dead = {}, set()
         for content, job_id in entries.items():
             state = states.get(job_id, ("", "", ""))[0]
-            if state in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING") or \
-                    self._result_path(job_id).exists():
+            done = self._result_path(job_id).exists()
+            if state in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING") or done:
                 out[content] = job_id
+                if done and whose[job_id][0] == self._sweep() and _gone(whose[job_id][1]):
+                    self._orphans.add(job_id)
             elif state:  # ended without a result (killed, failed): sent again, so tidied now
                 dead.add(job_id)
         for job_id in dead:
@@ -233,6 +246,8 @@ class SlurmBackend(Backend):
                 adopted += 1
             else:
                 new.append(t)
+        # the results a killed driver stored but did not tidy: this driver's to tidy (close)
+        self._mine.update(self._orphans & set(adopt.values()))
         if adopted:
             import sys
             print(f"mcap: executor slurm: adopted {adopted} task(s) a driver before this one "
@@ -252,7 +267,8 @@ class SlurmBackend(Backend):
             for t, job in zip(new, jobs):
                 self.jobs[t.key] = job
                 self._mine.add(job.job_id)
-                fh.write(json.dumps({"content": self._content(t), "job": job.job_id}) + "\n")
+                fh.write(json.dumps({"content": self._content(t), "job": job.job_id,
+                                     "sweep": self._sweep(), "owner": _OWNER}) + "\n")
 
     def poll(self, timeout: float) -> list:
         time.sleep(min(timeout, 0.5))
@@ -347,6 +363,23 @@ class SlurmBackend(Backend):
             if not link.exists():  # its target folder is gone
                 link.unlink(missing_ok=True)
         self._drop_ledger(mine)
+
+
+_OWNER = f"{socket.gethostname()}:{os.getpid()}"  # the driver that sent a ledger's job
+
+
+def _gone(owner) -> bool:
+    """Whether the driver ``host:pid`` has ended (one on another host is taken as running)."""
+    host, _, pid = str(owner or "").rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 def _ledger_job(line: str) -> Optional[str]:

@@ -102,6 +102,47 @@ def test_a_direct_sweep_whose_driver_was_killed_adopts_its_jobs_and_equals_the_l
     assert not list((tmp_path / "jobs").iterdir())  # every file of both drivers is gone
 
 
+def test_results_a_killed_driver_stored_but_left_are_tidied_by_the_next_one(tmp_path,
+                                                                           monkeypatch):
+    """A driver killed between storing a result and taking its files away (``forget``) left
+    the job's folder and ledger line: the next driver of the same model and setup does not
+    ask for that task (it is stored), so it had stayed for good (the fresh-clone suite's
+    killed-driver test found ``jobs/8_1`` and the ledger). Now that driver tidies them at
+    close; a line of a driver still running, of another model or setup, or of an older
+    ledger without its driver stays."""
+    import json
+    import socket
+
+    from mcap.core.types import Setup
+    from mcap.runner.executors import slurm
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    host = socket.gethostname()
+    backend = slurm.SlurmBackend({"slurm_folder": str(tmp_path / "jobs")}, "toy:layers=4",
+                                 Setup(stages=2, batch_size=4, chunks=2))
+    lines = {"8_1": (backend._sweep(), f"{host}:{dead.pid}"),  # the killed driver's: tidied
+             "8_2": (backend._sweep(), f"{host}:{os.getpid()}"),  # a running driver's
+             "9_0": ("another model or setup", f"{host}:{dead.pid}"),
+             "7_0": (None, None)}  # an older ledger's line
+    (tmp_path / "jobs").mkdir()
+    with open(tmp_path / "jobs" / "ledger.jsonl", "w") as fh:
+        for job, (sweep, owner) in lines.items():
+            (tmp_path / "jobs" / job).mkdir()
+            (tmp_path / "jobs" / job / f"{job}_0_result.pkl").write_bytes(b"result")
+            entry = {"content": f"c{job}", "job": job}
+            entry.update({"sweep": sweep, "owner": owner} if sweep else {})
+            fh.write(json.dumps(entry) + "\n")
+    monkeypatch.setattr(slurm, "_squeue", lambda ids: {})  # ended, out of squeue's memory
+    backend.submit([])  # every task of this driver was in its store
+    backend.close()
+    left = sorted(p.name for p in (tmp_path / "jobs").iterdir())
+    assert left == ["7_0", "8_2", "9_0", "ledger.jsonl"], left
+    kept = [json.loads(line)["job"] for line in
+            (tmp_path / "jobs" / "ledger.jsonl").read_text().splitlines()]
+    assert sorted(kept) == ["7_0", "8_2", "9_0"]
+
+
 def test_a_task_that_fails_for_good_is_stored_failed_with_its_node_and_error(slurm_cluster,
                                                                              tmp_path):
     store = tmp_path / "f.db"

@@ -15,16 +15,16 @@ tidies the files of results it had stored but not yet taken away (each line name
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
-import socket
 import subprocess
 import time
 from pathlib import Path
 from typing import Optional
 
 from mcap.core.errors import McapError
+from mcap.files import owned
+from mcap.runner.executors import ledger
 from mcap.runner.executors.base import QUEUE_TIMEOUT, RETRIES, Executor, Flag, register
 from mcap.runner.executors.remote import Backend, Finished, Lost, Started
 
@@ -130,7 +130,7 @@ class SlurmBackend(Backend):
         self._completed: set = set()  # keys squeue said COMPLETED before their result came
         self._mine: set = set()  # job ids this driver sent or adopted (close() tidies them)
         self._read_ids: dict = {}  # key -> job id of a result read, until it is stored
-        self._ledger = self.folder / "ledger.jsonl"
+        self._ledger = ledger.Ledger(self.folder / "ledger.jsonl")
         self._orphans: set = set()  # job ids a killed driver stored and left (_adoptable)
 
     def asks(self) -> str:
@@ -159,7 +159,8 @@ class SlurmBackend(Backend):
         if self.cpus > max(r[3] for r in rows):
             raise McapError(f"executor slurm: each task asks {self.cpus} CPUs (--threads) but "
                             f"no node of partition {part} has that many ({self.resources()})")
-        self.folder.mkdir(parents=True, exist_ok=True)
+        owned.folder(self.folder, "the Slurm folder (--slurm-folder)")
+        self._ledger.exists()  # a link or another user's file there: refused before any job
         ex = submitit.SlurmExecutor(folder=str(self.folder / "%j"), max_num_timeout=0)
         params = dict(time=int(self.settings.get("slurm_time") or 60),
                       cpus_per_task=self.cpus, job_name="mcap", setup=self._setup_lines(),
@@ -202,32 +203,21 @@ class SlurmBackend(Backend):
         ``self._orphans``: those of them with a result, of this model and setup, whose driver
         (on this host) is gone: if this driver does not ask for one, that driver had stored
         it and was killed before it tidied its files (``forget``)."""
-        try:
-            lines = self._ledger.read_text().splitlines()
-        except OSError:
-            return {}
-        entries, whose = {}, {}
-        for line in lines:
-            try:
-                d = json.loads(line)
-                entries[str(d["content"])] = str(d["job"])
-                whose[str(d["job"])] = (d.get("sweep"), d.get("owner"))
-            except (ValueError, KeyError, TypeError, AttributeError):
-                continue
-        states = _squeue(list(entries.values()))
+        entries = self._ledger.entries()
+        states = _squeue([e.job for e in entries.values()])
         out, dead = {}, set()
-        for content, job_id in entries.items():
-            state = states.get(job_id, ("", "", ""))[0]
-            done = self._result_path(job_id).exists()
+        for content, e in entries.items():
+            state = states.get(e.job, ("", "", ""))[0]
+            done = self._result_path(e.job).exists()
             if state in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING") or done:
-                out[content] = job_id
-                if done and whose[job_id][0] == self._sweep() and _gone(whose[job_id][1]):
-                    self._orphans.add(job_id)
+                out[content] = e.job
+                if done and e.sweep == self._sweep() and ledger.gone(e.owner):
+                    self._orphans.add(e.job)
             elif state:  # ended without a result (killed, failed): sent again, so tidied now
-                dead.add(job_id)
+                dead.add(e.job)
         for job_id in dead:
             shutil.rmtree(self.folder / job_id, ignore_errors=True)
-        self._drop_ledger(dead)
+        self._ledger.drop(dead)
         return out
 
     def _result_path(self, job_id: str) -> Path:
@@ -235,7 +225,7 @@ class SlurmBackend(Backend):
 
     def submit(self, tasks) -> None:
         import submitit
-        adopt = self._adoptable() if self._ledger.exists() else {}
+        adopt = self._adoptable()
         new, adopted = [], 0
         for t in tasks:
             job_id = adopt.pop(self._content(t), None)
@@ -251,7 +241,7 @@ class SlurmBackend(Backend):
         if adopted:
             import sys
             print(f"mcap: executor slurm: adopted {adopted} task(s) a driver before this one "
-                  f"sent ({self._ledger})", file=sys.stderr, flush=True)
+                  f"sent ({self._ledger.path})", file=sys.stderr, flush=True)
         if not new:
             return
         try:
@@ -261,14 +251,11 @@ class SlurmBackend(Backend):
         except Exception as exc:  # noqa: BLE001 (sbatch's refusal, named)
             said = str(exc).strip().splitlines()[-1][:400] if str(exc).strip() else repr(exc)
             raise McapError(f"executor slurm: sbatch refused the array: {said}") from None
-        import fcntl
-        with open(self._ledger, "a", encoding="utf-8") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)
-            for t, job in zip(new, jobs):
-                self.jobs[t.key] = job
-                self._mine.add(job.job_id)
-                fh.write(json.dumps({"content": self._content(t), "job": job.job_id,
-                                     "sweep": self._sweep(), "owner": _OWNER}) + "\n")
+        for t, job in zip(new, jobs):
+            self.jobs[t.key] = job
+            self._mine.add(job.job_id)
+        self._ledger.add(((self._content(t), job.job_id) for t, job in zip(new, jobs)),
+                         self._sweep())
 
     def poll(self, timeout: float) -> list:
         time.sleep(min(timeout, 0.5))
@@ -324,21 +311,7 @@ class SlurmBackend(Backend):
         if job_id is None:
             return
         shutil.rmtree(self.folder / job_id, ignore_errors=True)
-        self._drop_ledger({job_id})
-
-    def _drop_ledger(self, ids: set) -> None:
-        import fcntl
-        if not self._ledger.exists():
-            return
-        with open(self._ledger, "r+", encoding="utf-8") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)
-            keep = [line for line in fh.read().splitlines()
-                    if line.strip() and _ledger_job(line) not in ids]
-            fh.seek(0)
-            fh.truncate()
-            fh.write("".join(line + "\n" for line in keep))
-        if not keep:
-            self._ledger.unlink(missing_ok=True)
+        self._ledger.drop({job_id})
 
     def waiting(self, keys) -> str:
         jobs = [self.jobs[k].job_id for k in keys if k in self.jobs]
@@ -362,31 +335,7 @@ class SlurmBackend(Backend):
         for link in self.folder.glob(".submission_file_*.sh"):
             if not link.exists():  # its target folder is gone
                 link.unlink(missing_ok=True)
-        self._drop_ledger(mine)
-
-
-_OWNER = f"{socket.gethostname()}:{os.getpid()}"  # the driver that sent a ledger's job
-
-
-def _gone(owner) -> bool:
-    """Whether the driver ``host:pid`` has ended (one on another host is taken as running)."""
-    host, _, pid = str(owner or "").rpartition(":")
-    if host != socket.gethostname() or not pid.isdigit():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except OSError:
-        return False
-    return False
-
-
-def _ledger_job(line: str) -> Optional[str]:
-    try:
-        return str(json.loads(line)["job"])
-    except (ValueError, KeyError, TypeError):
-        return None
+        self._ledger.drop(mine)
 
 
 def _tail(path: Path) -> str:

@@ -133,6 +133,10 @@ def test_results_a_killed_driver_stored_but_left_are_tidied_by_the_next_one(tmp_
             entry = {"content": f"c{job}", "job": job}
             entry.update({"sweep": sweep, "owner": owner} if sweep else {})
             fh.write(json.dumps(entry) + "\n")
+        # a hostile line: its job id would name a folder outside; never read, never deleted
+        (tmp_path / "outside" / "0").mkdir(parents=True)
+        fh.write(json.dumps({"content": "x", "job": "../outside", "sweep": backend._sweep(),
+                             "owner": f"{host}:{dead.pid}"}) + "\n")
     monkeypatch.setattr(slurm, "_squeue", lambda ids: {})  # ended, out of squeue's memory
     backend.submit([])  # every task of this driver was in its store
     backend.close()
@@ -140,7 +144,8 @@ def test_results_a_killed_driver_stored_but_left_are_tidied_by_the_next_one(tmp_
     assert left == ["7_0", "8_2", "9_0", "ledger.jsonl"], left
     kept = [json.loads(line)["job"] for line in
             (tmp_path / "jobs" / "ledger.jsonl").read_text().splitlines()]
-    assert sorted(kept) == ["7_0", "8_2", "9_0"]
+    assert sorted(kept) == ["../outside", "7_0", "8_2", "9_0"]
+    assert (tmp_path / "outside" / "0").is_dir()
 
 
 def test_a_task_that_fails_for_good_is_stored_failed_with_its_node_and_error(slurm_cluster,
